@@ -1,0 +1,144 @@
+"""Every exception rmqstore raises, each carrying its process exit code (style R4).
+
+Exit codes are part of the command-line contract and documented in README.md and
+``man/rmqstore.1``: 0 ok, 1 error, 2 usage, 3 problems found, 4 store locked,
+5 not a store, 6 corrupt data, 7 unsupported store, 8 unsafe plan refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RmqstoreError(Exception):
+    """Root of every error the library raises on purpose."""
+
+    exit_code = 1
+
+
+class ProblemsFound(RmqstoreError):
+    """A scan or check finished and reported problems."""
+
+    exit_code = 3
+
+
+class StoreLocked(RmqstoreError):
+    """A running broker holds the store's ``lock`` (fcntl byte-range lock on byte 0)."""
+
+    exit_code = 4
+
+
+class StoreNotFound(RmqstoreError):
+    """The path is missing or is not a RocketMQ store root."""
+
+    exit_code = 5
+
+
+class CorruptData(RmqstoreError):
+    """Bytes on disk are not what the format says they must be."""
+
+    exit_code = 6
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        path: Path | str,
+        pos: int,
+        phy_offset: int | None = None,
+    ) -> None:
+        self.what = what
+        self.path = Path(path)
+        self.pos = pos
+        self.phy_offset = phy_offset
+        at = "" if phy_offset is None else f" (phy offset {phy_offset})"
+        super().__init__(f"{path}: {what} at byte {pos}{at}")
+
+
+class ChecksumMismatch(CorruptData):
+    """A record's stored body CRC differs from the CRC of its body bytes."""
+
+    def __init__(
+        self,
+        *,
+        path: Path | str,
+        pos: int,
+        phy_offset: int | None,
+        stored: int,
+        computed: int,
+    ) -> None:
+        self.stored = stored
+        self.computed = computed
+        super().__init__(
+            f"body CRC mismatch: stored {stored}, computed {computed}",
+            path=path,
+            pos=pos,
+            phy_offset=phy_offset,
+        )
+
+
+class ConfigError(RmqstoreError):
+    """broker.conf or a config/*.json file cannot be used."""
+
+    exit_code = 1
+
+    def __init__(self, what: str, *, path: Path | str, line: int | None = None) -> None:
+        self.what = what
+        self.path = Path(path)
+        self.line = line
+        at = "" if line is None else f":{line}"
+        super().__init__(f"{path}{at}: {what}")
+
+
+class InputError(RmqstoreError):
+    """A user-supplied value (message, NDJSON line, time, topic) is invalid."""
+
+    exit_code = 1
+
+
+class UnsupportedStore(RmqstoreError):
+    """A store layout rmqstore refuses to touch (DLedger, RocksDB consume queue, ...)."""
+
+    exit_code = 7
+
+
+class UnsafePlan(RmqstoreError):
+    """The plan would drop data or break the store; refused without --force."""
+
+    exit_code = 8
+
+
+class MissingExtra(RmqstoreError):
+    """An optional dependency (the ``spark`` extra, Java) is not installed."""
+
+    exit_code = 1
+
+
+EXIT_CODES: dict[int, str] = {
+    0: "success (a dry run included)",
+    1: "error: bad input, bad configuration, missing optional dependency, or an internal error",
+    2: "usage error (unknown option, missing argument)",
+    3: "problems found: the scan or check finished and reported problems",
+    4: "store locked: a running broker holds store/lock; nothing was changed",
+    5: "not a store: the path is missing or is not a RocketMQ store root",
+    6: "corrupt data: a file is damaged where the operation needed it intact",
+    7: "unsupported store (DLedger commit log, RocksDB consume queue, batch consume queue)",
+    8: "unsafe plan refused: the operation would lose data; see --force",
+}
+
+
+class RecordSizeMismatch(CorruptData):
+    """TOTALSIZE disagrees with the size computed from the record's own lengths (§3.11 step 7).
+
+    The broker's dispatcher skips ``total_size`` bytes past such a record; recovery stops at it.
+    """
+
+    def __init__(self, *, path: Path | str, pos: int, phy_offset: int | None, total_size: int, computed: int):
+        self.total_size = total_size
+        self.computed = computed
+        super().__init__(
+            f"record size mismatch: TOTALSIZE {total_size}, fields add up to {computed}",
+            path=path,
+            pos=pos,
+            phy_offset=phy_offset,
+        )

@@ -1,0 +1,1 @@
+"""Spark pipeline (extra `spark`)."""

@@ -1,0 +1,342 @@
+"""Opening a store directory: settings, lock, segment files, and walking the commit log.
+
+``open_store`` is the single entry point used by every operation. A writable open takes the
+same exclusive POSIX record lock the broker takes on ``lock`` (byte 0, length 1, §7) and keeps
+it until the store is closed, so a broker cannot start underneath us and we never modify a store
+a running broker holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import checkpoint as cpmod
+from .commitlog import Blank, Record, decode_record
+from .errors import CorruptData, StoreLocked, StoreNotFound, UnsupportedStore
+from .layout import (
+    INDEX_NAME_RE,
+    Segment,
+    StoreConfig,
+    find_broker_config,
+    list_segments,
+    load_broker_config,
+)
+from .problems import Problem
+
+_HEAD = struct.Struct(">ii")
+
+
+def lock_holder_pid(lock_path: Path) -> int | None:
+    """PID of the process holding the broker's fcntl lock on byte 0 of ``lock``, else None.
+
+    Probes with F_GETLK, which neither takes the lock nor disturbs locks this process holds.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    try:
+        probe = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        res = fcntl.fcntl(fd, fcntl.F_GETLK, probe)
+        l_type, _, _, _, l_pid = struct.unpack("hhqqi", res)
+        return l_pid if l_type != fcntl.F_UNLCK else None
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Store:
+    """An opened store. Use :func:`open_store`."""
+
+    config: StoreConfig
+    writable: bool = False
+    _lock_fd: int | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.config.store_root
+
+    # -- markers -----------------------------------------------------------------
+    def abort_exists(self) -> bool:
+        return self.config.abort_path.exists()
+
+    def lock_holder(self) -> int | None:
+        if self._lock_fd is not None:
+            return None  # we hold it ourselves
+        return lock_holder_pid(self.config.lock_path)
+
+    def read_checkpoint(self) -> cpmod.Checkpoint | None:
+        p = self.config.checkpoint_path
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CorruptData(f"cannot read checkpoint: {e.strerror}", path=p, pos=0) from None
+        if len(data) != cpmod.FILE_SIZE:
+            raise CorruptData(f"checkpoint is {len(data)} bytes, expected {cpmod.FILE_SIZE}", path=p, pos=len(data))
+        return cpmod.decode(data, path=str(p))
+
+    # -- files -------------------------------------------------------------------
+    def commitlog_segments(self) -> tuple[list[Segment], list[Problem]]:
+        segs: list[Segment] = []
+        problems: list[Problem] = []
+        for d in self.config.commitlog_dirs or (self.config.commitlog_dir,):
+            s, p = list_segments(d, self.config.commitlog_file_size)
+            segs += s
+            problems += p
+        segs.sort(key=lambda s: s.path.name)
+        return segs, problems
+
+    def queues(self) -> list[tuple[str, int, Path]]:
+        """Every ``consumequeue/<topic>/<queueId>`` directory, as the broker loads them (§4.5)."""
+        out = []
+        base = self.config.consumequeue_dir
+        try:
+            topics = sorted(os.listdir(base))
+        except FileNotFoundError:
+            return []
+        for topic in topics:
+            tdir = base / topic
+            if not tdir.is_dir():
+                continue
+            for q in sorted(os.listdir(tdir)):
+                if (q.isdigit() or (q.startswith("-") and q[1:].isdigit())) and (tdir / q).is_dir():
+                    out.append((topic, int(q), tdir / q))
+        out.sort(key=lambda t: (t[0], t[1]))
+        return out
+
+    def queue_dir(self, topic: str, queue_id: int) -> Path:
+        return self.config.consumequeue_dir / topic / str(queue_id)
+
+    def cq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
+        return list_segments(self.queue_dir(topic, queue_id), self.config.cq_file_size)
+
+    def index_files(self) -> tuple[list[Path], list[Problem]]:
+        d = self.config.index_dir
+        try:
+            names = sorted(os.listdir(d))
+        except FileNotFoundError:
+            return [], []
+        files, problems = [], []
+        for n in names:
+            p = d / n
+            if not n.isdigit():
+                problems.append(Problem(p, None, "index file name is not a number (the broker skips it)", "warning"))
+                continue
+            if not INDEX_NAME_RE.match(n):
+                problems.append(Problem(p, None, "index file name is not yyyyMMddHHmmssSSS", "warning"))
+            files.append(p)
+        return files, problems
+
+    # -- reading -----------------------------------------------------------------
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, 0)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _detect_unsupported(root: Path) -> None:
+    for entry in ("dledger", ):
+        for p in root.glob(f"{entry}-*"):
+            if p.is_dir():
+                raise UnsupportedStore(f"{root}: DLedger commit log ({p.name}) is not supported")
+    cq = root / "consumequeue"
+    if (cq / "CURRENT").exists() or any(cq.glob("*.sst")):
+        raise UnsupportedStore(f"{root}: the consume queue is a RocksDB database (storeType=defaultRocksDB)")
+
+
+def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -> StoreConfig:
+    """Settings for ``root``: from ``broker_config``, else a broker.conf found beside the store,
+    else the broker defaults with file sizes taken from the files on disk."""
+    root = Path(root)
+    if not root.exists():
+        raise StoreNotFound(f"{root}: no such directory")
+    if not root.is_dir():
+        raise StoreNotFound(f"{root}: not a directory")
+    conf = Path(broker_config) if broker_config else find_broker_config(root)
+    if conf is not None:
+        if not conf.exists():
+            raise StoreNotFound(f"{conf}: broker config not found")
+        cfg = load_broker_config(conf, store_root=root, broker=broker)
+    else:
+        cfg = StoreConfig(store_root=root, broker=broker or "4.4.0")
+    return _infer_sizes(cfg)
+
+
+def _infer_sizes(cfg: StoreConfig) -> StoreConfig:
+    """Without explicit sizes, use what the files on disk say (all segments of a log have one size)."""
+    updates: dict[str, object] = {}
+    if not ({"mapedFileSizeCommitLog", "mappedFileSizeCommitLog"} & cfg.explicit):
+        d = cfg.commitlog_dir
+        with contextlib.suppress(OSError):
+            sizes = [os.path.getsize(d / n) for n in sorted(os.listdir(d)) if n.isdigit()]
+            sizes = [s for s in sizes if s > 0]
+            if sizes:
+                updates["commitlog_file_size"] = max(set(sizes), key=sizes.count)
+    if not ({"mapedFileSizeConsumeQueue", "mappedFileSizeConsumeQueue"} & cfg.explicit):
+        with contextlib.suppress(OSError):
+            for tdir in sorted(cfg.consumequeue_dir.iterdir()):
+                found = False
+                for qdir in sorted(tdir.iterdir()) if tdir.is_dir() else []:
+                    files = sorted(f for f in os.listdir(qdir) if f.isdigit()) if qdir.is_dir() else []
+                    if len(files) > 1:  # the last file may be anything; an earlier one is full size
+                        updates["cq_file_size"] = os.path.getsize(qdir / files[0])
+                        found = True
+                        break
+                    if files and "cq_file_size" not in updates:
+                        updates["cq_file_size"] = os.path.getsize(qdir / files[0])
+                if found:
+                    break
+    if not ({"maxHashSlotNum", "maxIndexNum"} & cfg.explicit):
+        with contextlib.suppress(OSError):
+            files = sorted(f for f in os.listdir(cfg.index_dir) if f.isdigit())
+            if files:
+                size = os.path.getsize(cfg.index_dir / files[0])
+                guess = _guess_index_dims(size)
+                if guess:
+                    updates["max_hash_slot_num"], updates["max_index_num"] = guess
+    return replace(cfg, **updates) if updates else cfg  # type: ignore[arg-type]
+
+
+def _guess_index_dims(size: int) -> tuple[int, int] | None:
+    """(slots, entries) for an index file size: the default, or the usual 1:4 ratio."""
+    if size == 40 + 5_000_000 * 4 + 20_000_000 * 20:
+        return 5_000_000, 20_000_000
+    # slots*4 + entries*20 with entries = 4*slots -> 84*slots
+    if (size - 40) % 84 == 0:
+        s = (size - 40) // 84
+        return s, 4 * s
+    return None
+
+
+def looks_like_store(root: Path, cfg: StoreConfig) -> bool:
+    markers = [cfg.commitlog_dir, root / "consumequeue", root / "index", root / "checkpoint", root / "config"]
+    return any(p.exists() for p in markers)
+
+
+@contextlib.contextmanager
+def open_store(
+    root: Path | str,
+    *,
+    broker_config: Path | str | None = None,
+    writable: bool = False,
+    broker: str | None = None,
+    create: bool = False,
+) -> Iterator[Store]:
+    """Open a store; with ``writable`` take the broker's lock first (StoreLocked if held)."""
+    root = Path(root)
+    if create:
+        root.mkdir(parents=True, exist_ok=True)
+    cfg = resolve_config(root, Path(broker_config) if broker_config else None, broker)
+    if not create and not looks_like_store(root, cfg):
+        raise StoreNotFound(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
+    _detect_unsupported(root)
+    st = Store(cfg, writable)
+    if writable:
+        st._lock_fd = _take_lock(cfg.lock_path)
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+def _take_lock(lock_path: Path) -> int:
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise StoreNotFound(f"{lock_path}: cannot open for writing: {e.strerror}") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            pid = lock_holder_pid(lock_path)
+            who = f" (pid {pid})" if pid else ""
+            raise StoreLocked(f"{lock_path}: held by a running broker{who}; stop it first") from None
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
+    """Map a file (read-only unless ``write``); an empty file gives ``b""``."""
+    flags = os.O_RDWR if write else os.O_RDONLY
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise CorruptData(f"cannot open: {e.strerror}", path=path, pos=0) from None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            yield b""
+            return
+        m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    try:
+        yield m
+    finally:
+        try:
+            m.close()
+        except BufferError:
+            pass  # a numpy view still refers to it; it is unmapped when that view goes
+
+
+def is_zero_header(buf: object, pos: int) -> bool:
+    """An all-zero TOTALSIZE and MAGIC: the unwritten (preallocated) part of a file."""
+    return _HEAD.unpack_from(buf, pos) == (0, 0)  # type: ignore[arg-type]
+
+
+def walk_segment(
+    buf: object,
+    seg: Segment,
+    *,
+    start_pos: int = 0,
+    check_crc: bool = False,
+    broker: str = "4.4.0",
+) -> Iterator[Record | Blank]:
+    """Records of one commit log file from ``start_pos``: stops at a BLANK (yielded), at zeros
+    or at the end of the file; raises CorruptData at an invalid record (recovery semantics)."""
+    size = len(buf)  # type: ignore[arg-type]
+    pos = start_pos
+    path = str(seg.path)
+    while pos + 8 <= size:
+        if is_zero_header(buf, pos):
+            return
+        rec = decode_record(buf, pos, path=path, file_from=seg.base_offset, check_crc=check_crc, broker=broker)
+        yield rec
+        if isinstance(rec, Blank):
+            return
+        pos += rec.total_size
+
+
+def iter_commitlog(
+    st: Store, *, from_phy: int | None = None, check_crc: bool = False
+) -> Iterator[tuple[Segment, Record | Blank]]:
+    """Every record of the commit log from ``from_phy`` (default: the first file), in order."""
+    segs, _ = st.commitlog_segments()
+    for seg in segs:
+        if from_phy is not None and seg.base_offset + seg.size <= from_phy:
+            continue
+        start = 0 if from_phy is None or from_phy < seg.base_offset else from_phy - seg.base_offset
+        with map_file(seg.path) as buf:
+            ended = False
+            for rec in walk_segment(buf, seg, start_pos=start, check_crc=check_crc, broker=st.config.broker):
+                yield seg, rec
+                if isinstance(rec, Blank):
+                    ended = True
+            if not ended:
+                return  # data ended inside this file: later files hold nothing valid
