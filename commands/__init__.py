@@ -22,7 +22,9 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    traceback: Annotated[bool, typer.Option("--traceback", help="Show the Python traceback of an internal error.")] = False,
+    traceback: Annotated[
+        bool, typer.Option("--traceback", help="Show the Python traceback of an internal error.")
+    ] = False,
 ) -> None:
     """Inspect, recover, re-dispatch, query and expire Apache RocketMQ broker stores offline."""
     set_traceback(traceback)

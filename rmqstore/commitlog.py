@@ -79,13 +79,26 @@ def host_len(sys_flag: int, v6_flag: int) -> int:
 def cal_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, *, v2: bool = False) -> int:
     """The broker's ``calMsgLength`` (§3.1); negative lengths count as 0."""
     return (
-        4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
         + host_len(sys_flag, BORNHOST_V6_FLAG)
         + 8
         + host_len(sys_flag, STOREHOSTADDRESS_V6_FLAG)
-        + 4 + 8 + 4 + max(body_len, 0)
-        + (2 if v2 else 1) + topic_len
-        + 2 + max(props_len, 0)
+        + 4
+        + 8
+        + 4
+        + max(body_len, 0)
+        + (2 if v2 else 1)
+        + topic_len
+        + 2
+        + max(props_len, 0)
     )
 
 
@@ -353,9 +366,7 @@ def decode_record(
         rec_end = pos + total
         if body_len > 0:
             if p + body_len > rec_end:
-                raise CorruptData(
-                    f"BODYLENGTH {body_len} runs past the record end", path=path, pos=pos, phy_offset=phy
-                )
+                raise CorruptData(f"BODYLENGTH {body_len} runs past the record end", path=path, pos=pos, phy_offset=phy)
             body = bytes(buf[p : p + body_len])
             p += body_len
         else:

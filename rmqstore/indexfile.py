@@ -167,9 +167,7 @@ class IndexFile:
         slot_count = h.hash_slot_count
         if old == 0 or not counts_new_slots_only(self.broker):
             slot_count += 1
-        self.write_header(
-            IndexHeader(begin_ts, store_timestamp_ms, begin_phy, phy_offset, slot_count, index_count + 1)
-        )
+        self.write_header(IndexHeader(begin_ts, store_timestamp_ms, begin_phy, phy_offset, slot_count, index_count + 1))
         return True
 
     def select_phy_offsets(

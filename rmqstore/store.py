@@ -149,7 +149,7 @@ class Store:
 
 
 def _detect_unsupported(root: Path) -> None:
-    for entry in ("dledger", ):
+    for entry in ("dledger",):
         for p in root.glob(f"{entry}-*"):
             if p.is_dir():
                 raise UnsupportedStore(f"{root}: DLedger commit log ({p.name}) is not supported")

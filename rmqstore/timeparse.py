@@ -23,9 +23,7 @@ def parse_time_ms(text: str, *, tz: dt.tzinfo | None = None) -> int:
         else:
             t = dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
-        raise InputError(
-            f"time {text!r} is not epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS"
-        ) from None
+        raise InputError(f"time {text!r} is not epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=tz) if tz else t.astimezone()
     return int(t.timestamp() * 1000)
@@ -33,6 +31,6 @@ def parse_time_ms(text: str, *, tz: dt.tzinfo | None = None) -> int:
 
 def format_time_ms(ms: int) -> str:
     """ISO-8601 in UTC with milliseconds, for output."""
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
+    return (
+        dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
