@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ChecksumMismatch, CorruptData, RecordSizeMismatch
+from .errors import ChecksumMismatch, CorruptData, MissingExtra, RecordSizeMismatch
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB, 5.1.0+: 2-byte topic length
@@ -244,22 +244,35 @@ class Record:
     def crc_ok(self) -> bool:
         return body_crc(self.body) == self.body_crc
 
-    def decompressed_body(self) -> bytes:
-        """The body as the producer sent it, uncompressed when sysFlag says so (§3.9)."""
+    def decompressed_body(self, *, path: str = "<buffer>") -> bytes:
+        """The body as the producer sent it, uncompressed when sysFlag says so (§3.9).
+
+        Raises CorruptData (at this record) when the stored bytes do not decompress.
+        """
         if not self.sys_flag & COMPRESSED_FLAG:
             return self.body
         kind = (self.sys_flag & COMPRESSION_TYPE_MASK) >> 8
-        if kind in (0, 3):
-            return zlib.decompress(self.body)
-        if kind == 1:
-            import lz4.frame  # type: ignore[import-not-found]  # optional: only LZ4 stores need it
+        try:
+            if kind in (0, 3):
+                return zlib.decompress(self.body)
+            if kind == 1:
+                import lz4.frame  # type: ignore[import-not-found]  # optional: only LZ4 stores need it
 
-            return bytes(lz4.frame.decompress(self.body))
-        if kind == 2:
-            import zstandard  # type: ignore[import-not-found]
+                return bytes(lz4.frame.decompress(self.body))
+            if kind == 2:
+                import zstandard  # type: ignore[import-not-found]
 
-            return bytes(zstandard.ZstdDecompressor().decompress(self.body))
-        raise ValueError(f"unknown compression type {kind}")
+                return bytes(zstandard.ZstdDecompressor().decompress(self.body))
+        except ImportError as e:
+            raise MissingExtra(f"compression type {kind} needs the {e.name!r} package") from None
+        except Exception as e:  # zlib.error, lz4 / zstd errors: the bytes are bad
+            raise CorruptData(
+                f"compressed body (type {kind}) does not decompress: {e}",
+                path=path,
+                pos=self.pos,
+                phy_offset=self.phy_offset,
+            ) from None
+        raise CorruptData(f"unknown compression type {kind}", path=path, pos=self.pos, phy_offset=self.phy_offset)
 
     def to_json(self, *, body: str = "base64") -> dict[str, Any]:
         """The record with RocketMQ's own field names (as ``MessageExt`` / truth.json name them)."""
@@ -333,13 +346,15 @@ def decode_record(
             pos=pos,
             phy_offset=phy,
         )
-    if total < 91 or total > limit - pos:
+    if total <= 0 or total > limit - pos:
         raise CorruptData(
             f"TOTALSIZE {total} does not fit: {limit - pos} bytes left in the file",
             path=path,
             pos=pos,
             phy_offset=phy,
         )
+    # The broker reads the fields from the mapped buffer, not bounded by TOTALSIZE: lengths that
+    # overrun the record but stay inside the buffer give a size mismatch, past the buffer an error.
     try:
         (_, _, crc, queue_id, flag, queue_offset, phy_field, sys_flag, born_ts) = _FIXED_TO_BORNTS.unpack_from(buf, pos)
         p = pos + 48
@@ -363,10 +378,9 @@ def decode_record(
             p += 8
         reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
         p += 16
-        rec_end = pos + total
         if body_len > 0:
-            if p + body_len > rec_end:
-                raise CorruptData(f"BODYLENGTH {body_len} runs past the record end", path=path, pos=pos, phy_offset=phy)
+            if p + body_len > limit:
+                raise CorruptData(f"BODYLENGTH {body_len} runs past the file end", path=path, pos=pos, phy_offset=phy)
             body = bytes(buf[p : p + body_len])
             p += body_len
         else:
@@ -378,29 +392,29 @@ def decode_record(
         else:
             (topic_len,) = _BYTE.unpack_from(buf, p)
             p += 1
-        if topic_len < 0 or p + topic_len + 2 > rec_end:
+        if topic_len < 0 or p + topic_len + 2 > limit:
             raise CorruptData(f"bad TOPICLENGTH {topic_len}", path=path, pos=pos, phy_offset=phy)
         topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
         p += topic_len
         (props_len,) = _SHORT.unpack_from(buf, p)
         p += 2
         if props_len > 0:
-            if p + props_len > rec_end:
+            if p + props_len > limit:
                 raise CorruptData(
-                    f"PROPERTIESLENGTH {props_len} runs past the record end", path=path, pos=pos, phy_offset=phy
+                    f"PROPERTIESLENGTH {props_len} runs past the file end", path=path, pos=pos, phy_offset=phy
                 )
             props_raw = bytes(buf[p : p + props_len]).decode("utf-8", "replace")
         else:
             props_raw = ""
     except struct.error:
         raise CorruptData("record cut short", path=path, pos=pos, phy_offset=phy) from None
+    computed_size = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=v2)
+    if computed_size != total:
+        raise RecordSizeMismatch(path=path, pos=pos, phy_offset=phy, total_size=total, computed=computed_size)
     if check_crc and body_len > 0:
         computed = zlib.crc32(body) & 0x7FFFFFFF
         if computed != crc:
             raise ChecksumMismatch(path=path, pos=pos, phy_offset=phy, stored=crc, computed=computed)
-    computed_size = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=v2)
-    if computed_size != total:
-        raise RecordSizeMismatch(path=path, pos=pos, phy_offset=phy, total_size=total, computed=computed_size)
     return Record(
         pos,
         total,
@@ -448,6 +462,22 @@ def encode_record(
     crc: int | None = None,
 ) -> bytes:
     """Encode one record; the body CRC is computed unless ``crc`` is given. Raises ``ValueError``."""
+    for name, value, bits in (
+        ("queue_id", queue_id, 32),
+        ("flag", flag, 32),
+        ("queue_offset", queue_offset, 64),
+        ("phy_offset", phy_offset, 64),
+        ("sys_flag", sys_flag, 32),
+        ("born_timestamp_ms", born_timestamp_ms, 64),
+        ("born_port", born_port, 32),
+        ("store_timestamp_ms", store_timestamp_ms, 64),
+        ("store_port", store_port, 32),
+        ("reconsume_times", reconsume_times, 32),
+        ("prepared_transaction_offset", prepared_transaction_offset, 64),
+        ("crc", 0 if crc is None else crc, 32),
+    ):
+        if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+            raise ValueError(f"{name} {value} does not fit a signed {bits}-bit field")
     topic_b = topic.encode("utf-8")
     if not v2 and len(topic_b) > 127:
         raise ValueError(f"topic is {len(topic_b)} bytes; a V1 record holds at most 127")
@@ -501,6 +531,76 @@ def encode_record(
     p += 2
     out[p : p + len(properties)] = properties
     return bytes(out)
+
+
+def compress_body(body: bytes, *, level: int = 5, type_bits: bool = True) -> tuple[bytes, int]:
+    """zlib-compress a body as a Java producer does (§3.9); returns the bytes and the sysFlag bits.
+
+    ``type_bits`` marks the type (zlib = 3) in bits 8-10 as producers since 4.9.4 do (``0x301``);
+    without it only COMPRESSED_FLAG is set, as older producers did.
+    """
+    return zlib.compress(body, level), COMPRESSED_FLAG | ((3 << 8) if type_bits else 0)
+
+
+# Batch wire format (§3.8): the body of a batch send request, one item per inner message.
+_BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magic (0), bodyCRC (0), flag, bodyLen
+BATCH_ITEM_OVERHEAD = _BATCH_HEAD.size + 2  # + the properties length
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One inner message of a batch: its own flag, body and properties."""
+
+    flag: int
+    body: bytes
+    properties_raw: str
+    pos: int = 0  # byte position of the item in the batch body (decoding only)
+
+    def properties(self, *, broker: str = "4.4.0") -> dict[str, str]:
+        return parse_properties(self.properties_raw, broker=broker)
+
+
+def encode_batch(items: list[BatchItem] | list[tuple[int, bytes, str]]) -> bytes:
+    """The wire body of a batch send (``MessageDecoder.encodeMessages``). Raises ``ValueError``."""
+    out = bytearray()
+    for item in items:
+        flag, body, raw = (item.flag, item.body, item.properties_raw) if isinstance(item, BatchItem) else item
+        props = raw.encode("utf-8")
+        if len(props) > 32767:
+            raise ValueError(f"properties are {len(props)} bytes; at most 32767 (Short.MAX_VALUE)")
+        if not -(1 << 31) <= flag < (1 << 31):
+            raise ValueError(f"flag {flag} does not fit a signed 32-bit field")
+        total = BATCH_ITEM_OVERHEAD + len(body) + len(props)
+        out += _BATCH_HEAD.pack(total, 0, 0, flag, len(body)) + body + _SHORT.pack(len(props)) + props
+    return bytes(out)
+
+
+def decode_batch(buf: Any, *, path: str = "<buffer>", start: int = 0, end: int | None = None) -> list[BatchItem]:
+    """Split a batch wire body (or a 5.x inner-batch record body) into its messages.
+
+    Raises CorruptData at the first item whose lengths do not fit.
+    """
+    limit = len(buf) if end is None else end
+    items = []
+    pos = start
+    while pos < limit:
+        if limit - pos < BATCH_ITEM_OVERHEAD:
+            raise CorruptData(f"truncated batch item: {limit - pos} bytes left", path=path, pos=pos)
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(buf, pos)
+        if body_len < 0 or total < BATCH_ITEM_OVERHEAD + body_len or total > limit - pos:
+            raise CorruptData(f"batch item size {total} / body length {body_len} do not fit", path=path, pos=pos)
+        p = pos + _BATCH_HEAD.size
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        (props_len,) = _SHORT.unpack_from(buf, p)
+        if props_len < 0 or total != BATCH_ITEM_OVERHEAD + body_len + props_len:
+            raise CorruptData(
+                f"batch item size {total} disagrees with body {body_len} + properties {props_len}", path=path, pos=pos
+            )
+        raw = bytes(buf[p + 2 : p + 2 + props_len]).decode("utf-8", "replace")
+        items.append(BatchItem(flag, body, raw, pos))
+        pos += total
+    return items
 
 
 def encode_blank(remaining: int) -> bytes:

@@ -195,7 +195,7 @@ def scan_requests(
             return reqs, ScanStop(pos, "blank")
         if total == 0 and magic == 0:
             return reqs, ScanStop(pos, "end")
-        if (magic != MAGIC_V1 and magic != MAGIC_V2) or total < 91 or pos + total > size:
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= 0 or pos + total > size:
             try:
                 decode_record(buf, pos, path=path, file_from=base, end=size)
             except CorruptData as e:
@@ -221,16 +221,26 @@ def scan_requests(
             continue
         body_len = fixed[16]
         p = pos + 88 + (body_len if body_len > 0 else 0)
-        end_rec = pos + total
-        if p + 3 > end_rec:
-            return reqs, ScanStop(pos, "invalid", CorruptData("BODYLENGTH runs past the record", path=path, pos=pos))
-        topic_len = _B.unpack_from(buf, p)[0]
-        if topic_len < 0 or p + 1 + topic_len + 2 > end_rec:
-            return reqs, ScanStop(pos, "invalid", CorruptData(f"bad TOPICLENGTH {topic_len}", path=path, pos=pos))
+        # reads are bounded by the buffer, not by TOTALSIZE (an overrun is a size mismatch)
+        topic_len = _B.unpack_from(buf, p)[0] if p + 3 <= size else -1
+        if topic_len < 0 or p + 1 + topic_len + 2 > size:
+            try:
+                decode_record(buf, pos, path=path, file_from=base, end=size)
+                err = CorruptData("invalid record", path=path, pos=pos)
+            except CorruptData as e:
+                if skip_size_mismatch and isinstance(e, RecordSizeMismatch):
+                    pos += total
+                    continue
+                err = e
+            return reqs, ScanStop(pos, "invalid", err)
         topic = buf[p + 1 : p + 1 + topic_len].decode("utf-8", "replace")
         p += 1 + topic_len
         props_len = _H.unpack_from(buf, p)[0]
         p += 2
+        if props_len > 0 and p + props_len > size:
+            return reqs, ScanStop(
+                pos, "invalid", CorruptData(f"PROPERTIESLENGTH {props_len} runs past the file end", path=path, pos=pos)
+            )
         if cal_msg_length(sys_flag, body_len, topic_len, props_len) != total:
             if skip_size_mismatch:
                 pos += total
@@ -245,7 +255,8 @@ def scan_requests(
             for item in raw.split("\x02"):
                 kv = item.split("\x01")
                 if len(kv) == 2:
-                    props[kv[0]] = kv[1]
+                    if kv[1]:  # Java's split drops the trailing empty string: "K\x01" is one part
+                        props[kv[0]] = kv[1]
                 elif len(kv) > 2:
                     while kv and kv[-1] == "":
                         kv.pop()
@@ -497,10 +508,12 @@ class _IndexWriter:
 
     def put_batch(self, keys: list[str], phy: np.ndarray, ts: np.ndarray) -> None:
         """Put keys (already ``topic#key``) in order, rolling to new files when full."""
-        n = len(keys)
-        if n == 0:
-            return
-        hashes = index_key_hash_batch(keys).astype(np.int64)
+        if keys:
+            self.put_hashes(index_key_hash_batch(keys).astype(np.int64), phy, ts)
+
+    def put_hashes(self, hashes: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
+        """Put precomputed key hashes in order, rolling to new files when full."""
+        n = len(hashes)
         i = 0
         while i < n:
             if self._map is None:
@@ -595,6 +608,27 @@ def _header_tuple(h: ix.IndexHeader) -> tuple[int, int, int, int, int, int]:
     )
 
 
+def _select(c: Any, rec_mask: np.ndarray) -> Any:
+    """The records of ``c`` where ``rec_mask`` holds, with their index keys."""
+    keep = np.flatnonzero(rec_mask)
+    remap = np.full(len(rec_mask), -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    ksel = rec_mask[c.key_rec]
+    return type(c)(
+        c.phy[keep],
+        c.size[keep],
+        c.queue_id[keep],
+        c.queue_offset[keep],
+        c.store_ts[keep],
+        c.sys_flag[keep],
+        c.tags_code[keep],
+        c.topic_id[keep],
+        c.topics,
+        remap[c.key_rec[ksel]],
+        c.key_hash[ksel],
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -678,6 +712,53 @@ class Dispatcher:
             self._dispatch_cq(reqs)
         if self.build_index:
             self._dispatch_index(reqs)
+
+    def dispatch_columns(self, c: Any) -> None:
+        """Dispatch a :class:`rmqstore.columnar.Columns` batch (same rules as :meth:`dispatch`)."""
+        n = len(c)
+        if n == 0:
+            return
+        if self.topics is not None:
+            wanted = np.array([t in self.topics for t in c.topics] or [False], dtype=bool)
+            rec_ok = wanted[c.topic_id]
+            if not rec_ok.any():
+                return
+            if not rec_ok.all():
+                c = _select(c, rec_ok)
+                n = len(c)
+        self.stats.records += n
+        self.stats.max_phy_offset = max(self.stats.max_phy_offset, int(c.phy[-1] + c.size[-1]))
+        tt = c.sys_flag & TRANSACTION_MASK
+        if self.build_cq:
+            idx = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+            grp = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
+            order = np.argsort(grp, kind="stable")
+            idx = idx[order]
+            g = grp[order]
+            bounds = np.flatnonzero(np.diff(g)) + 1
+            last_phy, last_ts = -1, 0
+            for part in np.split(idx, bounds):
+                if not len(part):
+                    continue
+                key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
+                w = self._queue(*key)
+                before = w.written
+                w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
+                if w.written > before:
+                    self.stats.queues_touched.add(key)
+                    self.stats.cq_entries += w.written - before
+                    if int(c.phy[part[-1]]) > last_phy:
+                        last_phy, last_ts = int(c.phy[part[-1]]), w.last_ts
+            if last_ts:
+                self.stats.logics_msg_timestamp_ms = last_ts
+        if self.build_index and len(c.key_rec):
+            w = self._index_writer()
+            rec_ok = (c.phy >= w.end_phy_offset()) & (tt != TRANSACTION_ROLLBACK_TYPE)
+            sel = rec_ok[c.key_rec]
+            kr = c.key_rec[sel]
+            if len(kr):
+                w.put_hashes(c.key_hash[sel], c.phy[kr], c.store_ts[kr])
+                self.stats.index_entries = w.written
 
     def _dispatch_cq(self, reqs: list[DispatchRequest]) -> None:
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}

@@ -1,0 +1,143 @@
+"""`rmqstore redispatch`: rebuild consume queues and index files from the commit log."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rmqstore import redispatch as op
+from rmqstore.store import open_store
+
+from ._common import (
+    BrokerConfigOpt,
+    BrokerVersionOpt,
+    DryRunOpt,
+    Format,
+    FormatOpt,
+    QuietOpt,
+    StorePath,
+    default_format,
+    err,
+    progress_bar,
+    render_mapping,
+    render_rows,
+    reports_errors,
+)
+
+app = typer.Typer()
+
+
+class Only(str, enum.Enum):
+    consumequeue = "consumequeue"
+    index = "index"
+
+
+class Engine(str, enum.Enum):
+    local = "local"
+    spark = "spark"
+
+
+@app.command("redispatch")
+@reports_errors
+def redispatch_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    from_offset: Annotated[
+        int | None,
+        typer.Option("--from-offset", help="Re-dispatch from this physical offset, continuing the current files."),
+    ] = None,
+    topic: Annotated[
+        list[str] | None, typer.Option("--topic", help="Only these topics' consume queues (repeatable).")
+    ] = None,
+    only: Annotated[
+        Only | None, typer.Option("--only", help="Rebuild only consume queues or only index files.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Build into this directory beside the store and swap nothing.")
+    ] = None,
+    engine: Annotated[
+        Engine, typer.Option("--engine", help="local (numpy, default) or spark (PySpark).")
+    ] = Engine.local,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master URL for --engine spark (default local[*]).")
+    ] = None,
+    quarantine: Annotated[
+        Path | None,
+        typer.Option(
+            "--quarantine", help="Where the replaced directories go (default: STORE/../<name>.quarantine/<time>)."
+        ),
+    ] = None,
+    no_quarantine: Annotated[
+        bool, typer.Option("--no-quarantine", help="Delete the replaced directories instead of keeping them.")
+    ] = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,  # type: ignore[assignment]
+    quiet: QuietOpt = False,
+) -> None:
+    """Rebuild consume queues and index files from the commit log and swap them in atomically.
+
+    The rebuild is written to a scratch directory, compared with the current files (per queue:
+    entries missing, extra, different) and then swapped in by directory renames; the replaced
+    directories are moved to a quarantine folder. A run killed midway is finished by re-running.
+    Refuses a store whose lock a running broker holds (exit 4).
+    """
+    fmt = default_format(fmt)
+    with open_store(
+        store, broker_config=broker_config, writable=not dry_run and output is None, broker=broker_version
+    ) as st:
+        pending = op.pending_journal(st.root)
+        if pending is not None and not dry_run:
+            q = op.finish(st.root, pending)
+            err.print(f"finished an interrupted redispatch; replaced files are in {q}")
+            return
+        segs, _ = st.commitlog_segments()
+        total = sum(s.size for s in segs)
+        with progress_bar(total, "re-dispatching", quiet=quiet) as advance:
+            plan = op.plan_redispatch(
+                st,
+                from_phy=from_offset,
+                topics=tuple(topic) if topic else None,
+                only=only.value if only else None,
+                output=output,
+                engine=engine.value,
+                progress=advance,
+                spark_master=master,
+            )
+        if fmt in (Format.json, Format.ndjson):
+            render_mapping(plan.to_json(), fmt)
+        else:
+            s = plan.stats
+            err.print(
+                f"{'would rebuild' if dry_run else 'rebuilt'} {s['records']} records "
+                f"[{plan.from_phy}, {plan.to_phy}): {s['cqEntries']} consume queue entries in {s['queues']} queues, "
+                f"{s['indexEntries']} index entries in {len(plan.index_files_rebuilt)} index files"
+                f" (stopped at: {plan.stop_reason})"
+            )
+            for note in plan.notes:
+                err.print(f"note: {note}")
+            rows = [d.to_json() for d in plan.queue_diffs if d.missing or d.extra or d.different]
+            if rows:
+                render_rows(rows, fmt, title="queues that differ from the current files")
+            elif plan.build_consumequeue:
+                err.print("consume queues: identical to the current files")
+            if plan.build_index:
+                err.print(
+                    "index files: " + ("differ from the current files" if plan.index_files_changed else "identical")
+                )
+        if dry_run:
+            op.discard(plan)
+            return
+        if output is None and not plan.changed:
+            op.discard(plan)
+            err.print("nothing to do: the rebuilt files are identical to the current ones")
+            return
+        if output is not None:
+            err.print(f"built into {output}; the store was not changed")
+            return
+        q = op.apply_redispatch(plan, st, quarantine=quarantine, keep_old=not no_quarantine)
+        if q is not None:
+            err.print(f"swapped in; replaced files are in {q}")
