@@ -35,7 +35,7 @@ from .layout import Segment, StoreConfig
 _HEAD = struct.Struct(">ii")
 _M32 = np.uint64(0xFFFFFFFF)
 _TARGETS = (b"TAGS", b"KEYS", b"UNIQ_KEY")
-_MAX_PROPS_FAST = 2048  # wider property strings take the per-record path
+_MAX_PROPS_FAST = 512  # wider property strings take the per-record path
 BATCH = 1 << 18
 
 
@@ -84,8 +84,8 @@ _INV31 = pow(31, -1, 1 << 32)
 
 
 def _powers_desc(width: int) -> tuple[np.ndarray, np.ndarray]:
-    pw = np.empty(width, dtype=np.uint64)
-    inv = np.empty(width + 1, dtype=np.uint64)
+    pw = np.empty(width, dtype=np.uint32)
+    inv = np.empty(width + 1, dtype=np.uint32)
     a = b = 1
     for i in range(width):
         pw[width - 1 - i] = a
@@ -113,13 +113,14 @@ def _range_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tupl
     width = int(length.max()) if n else 0
     if width == 0:
         return np.zeros(n, np.uint64), np.ones(n, bool)
-    cols = np.arange(width)
-    mat = np.where(cols < length[:, None], _gather(u8, start, width), 0)
+    cols = np.arange(width, dtype=np.int32)
+    mat = _gather(u8, start, width) * (cols < length[:, None])
     ascii_ok = ~(mat >= 0x80).any(axis=1)
     # Left-aligned sum of c_j * 31^(width-1-j), then times inv31^(width-len): the hash of the range.
+    # uint32 arithmetic wraps mod 2^32, which is Java's int overflow.
     pw, inv = _powers_desc(width)
-    h = (mat.astype(np.uint64) * pw).sum(axis=1) & _M32
-    return (h * inv[width - length]) & _M32, ascii_ok
+    h = (mat.astype(np.uint32) * pw).sum(axis=1, dtype=np.uint32)
+    return (h * inv[width - length]).astype(np.uint64), ascii_ok
 
 
 def _to_int32(h: np.ndarray) -> np.ndarray:
@@ -303,18 +304,15 @@ def _decode_batch(
     values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     bad_rec = np.zeros(len(ridx), dtype=bool)
     if len(ridx):
-        lo, hi = int(pstart[0]), int(pend[-1])
-        span = u8[lo:hi]
-
-        def seps(byte: int) -> np.ndarray:
-            at = np.flatnonzero(span == byte) + lo
-            r = np.searchsorted(pstart, at, side="right") - 1
-            inside = (r >= 0) & (at < pend[np.maximum(r, 0)])
-            return at[inside]
-
-        s2 = seps(2)
-        s1 = seps(1)
-        r2 = np.searchsorted(pstart, s2, side="right") - 1
+        lens = pl0[ridx]
+        width = max(int(lens.max()), 1)
+        mat = _gather(u8, pstart, width)
+        live = np.arange(width, dtype=np.int32) < lens[:, None]
+        r2, c2 = np.nonzero((mat == 2) & live)
+        s2 = pstart[r2] + c2  # absolute positions, in file order (rows are in file order)
+        r1, c1_ = np.nonzero((mat == 1) & live)
+        s1 = pstart[r1] + c1_
+        hi = int(pend[-1])
         # items: [record start | after a 0x02, next 0x02 | record end)
         item_start = np.concatenate([pstart, s2 + 1])
         item_rec = np.concatenate([np.arange(len(ridx)), r2])
