@@ -127,6 +127,8 @@ class IndexFile:
 
     def entry(self, n: int) -> IndexEntry:
         pos = self._entries_pos + n * ENTRY_SIZE
+        if not 0 <= n < self.max_entries:  # a damaged slot, prev link or indexCount points outside the file
+            raise CorruptData(f"index entry number {n} outside 0..{self.max_entries - 1}", path=self.path, pos=pos)
         return IndexEntry(n, *_ENTRY.unpack_from(self.buf, pos))
 
     def entries_array(self) -> np.ndarray:

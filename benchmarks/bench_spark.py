@@ -1,0 +1,144 @@
+"""Benchmark the Spark reader (the ``rocketmq`` data source) against the local codec scan.
+
+Usage: python benchmarks/bench_spark.py [STORE] [--master local[*]] [--runs N] [--keep]
+
+Without STORE a store with 1 GiB of commit log (200-byte bodies) is generated with
+``benchmarks/make_store.py`` in a temporary directory and deleted afterwards (``--keep`` keeps it).
+Figures, with the files in the page cache (a first ``cat`` warms it):
+
+* ``cat FILE > /dev/null``: the bytes;
+* local codec: ``rmqstore.store.iter_commitlog`` (``decode_record`` of every record, one core);
+* reader, no Spark: what one Spark task runs (walk, decode, full rows, Arrow batches) for a
+  whole file, in this process;
+* Spark ``count()`` and a full-row action (``write.format("noop")``) with 1, 2 and 4 partitions
+  per commit log file, and a read of only the 6 columns ``stats`` reads.
+
+rows/s of each, and the time relative to ``cat`` and to the local codec. The machine's core
+count and load average are printed: other processes slow every wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rmqstore.commitlog import Record  # noqa: E402
+from rmqstore.store import iter_commitlog, open_store  # noqa: E402
+
+STATS_COLUMNS = ["store", "topic", "queueId", "storeSize", "storeTimestamp", "keys"]
+
+
+def best(fn: Callable[[], int], runs: int) -> tuple[float, int]:
+    """Best wall time of ``runs`` calls, and what the call returned (a row count)."""
+    t_best, n = float("inf"), 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        n = fn()
+        t_best = min(t_best, time.perf_counter() - t0)
+    return t_best, n
+
+
+def local_scan(store: Path) -> int:
+    with open_store(store) as st:
+        return sum(1 for _, rec in iter_commitlog(st) if isinstance(rec, Record))
+
+
+def reader_in_process(store: Path) -> int:
+    from rmqstore.spark.source import COMMITLOG_SCHEMA, CommitLogSplit, read_split_batches, resolve_stores
+
+    rows = 0
+    for info in resolve_stores([str(store)]):
+        for path, base, size in info.commitlog:
+            split = CommitLogSplit(info.root, info.broker_name, path, base, 0, size, info.broker, False, 8192)
+            rows += sum(b.num_rows for b in read_split_batches(split, COMMITLOG_SCHEMA))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("store", nargs="?", type=Path, help="store root (default: generate 1 GiB under a temp dir)")
+    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--runs", type=int, default=1, help="runs per figure (the best is shown)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated store")
+    args = ap.parse_args()
+    tmp = None
+    store = args.store
+    if store is None:
+        tmp = Path(tempfile.mkdtemp(prefix="rmqstore-bench-spark-"))
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "make_store.py"), "--out", str(tmp)]
+            + ["--size-gib", "1", "--msg-size", "200"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        store = tmp / "store"
+        print(f"generated {store} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    try:
+        run(store, args)
+    finally:
+        if tmp is not None and not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(store: Path, args: argparse.Namespace) -> None:
+    from rmqstore.spark import jobs
+    from rmqstore.spark.session import get_session
+
+    files = sorted(str(p) for p in (store / "commitlog").iterdir() if p.name.isdigit())
+    size = sum(os.path.getsize(f) for f in files)
+    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+    t_cat, _ = best(lambda: subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True) and 0, args.runs)
+    t_local, records = best(lambda: local_scan(store), args.runs)
+    print(f"store {store}: {len(files)} file(s), {size / 1e6:.0f} MB, {records} records ({size / records:.0f} B each)")
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; Spark master {args.master}")
+    head = f"{'scan':44} {'wall s':>7} {'rows/s':>10} {'MB/s':>6} {'x cat':>6} {'x local':>8}"
+    print(head)
+
+    def line(label: str, t: float, n: int) -> None:
+        if n != records:
+            raise SystemExit(f"{label}: {n} rows, expected {records}")
+        print(f"{label:44} {t:7.2f} {n / t:10,.0f} {size / t / 1e6:6.0f} {t / t_cat:6.1f} {t / t_local:8.2f}")
+
+    print(f"{'cat > /dev/null':44} {t_cat:7.2f} {'':>10} {size / t_cat / 1e6:6.0f} {1:6.1f}")
+    line("local codec (iter_commitlog, 1 core)", t_local, records)
+    line("reader without Spark (1 task, full rows)", *best(lambda: reader_in_process(store), args.runs))
+
+    t0 = time.perf_counter()
+    spark = get_session(args.master, conf={"spark.ui.showConsoleProgress": "false"})
+    spark.range(4).count()
+    print(f"{'(Spark session start)':44} {time.perf_counter() - t0:7.2f}")
+    for per_file in (1, 2, 4):
+        opts = jobs.ReadOptions(partitions_per_file=per_file)
+
+        def count(opts: jobs.ReadOptions = opts) -> int:
+            return jobs.read_commitlog(spark, [store], options=opts).count()
+
+        def noop(opts: jobs.ReadOptions = opts) -> int:
+            df = jobs.read_commitlog(spark, [store], options=opts)
+            df.write.format("noop").mode("overwrite").save()
+            return records  # noop returns nothing; count() above checks the rows
+
+        line(f"Spark count(), {per_file} partition(s)/file", *best(count, args.runs))
+        line(f"Spark noop write (full rows), {per_file} partition(s)/file", *best(noop, args.runs))
+
+    def pruned() -> int:
+        df = jobs.read_commitlog(spark, [store], columns=STATS_COLUMNS, options=jobs.ReadOptions(partitions_per_file=4))
+        return df.count()
+
+    line("Spark count(), stats' 6 columns, 4/file", *best(pruned, args.runs))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,428 @@
+"""`rmqstore dump`: every byte of a store, for people (tables) and for scripts (ndjson, json, csv)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Annotated, Any
+
+import typer
+
+from rmqstore import dump as lib
+from rmqstore.errors import ProblemsFound
+from rmqstore.problems import ERROR, Problem
+from rmqstore.store import open_store
+from rmqstore.timeparse import format_time_ms
+
+from ._common import (
+    BrokerConfigOpt,
+    BrokerVersionOpt,
+    Format,
+    QuietOpt,
+    StorePath,
+    default_format,
+    err,
+    escape,
+    parse_time_ms,
+    progress_bar,
+    render_mapping,
+    render_rows,
+    reports_errors,
+)
+
+app = typer.Typer(
+    name="dump",
+    help="Show every byte of a store: commit log records, consume queues, index files, checkpoint, config.",
+    no_args_is_help=True,
+)
+
+FmtOpt = Annotated[
+    Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
+]
+_PARALLEL_MIN_BYTES = 256 << 20  # below this, starting worker processes costs more than it saves
+
+
+class BodyMode(str, enum.Enum):
+    text = "text"
+    hex = "hex"
+    base64 = "base64"
+    none = "none"
+
+
+def _finish(problems: list[Problem], quiet: bool = False) -> None:
+    """Diagnostics after the data: every problem on stderr, then exit 3 if any is an error."""
+    errors = [p for p in problems if p.severity == ERROR]
+    shown = 0
+    for p in problems:
+        if p.severity == ERROR or not quiet:
+            if shown < 50:
+                err.print(f"{p.severity}: {escape(str(p))}")
+            shown += 1
+    if shown > 50:
+        err.print(f"... and {shown - 50} more")
+    if errors:
+        raise ProblemsFound(f"{len(errors)} problem(s) found; the first: {errors[0]}")
+
+
+def _time(ms: Any) -> str:
+    return format_time_ms(ms) if isinstance(ms, int) and ms > 0 else ("" if ms is None else str(ms))
+
+
+# ------------------------------------------------------------------------------------ commitlog
+
+_TEXT_COLUMNS = [
+    "kind", "offset", "size", "topic", "queueId", "queueOffset", "bornTime", "storeTime", "bornHost",
+    "storeHost", "tags", "keys", "msgId", "properties", "body", "why",
+]  # fmt: skip
+# A terminal is narrow: the table keeps the columns that tell records apart (plain has them all).
+_TABLE_COLUMNS = [
+    "kind",
+    "offset",
+    "size",
+    "topic",
+    "queueId",
+    "queueOffset",
+    "storeTime",
+    "tags",
+    "keys",
+    "body",
+    "why",
+]
+_CSV_COLUMNS = [
+    "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "bodyCRC", "flag", "sysFlag",
+    "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset",
+    "msgId", "keys", "tags", "uniqKey", "properties", "bodyLength", "body", "crcOk", "why",
+]  # fmt: skip
+_HIDDEN_PROPS = ("TAGS", "KEYS", "UNIQ_KEY")
+
+
+def _text_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+    if isinstance(item, lib.Span):
+        return {"kind": item.kind, "offset": item.phy_offset, "size": item.size, "why": item.why}
+    rec, row = item
+    props = {k: v for k, v in row["properties"].items() if k not in _HIDDEN_PROPS}
+    why = "CRC MISMATCH" if row.get("crcOk") is False else row.get("bodyError", "")
+    return {
+        "kind": "message",
+        "offset": rec.phy_offset,
+        "size": rec.total_size,
+        "topic": rec.topic,
+        "queueId": rec.queue_id,
+        "queueOffset": rec.queue_offset,
+        "bornTime": _time(rec.born_timestamp_ms),
+        "storeTime": _time(rec.store_timestamp_ms),
+        "bornHost": row["bornHost"],
+        "storeHost": row["storeHost"],
+        "tags": rec.tags,
+        "keys": rec.keys,
+        "msgId": row["msgId"],
+        "properties": props or "",
+        "body": row.get("body", ""),
+        "why": why,
+    }
+
+
+def _csv_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+    if isinstance(item, lib.Span):
+        return {"kind": item.kind, "commitLogOffset": item.phy_offset, "storeSize": item.size, "why": item.why}
+    rec, row = item
+    return {"kind": "message", **row, "keys": rec.keys, "tags": rec.tags, "uniqKey": rec.uniq_key}
+
+
+def _json_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+    return item.to_json() if isinstance(item, lib.Span) else item[1]
+
+
+def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
+    out = sys.stdout
+    out.write("[")
+    sep = "\n"
+    for row in rows:
+        out.write(sep + json.dumps(row, ensure_ascii=False))
+        sep = ",\n"
+    out.write("\n]\n" if sep != "\n" else "]\n")
+
+
+@app.command("commitlog", epilog="Example: rmqstore dump commitlog STORE --topic TopicA --format ndjson | jq .msgId")
+@reports_errors
+def commitlog_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    fmt: FmtOpt = None,
+    body: Annotated[
+        BodyMode | None,
+        typer.Option(help="How to show bodies, decompressed (default: text in tables, base64 otherwise)."),
+    ] = None,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    queue: Annotated[int | None, typer.Option("--queue", help="Only this queue id.")] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", "-k", help="Only messages with this KEYS token or UNIQ_KEY.")
+    ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Only messages with this TAGS value ('A || B' for either).")
+    ] = None,
+    from_offset: Annotated[int | None, typer.Option("--from-offset", min=0, help="First commit log offset.")] = None,
+    to_offset: Annotated[
+        int | None, typer.Option("--to-offset", min=0, help="Stop before this commit log offset.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Store time from (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS).")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Store time up to, inclusive (same forms as --since).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")] = None,
+    verify_crc: Annotated[
+        bool, typer.Option("--verify-crc", help="Check every body CRC; mismatches are flagged.")
+    ] = False,
+    count: Annotated[bool, typer.Option("--count", help="Only count records, BLANKs, end-of-data and damage.")] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
+    ] = 0,
+    quiet: QuietOpt = False,
+) -> None:
+    """List every commit log record: offset, size, topic, queue, times, hosts, keys, tags, msgId, properties, body.
+
+    BLANK end-of-file records, all-zero ends of data and damaged ranges are rows of their own
+    (kind, offset, size, why): after a record that does not decode the scan goes on at the next
+    record whose stored PHYSICALOFFSET is its real offset, and reports the skipped bytes. With
+    --format ndjson each message is one object with RocketMQ's field names; other rows carry a
+    "kind" field. The terminal table shows the main columns; plain, csv and json show every field. Exits 3 when damage or a CRC mismatch was found, after printing everything.
+    """
+    fmt = default_format(fmt)
+    tags = None if tag is None else lib.parse_tag_expression(tag)
+    flt = lib.MessageFilter(
+        topic=topic,
+        queue_id=queue,
+        key=key,
+        tags=tags,
+        since_ms=None if since is None else parse_time_ms(since),
+        until_ms=None if until is None else parse_time_ms(until),
+    )
+    body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        segs, problems = st.commitlog_segments()
+        opts = lib.MessageOptions(body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt)
+        scan = lib.CommitLogScan(
+            segs, broker=st.config.broker, from_phy=from_offset, to_phy=to_offset, problems=problems
+        )
+        total = scan.total_bytes()
+        with progress_bar(total, "scanning the commit log", quiet=quiet) as advance:
+            scan.progress = advance
+            if count:
+                counts = lib.count_commitlog(scan, opts)
+                render_rows(counts.to_rows(), fmt, columns=["kind", "count", "bytes"], title="commit log")
+            elif fmt is Format.ndjson:
+                workers = jobs or (min(2, os.cpu_count() or 1) if total >= _PARALLEL_MIN_BYTES else 1)
+                sys.stdout.flush()
+                lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
+                sys.stdout.buffer.flush()
+            else:
+                items = lib.iter_messages(scan, opts, limit=limit)
+                if fmt is Format.json:
+                    _write_json_array(map(_json_row, items))
+                elif fmt is Format.csv:
+                    render_rows(map(_csv_row, items), fmt, columns=_CSV_COLUMNS)
+                else:
+                    cols = _TABLE_COLUMNS if fmt is Format.table else _TEXT_COLUMNS
+                    render_rows(map(_text_row, items), fmt, columns=cols, title="commit log")
+        sys.stdout.flush()
+    _finish(problems, quiet)
+
+
+# -------------------------------------------------------------------------------- consumequeue
+
+_CQ_COLUMNS = ["kind", "queueOffset", "count", "commitLogOffset", "size", "tagsCode"]
+_CQ_RESOLVE_COLUMNS = [
+    "storeSize", "recordTopic", "recordQueueId", "recordQueueOffset", "expectedTagsCode", "storeTime", "tags", "msgId",
+]  # fmt: skip
+
+
+def _cq_text_row(row: lib.CqRow) -> dict[str, Any]:
+    out = {"kind": row.kind, **row.to_json()}
+    if row.kind in ("entry", "filler"):
+        out["count"] = ""
+    if "storeTimestamp" in out:
+        out["storeTime"] = _time(out["storeTimestamp"])
+    out["mismatch"] = "; ".join(row.mismatch)
+    return out
+
+
+@app.command("consumequeue", epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
+@reports_errors
+def consumequeue_command(
+    store: StorePath,
+    topic: Annotated[str, typer.Argument(help="Topic (the consumequeue/ sub-directory name).", show_default=False)],
+    queue: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    fmt: FmtOpt = None,
+    resolve: Annotated[
+        bool, typer.Option("--resolve", help="Join each entry to its commit log record and flag every mismatch.")
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """List the entries of one consume queue: queue offset, commit log offset, size, tagsCode.
+
+    fillPreBlank fillers are shown as such; empty slots followed by entries are a "hole" row and
+    a problem. With --resolve every entry is checked against the record it points at (size,
+    topic, queue, queue offset, tagsCode, PHYSICALOFFSET, past the end of the commit log). Exits 3
+    when a mismatch was found, after printing everything.
+    """
+    fmt = default_format(fmt)
+    problems: list[Problem] = []
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        segs, _ = st.cq_segments(topic, queue)
+        with progress_bar(sum(s.size for s in segs), "reading the consume queue", quiet=quiet) as advance:
+            rows = lib.scan_consume_queue(st, topic, queue, resolve=resolve, problems=problems, progress=advance)
+            if fmt in (Format.json, Format.ndjson, Format.csv):
+                data: Iterator[dict[str, Any]] = (r.to_json() for r in rows)
+                if fmt is Format.json:
+                    _write_json_array(data)
+                else:
+                    cols = ["kind", *_CQ_COLUMNS[1:]] + (
+                        [c for c in _CQ_RESOLVE_COLUMNS if c != "storeTime"] + ["storeTimestamp", "keys", "mismatch"]
+                        if resolve
+                        else ["mismatch"]
+                    )
+                    render_rows(data, fmt, columns=cols if fmt is Format.csv else None)
+            else:
+                cols = _CQ_COLUMNS + (_CQ_RESOLVE_COLUMNS if resolve else []) + ["mismatch"]
+                render_rows(map(_cq_text_row, rows), fmt, columns=cols, title=f"{topic} queue {queue}")
+    _finish(problems, quiet)
+
+
+# ------------------------------------------------------------------------------------- index
+
+_INDEX_COLUMNS = [
+    "name", "beginTime", "endTime", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount", "entryCount",
+    "usedSlots", "slotFill", "fill", "writeFull",
+]  # fmt: skip
+_ENTRY_COLUMNS = ["file", "slot", "number", "keyHash", "phyOffset", "timeDiff", "time", "prevIndex"]
+
+
+def _with_times(row: dict[str, Any]) -> dict[str, Any]:
+    for src, dst in (("beginTimestamp", "beginTime"), ("endTimestamp", "endTime"), ("timestamp", "time")):
+        if src in row:
+            row[dst] = _time(row[src])
+    return row
+
+
+@app.command("index", epilog="Example: rmqstore dump index STORE --key TopicA order-42")
+@reports_errors
+def index_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    fmt: FmtOpt = None,
+    key: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--key", metavar="TOPIC KEY", help="Show the slot of TOPIC#KEY in every file and walk its chain."),
+    ] = None,
+    entries: Annotated[bool, typer.Option("--entries", help="List every entry of every index file.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Show the header of every index file: time range, offset range, slot and entry counts, fill.
+
+    --key TOPIC KEY shows, per file, the hash slot of TOPIC#KEY and the chain of entries it heads
+    (newest first; hashMatch says whether an entry's keyHash is the key's, as the broker compares
+    only hashes). --entries lists every entry instead. Exits 3 when a file is damaged.
+    """
+    fmt = default_format(fmt)
+    problems: list[Problem] = []
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        if key is not None:
+            rows: list[dict[str, Any]] = []
+            for head, chain in lib.index_key_chains(st, key[0], key[1], problems=problems):
+                base = {"file": head.file, "key": head.key, "slot": head.slot, "slotValue": head.slot_value}
+                if not chain:
+                    rows.append({**base, "number": None})
+                rows.extend({**base, **_with_times(e.to_json())} for e in chain)
+            cols = [
+                "file",
+                "key",
+                "slot",
+                "slotValue",
+                "number",
+                "keyHash",
+                "hashMatch",
+                "phyOffset",
+                "time",
+                "prevIndex",
+            ]
+            render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else cols, title="index chain")
+        elif entries:
+            data = (_with_times(e.to_json()) for e in lib.index_entries(st, problems=problems))
+            if fmt is Format.json:
+                _write_json_array(data)
+            else:
+                render_rows(data, fmt, columns=None if fmt is Format.ndjson else _ENTRY_COLUMNS, title="index entries")
+        else:
+            summaries = [s.to_json() for s in lib.index_summaries(st, problems=problems)]
+            if fmt in (Format.json, Format.ndjson, Format.csv):
+                render_rows(summaries, fmt)
+            else:
+                render_rows(map(_with_times, summaries), fmt, columns=_INDEX_COLUMNS, title="index files")
+    _finish(problems, quiet)
+
+
+# ------------------------------------------------------------------------- checkpoint, config
+
+
+@app.command("checkpoint")
+@reports_errors
+def checkpoint_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    fmt: FmtOpt = None,
+) -> None:
+    """Show the checkpoint file: the three flush timestamps and what recovery derives from them."""
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        cp = st.read_checkpoint()
+        if cp is None:
+            raise ProblemsFound(f"{st.config.checkpoint_path}: no checkpoint file")
+    data = cp.to_json()
+    if fmt in (Format.json, Format.ndjson):
+        render_mapping(data, fmt)
+        return
+    shown = {
+        k: f"{v} ({_time(v)})" if k.endswith("Timestamp") or k.startswith("minTimestamp") else v
+        for k, v in data.items()
+    }
+    render_mapping(shown, fmt, title="checkpoint")
+
+
+@app.command("config", epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
+@reports_errors
+def config_command(
+    store: StorePath,
+    name: Annotated[str | None, typer.Argument(help="Config file name, e.g. topics.json (default: list them).")] = None,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    fmt: FmtOpt = None,
+) -> None:
+    """Show a config/*.json file as the broker loads it (fastjson integer keys handled), or list them.
+
+    A file that is missing, empty or unparsable is read from its .bak copy, as the broker does;
+    that is reported on stderr and exits 3 after printing.
+    """
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        if name is None:
+            files = [{"name": c.name, "size": c.size} for c in lib.config_files(st)]
+            render_rows(files, fmt, columns=["name", "size"], title=str(st.config.config_dir))
+            return
+        cf = lib.read_config_file(st, name)
+    if fmt in (Format.json, Format.ndjson):
+        sys.stdout.write(json.dumps(cf.data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
+    else:
+        rows = [{"path": k, "value": v} for k, v in lib.flatten(cf.data)]
+        render_rows(rows, fmt, columns=["path", "value"], title=f"{cf.path.name} ({cf.source})")
+    if cf.source != "file":
+        why = f": {cf.skipped}" if cf.skipped else ""
+        note = "read from the .bak copy" if cf.source == "bak" else "empty or missing, as the broker treats it"
+        raise ProblemsFound(f"{cf.path}: {note}{why}")

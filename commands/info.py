@@ -1,0 +1,197 @@
+"""`rmqstore info`: the state of a store on one screen."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from rmqstore.describe import human_size
+from rmqstore.errors import ProblemsFound
+from rmqstore.info import StoreInfo, store_info
+from rmqstore.problems import Problem
+from rmqstore.store import open_store
+from rmqstore.timeparse import format_time_ms
+
+from ._common import (
+    BrokerConfigOpt,
+    BrokerVersionOpt,
+    Format,
+    QuietOpt,
+    StorePath,
+    default_format,
+    progress_bar,
+    render_mapping,
+    render_rows,
+    reports_errors,
+)
+
+app = typer.Typer()
+
+
+class InfoFormat(enum.StrEnum):
+    table = "table"
+    plain = "plain"
+    json = "json"
+
+
+@app.command(
+    "info",
+    epilog="rmqstore info /var/lib/rocketmq/store\n"
+    "rmqstore info /var/lib/rocketmq/store --format json | jq .commitLog.maxPhyOffset",
+)
+@reports_errors
+def info_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    fmt: Annotated[
+        InfoFormat | None,
+        typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain)."),
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Show the state of a store: shutdown, lock, checkpoint, commit log, queues, index, config.
+
+    Reads only, and cheaply: the end of the commit log is found by walking its last non-empty file the way the broker's recovery does (without the body CRC), queue ranges come from the first and last consume queue files, index files from their headers.
+
+    Exits 3 when it finds errors (files the broker would refuse or misread); warnings, such as an unclean shutdown or messages not dispatched yet, are shown with exit 0.
+    """
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        # the walk covers about one commit log file
+        with progress_bar(st.config.commitlog_file_size, "walking the commit log end", quiet=quiet) as advance:
+            info = store_info(st, progress=advance)
+    if fmt is InfoFormat.json:
+        sys.stdout.write(json.dumps(info.to_json(), ensure_ascii=False, indent=2) + "\n")
+    else:
+        _render_text(info, default_format(None if fmt is None else Format(fmt.value)))
+    errors = info.errors()
+    if errors:
+        raise ProblemsFound(f"{len(errors)} error(s) found; the first: {errors[0]}")
+
+
+def _time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{format_time_ms(ms)} ({ms})" if ms > 0 else str(ms)
+
+
+def _summary(info: StoreInfo) -> dict[str, Any]:
+    clog = info.commitlog
+    data_files = [f for f in clog.files if f.state == "data"]
+    empty = sum(1 for f in clog.files if f.state == "empty")
+    files = f"{len(clog.files)} x {human_size(clog.file_size)}"
+    if data_files:
+        files += f", data in {data_files[0].name} .. {data_files[-1].name}"
+    if empty:
+        files += f", {empty} empty (preallocated)"
+    shutdown = "clean" if info.clean_shutdown else "unclean (abort file present)"
+    if info.abort_pid is not None:
+        shutdown += f", written by pid {info.abort_pid}"
+    out: dict[str, Any] = {
+        "store": str(info.root),
+        "broker config": str(info.broker_config) if info.broker_config else "none (broker defaults, sizes from files)",
+        "shutdown": shutdown,
+        "broker running": f"yes, pid {info.lock_holder_pid}" if info.broker_running else "no",
+    }
+    cp = info.checkpoint
+    if cp is None:
+        out["checkpoint"] = "missing"
+    else:
+        out["checkpoint physicMsgTimestamp"] = _time(cp.physic_msg_timestamp_ms)
+        out["checkpoint logicsMsgTimestamp"] = _time(cp.logics_msg_timestamp_ms)
+        out["checkpoint indexMsgTimestamp"] = _time(cp.index_msg_timestamp_ms)
+        out["recovery min timestamp"] = _time(cp.min_timestamp_ms)
+    out["commit log"] = f"{files} in {', '.join(clog.dirs)}"
+    out["min phy offset"] = clog.min_phy_offset
+    out["max phy offset"] = clog.max_phy_offset
+    out["data size"] = human_size(max(clog.max_phy_offset - clog.min_phy_offset, 0))
+    out["first store time"] = _time(clog.first_store_timestamp_ms)
+    out["last store time"] = _time(clog.last_store_timestamp_ms)
+    topics = {q.topic for q in info.queues}
+    out["consume queues"] = (
+        f"{len(info.queues)} in {len(topics)} topic(s), {sum(q.message_total for q in info.queues)} messages"
+    )
+    out["index files"] = len(info.index_files)
+    out["problems"] = len(info.problems)
+    return out
+
+
+def _section(title: str, fmt: Format) -> str | None:
+    """Tables carry their title; plain text gets a heading line of its own."""
+    if fmt is Format.table:
+        return title
+    sys.stdout.write(f"\n[{title}]\n")
+    return None
+
+
+def _render_text(info: StoreInfo, fmt: Format) -> None:
+    if fmt is not Format.table:
+        sys.stdout.write("[Store]\n")
+    render_mapping(_summary(info), fmt, title="Store" if fmt is Format.table else None)
+    if info.queues:
+        title = _section("Consume queues", fmt)
+        render_rows(
+            (
+                {
+                    "topic": q.topic,
+                    "queueId": q.queue_id,
+                    "minOffset": q.min_offset,
+                    "maxOffset": q.max_offset,
+                    "messages": q.message_total,
+                    "lastPhyEnd": q.last_offset,
+                    "files": q.files,
+                }
+                for q in info.queues
+            ),
+            fmt,
+            title=title,
+        )
+    if info.index_files:
+        rows = []
+        for f in info.index_files:
+            h = f.header
+            rows.append(
+                {
+                    "name": f.name,
+                    "begin": "-" if h is None else format_time_ms(h.begin_timestamp_ms),
+                    "end": "-" if h is None else format_time_ms(h.end_timestamp_ms),
+                    "beginPhyOffset": "-" if h is None else h.begin_phy_offset,
+                    "endPhyOffset": "-" if h is None else h.end_phy_offset,
+                    "entries": "-" if h is None else h.entry_count,
+                    "full": "yes" if f.full else "no",
+                }
+            )
+        render_rows(rows, fmt, title=_section("Index files", fmt))
+    if info.config_files:
+        title = _section("Config files", fmt)
+        render_rows(
+            (
+                {
+                    "file": c.name,
+                    "size": c.size,
+                    "loadedFrom": c.loaded_from,
+                    "entries": "-" if c.entries is None else c.entries,
+                    "bak": "yes" if c.bak else "no",
+                }
+                for c in info.config_files
+            ),
+            fmt,
+            title=title,
+        )
+    if info.problems:
+        title = _section("Problems", fmt)
+        render_rows(
+            ({"severity": p.severity, "where": _where(p), "what": p.what} for p in info.problems),
+            fmt,
+            title=title,
+        )
+
+
+def _where(p: Problem) -> str:
+    at = "" if p.pos is None else f" @{p.pos}"
+    phy = "" if p.phy_offset is None else f" (phy offset {p.phy_offset})"
+    return f"{p.path}{at}{phy}"

@@ -1,0 +1,2143 @@
+"""Offline crash recovery, the broker's own (store-format.md §8, §2.4, §4.4, §5.5, §6, §7).
+
+:func:`plan_recover` only reads. It decides what the broker would do when it opens the store:
+the path (``abort`` present: abnormal, §8.3; absent: normal, §8.2), where the valid commit log
+ends (``processOffset``), the byte ranges and files the broker's truncation drops (§8.5), the
+consume queue tails its per-queue recovery cuts (§8.4), the index files it destroys (§5.5),
+what it re-dispatches, and the checkpoint it writes at shutdown (§6). It also says what the
+broker's way loses, decoding the records it drops.
+
+:func:`apply_recover` carries out exactly that plan, step by step, under a journal
+(``<root>/.rmqstore/recover.journal.json``). Every byte range and file it removes is first
+copied to a quarantine folder with a manifest saying how to put it back. Each step is
+idempotent, so a run killed at any point and run again finishes with the same files; a run
+that finds a journal resumes it and never re-plans from a half-modified store.
+
+Two deliberate differences from the broker, both compatible with it: truncated tails are
+zeroed (the broker only moves its write position, leaving stale bytes it may read again after
+a second crash), and index files that cannot be index files (wrong size, impossible header) are
+removed rather than served. ``correctMinOffset`` and the topic queue table (§8.1 step 7) live
+in the broker's memory only and are recomputed from the files at every start: nothing to write.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import checkpoint as cpmod
+from . import indexfile as ix
+from .columnar import iter_columns, walk_positions
+from .commitlog import (
+    BLANK_MAGIC,
+    BORNHOST_V6_FLAG,
+    MAGIC_V1,
+    MAGIC_V2,
+    SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Blank,
+    Record,
+    decode_record,
+    offset_msg_id,
+    version_tuple,
+)
+from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
+from .dispatch import Dispatcher, DispatchStats, request_from_record
+from .errors import ChecksumMismatch, CorruptData, InputError, UnsupportedStore
+from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
+from .layout import Segment, StoreConfig, list_segments
+from .store import Store, map_file
+
+JOURNAL_NAME = "recover.journal.json"
+JOURNAL_FORMAT = 1
+LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
+_CHUNK = 8 << 20
+_ZEROS = bytes(_CHUNK)
+_CHASE_BATCH = 1 << 18  # records validated per numpy batch
+_HEAD = struct.Struct(">ii")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+# Test-only: SIGKILL this process after (or in the middle of) the step with this number.
+KILL_AFTER_ENV = "RMQSTORE_TEST_KILL_AFTER_STEP"
+KILL_IN_ENV = "RMQSTORE_TEST_KILL_IN_STEP"
+
+
+# ---------------------------------------------------------------------------------------------
+# Version differences (§8.6), decided in one place.
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRules:
+    broker: str
+    cq_max_includes_size: bool  # 4.5.1+: a queue's maxPhysicOffset is offset + size, not offset
+    v2_magic: bool  # 5.1.0+ reads 0xDAA320AB records; older brokers see corruption
+    ipv6_hosts: bool  # 4.6.0+: store timestamp at 68 when the born host is IPv6
+    normal_start_from_cq_max: bool  # 5.3.2+: normal recovery starts at the last file <= CQ max
+    normal_dispatch_beyond_cq: bool  # 5.3.2+: normal recovery dispatches records past the CQ max
+    start_catches_up: bool  # 4.5.1-4.9.x: start() re-dispatches from the CQ maximum
+    normal_destroys_logics: bool  # normal recovery with no commit log file deletes every CQ
+
+
+def broker_rules(broker: str) -> BrokerRules:
+    v = version_tuple(broker)
+    return BrokerRules(
+        broker=broker,
+        cq_max_includes_size=v >= (4, 5, 1),
+        v2_magic=v >= (5, 1, 0),
+        ipv6_hosts=v >= (4, 6, 0),
+        normal_start_from_cq_max=v >= (5, 3, 2),
+        normal_dispatch_beyond_cq=v >= (5, 3, 2),
+        start_catches_up=(4, 5, 1) <= v < (5, 0, 0),
+        # 4.4.0's recoverNormally has no branch for an empty commit log; later 4.x and 5.x destroy
+        # the CQs there too (the first version with the branch is not pinned down: 4.5.1 assumed).
+        normal_destroys_logics=v >= (4, 5, 1),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan
+
+
+@dataclass(frozen=True, slots=True)
+class LostRecord:
+    """A commit log record removed by the truncation, decoded as far as its bytes allow."""
+
+    phy_offset: int
+    size: int
+    topic: str | None
+    queue_id: int | None
+    queue_offset: int | None
+    keys: str | None
+    uniq_key: str | None
+    msg_id: str | None
+    store_timestamp_ms: int | None
+    torn: bool = False  # only the fixed header was readable
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "commitLogOffset": self.phy_offset,
+            "storeSize": self.size,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "queueOffset": self.queue_offset,
+            "keys": self.keys,
+            "uniqKey": self.uniq_key,
+            "msgId": self.msg_id,
+            "storeTimestamp": self.store_timestamp_ms,
+            "torn": self.torn,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LostRecord:
+        return cls(
+            d["commitLogOffset"],
+            d["storeSize"],
+            d["topic"],
+            d["queueId"],
+            d["queueOffset"],
+            d["keys"],
+            d["uniqKey"],
+            d["msgId"],
+            d["storeTimestamp"],
+            d.get("torn", False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One removal: zero a byte range of a file, or delete a whole file."""
+
+    step: str  # "cq-recover" | "index-delete" | "commitlog-truncate" | "cq-truncate"
+    verb: str  # "zero" | "delete"
+    kind: str  # "commitlog" | "consumequeue" | "index"
+    path: str  # relative to the store root when inside it, else absolute
+    from_pos: int  # first byte removed (0 for a delete)
+    to_pos: int  # end of the non-zero bytes removed (the file size for a delete)
+    why: str
+    records: tuple[LostRecord, ...] = ()  # commit log records removed (at most LOST_LIST_LIMIT)
+    records_total: int = 0
+    entries_total: int = 0  # consume queue or index entries removed
+    undecodable_size: int = 0  # bytes that are not whole records (torn, garbage)
+
+    @property
+    def size(self) -> int:
+        return self.to_pos - self.from_pos
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "action": self.verb,
+            "kind": self.kind,
+            "path": self.path,
+            "from": self.from_pos,
+            "to": self.to_pos,
+            "bytes": self.size,
+            "why": self.why,
+            "recordsTotal": self.records_total,
+            "entriesTotal": self.entries_total,
+            "undecodableBytes": self.undecodable_size,
+            "records": [r.to_json() for r in self.records],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Action:
+        return cls(
+            d["step"],
+            d["action"],
+            d["kind"],
+            d["path"],
+            d["from"],
+            d["to"],
+            d["why"],
+            tuple(LostRecord.from_json(r) for r in d["records"]),
+            d["recordsTotal"],
+            d["entriesTotal"],
+            d["undecodableBytes"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """Something the broker's recovery loses (or leaves missing), and what repairs it."""
+
+    what: str  # "index-keys" | "cq-entries" | "index-entries" | "records"
+    count: int
+    detail: str
+    repaired_by: str | None = None
+    examples: tuple[LostRecord, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "count": self.count,
+            "detail": self.detail,
+            "repairedBy": self.repaired_by,
+            "examples": [r.to_json() for r in self.examples],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Loss:
+        return cls(
+            d["what"], d["count"], d["detail"], d["repairedBy"], tuple(LostRecord.from_json(r) for r in d["examples"])
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Redispatch:
+    """Records dispatched into the consume queues and index (the broker's abnormal recovery walk)."""
+
+    from_phy: int
+    to_phy: int
+    records: int
+    consume_queue: bool
+    index: bool
+    only_after_phy: int | None = None  # 5.3.2+ normal recovery: only records past the CQ maximum
+    last_cq_timestamp_ms: int = 0  # store time of the last NOT/COMMIT record: checkpoint logics value
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fromPhyOffset": self.from_phy,
+            "toPhyOffset": self.to_phy,
+            "records": self.records,
+            "consumeQueue": self.consume_queue,
+            "index": self.index,
+            "onlyAfterPhyOffset": self.only_after_phy,
+            "lastConsumeQueueTimestamp": self.last_cq_timestamp_ms,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Redispatch:
+        return cls(
+            d["fromPhyOffset"],
+            d["toPhyOffset"],
+            d["records"],
+            d["consumeQueue"],
+            d["index"],
+            d["onlyAfterPhyOffset"],
+            d["lastConsumeQueueTimestamp"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEnd:
+    """Where a consume queue's valid entries end once the broker's recovery has cut it (§8.4)."""
+
+    topic: str
+    queue_id: int
+    last_file: str | None  # segment holding the end (None: no file left)
+    end_pos: int  # byte position of the end in that file
+
+    def to_json(self) -> list[Any]:
+        return [self.topic, self.queue_id, self.last_file, self.end_pos]
+
+    @classmethod
+    def from_json(cls, d: list[Any]) -> QueueEnd:
+        return cls(d[0], d[1], d[2], d[3])
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverPlan:
+    """Everything ``recover`` will do to one store, decided before anything is written."""
+
+    root: str
+    broker: str
+    path: str  # "normal" | "abnormal"
+    reason: str
+    check_crc: bool
+    start_file: str | None
+    start_phy: int
+    min_phy: int  # first commit log file start
+    process_offset: int  # where valid commit log data ends (the broker's processOffset)
+    stop: str  # why the walk ended there
+    max_phy_offset_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
+    truncate_logic_files: bool  # maxPhyOffsetOfConsumeQueue >= processOffset
+    actions: tuple[Action, ...]
+    dispatch: Redispatch | None
+    rebuild_consume_queue: bool
+    rebuild_index: bool
+    queue_ends: tuple[QueueEnd, ...]  # consume queue state before the re-dispatch
+    index_files_kept: tuple[str, ...]  # index files left after the deletions, before the re-dispatch
+    checkpoint_before: dict[str, int] | None
+    checkpoint_after: dict[str, int]
+    checkpoint_index_from_dispatch: bool  # indexMsgTimestamp settles when the re-dispatch fills a file
+    write_checkpoint: bool
+    remove_abort: bool
+    losses: tuple[Loss, ...]
+    notes: tuple[str, ...]
+    quarantine_dir: str | None
+    created_ms: int
+
+    # -- derived -------------------------------------------------------------------------
+    def steps(self) -> list[str]:
+        """The steps apply_recover runs, in order (numbered from 1 by the kill hooks)."""
+        out: list[str] = []
+        have = {a.step for a in self.actions}
+        if self.quarantine_dir is not None and (self.actions or self.write_checkpoint or self._rebuilds()):
+            out.append("quarantine")
+        for s in ("cq-recover", "index-delete"):
+            if s in have:
+                out.append(s)
+        if self.dispatch is not None:
+            out.append("dispatch")
+        for s in ("commitlog-truncate", "cq-truncate"):
+            if s in have:
+                out.append(s)
+        if self._rebuilds():
+            out += ["rebuild", "swap"]
+        if self.write_checkpoint:
+            out.append("checkpoint")
+        if self.remove_abort:
+            out.append("abort")
+        return out
+
+    def _rebuilds(self) -> bool:
+        return self.rebuild_consume_queue or self.rebuild_index
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.steps()
+
+    @property
+    def records_lost(self) -> int:
+        return sum(a.records_total for a in self.actions if a.kind == "commitlog")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store": self.root,
+            "brokerVersion": self.broker,
+            "path": self.path,
+            "reason": self.reason,
+            "checkCRC": self.check_crc,
+            "startFile": self.start_file,
+            "startPhyOffset": self.start_phy,
+            "minPhyOffset": self.min_phy,
+            "processOffset": self.process_offset,
+            "stop": self.stop,
+            "maxPhyOffsetOfConsumeQueue": self.max_phy_offset_cq,
+            "truncateLogicFiles": self.truncate_logic_files,
+            "actions": [a.to_json() for a in self.actions],
+            "redispatch": self.dispatch.to_json() if self.dispatch else None,
+            "rebuildConsumeQueue": self.rebuild_consume_queue,
+            "rebuildIndex": self.rebuild_index,
+            "queueEnds": [q.to_json() for q in self.queue_ends],
+            "indexFilesKept": list(self.index_files_kept),
+            "checkpointBefore": self.checkpoint_before,
+            "checkpointAfter": self.checkpoint_after,
+            "checkpointIndexFromRedispatch": self.checkpoint_index_from_dispatch,
+            "writeCheckpoint": self.write_checkpoint,
+            "removeAbort": self.remove_abort,
+            "brokerLosses": [x.to_json() for x in self.losses],
+            "notes": list(self.notes),
+            "quarantine": self.quarantine_dir,
+            "createdAt": self.created_ms,
+            "steps": self.steps(),
+            "recordsLost": self.records_lost,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RecoverPlan:
+        return cls(
+            root=d["store"],
+            broker=d["brokerVersion"],
+            path=d["path"],
+            reason=d["reason"],
+            check_crc=d["checkCRC"],
+            start_file=d["startFile"],
+            start_phy=d["startPhyOffset"],
+            min_phy=d["minPhyOffset"],
+            process_offset=d["processOffset"],
+            stop=d["stop"],
+            max_phy_offset_cq=d["maxPhyOffsetOfConsumeQueue"],
+            truncate_logic_files=d["truncateLogicFiles"],
+            actions=tuple(Action.from_json(a) for a in d["actions"]),
+            dispatch=Redispatch.from_json(d["redispatch"]) if d["redispatch"] else None,
+            rebuild_consume_queue=d["rebuildConsumeQueue"],
+            rebuild_index=d["rebuildIndex"],
+            queue_ends=tuple(QueueEnd.from_json(q) for q in d["queueEnds"]),
+            index_files_kept=tuple(d["indexFilesKept"]),
+            checkpoint_before=d["checkpointBefore"],
+            checkpoint_after=d["checkpointAfter"],
+            checkpoint_index_from_dispatch=d["checkpointIndexFromRedispatch"],
+            write_checkpoint=d["writeCheckpoint"],
+            remove_abort=d["removeAbort"],
+            losses=tuple(Loss.from_json(x) for x in d["brokerLosses"]),
+            notes=tuple(d["notes"]),
+            quarantine_dir=d["quarantine"],
+            created_ms=d["createdAt"],
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Small file helpers
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return str(Path(path).resolve())
+
+
+def _abs(root: Path, rel: str) -> Path:
+    return Path(root) / rel  # an absolute ``rel`` stays absolute
+
+
+def _data_extents(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """Ranges of [start, end) that hold data (holes of a sparse file skipped)."""
+    out = []
+    pos = start
+    try:
+        while pos < end:
+            try:
+                d = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:
+                    break
+                raise
+            if d >= end:
+                break
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            out.append((d, min(h, end)))
+            pos = h
+    except (AttributeError, OSError):
+        return [(start, end)]
+    return out
+
+
+def data_end(path: Path, start: int, end: int | None = None) -> int:
+    """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if end is None:
+            end = os.fstat(fd).st_size
+        if end <= start:
+            return start
+        for a, b in reversed(_data_extents(fd, start, end)):
+            hi = b
+            while hi > a:
+                lo = max(a, hi - _CHUNK)
+                data = os.pread(fd, hi - lo, lo)
+                arr = np.frombuffer(data, dtype=np.uint8)
+                if arr.any():
+                    return lo + int(np.flatnonzero(arr)[-1]) + 1
+                hi = lo
+        return start
+    finally:
+        os.close(fd)
+
+
+def _zero_range(path: Path, start: int, end: int) -> None:
+    if end <= start:
+        return
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        pos = start
+        zmv = memoryview(_ZEROS)
+        while pos < end:
+            n = min(_CHUNK, end - pos)
+            pos += os.pwrite(fd, zmv[:n], pos)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        while pos < end:
+            data = os.pread(fd, min(_CHUNK, end - pos), pos)
+            if not data:
+                break
+            yield data
+            pos += len(data)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Commit log walk with the recovery checks (§3.11, §8.2): vectorised over a batch of records.
+
+
+@dataclass
+class _FileWalk:
+    """Valid records of one commit log file (arrays in file order) and where the walk stopped."""
+
+    seg: Segment
+    start_pos: int
+    pos: np.ndarray  # record positions in the file
+    phy: np.ndarray  # PHYSICALOFFSET field
+    size: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    sys_flag: np.ndarray
+    store_ts: np.ndarray
+    topic_id: np.ndarray
+    stop_pos: int
+    reason: str  # "blank" | "end" | "invalid"
+    error: CorruptData | None
+
+
+class _Topics:
+    """Topic name <-> small integer, shared by every batch of a walk."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def id(self, name: str) -> int:
+        i = self.ids.get(name)
+        if i is None:
+            i = self.ids[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+
+def _gather(u8: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
+    """``width`` bytes at each ``idx`` as an (n, width) array; bytes past the buffer read as zeros."""
+    n = len(u8)
+    outside = (idx < 0) | (idx > n - width)
+    if n >= width and not outside.any():
+        return np.lib.stride_tricks.sliding_window_view(u8, width)[idx]
+    rows = np.zeros((len(idx), width), dtype=np.uint8)
+    inside = np.flatnonzero(~outside)
+    if inside.size:
+        rows[inside] = np.lib.stride_tricks.sliding_window_view(u8, width)[idx[inside]]
+    for i in np.flatnonzero(outside).tolist():
+        a = int(idx[i])
+        if 0 <= a < n:
+            rows[i, : n - a] = u8[a:]
+    return rows
+
+
+def _be(u8: np.ndarray, idx: np.ndarray, dtype: str) -> np.ndarray:
+    w = np.dtype(dtype).itemsize
+    return np.ascontiguousarray(_gather(u8, idx, w)).view(dtype).ravel().astype(np.int64)
+
+
+def _field(head: np.ndarray, off: int, dtype: str) -> np.ndarray:
+    w = np.dtype(dtype).itemsize
+    return np.ascontiguousarray(head[:, off : off + w]).view(dtype).ravel().astype(np.int64)
+
+
+def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: _Topics) -> np.ndarray:
+    """Topic id of each record from the topic's byte range, grouped by length and hashed."""
+    out = np.empty(len(start), dtype=np.int64)
+    for tl in np.unique(length).tolist():
+        sel = np.flatnonzero(length == tl)
+        if tl == 0:
+            out[sel] = topics.id("")
+            continue
+        rows = np.ascontiguousarray(_gather(u8, start[sel], tl))
+        h = np.zeros(len(sel), dtype=np.uint64)
+        for j in range(tl):  # FNV-style mix; every row is compared with its representative below
+            h = (h ^ rows[:, j].astype(np.uint64)) * np.uint64(1099511628211)
+        uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        reps = rows[first]
+        if not (rows == reps[inv]).all():  # a hash collision: exact grouping instead
+            uniq_rows, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            reps = rows[first]
+        ids = np.array([topics.id(bytes(r).decode("utf-8", "replace")) for r in reps], dtype=np.int64)
+        out[sel] = ids[inv.ravel()]
+    return out
+
+
+def _walk_file(
+    buf: Any,
+    seg: Segment,
+    cfg: StoreConfig,
+    rules: BrokerRules,
+    topics: _Topics,
+    *,
+    start_pos: int,
+    check_crc: bool,
+) -> _FileWalk:
+    """Walk one file as ``checkMessageAndReturnSize(checkCRC)`` does in recovery (§3.11, §8.2).
+
+    One Python loop follows the TOTALSIZE chain; every other check (lengths against TOTALSIZE,
+    magic, body CRC) runs on arrays. Records with IPv6 hosts (4.6.0+), V2 records (5.1.0+) and
+    ``SCHEDULE_TOPIC_XXXX`` records (whose DELAY must parse) take the exact per-record decoder.
+    """
+    size = len(buf)
+    positions, stop_pos, reason = walk_positions(buf, start_pos, size)
+    u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
+    path = str(seg.path)
+    cols: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("pos", "phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts", "topic_id")
+    }
+    error: CorruptData | None = None
+    bad_at: int | None = None
+    for b0 in range(0, len(positions), _CHASE_BATCH):
+        p = positions[b0 : b0 + _CHASE_BATCH]
+        n = len(p)
+        head = _gather(u8, p, 88)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
+        total = _field(head, 0, ">i4")
+        magic = _field(head, 4, ">i4")
+        crc = _field(head, 8, ">i4")
+        sys_flag = _field(head, 36, ">i4")
+        # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
+        simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
+        body_len = _field(head, 84, ">i4")
+        bl = np.maximum(body_len, 0)
+        ok = simple & (total >= 91) & (88 + bl + 3 <= total)
+        tpos = np.where(ok, p + 88 + bl, p)
+        topic_len = _be(u8, tpos, ">i1")
+        ok &= (topic_len >= 0) & (88 + bl + 1 + topic_len + 2 <= total)
+        ppos = np.where(ok, p + 89 + bl + topic_len, p)
+        props_len = _be(u8, ppos, ">i2")
+        ok &= 91 + bl + topic_len + np.maximum(props_len, 0) == total
+        # First record the simple checks reject or that needs the exact decoder.
+        rest = np.flatnonzero(~ok)
+        limit = n
+        exact: dict[int, Record] = {}
+        for i in rest.tolist():
+            if simple[i]:
+                limit = i  # a plain V1 record that fails a length check: invalid
+                break
+            if magic[i] == MAGIC_V2 and not rules.v2_magic:
+                limit = i
+                error = CorruptData(
+                    f"V2 record magic 0xDAA320AB: broker {rules.broker} cannot read it", path=path, pos=int(p[i])
+                )
+                break
+            try:
+                rec = decode_record(
+                    buf, int(p[i]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+                )
+            except CorruptData as e:
+                limit, error = i, e
+                break
+            assert isinstance(rec, Record)
+            exact[i] = rec
+        if limit < n and error is None and simple[limit]:
+            try:
+                decode_record(
+                    buf, int(p[limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+                )
+                error = CorruptData("invalid record", path=path, pos=int(p[limit]))
+            except CorruptData as e:
+                error = e
+        # Body CRC of the simple records before the limit.
+        if check_crc and limit:
+            mv = memoryview(buf)
+            try:
+                zc = zlib.crc32
+                sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
+                starts = (p[sel] + 88).tolist()
+                ends = (p[sel] + 88 + body_len[sel]).tolist()
+                got = np.fromiter((zc(mv[a:e]) for a, e in zip(starts, ends, strict=True)), np.int64, len(sel))
+            finally:
+                mv.release()
+            bad = np.flatnonzero((got & 0x7FFFFFFF) != crc[sel])
+            if bad.size:
+                i = int(sel[bad[0]])
+                limit = i
+                error = ChecksumMismatch(
+                    path=path,
+                    pos=int(p[i]),
+                    phy_offset=seg.base_offset + int(p[i]),
+                    stored=int(crc[i]),
+                    computed=int(got[bad[0]] & 0x7FFFFFFF),
+                )
+        # Topics, then the DELAY check of SCHEDULE_TOPIC_XXXX records (a non-numeric level is invalid).
+        tid = np.empty(limit, dtype=np.int64)
+        s_idx = np.flatnonzero(simple[:limit])
+        if s_idx.size:
+            tid[s_idx] = _topic_ids(u8, p[s_idx] + 89 + bl[s_idx], topic_len[s_idx], topics)
+        store_ts = _field(head[:limit], 56, ">i8")
+        phy = _field(head[:limit], 28, ">i8")
+        qid = _field(head[:limit], 12, ">i4")
+        qoff = _field(head[:limit], 20, ">i8")
+        for i, rec in exact.items():
+            if i < limit:
+                tid[i] = topics.id(rec.topic)
+                store_ts[i] = rec.store_timestamp_ms
+        sched = topics.ids.get(SCHEDULE_TOPIC)
+        if sched is not None:
+            for i in np.flatnonzero(tid == sched).tolist():
+                try:
+                    rec = exact.get(i) or decode_record(
+                        buf, int(p[i]), path=path, file_from=seg.base_offset, broker=cfg.broker
+                    )
+                    assert isinstance(rec, Record)
+                    request_from_record(rec, cfg, path=path)
+                except CorruptData as e:
+                    limit, error = i, e
+                    break
+        cols["pos"].append(p[:limit])
+        cols["phy"].append(phy[:limit])
+        cols["size"].append(total[:limit])
+        cols["queue_id"].append(qid[:limit])
+        cols["queue_offset"].append(qoff[:limit])
+        cols["sys_flag"].append(sys_flag[:limit])
+        cols["store_ts"].append(store_ts[:limit])
+        cols["topic_id"].append(tid[:limit])
+        if limit < n:
+            bad_at = int(p[limit])
+            break
+    if bad_at is not None:
+        stop_pos, reason = bad_at, "invalid"
+    elif reason == "invalid":
+        # The size chain itself ended on bytes that are neither a record, zeros nor a blank.
+        try:
+            decode_record(buf, stop_pos, path=path, file_from=seg.base_offset, broker=cfg.broker)
+            error = CorruptData("invalid record", path=path, pos=stop_pos)
+        except CorruptData as e:
+            error = e
+    cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+    return _FileWalk(
+        seg,
+        start_pos,
+        cat["pos"],
+        cat["phy"],
+        cat["size"],
+        cat["queue_id"],
+        cat["queue_offset"],
+        cat["sys_flag"],
+        cat["store_ts"],
+        cat["topic_id"],
+        stop_pos,
+        reason,
+        error,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding what a truncation removes
+
+
+def _partial_record(buf: Any, pos: int, end: int, base: int) -> LostRecord | None:
+    """Whatever a torn record's fixed header still says (queue, offsets, time, store host)."""
+    if end - pos < 72:
+        return None
+    total, magic = _HEAD.unpack_from(buf, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return None
+    (sys_flag,) = _I32.unpack_from(buf, pos + 36)
+    if sys_flag & 0x30:
+        return None
+    (qid,) = _I32.unpack_from(buf, pos + 12)
+    (qoff,) = _I64.unpack_from(buf, pos + 20)
+    (ts,) = _I64.unpack_from(buf, pos + 56)
+    addr = bytes(buf[pos + 64 : pos + 68])
+    (port,) = _I32.unpack_from(buf, pos + 68)
+    return LostRecord(base + pos, total, None, qid, qoff, None, None, offset_msg_id(addr, port, base + pos), ts, True)
+
+
+def _lost_record(rec: Record, base: int) -> LostRecord:
+    return LostRecord(
+        base + rec.pos,
+        rec.total_size,
+        rec.topic,
+        rec.queue_id,
+        rec.queue_offset,
+        rec.keys,
+        rec.uniq_key,
+        rec.msg_id,
+        rec.store_timestamp_ms,
+    )
+
+
+def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -> tuple[list[LostRecord], int, int]:
+    """Records in ``buf[start:end]`` (listed up to the limit, all counted), and undecodable bytes."""
+    out: list[LostRecord] = []
+    count = 0
+    pos = start
+    while pos + 8 <= end:
+        total, magic = _HEAD.unpack_from(buf, pos)
+        if total == 0 and magic == 0:
+            return out, count, 0
+        if magic == BLANK_MAGIC:
+            return out, count, 0
+        if len(out) < LOST_LIST_LIMIT:
+            try:
+                rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=broker)
+            except CorruptData:
+                part = _partial_record(buf, pos, end, seg.base_offset)
+                if part is not None:
+                    out.append(part)
+                    count += 1
+                return out, count, end - pos
+            if isinstance(rec, Blank):
+                return out, count, 0
+            out.append(_lost_record(rec, seg.base_offset))
+            count += 1
+            pos += rec.total_size
+            continue
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < 91 or pos + total > end:
+            return out, count, end - pos
+        count += 1
+        pos += total
+    return out, count, 0
+
+
+def _count_entries(path: Path, start: int, end: int) -> int:
+    """Non-zero 20-byte slots of a consume queue file in [start, end)."""
+    if end <= start:
+        return 0
+    data = b"".join(_read_range(path, start, end))
+    n = len(data) // ENTRY_SIZE
+    arr = np.frombuffer(data[: n * ENTRY_SIZE], dtype=np.uint8).reshape(n, ENTRY_SIZE)
+    return int(arr.any(axis=1).sum()) + (1 if len(data) % ENTRY_SIZE and any(data[n * ENTRY_SIZE :]) else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Consume queue recovery (§8.4) and truncateDirtyLogicFiles (§8.5)
+
+
+@dataclass
+class _QueueState:
+    topic: str
+    queue_id: int
+    qdir: Path
+    segs: list[Segment]
+    end_offset: int  # queue-stream byte offset where valid entries end (processOffset of §8.4)
+    max_physic: int  # per version (§8.1 step 5), -1 when none
+    files_left: list[Segment] = field(default_factory=list)
+
+    def entries_of(self, seg: Segment) -> np.ndarray:
+        """A kept file's valid entries as its recovery leaves them (all after the end read as zeros)."""
+        n = max(0, min(seg.size, self.end_offset - seg.base_offset))
+        return entries_array(b"".join(_read_range(seg.path, 0, n)))
+
+
+def _recover_queue(topic: str, qid: int, qdir: Path, cfg: StoreConfig, rules: BrokerRules) -> _QueueState:
+    segs, problems = list_segments(qdir, cfg.cq_file_size)
+    for p in problems:
+        if "configured size" in p.what or "20-digit" in p.what or "sub-directory" in p.what or "hidden" in p.what:
+            raise CorruptData(
+                f"{p.what}: the broker would not load this consume queue; fix mappedFileSizeConsumeQueue "
+                "or move the file away",
+                path=p.path,
+                pos=0,
+            )
+    st = _QueueState(topic, qid, qdir, segs, 0, -1)
+    if not segs:
+        return st
+    fs = cfg.cq_file_size
+    idx = max(0, len(segs) - 3)
+    process = segs[idx].base_offset
+    in_file = 0
+    while True:
+        arr = entries_array(segs[idx].path.read_bytes())
+        n = valid_prefix(arr)
+        if n:
+            e = arr[n - 1]
+            st.max_physic = int(e["phy_offset"]) + (int(e["size"]) if rules.cq_max_includes_size else 0)
+        in_file = n * ENTRY_SIZE
+        if in_file == fs:
+            if idx + 1 >= len(segs):
+                break
+            idx += 1
+            process = segs[idx].base_offset
+            in_file = 0
+            continue
+        break
+    st.end_offset = process + in_file
+    st.files_left = [s for s in segs if not (s.base_offset + fs > st.end_offset and st.end_offset < s.base_offset)]
+    return st
+
+
+def _cq_recover_actions(root: Path, q: _QueueState, fs: int) -> list[Action]:
+    out = []
+    for s in q.segs:
+        if s.base_offset + fs <= q.end_offset:
+            continue
+        rel = _rel(root, s.path)
+        if q.end_offset >= s.base_offset:
+            cut = q.end_offset - s.base_offset
+            end = data_end(s.path, cut)
+            if end > cut:
+                out.append(
+                    Action(
+                        "cq-recover",
+                        "zero",
+                        "consumequeue",
+                        rel,
+                        cut,
+                        end,
+                        f"entries after the first invalid entry of {q.topic}/{q.queue_id} (§8.4)",
+                        entries_total=_count_entries(s.path, cut, end),
+                    )
+                )
+        else:
+            out.append(
+                Action(
+                    "cq-recover",
+                    "delete",
+                    "consumequeue",
+                    rel,
+                    0,
+                    s.size,
+                    f"past the last valid entry of {q.topic}/{q.queue_id} (§8.4)",
+                    entries_total=_count_entries(s.path, 0, s.size),
+                )
+            )
+    return out
+
+
+def _cq_truncate_actions(root: Path, q: _QueueState, process_offset: int) -> list[Action]:
+    """``truncateDirtyLogicFiles(processOffset)`` on one queue (§8.5), on the files its recovery left."""
+    out: list[Action] = []
+    left = list(q.files_left)
+    while left:
+        last = left[-1]
+        arr = q.entries_of(last)
+        rel = _rel(root, last.path)
+        if (int(arr[0]["phy_offset"]) if len(arr) else 0) >= process_offset:  # zeros read as offset 0
+            out.append(
+                Action(
+                    "cq-truncate",
+                    "delete",
+                    "consumequeue",
+                    rel,
+                    0,
+                    last.size,
+                    f"first entry of {q.topic}/{q.queue_id} points at or past processOffset {process_offset} (§8.5)",
+                    entries_total=_count_entries(last.path, 0, min(last.size, max(0, q.end_offset - last.base_offset))),
+                )
+            )
+            left.pop()
+            continue
+        # The broker keeps the first entry without checking it, then stops at the first entry
+        # that is invalid or points at or past processOffset.
+        phy, size = arr["phy_offset"][1:], arr["size"][1:]
+        bad = np.flatnonzero((phy < 0) | (size <= 0) | (phy >= process_offset))
+        keep = 1 + (int(bad[0]) if bad.size else len(phy))
+        cut = keep * ENTRY_SIZE
+        valid_end = max(0, min(last.size, q.end_offset - last.base_offset))
+        if valid_end > cut:
+            out.append(
+                Action(
+                    "cq-truncate",
+                    "zero",
+                    "consumequeue",
+                    rel,
+                    cut,
+                    valid_end,
+                    f"entries of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)",
+                    entries_total=(valid_end - cut) // ENTRY_SIZE,
+                )
+            )
+        return out
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Index files (§5.5)
+
+
+def _index_header_problem(h: ix.IndexHeader, cfg: StoreConfig) -> str | None:
+    """Why a header cannot belong to an index file of this store (None when plausible)."""
+    if h.index_count < 0 or h.index_count > cfg.max_index_num:
+        return f"indexCount {h.index_count} outside 0..{cfg.max_index_num}"
+    if h.hash_slot_count < 0 or h.hash_slot_count > max(h.index_count, 1):
+        return f"hashSlotCount {h.hash_slot_count} outside 0..indexCount"
+    if h.index_count > 1:
+        if h.begin_phy_offset < 0 or h.end_phy_offset < h.begin_phy_offset:
+            return f"phy offsets {h.begin_phy_offset}..{h.end_phy_offset} out of order"
+        if h.begin_timestamp_ms <= 0 or h.end_timestamp_ms < h.begin_timestamp_ms:
+            return f"timestamps {h.begin_timestamp_ms}..{h.end_timestamp_ms} out of order"
+    return None
+
+
+def _index_entries_phy(path: Path, cfg: StoreConfig) -> np.ndarray:
+    with map_file(path) as buf:
+        f = ix.IndexFile(buf, slots=cfg.max_hash_slot_num, entries=cfg.max_index_num, path=str(path))
+        arr = f.entries_array()
+        return np.array(arr["phy_offset"][1:], dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint (§6)
+
+
+def _read_checkpoint_bytes(path: Path) -> bytes | None:
+    """The checkpoint as the broker maps it: 4096 bytes (a short file reads as zero-padded)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return (data + bytes(cpmod.FILE_SIZE))[: cpmod.FILE_SIZE]
+
+
+def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
+    return {
+        "physicMsgTimestamp": cp.physic_msg_timestamp_ms,
+        "logicsMsgTimestamp": cp.logics_msg_timestamp_ms,
+        "indexMsgTimestamp": cp.index_msg_timestamp_ms,
+    }
+
+
+def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
+    """What the broker's shutdown flush leaves: the three timestamps over the old page (§6)."""
+    page = bytearray(before if before is not None else bytes(cpmod.FILE_SIZE))
+    struct.pack_into(
+        ">qqq", page, 0, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
+    )
+    return bytes(page)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+def default_quarantine(root: Path, now_ms: int) -> Path:
+    """``<store parent>/<store name>.quarantine/<UTC time>-recover``."""
+    t = dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC)
+    r = Path(root).resolve()
+    return r.parent / f"{r.name}.quarantine" / (t.strftime("%Y%m%dT%H%M%S") + f"{now_ms % 1000:03d}Z-recover")
+
+
+def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
+    q = Path(qdir).resolve()
+    for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR):
+        try:
+            q.relative_to(Path(d).resolve())
+        except ValueError:
+            continue
+        raise InputError(f"--quarantine {qdir} is inside {d}: choose a folder outside the store's data directories")
+
+
+def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules) -> tuple[int, str]:
+    """``isMappedFileMatchedRecover`` from the last file backwards (§8.3); the first file if none."""
+    safe = cfg.message_index_enable and cfg.message_index_safe
+    limit = cp.min_timestamp_index_ms if safe else cp.min_timestamp_ms
+    what = "minTimestampIndex" if safe else "minTimestamp"
+    for i in range(len(segs) - 1, -1, -1):
+        with map_file(segs[i].path) as buf:
+            if len(buf) < 76:
+                continue
+            magic = _I32.unpack_from(buf, 4)[0]
+            if magic != MAGIC_V1 and not (rules.v2_magic and magic == MAGIC_V2):
+                continue
+            sys_flag = _I32.unpack_from(buf, 36)[0]
+            ts = _I64.unpack_from(buf, 68 if rules.ipv6_hosts and sys_flag & BORNHOST_V6_FLAG else 56)[0]
+        if ts != 0 and ts <= limit:
+            return i, f"its first record was stored at {ts} <= checkpoint {what} {limit}"
+    return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
+
+
+def _walk_commitlog(
+    segs: list[Segment],
+    start_idx: int,
+    cfg: StoreConfig,
+    rules: BrokerRules,
+    check_crc: bool,
+    topics: _Topics,
+    progress: Callable[[int], None] | None,
+) -> Iterator[_FileWalk]:
+    """The recovery walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file."""
+    for i in range(start_idx, len(segs)):
+        with map_file(segs[i].path) as buf:
+            w = _walk_file(buf, segs[i], cfg, rules, topics, start_pos=0, check_crc=check_crc)
+        if progress:
+            progress(w.stop_pos)
+        yield w
+        if w.reason != "blank":
+            return
+
+
+def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
+    """The phy offset in each queue offset's slot (-1 where there is none), reading only those slots."""
+    out = np.full(len(qoff), -1, dtype=np.int64)
+    if not len(qoff):
+        return out
+    per_file = fs // ENTRY_SIZE
+    bases = np.array([s.base_offset // ENTRY_SIZE for s in q.files_left], dtype=np.int64)
+    which = np.searchsorted(bases, qoff, side="right") - 1
+    for fi in np.unique(which[which >= 0]).tolist():
+        sel = np.flatnonzero(which == fi)
+        seg = q.files_left[fi]
+        slots = qoff[sel] - bases[fi]
+        inside = slots < per_file
+        sel, slots = sel[inside], slots[inside]
+        if not len(sel):
+            continue
+        lo, hi = int(slots.min()), int(slots.max()) + 1
+        fd = os.open(seg.path, os.O_RDONLY)
+        try:
+            if hi - lo <= 4 * len(sel) + 4096:  # a dense run: one read
+                data = os.pread(fd, (hi - lo) * ENTRY_SIZE, lo * ENTRY_SIZE)
+                arr = entries_array(data)
+                ok = slots - lo < len(arr)
+                out[sel[ok]] = arr["phy_offset"][slots[ok] - lo]
+            else:  # scattered queue offsets (a damaged store): one read each
+                for i, slot in zip(sel.tolist(), slots.tolist(), strict=True):
+                    data = os.pread(fd, ENTRY_SIZE, slot * ENTRY_SIZE)
+                    if len(data) == ENTRY_SIZE:
+                        out[i] = _I64.unpack_from(data, 0)[0]
+        finally:
+            os.close(fd)
+    return out
+
+
+@dataclass
+class _CqCheck:
+    """Walked NOT/COMMIT records without their consume queue slot (§4.3), counted as the walk goes."""
+
+    missing: int = 0
+    fixed: int = 0  # of those, what the broker re-dispatches anyway
+    examples: list[LostRecord] = field(default_factory=list)
+
+    def add(
+        self,
+        w: _FileWalk,
+        topics: _Topics,
+        queues: dict[tuple[str, int], _QueueState],
+        rules: BrokerRules,
+        abnormal: bool,
+        max_cq: int,
+        fs: int,
+    ) -> None:
+        tt = w.sys_flag & TRANSACTION_MASK
+        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        if not ci.size:
+            return
+        key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
+        uk, inv = np.unique(key, return_inverse=True)
+        inv = inv.ravel()
+        order = np.argsort(inv, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(uk)))])
+        for gi, k in enumerate(uk.tolist()):
+            sel = ci[order[bounds[gi] : bounds[gi + 1]]]
+            topic = topics.names[k >> 32]
+            qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
+            q = queues.get((topic, qid))
+            qoff, phy, size = w.queue_offset[sel], w.phy[sel], w.size[sel]
+            if q is None or not q.files_left:
+                miss = np.ones(len(sel), dtype=bool)
+            else:
+                first = q.files_left[0].base_offset // ENTRY_SIZE
+                known = (qoff >= first) & (qoff < q.end_offset // ENTRY_SIZE)
+                present = np.zeros(len(sel), dtype=bool)
+                kk = np.flatnonzero(known)
+                present[kk] = _cq_phy_at(q, qoff[kk], fs) == phy[kk]
+                miss = ~present & (qoff >= first)  # older than the queue's first file: expired, not lost
+            if not miss.any():
+                continue
+            mq, mp, ms = qoff[miss], phy[miss], size[miss]
+            if abnormal:
+                # The re-dispatch appends what lies past the queue's end and past its max physical offset.
+                qend = q.end_offset // ENTRY_SIZE if q else 0
+                dup_key = mp + (ms if rules.cq_max_includes_size else 0)
+                fixed = (mq >= qend) & (dup_key > (q.max_physic if q else -1))
+            elif rules.start_catches_up:
+                fixed = mp >= max_cq  # start() re-dispatches from the consume queue maximum
+            else:
+                fixed = np.zeros(len(mq), dtype=bool)
+            self.missing += len(mq)
+            self.fixed += int(fixed.sum())
+            for j in np.flatnonzero(~fixed)[: max(0, 20 - len(self.examples))].tolist():
+                self.examples.append(
+                    LostRecord(
+                        w.seg.base_offset + int(w.pos[sel][miss][j]),
+                        int(ms[j]),
+                        topic,
+                        qid,
+                        int(mq[j]),
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                )
+
+
+def _commitlog_cut_actions(
+    root: Path, segs: list[Segment], process_offset: int, stop: str, broker: str
+) -> list[Action]:
+    """``truncateDirtyFiles(processOffset)`` on the commit log (§8.5), with the records it drops."""
+    out = []
+    for s in segs:
+        if s.base_offset + s.size <= process_offset:
+            continue
+        rel = _rel(root, s.path)
+        with map_file(s.path) as buf:
+            if process_offset >= s.base_offset:
+                cut = process_offset - s.base_offset
+                end = data_end(s.path, cut)
+                if end > cut:
+                    recs, count, undec = _decode_removed(buf, s, cut, end, broker)
+                    out.append(
+                        Action(
+                            "commitlog-truncate",
+                            "zero",
+                            "commitlog",
+                            rel,
+                            cut,
+                            end,
+                            f"after processOffset {process_offset} ({stop})",
+                            tuple(recs),
+                            count,
+                            0,
+                            undec,
+                        )
+                    )
+            else:
+                end = data_end(s.path, 0)
+                recs, count, undec = _decode_removed(buf, s, 0, end, broker) if end else ([], 0, 0)
+                why = "all zeros (pre-allocated), " if end == 0 else ""
+                out.append(
+                    Action(
+                        "commitlog-truncate",
+                        "delete",
+                        "commitlog",
+                        rel,
+                        0,
+                        s.size,
+                        f"{why}starts past processOffset {process_offset}",
+                        tuple(recs),
+                        count,
+                        0,
+                        undec,
+                    )
+                )
+    return out
+
+
+def plan_recover(
+    st: Store,
+    *,
+    now_ms: int,
+    check_crc: bool | None = None,
+    rebuild_index: bool = False,
+    rebuild_consume_queue: bool = False,
+    quarantine: Path | None = None,
+    use_quarantine: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> RecoverPlan:
+    """Decide what the broker's recovery does to this store (reads only; §8.1 order).
+
+    ``now_ms`` names the quarantine folder; ``check_crc`` overrides ``checkCRCOnRecover``.
+    """
+    cfg = st.config
+    root = Path(st.root)
+    rules = broker_rules(cfg.broker)
+    if cfg.duplication_enable:
+        raise UnsupportedStore(f"{root}: duplicationEnable=true (replica mode) recovery is not supported")
+    if cfg.enable_consume_queue_ext:
+        raise UnsupportedStore(f"{root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
+    if rebuild_index and not cfg.message_index_enable:
+        raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
+    check = cfg.check_crc_on_recover if check_crc is None else check_crc
+    notes: list[str] = []
+    actions: list[Action] = []
+    losses: list[Loss] = []
+
+    # 1. lastExitOK, and the commit log files as the broker loads them (§2.4).
+    abort = st.abort_exists()
+    segs, problems = st.commitlog_segments()
+    empty_last = segs[-1] if segs and segs[-1].size == 0 else None
+    for p in problems:
+        if empty_last is not None and p.path == empty_last.path:
+            continue
+        if any(w in p.what for w in ("configured size", "20-digit", "sub-directory", "hidden")):
+            raise CorruptData(
+                f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
+                "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
+                path=p.path,
+                pos=0,
+            )
+        notes.append(f"{_rel(root, p.path)}: {p.what}")
+    if empty_last is not None:
+        # Mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing.
+        segs.pop()
+        actions.append(
+            Action("commitlog-truncate", "delete", "commitlog", _rel(root, empty_last.path), 0, 0, "empty last file")
+        )
+
+    # 2.-3. consume queues (loaded), checkpoint.
+    cp_bytes = _read_checkpoint_bytes(cfg.checkpoint_path)
+    cp = cpmod.decode(cp_bytes) if cp_bytes is not None else cpmod.Checkpoint(0, 0, 0)
+    if cp_bytes is None:
+        notes.append("no checkpoint file: the broker creates a zeroed one")
+
+    # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
+    index_files, _ = st.index_files()
+    kept: list[Path] = []
+    dropped_index: list[tuple[Path, str, bool]] = []  # (file, why, garbage)
+    for p in index_files:
+        size = p.stat().st_size
+        if size != cfg.index_file_size():
+            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
+            dropped_index.append((p, why, True))
+            continue
+        with map_file(p) as buf:
+            h = ix.decode_header(buf, path=str(p))
+        bad = _index_header_problem(h, cfg)
+        if bad:
+            dropped_index.append((p, f"not an index file: {bad}", True))
+        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
+            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
+            dropped_index.append((p, why, False))
+        else:
+            kept.append(p)
+    if not rebuild_index:
+        for p, why, _garbage in dropped_index:
+            actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
+    last_index_end = -1
+    if kept:
+        with map_file(kept[-1]) as buf:
+            last_index_end = ix.decode_header(buf).end_phy_offset
+
+    # 5. every consume queue's own recovery (§8.4).
+    queues: dict[tuple[str, int], _QueueState] = {}
+    for topic, qid, qdir in st.queues():
+        queues[(topic, qid)] = _recover_queue(topic, qid, qdir, cfg, rules)
+    max_cq = max((q.max_physic for q in queues.values()), default=-1)
+    destroy_logics = not segs and (abort or rules.normal_destroys_logics)
+    if not rebuild_consume_queue:
+        for q in queues.values():
+            if destroy_logics:
+                for s in q.segs:
+                    actions.append(
+                        Action(
+                            "cq-truncate",
+                            "delete",
+                            "consumequeue",
+                            _rel(root, s.path),
+                            0,
+                            s.size,
+                            "no commit log file: the broker destroys every consume queue",
+                            entries_total=_count_entries(s.path, 0, s.size),
+                        )
+                    )
+                q.files_left = []
+            else:
+                actions += _cq_recover_actions(root, q, cfg.cq_file_size)
+
+    # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
+    path = "abnormal" if abort else "normal"
+    reason = "abort file present: the last shutdown was not clean" if abort else "no abort file: clean shutdown"
+    start_idx, start_why = 0, "no commit log file"
+    if segs:
+        if abort:
+            start_idx, start_why = _abnormal_start(segs, cp, cfg, rules)
+        elif rules.normal_start_from_cq_max:
+            start_idx = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base_offset <= max_cq), 0)
+            start_why = f"the last file starting at or before the consume queue maximum {max_cq}"
+        else:
+            start_idx, start_why = max(0, len(segs) - 3), "the third file from the end"
+    start_phy = segs[start_idx].base_offset if segs else 0
+    min_phy = segs[0].base_offset if segs else 0
+    process_offset = start_phy
+    stop = "no commit log file"
+    topics = _Topics()
+    cq_check = _CqCheck()
+    records = 0
+    last_cq_ts = 0
+    last_cq_ts_after_cq = 0
+    not_indexed = 0
+    last_reason = "end"
+    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress) if segs else ():
+        records += len(w.pos)
+        tt = w.sys_flag & TRANSACTION_MASK
+        not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
+        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        if ci.size:
+            last_cq_ts = int(w.store_ts[ci[-1]])
+            after = ci[w.phy[ci] > max_cq]
+            if after.size:
+                last_cq_ts_after_cq = int(w.store_ts[after[-1]])
+        cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
+        process_offset = w.seg.base_offset + w.stop_pos
+        last_reason = w.reason
+        if w.reason == "blank":
+            stop = f"blank record at {process_offset}, the end of the last file"
+        elif w.reason == "end":
+            stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
+        else:
+            stop = f"invalid record: {w.error}" if w.error else "invalid record"
+
+    # truncateDirtyFiles(processOffset) (§8.5).
+    short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
+    actions += _commitlog_cut_actions(root, segs, process_offset, short.get(last_reason, "end"), cfg.broker)
+    # truncateDirtyLogicFiles(processOffset) when a queue points at or past it (§8.5).
+    truncate_logic = bool(segs) and max_cq >= process_offset
+    queue_ends = []
+    for (topic, qid), q in sorted(queues.items()):
+        last = q.files_left[-1] if q.files_left else None
+        queue_ends.append(
+            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
+        )
+        if truncate_logic and not rebuild_consume_queue:
+            actions += _cq_truncate_actions(root, q, process_offset)
+
+    # The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum).
+    dispatch: Redispatch | None = None
+    want_cq = not rebuild_consume_queue
+    want_ix = cfg.message_index_enable and not rebuild_index
+    if segs and process_offset > start_phy and (want_cq or want_ix):
+        if abort:
+            dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
+        elif rules.normal_dispatch_beyond_cq:
+            dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
+
+    if dispatch is not None and dispatch.index and kept:
+        # The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
+        # zero them first so that a re-dispatch killed half way can be rolled back exactly.
+        last = kept[-1]
+        with map_file(last) as buf:
+            h = ix.decode_header(buf)
+        used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
+        end = data_end(last, used)
+        if end > used:
+            why = "stale bytes after the last entry (indexCount)"
+            actions.append(Action("index-delete", "zero", "index", _rel(root, last), used, end, why))
+
+    # What the broker's way loses.
+    losses += _losses(
+        path,
+        rules,
+        cfg,
+        cq_check,
+        start_phy,
+        process_offset,
+        max_cq,
+        last_index_end,
+        not_indexed,
+        dropped_index,
+        actions,
+    )
+
+    # The checkpoint the broker leaves at shutdown (§6): physic unchanged (nothing is flushed),
+    # logics = store time of the last record dispatched to a consume queue, index = end time of
+    # the last index file that filled up during the re-dispatch.
+    before = _cp_dict(cp) if cp_bytes is not None else None
+    after = _cp_dict(cp)
+    if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
+        after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
+    index_pending = (dispatch is not None and dispatch.index) or rebuild_index
+    current = cfg.checkpoint_path.read_bytes() if cp_bytes is not None else None
+    write_cp = current is None or checkpoint_bytes(cp_bytes, after) != current
+    write_cp = write_cp or index_pending or rebuild_consume_queue
+
+    qdir: str | None = None
+    if use_quarantine:
+        qpath = Path(quarantine) if quarantine is not None else default_quarantine(root, now_ms)
+        _check_quarantine_dir(qpath, cfg)
+        qdir = str(qpath.resolve())
+    return RecoverPlan(
+        root=str(root),
+        broker=cfg.broker,
+        path=path,
+        reason=reason,
+        check_crc=check,
+        start_file=segs[start_idx].path.name if segs else None,
+        start_phy=start_phy,
+        min_phy=min_phy,
+        process_offset=process_offset,
+        stop=stop + (f"; walked from {segs[start_idx].path.name}: {start_why}" if segs else ""),
+        max_phy_offset_cq=max_cq,
+        truncate_logic_files=truncate_logic,
+        actions=tuple(actions),
+        dispatch=dispatch,
+        rebuild_consume_queue=rebuild_consume_queue,
+        rebuild_index=rebuild_index,
+        queue_ends=tuple(queue_ends),
+        index_files_kept=tuple(p.name for p in kept),
+        checkpoint_before=before,
+        checkpoint_after=after,
+        checkpoint_index_from_dispatch=index_pending,
+        write_checkpoint=write_cp,
+        remove_abort=abort,
+        losses=tuple(losses),
+        notes=tuple(notes),
+        quarantine_dir=qdir,
+        created_ms=now_ms,
+    )
+
+
+def _losses(
+    path: str,
+    rules: BrokerRules,
+    cfg: StoreConfig,
+    cq: _CqCheck,
+    start_phy: int,
+    process_offset: int,
+    max_cq: int,
+    last_index_end: int,
+    not_indexed: int,
+    dropped_index: list[tuple[Path, str, bool]],
+    actions: list[Action],
+) -> list[Loss]:
+    out: list[Loss] = []
+    walked = f"records between phy offsets {start_phy} and {process_offset}"
+    if cq.missing:
+        lost = cq.missing - cq.fixed
+        if path == "abnormal":
+            detail = f"{cq.missing} {walked} have no consume queue entry: the re-dispatch adds {cq.fixed}"
+        elif rules.start_catches_up:
+            detail = f"{cq.missing} {walked} have no consume queue entry: the broker re-dispatches {cq.fixed} at start"
+        else:
+            detail = f"{cq.missing} {walked} have no consume queue entry: broker {cfg.broker} never re-dispatches them"
+        if lost:
+            detail += f"; {lost} stay missing"
+        out.append(Loss("cq-entries", lost, detail, "--rebuild-consumequeue" if lost else None, tuple(cq.examples)))
+    if path == "normal" and cfg.message_index_enable and not_indexed and not rules.normal_dispatch_beyond_cq:
+        if rules.start_catches_up:
+            detail = (
+                f"records after the last indexed offset {last_index_end} are indexed only from the consume "
+                "queue maximum on, when the broker starts"
+            )
+        else:
+            detail = (
+                f"{not_indexed} records after the last indexed offset {last_index_end} get no index keys: "
+                f"broker {cfg.broker} does not re-dispatch after a clean shutdown"
+            )
+        out.append(Loss("index-entries", not_indexed, detail, "--rebuild-index"))
+    for p, why, garbage in dropped_index:
+        if garbage:
+            out.append(Loss("index-keys", 0, f"{p.name} ({why}): whatever keys it held", "--rebuild-index"))
+            continue
+        phys = _index_entries_phy(p, cfg)
+        # The re-dispatch re-indexes records from the start file on, past the last kept file's end.
+        gone = phys[(phys < start_phy) | (phys < last_index_end)]
+        if len(gone):
+            out.append(
+                Loss(
+                    "index-keys",
+                    len(gone),
+                    f"{p.name}: {len(gone)} keys of {len(np.unique(gone))} records stored before the re-dispatch "
+                    f"start {start_phy} are not rebuilt",
+                    "--rebuild-index",
+                )
+            )
+    lost_records = sum(a.records_total for a in actions if a.kind == "commitlog")
+    if lost_records:
+        out.append(
+            Loss(
+                "records",
+                lost_records,
+                f"{lost_records} records at or after processOffset {process_offset} are dropped (kept in quarantine)",
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying: a journal of steps, each idempotent
+
+
+def journal_path(root: Path) -> Path:
+    return Path(root) / SCRATCH_DIR / JOURNAL_NAME
+
+
+def pending_plan(root: Path) -> RecoverPlan | None:
+    """The plan of an interrupted ``recover`` of this store, if its journal is there."""
+    p = journal_path(root)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise CorruptData(
+            f"recover journal unreadable ({e}); remove it only if no recovery is half done", path=p, pos=0
+        ) from None
+    if data.get("format") != JOURNAL_FORMAT:
+        raise CorruptData(f"recover journal format {data.get('format')!r} is not {JOURNAL_FORMAT}", path=p, pos=0)
+    return RecoverPlan.from_json(data["plan"])
+
+
+class _Journal:
+    def __init__(self, path: Path, data: dict[str, Any]):
+        self.path = path
+        self.data = data
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.data["state"]
+
+    def done(self, step: str) -> bool:
+        return step in self.data["done"]
+
+    def mark(self, step: str) -> None:
+        self.data["done"].append(step)
+        self.save()
+
+    def set(self, **kw: Any) -> None:
+        self.state.update(kw)
+        self.save()
+
+    def save(self) -> None:
+        atomic_write(self.path, json.dumps(self.data, indent=1).encode())
+
+
+def _maybe_kill(env: str, n: int) -> None:
+    """Test hook: SIGKILL ourselves at step ``n`` (see KILL_AFTER_ENV / KILL_IN_ENV)."""
+    if os.environ.get(env) == str(n):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class RecoverResult:
+    plan: RecoverPlan
+    resumed: bool
+    steps_done: list[str]
+    dispatch: dict[str, Any] | None = None
+    rebuild: dict[str, Any] | None = None
+    checkpoint: dict[str, int] | None = None
+    quarantine_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "resumed": self.resumed,
+            "steps": self.steps_done,
+            "redispatch": self.dispatch,
+            "rebuild": self.rebuild,
+            "checkpoint": self.checkpoint,
+            "quarantine": self.quarantine_dir,
+            "processOffset": self.plan.process_offset,
+        }
+
+
+def apply_recover(
+    st: Store,
+    plan: RecoverPlan,
+    *,
+    clock: Callable[[], int] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RecoverResult:
+    """Carry out ``plan`` on a store opened writable; resumes the journal of an interrupted run.
+
+    ``clock`` (epoch ms) names index files the re-dispatch creates, as the broker's clock does.
+    """
+    root = Path(st.root)
+    if not st.writable:
+        raise InputError("apply_recover needs a store opened with writable=True (the broker's lock held)")
+    if Path(plan.root).resolve() != root.resolve():
+        raise InputError(f"the plan is for {plan.root}, not {root}")
+    jp = journal_path(root)
+    resumed = jp.exists()
+    if resumed:
+        data = json.loads(jp.read_text())
+        if data["plan"] != plan.to_json():
+            raise InputError(f"{jp}: an interrupted recovery with another plan is pending; resume that one first")
+    else:
+        data = {"format": JOURNAL_FORMAT, "plan": plan.to_json(), "done": [], "state": {}}
+    journal = _Journal(jp, data)
+    steps = plan.steps()
+    if not steps:
+        return RecoverResult(plan, False, [])
+    jp.parent.mkdir(parents=True, exist_ok=True)
+    journal.save()
+    qdir = Path(plan.quarantine_dir) if plan.quarantine_dir else None
+    for n, step in enumerate(steps, 1):
+        if journal.done(step):
+            continue
+        if step == "quarantine":
+            assert qdir is not None
+            _step_quarantine(st, plan, qdir, n)
+        elif step in ("cq-recover", "index-delete", "commitlog-truncate"):
+            _step_remove(st, plan, step, n)
+        elif step == "cq-truncate":
+            _step_cq_truncate(st, plan, n)
+        elif step == "dispatch":
+            _step_dispatch(st, plan, journal, n, clock, progress)
+        elif step == "rebuild":
+            _step_rebuild(st, plan, journal, n, clock, progress)
+        elif step == "swap":
+            _step_swap(st, plan, journal, qdir)
+        elif step == "checkpoint":
+            journal.set(checkpoint=_step_checkpoint(st, plan, journal))
+        elif step == "abort":
+            if _unlink(st.config.abort_path):
+                fsync_dir(st.config.abort_path.parent)
+        journal.mark(step)
+        _maybe_kill(KILL_AFTER_ENV, n)
+    state = dict(journal.state)
+    _finish(root)
+    return RecoverResult(
+        plan,
+        resumed,
+        steps,
+        state.get("dispatch"),
+        state.get("rebuild"),
+        state.get("checkpoint"),
+        plan.quarantine_dir,
+    )
+
+
+def _finish(root: Path) -> None:
+    jp = journal_path(root)
+    shutil.rmtree(jp.parent / "recover", ignore_errors=True)
+    _unlink(jp)
+    for d in (jp.parent / "tmp", jp.parent):
+        try:
+            d.rmdir()  # only when nothing else uses the scratch directory
+        except OSError:
+            pass
+    fsync_dir(root)
+
+
+def _safe_rel(rel: str) -> str:
+    return rel.lstrip("/") if rel.startswith("/") else rel
+
+
+def _link_or_copy(src: Path, dst: Path, *, link: bool) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    _unlink(dst)
+    try:
+        if not link:
+            raise OSError(errno.EPERM, "copy asked")
+        os.link(src, dst)  # same file system: the deleted file lives on in the quarantine, no copy
+    except OSError:
+        tmp = dst.with_name(dst.name + ".partial")
+        shutil.copyfile(src, tmp)
+        fsync_file(tmp)
+        os.replace(tmp, dst)
+
+
+def _step_quarantine(st: Store, plan: RecoverPlan, qdir: Path, n: int) -> None:
+    """Save every byte range and file the later steps remove, and a manifest to restore them."""
+    root = Path(st.root)
+    qdir.mkdir(parents=True, exist_ok=True)
+    items: list[dict[str, Any]] = []
+    for i, a in enumerate(plan.actions):
+        src = _abs(root, a.path)
+        if a.verb == "delete":
+            saved = Path("files") / _safe_rel(a.path)
+            if src.exists():
+                # Commit log and index files are never written before their deletion step: a hard
+                # link is enough. Consume queue files may be, by the re-dispatch: copy them.
+                _link_or_copy(src, qdir / saved, link=a.kind != "consumequeue")
+            items.append(
+                {
+                    "kind": "file",
+                    "path": str(src),
+                    "size": a.size,
+                    "saved": str(saved),
+                    "why": a.why,
+                    "restore": f"cp --sparse=always '{qdir / saved}' '{src}'",
+                }
+            )
+        else:
+            saved = Path("ranges") / f"{_safe_rel(a.path)}.{a.from_pos}-{a.to_pos}"
+            dst = qdir / saved
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256()
+            tmp = dst.with_name(dst.name + ".partial")
+            with open(tmp, "wb") as f:
+                for chunk in _read_range(src, a.from_pos, a.to_pos):
+                    digest.update(chunk)
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dst)
+            items.append(
+                {
+                    "kind": "range",
+                    "path": str(src),
+                    "from": a.from_pos,
+                    "to": a.to_pos,
+                    "saved": str(saved),
+                    "sha256": digest.hexdigest(),
+                    "why": a.why,
+                    "restore": f"dd if='{qdir / saved}' of='{src}' bs=1M seek={a.from_pos} oflag=seek_bytes "
+                    "conv=notrunc",
+                }
+            )
+        if i == 0:
+            _maybe_kill(KILL_IN_ENV, n)
+    cp_path = st.config.checkpoint_path
+    if plan.write_checkpoint and cp_path.exists():
+        saved = Path("files") / "checkpoint"
+        (qdir / saved).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(qdir / saved, cp_path.read_bytes())
+        items.append(
+            {
+                "kind": "file",
+                "path": str(cp_path),
+                "size": cp_path.stat().st_size,
+                "saved": str(saved),
+                "why": "rewritten with the values the broker writes at shutdown",
+                "restore": f"cp '{qdir / saved}' '{cp_path}'",
+            }
+        )
+    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
+        if on:
+            live = root / part
+            items.append(
+                {
+                    "kind": "directory",
+                    "path": str(live),
+                    "saved": f"files/{part}",
+                    "why": "replaced by the one rebuilt from the commit log",
+                    "restore": f"rm -rf '{live}' && mv '{qdir / 'files' / part}' '{live}'",
+                }
+            )
+    if plan.remove_abort:
+        items.append(
+            {
+                "kind": "marker",
+                "path": str(st.config.abort_path),
+                "why": "removed: the store is consistent again",
+                "restore": f"touch '{st.config.abort_path}'",
+            }
+        )
+    manifest = {
+        "tool": "rmqstore recover",
+        "store": str(root),
+        "createdAt": plan.created_ms,
+        "processOffset": plan.process_offset,
+        "howToRestore": (
+            "Stop the broker, then run the 'restore' command of every item, in order, to put the store back as "
+            "it was before recovery. 'saved' paths are relative to this folder."
+        ),
+        "items": items,
+    }
+    atomic_write(qdir / "manifest.json", json.dumps(manifest, indent=2).encode())
+    for d in sorted({p.parent for p in qdir.rglob("*") if p.is_file()}):
+        fsync_dir(d)
+
+
+def _step_remove(st: Store, plan: RecoverPlan, step: str, n: int) -> None:
+    """Zero the planned ranges and delete the planned files of ``step``."""
+    root = Path(st.root)
+    dirs: set[Path] = set()
+    for i, a in enumerate(x for x in plan.actions if x.step == step):
+        p = _abs(root, a.path)
+        if a.verb == "delete":
+            if _unlink(p):
+                dirs.add(p.parent)
+        elif p.exists():
+            _zero_range(p, a.from_pos, a.to_pos)
+        if i == 0:
+            _maybe_kill(KILL_IN_ENV, n)
+    for d in dirs:
+        fsync_dir(d)
+
+
+def _step_cq_truncate(st: Store, plan: RecoverPlan, n: int) -> None:
+    """``truncateDirtyLogicFiles`` after the re-dispatch: whatever was appended after a cut goes too."""
+    root = Path(st.root)
+    dirs: set[Path] = set()
+    for i, a in enumerate(x for x in plan.actions if x.step == "cq-truncate"):
+        p = _abs(root, a.path)
+        if a.verb == "delete":
+            if _unlink(p):
+                dirs.add(p.parent)
+        elif p.exists():
+            _zero_range(p, a.from_pos, data_end(p, a.from_pos))
+            segs, _ = list_segments(p.parent, None)
+            for s in segs:
+                if s.base_offset > int(p.name) and _unlink(s.path):
+                    dirs.add(p.parent)
+        if i == 0:
+            _maybe_kill(KILL_IN_ENV, n)
+    for d in dirs:
+        fsync_dir(d)
+
+
+def _snapshot_path(root: Path) -> Path:
+    return scratch_dir(root, "recover") / "index-snapshot.bin"
+
+
+def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: _Journal) -> None:
+    """Undo a re-dispatch that was killed half way: back to the files as the steps before left them."""
+    cfg = st.config
+    root = Path(st.root)
+    if plan.dispatch is not None and plan.dispatch.consume_queue:
+        ends = {(q.topic, q.queue_id): q for q in plan.queue_ends}
+        for topic, qid, qdir in st.queues():
+            qe = ends.get((topic, qid))
+            segs, _ = list_segments(qdir, None)
+            keep_base = int(qe.last_file) if qe is not None and qe.last_file is not None else -1
+            for s in segs:
+                if s.base_offset > keep_base:
+                    _unlink(s.path)
+                elif s.base_offset == keep_base:
+                    _zero_range(s.path, qe.end_pos, data_end(s.path, qe.end_pos))  # type: ignore[union-attr]
+            if qe is None:  # a queue the re-dispatch created
+                shutil.rmtree(qdir, ignore_errors=True)
+                try:
+                    qdir.parent.rmdir()
+                except OSError:
+                    pass
+            fsync_dir(qdir.parent if qe is None else qdir)
+    if plan.dispatch is not None and plan.dispatch.index:
+        kept = set(plan.index_files_kept)
+        idir = cfg.index_dir
+        for name in sorted(os.listdir(idir)) if idir.is_dir() else []:
+            if name.isdigit() and name not in kept:
+                _unlink(idir / name)
+        snap = journal.state.get("snapshot")
+        if snap:
+            data = _snapshot_path(root).read_bytes()
+            last = idir / snap
+            fd = os.open(last, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            h = ix.decode_header(data)
+            used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
+            _zero_range(last, used, data_end(last, used))
+        if idir.is_dir():
+            fsync_dir(idir)
+
+
+def _column_batches(st: Store, from_phy: int, to_phy: int, progress: Callable[[int], None] | None) -> Iterator[Any]:
+    """Dispatch batches of the records in [from_phy, to_phy), as the dispatcher reads them (§9.2)."""
+    segs, _ = st.commitlog_segments()
+    segs = [s for s in segs if s.size == st.config.commitlog_file_size]
+    end_seen = from_phy
+    for batches, stop, seg in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):
+        yield from batches
+        # A blank hands over to the next file: the records went on to the end of this one.
+        end_seen = seg.base_offset + (seg.size if stop.reason == "blank" else stop.pos)
+        if stop.reason == "invalid":
+            break
+    if end_seen != to_phy:
+        raise CorruptData(
+            f"the commit log changed since the plan: the records end at {end_seen}, the plan says {to_phy}",
+            path=st.config.commitlog_dir,
+            pos=0,
+            phy_offset=end_seen,
+        )
+
+
+def _index_msg_timestamp(cfg: StoreConfig, stats: DispatchStats, old: int) -> int:
+    """The broker sets indexMsgTimestamp to the end time of a file that filled up, when it rolls (§5.3)."""
+    if not stats.index_files_created:
+        return old
+    names = sorted(n for n in os.listdir(cfg.index_dir) if n.isdigit())
+    last_new = max(p.name for p in stats.index_files_created)
+    i = names.index(last_new)
+    if i == 0:
+        return old
+    with map_file(cfg.index_dir / names[i - 1]) as buf:
+        h = ix.decode_header(buf)
+    return h.end_timestamp_ms if h.index_count >= cfg.max_index_num else old
+
+
+def _fsync_dispatch_dirs(root: Path, stats: DispatchStats) -> None:
+    for topic, qid in stats.queues_touched:
+        q = root / "consumequeue" / topic / str(qid)
+        if q.is_dir():
+            fsync_dir(q)
+            fsync_dir(q.parent)
+    for d in (root / "consumequeue", root / "index"):
+        if d.is_dir():
+            fsync_dir(d)
+
+
+def _step_dispatch(
+    st: Store,
+    plan: RecoverPlan,
+    journal: _Journal,
+    n: int,
+    clock: Callable[[], int] | None,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Re-dispatch the walked records into the store's consume queues and index (§8.3)."""
+    cfg = st.config
+    root = Path(st.root)
+    d = plan.dispatch
+    assert d is not None
+    if d.index and plan.index_files_kept and "snapshot" not in journal.state:
+        last = cfg.index_dir / plan.index_files_kept[-1]
+        with map_file(last) as buf:
+            head = bytes(buf[: ix.HEADER_SIZE + cfg.max_hash_slot_num * 4])
+        atomic_write(_snapshot_path(root), head)
+        journal.set(snapshot=last.name)
+    if journal.state.get("dispatchStarted"):
+        _rollback_dispatch(st, plan, journal)
+    else:
+        journal.set(dispatchStarted=True)
+    dispatcher = Dispatcher(cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock)
+    ok = False
+    try:
+        first = True
+        if d.only_after_phy is None:
+            for cols in _column_batches(st, d.from_phy, d.to_phy, progress):
+                dispatcher.dispatch_columns(cols)
+                if first:
+                    first = False
+                    _maybe_kill(KILL_IN_ENV, n)
+        else:
+            from .dispatch import iter_requests
+
+            segs, _ = st.commitlog_segments()
+            for reqs, _stop, _seg in iter_requests(segs, cfg, from_phy=d.from_phy, to_phy=d.to_phy, progress=progress):
+                dispatcher.dispatch([r for r in reqs if r.phy_offset > d.only_after_phy])
+        ok = True
+    finally:
+        stats = dispatcher.close(sync=ok)
+    _fsync_dispatch_dirs(root, stats)
+    index_ts = plan.checkpoint_after["indexMsgTimestamp"]
+    if d.index:
+        index_ts = _index_msg_timestamp(cfg, stats, index_ts)
+    journal.set(dispatch=stats.to_json(), indexMsgTimestamp=index_ts)
+
+
+def _build_root(root: Path) -> Path:
+    return scratch_dir(root, "recover") / "build"
+
+
+def _step_rebuild(
+    st: Store,
+    plan: RecoverPlan,
+    journal: _Journal,
+    n: int,
+    clock: Callable[[], int] | None,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Build fresh consume queues and/or index files from the whole valid commit log, beside the store."""
+    cfg = st.config
+    build = _build_root(Path(st.root))
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir(parents=True)
+    dispatcher = Dispatcher(
+        cfg, root=build, consume_queue=plan.rebuild_consume_queue, index=plan.rebuild_index, clock=clock
+    )
+    ok = False
+    try:
+        first = True
+        for cols in _column_batches(st, plan.min_phy, plan.process_offset, progress):
+            dispatcher.dispatch_columns(cols)
+            if first:
+                first = False
+                _maybe_kill(KILL_IN_ENV, n)
+        ok = True
+    finally:
+        stats = dispatcher.close(sync=ok)
+    _fsync_dispatch_dirs(build, stats)
+    state: dict[str, Any] = {"rebuild": stats.to_json()}
+    if plan.rebuild_consume_queue:
+        state["logicsMsgTimestamp"] = stats.logics_msg_timestamp_ms
+    if plan.rebuild_index:
+        # A fresh index: indexMsgTimestamp is the end time of its last full file, else 0.
+        ts = 0
+        idir = build / "index"
+        for name in sorted(os.listdir(idir)) if idir.is_dir() else []:
+            with map_file(idir / name) as buf:
+                h = ix.decode_header(buf)
+            if h.index_count >= cfg.max_index_num:
+                ts = h.end_timestamp_ms
+        state["indexMsgTimestamp"] = ts
+    journal.set(**state)
+
+
+def _move_dir(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` (copy then delete across file systems); a no-op once done."""
+    if not src.exists():
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        shutil.rmtree(dst)  # an earlier copy that did not finish
+    try:
+        os.replace(src, dst)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        tmp = dst.with_name(dst.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        os.replace(tmp, dst)
+        shutil.rmtree(src)
+    fsync_dir(dst.parent)
+    fsync_dir(src.parent)
+
+
+def _step_swap(st: Store, plan: RecoverPlan, journal: _Journal, qdir: Path | None) -> None:
+    """Old directories to the quarantine (or away), rebuilt ones in; each half journaled."""
+    root = Path(st.root)
+    build = _build_root(root)
+    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
+        if not on:
+            continue
+        live = root / part
+        if not journal.state.get(f"old:{part}"):
+            if qdir is not None:
+                _move_dir(live, qdir / "files" / part)
+            elif live.exists():
+                trash = scratch_dir(root, "recover") / "trash" / part
+                _move_dir(live, trash)
+                shutil.rmtree(trash)
+            journal.set(**{f"old:{part}": True})
+        new = build / part
+        if new.exists():
+            _move_dir(new, live)
+        live.mkdir(exist_ok=True)
+        fsync_dir(root)
+
+
+def _step_checkpoint(st: Store, plan: RecoverPlan, journal: _Journal) -> dict[str, int]:
+    after = dict(plan.checkpoint_after)
+    state = journal.state
+    if plan.checkpoint_index_from_dispatch and "indexMsgTimestamp" in state:
+        after["indexMsgTimestamp"] = state["indexMsgTimestamp"]
+    if plan.rebuild_consume_queue and state.get("logicsMsgTimestamp"):
+        after["logicsMsgTimestamp"] = state["logicsMsgTimestamp"]
+    cfg = st.config
+    current = _read_checkpoint_bytes(cfg.checkpoint_path)
+    atomic_write(cfg.checkpoint_path, checkpoint_bytes(current, after), tmp_dir=scratch_dir(Path(st.root), "tmp"))
+    return after
