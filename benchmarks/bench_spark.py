@@ -70,6 +70,9 @@ def main() -> None:
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--runs", type=int, default=1, help="runs per figure (the best is shown)")
     ap.add_argument("--keep", action="store_true", help="keep the generated store")
+    ap.add_argument(
+        "--redispatch", action="store_true", help="also time redispatch --engine local vs spark (same bytes checked)"
+    )
     args = ap.parse_args()
     tmp = None
     store = args.store
@@ -102,22 +105,22 @@ def run(store: Path, args: argparse.Namespace) -> None:
     t_local, records = best(lambda: local_scan(store), args.runs)
     print(f"store {store}: {len(files)} file(s), {size / 1e6:.0f} MB, {records} records ({size / records:.0f} B each)")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; Spark master {args.master}")
-    head = f"{'scan':44} {'wall s':>7} {'rows/s':>10} {'MB/s':>6} {'x cat':>6} {'x local':>8}"
+    head = f"{'scan':54} {'wall s':>7} {'rows/s':>10} {'MB/s':>6} {'x cat':>6} {'x local':>8}"
     print(head)
 
     def line(label: str, t: float, n: int) -> None:
         if n != records:
             raise SystemExit(f"{label}: {n} rows, expected {records}")
-        print(f"{label:44} {t:7.2f} {n / t:10,.0f} {size / t / 1e6:6.0f} {t / t_cat:6.1f} {t / t_local:8.2f}")
+        print(f"{label:54} {t:7.2f} {n / t:10,.0f} {size / t / 1e6:6.0f} {t / t_cat:6.1f} {t / t_local:8.2f}")
 
-    print(f"{'cat > /dev/null':44} {t_cat:7.2f} {'':>10} {size / t_cat / 1e6:6.0f} {1:6.1f}")
+    print(f"{'cat > /dev/null':54} {t_cat:7.2f} {'':>10} {size / t_cat / 1e6:6.0f} {1:6.1f}")
     line("local codec (iter_commitlog, 1 core)", t_local, records)
     line("reader without Spark (1 task, full rows)", *best(lambda: reader_in_process(store), args.runs))
 
     t0 = time.perf_counter()
     spark = get_session(args.master, conf={"spark.ui.showConsoleProgress": "false"})
     spark.range(4).count()
-    print(f"{'(Spark session start)':44} {time.perf_counter() - t0:7.2f}")
+    print(f"{'(Spark session start)':54} {time.perf_counter() - t0:7.2f}")
     for per_file in (1, 2, 4):
         opts = jobs.ReadOptions(partitions_per_file=per_file)
 
@@ -137,7 +140,35 @@ def run(store: Path, args: argparse.Namespace) -> None:
         return df.count()
 
     line("Spark count(), stats' 6 columns, 4/file", *best(pruned, args.runs))
+    if args.redispatch:
+        redispatch(store, spark, t_cat)
     spark.stop()
+
+
+def redispatch(store: Path, spark: object, t_cat: float) -> None:
+    """Consume queues and index rebuilt by both engines into temporary directories, compared byte for byte."""
+    import filecmp
+
+    from rmqstore.redispatch import build
+
+    with tempfile.TemporaryDirectory(prefix="rmqstore-bench-redispatch-") as tmp, open_store(store) as st:
+        times = {}
+        for engine in ("local", "spark"):
+            out = Path(tmp) / engine
+            out.mkdir()
+            t0 = time.perf_counter()
+            stats, end, _ = build(st, out, engine=engine)
+            times[engine] = time.perf_counter() - t0
+            print(
+                f"{'redispatch --engine ' + engine:54} {times[engine]:7.2f} {stats.records / times[engine]:10,.0f}"
+                f" {'':6} {times[engine] / t_cat:6.1f}"
+            )
+        a, b = Path(tmp) / "local", Path(tmp) / "spark"
+        cq = sorted(p.relative_to(a) for p in (a / "consumequeue").rglob("*") if p.is_file())
+        ia, ib = sorted((a / "index").iterdir()), sorted((b / "index").iterdir())
+        same = all(filecmp.cmp(a / p, b / p, shallow=False) for p in cq) and len(ia) == len(ib)
+        same = same and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(ia, ib, strict=True))
+        print(f"redispatch: {len(cq)} consume queue and {len(ia)} index files, identical: {same}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ are big-endian and signed, as Java writes them.
 from __future__ import annotations
 
 import base64
+import functools
 import ipaddress
 import struct
 import zlib
@@ -62,6 +63,7 @@ _TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED TX OFFSET, BODYLENGTH
 _PARSER_CHANGE = (4, 9, 1)
 
 
+@functools.lru_cache(maxsize=64)
 def version_tuple(broker: str) -> tuple[int, ...]:
     """``"4.9.7"`` -> ``(4, 9, 7)``; unknown parts count as 0."""
     out = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import mmap
 import os
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
 
 _INT_MAX = 0x7FFFFFFF
+_JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,9 @@ class DispatchRequest:
 
 def delivery_tags_code(delay: str, store_timestamp_ms: int, levels_ms: list[int], tags_code: int) -> int:
     """tagsCode of a ``SCHEDULE_TOPIC_XXXX`` record (§4.2); ValueError on a non-numeric DELAY."""
-    level = int(delay.strip()) if delay.strip().lstrip("-").isdigit() else int(delay)  # Java Integer.parseInt
+    if not _JAVA_INT.match(delay):  # Integer.parseInt: optional sign, ASCII digits, no spaces
+        raise ValueError(f"not an int: {delay!r}")
+    level = int(delay)
     if level > len(levels_ms):
         level = len(levels_ms)
     if level <= 0:

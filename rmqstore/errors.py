@@ -108,6 +108,12 @@ class UnsafePlan(RmqstoreError):
     exit_code = 8
 
 
+class ExpireRunning(RmqstoreError):
+    """Another ``rmqstore expire`` holds ``<root>/.rmqstore/expire.lock``."""
+
+    exit_code = 11
+
+
 class MissingExtra(RmqstoreError):
     """An optional dependency (the ``spark`` extra, Java) is not installed."""
 
@@ -124,6 +130,8 @@ EXIT_CODES: dict[int, str] = {
     6: "corrupt data: a file is damaged where the operation needed it intact",
     7: "unsupported store (DLedger commit log, RocksDB consume queue, batch consume queue)",
     8: "unsafe plan refused: the operation would lose data; see --force",
+    9: "expire: files were deleted (a dry run: files would be deleted)",
+    11: "expire: another rmqstore expire run holds this store's expire lock",
 }
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .commitlog import version_tuple
 from .consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
-from .errors import ConfigError, CorruptData, InputError, RmqstoreError, StoreLocked
+from .errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
 from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
@@ -49,7 +49,7 @@ EXIT_ERROR = 1  # bad input, configuration or an I/O error
 EXIT_OVER_FORCED_RATIO = 3  # after the run the disk is still above the forced-clean level
 EXIT_LOCKED = StoreLocked.exit_code  # 4: a running broker holds the store (it cleans itself)
 EXIT_DELETED = 9  # files were deleted (or, in a dry run, would be)
-EXIT_EXPIRE_RUNNING = 11  # another `rmqstore expire` holds this store's expire lock
+EXIT_EXPIRE_RUNNING = ExpireRunning.exit_code  # 11: another `rmqstore expire` holds this store's expire lock
 
 EXIT_CODES: dict[int, str] = {
     EXIT_NOTHING_TO_DO: "nothing to do",
@@ -66,12 +66,6 @@ EXIT_CODES: dict[int, str] = {
 HOUR_MS = 3_600_000
 EXPIRE_LOCK = "expire.lock"
 _LONG = struct.Struct(">q")
-
-
-class ExpireRunning(RmqstoreError):
-    """Another ``rmqstore expire`` holds ``<root>/.rmqstore/expire.lock``."""
-
-    exit_code = EXIT_EXPIRE_RUNNING
 
 
 # -- settings -----------------------------------------------------------------------------

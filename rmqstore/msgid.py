@@ -45,7 +45,7 @@ class UniqKey:
 
     def timestamp_ms(self, now_ms: int, tz: dt.tzinfo | None = None) -> int:
         """Guess the absolute time: this month, or the previous one if that would be in the future."""
-        now = dt.datetime.fromtimestamp(now_ms / 1000, tz or dt.timezone.utc)
+        now = dt.datetime.fromtimestamp(now_ms / 1000, tz or dt.UTC)
         start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         t = int(start.timestamp() * 1000) + self.month_ms
         if t >= now_ms:
