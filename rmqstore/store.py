@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import checkpoint as cpmod
 from .commitlog import Blank, Record, decode_record
-from .errors import CorruptData, StoreLocked, StoreNotFound, UnsupportedStore
+from .errors import CorruptData, StoreLocked, StoreNotFound, UnsafePlan, UnsupportedStore
 from .layout import (
     INDEX_NAME_RE,
     Segment,
@@ -236,8 +236,13 @@ def open_store(
     writable: bool = False,
     broker: str | None = None,
     create: bool = False,
+    operation: str | None = None,
 ) -> Iterator[Store]:
-    """Open a store; with ``writable`` take the broker's lock first (StoreLocked if held)."""
+    """Open a store; with ``writable`` take the broker's lock first (StoreLocked if held).
+
+    A writable open is refused (UnsafePlan) while another operation's journal shows it was
+    interrupted: that operation must be re-run to finish first. ``operation`` names the caller
+    (``write``, ``recover``, ``redispatch``) so it can resume its own journal."""
     root = Path(root)
     if create:
         root.mkdir(parents=True, exist_ok=True)
@@ -248,10 +253,32 @@ def open_store(
     st = Store(cfg, writable)
     if writable:
         st._lock_fd = _take_lock(cfg.lock_path)
+        try:
+            _refuse_unfinished(root, operation)
+        except UnsafePlan:
+            st.close()
+            raise
     try:
         yield st
     finally:
         st.close()
+
+
+# operation -> its journal under <root>/.rmqstore (each module owns the file's content)
+JOURNALS = {
+    "write": ("write.journal",),
+    "recover": ("recover.journal.json",),
+    "redispatch": ("redispatch", "redispatch.journal.json"),
+}
+
+
+def _refuse_unfinished(root: Path, operation: str | None) -> None:
+    for op, parts in JOURNALS.items():
+        if op != operation and Path(root, ".rmqstore", *parts).exists():
+            raise UnsafePlan(
+                f"{root}: an interrupted `rmqstore {op}` left its journal; run `rmqstore {op} {root}` "
+                "again to finish it first"
+            )
 
 
 def _take_lock(lock_path: Path) -> int:

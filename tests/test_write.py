@@ -649,7 +649,7 @@ def test_killed_write_is_rolled_back_by_the_next_write(tmp_path: Path) -> None:
     assert proc.returncode == 9
     assert wr.pending_journal(root) is not None
     assert _hashes(root.parent) != before
-    with open_store(root, writable=True) as st:
+    with open_store(root, writable=True, operation="write") as st:
         report = wr.rollback_pending(st)
     assert report is not None and report.files_removed
     assert _hashes(root.parent) == before
