@@ -20,6 +20,7 @@ count and load average are printed: other processes slow every wall time.
 from __future__ import annotations
 
 import argparse
+import filecmp
 import os
 import shutil
 import subprocess
@@ -94,10 +95,24 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(store: Path, args: argparse.Namespace) -> None:
-    from rmqstore.spark import jobs
-    from rmqstore.spark.session import get_session
+class Report:
+    """Prints one line per figure, relative to ``cat`` and to the local codec."""
 
+    def __init__(self, size: int, records: int, t_cat: float, t_local: float) -> None:
+        self.size, self.records, self.t_cat, self.t_local = size, records, t_cat, t_local
+        print(f"{'scan':54} {'wall s':>7} {'rows/s':>10} {'MB/s':>6} {'x cat':>6} {'x local':>8}")
+        print(f"{'cat > /dev/null':54} {t_cat:7.2f} {'':>10} {size / t_cat / 1e6:6.0f} {1:6.1f}")
+
+    def line(self, label: str, t: float, n: int) -> None:
+        if n != self.records:
+            raise SystemExit(f"{label}: {n} rows, expected {self.records}")
+        print(
+            f"{label:54} {t:7.2f} {n / t:10,.0f} {self.size / t / 1e6:6.0f} {t / self.t_cat:6.1f} "
+            f"{t / self.t_local:8.2f}"
+        )
+
+
+def run(store: Path, args: argparse.Namespace) -> None:
     files = sorted(str(p) for p in (store / "commitlog").iterdir() if p.name.isdigit())
     size = sum(os.path.getsize(f) for f in files)
     subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
@@ -105,17 +120,24 @@ def run(store: Path, args: argparse.Namespace) -> None:
     t_local, records = best(lambda: local_scan(store), args.runs)
     print(f"store {store}: {len(files)} file(s), {size / 1e6:.0f} MB, {records} records ({size / records:.0f} B each)")
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; Spark master {args.master}")
-    head = f"{'scan':54} {'wall s':>7} {'rows/s':>10} {'MB/s':>6} {'x cat':>6} {'x local':>8}"
-    print(head)
+    report = Report(size, records, t_cat, t_local)
+    report.line("local codec (iter_commitlog, 1 core)", t_local, records)
+    report.line("reader without Spark (1 task, full rows)", *best(lambda: reader_in_process(store), args.runs))
+    work = Path(tempfile.mkdtemp(prefix="rmqstore-bench-redispatch-"))
+    try:
+        if args.redispatch:  # before Spark starts: the local engine forks its decoding processes
+            redispatch(store, work / "local", "local", t_cat)
+        spark_figures(store, args, report)
+        if args.redispatch:
+            redispatch(store, work / "spark", "spark", t_cat)
+            print(f"redispatch: local and spark files identical: {same_files(work / 'local', work / 'spark')}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
-    def line(label: str, t: float, n: int) -> None:
-        if n != records:
-            raise SystemExit(f"{label}: {n} rows, expected {records}")
-        print(f"{label:54} {t:7.2f} {n / t:10,.0f} {size / t / 1e6:6.0f} {t / t_cat:6.1f} {t / t_local:8.2f}")
 
-    print(f"{'cat > /dev/null':54} {t_cat:7.2f} {'':>10} {size / t_cat / 1e6:6.0f} {1:6.1f}")
-    line("local codec (iter_commitlog, 1 core)", t_local, records)
-    line("reader without Spark (1 task, full rows)", *best(lambda: reader_in_process(store), args.runs))
+def spark_figures(store: Path, args: argparse.Namespace, report: Report) -> None:
+    from rmqstore.spark import jobs
+    from rmqstore.spark.session import get_session
 
     t0 = time.perf_counter()
     spark = get_session(args.master, conf={"spark.ui.showConsoleProgress": "false"})
@@ -125,50 +147,47 @@ def run(store: Path, args: argparse.Namespace) -> None:
         opts = jobs.ReadOptions(partitions_per_file=per_file)
 
         def count(opts: jobs.ReadOptions = opts) -> int:
-            return jobs.read_commitlog(spark, [store], options=opts).count()
+            return int(jobs.read_commitlog(spark, [store], options=opts).count())
 
         def noop(opts: jobs.ReadOptions = opts) -> int:
             df = jobs.read_commitlog(spark, [store], options=opts)
             df.write.format("noop").mode("overwrite").save()
-            return records  # noop returns nothing; count() above checks the rows
+            return report.records  # noop returns nothing; count() above checks the rows
 
-        line(f"Spark count(), {per_file} partition(s)/file", *best(count, args.runs))
-        line(f"Spark noop write (full rows), {per_file} partition(s)/file", *best(noop, args.runs))
+        report.line(f"Spark count(), {per_file} partition(s)/file", *best(count, args.runs))
+        report.line(f"Spark noop write (full rows), {per_file} partition(s)/file", *best(noop, args.runs))
 
     def pruned() -> int:
-        df = jobs.read_commitlog(spark, [store], columns=STATS_COLUMNS, options=jobs.ReadOptions(partitions_per_file=4))
-        return df.count()
+        opts = jobs.ReadOptions(partitions_per_file=4)
+        return int(jobs.read_commitlog(spark, [store], columns=STATS_COLUMNS, options=opts).count())
 
-    line("Spark count(), stats' 6 columns, 4/file", *best(pruned, args.runs))
-    if args.redispatch:
-        redispatch(store, spark, t_cat)
-    spark.stop()
+    report.line("Spark count(), stats' 6 columns, 4/file", *best(pruned, args.runs))
 
 
-def redispatch(store: Path, spark: object, t_cat: float) -> None:
-    """Consume queues and index rebuilt by both engines into temporary directories, compared byte for byte."""
-    import filecmp
-
+def redispatch(store: Path, out: Path, engine: str, t_cat: float) -> None:
+    """Rebuild consume queues and index of ``store`` into ``out`` with one engine, timed."""
     from rmqstore.redispatch import build
 
-    with tempfile.TemporaryDirectory(prefix="rmqstore-bench-redispatch-") as tmp, open_store(store) as st:
-        times = {}
-        for engine in ("local", "spark"):
-            out = Path(tmp) / engine
-            out.mkdir()
-            t0 = time.perf_counter()
-            stats, end, _ = build(st, out, engine=engine)
-            times[engine] = time.perf_counter() - t0
-            print(
-                f"{'redispatch --engine ' + engine:54} {times[engine]:7.2f} {stats.records / times[engine]:10,.0f}"
-                f" {'':6} {times[engine] / t_cat:6.1f}"
-            )
-        a, b = Path(tmp) / "local", Path(tmp) / "spark"
-        cq = sorted(p.relative_to(a) for p in (a / "consumequeue").rglob("*") if p.is_file())
-        ia, ib = sorted((a / "index").iterdir()), sorted((b / "index").iterdir())
-        same = all(filecmp.cmp(a / p, b / p, shallow=False) for p in cq) and len(ia) == len(ib)
-        same = same and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(ia, ib, strict=True))
-        print(f"redispatch: {len(cq)} consume queue and {len(ia)} index files, identical: {same}")
+    out.mkdir()
+    with open_store(store) as st:
+        t0 = time.perf_counter()
+        stats, _, _ = build(st, out, engine=engine)
+        t = time.perf_counter() - t0
+    label = f"redispatch --engine {engine} (records/s)"
+    print(f"{label:54} {t:7.2f} {stats.records / t:10,.0f} {'':6} {t / t_cat:6.1f}")
+
+
+def same_files(a: Path, b: Path) -> bool:
+    """Consume queue files by path and index files in order (their names are creation times)."""
+    cq = sorted(p.relative_to(a) for p in (a / "consumequeue").rglob("*") if p.is_file())
+    cq_b = sorted(p.relative_to(b) for p in (b / "consumequeue").rglob("*") if p.is_file())
+    ia, ib = sorted((a / "index").iterdir()), sorted((b / "index").iterdir())
+    return (
+        cq == cq_b
+        and len(ia) == len(ib)
+        and all(filecmp.cmp(a / p, b / p, shallow=False) for p in cq)
+        and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(ia, ib, strict=True))
+    )
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ def recover_command(
     fmt = default_format(fmt)
     if quarantine is not None and no_quarantine:
         raise InputError("--quarantine and --no-quarantine exclude each other")
-    with open_store(store, broker_config=broker_config, writable=not dry_run, broker=broker_version, operation="recover") as st:
+    with open_store(
+        store, broker_config=broker_config, writable=not dry_run, broker=broker_version, operation="recover"
+    ) as st:
         if dry_run and st.lock_holder() is not None:
             raise StoreLocked(
                 f"{st.config.lock_path}: held by a running broker (pid {st.lock_holder()}); stop it first"

@@ -87,7 +87,11 @@ def redispatch_command(
     """
     fmt = default_format(fmt)
     with open_store(
-        store, broker_config=broker_config, writable=not dry_run and output is None, broker=broker_version, operation="redispatch"
+        store,
+        broker_config=broker_config,
+        writable=not dry_run and output is None,
+        broker=broker_version,
+        operation="redispatch",
     ) as st:
         pending = op.pending_journal(st.root)
         if pending is not None and not dry_run:

@@ -189,7 +189,7 @@ def scan_columns(
             results = pool.imap(_decode_in_worker, [(str(seg.path), seg, cfg, c, end) for c in chunks])
             return _collect(results, stop)
     u8 = np.frombuffer(buf, dtype=np.uint8, count=end) if end else np.zeros(0, np.uint8)
-    return _collect((_decode_batch(buf, u8, c, seg, cfg, end) for c in chunks), stop)
+    return _collect((decode_batch(buf, u8, c, seg, cfg, end) for c in chunks), stop)
 
 
 def _collect(results: Any, stop: ScanStop) -> tuple[list[Columns], ScanStop]:
@@ -212,15 +212,21 @@ def _decode_in_worker(
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     u8 = np.frombuffer(m, dtype=np.uint8, count=end)
     try:
-        return _decode_batch(m, u8, chunk, seg, cfg, end)
+        return decode_batch(m, u8, chunk, seg, cfg, end)
     finally:
         del u8
         m.close()
 
 
-def _decode_batch(
+def decode_batch(
     buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
 ) -> tuple[Columns | None, ScanStop | None]:
+    """Decode the records starting at positions ``p`` of one segment buffer into columns.
+
+    ``u8`` is a uint8 view of ``buf``, ``end`` the end of valid data in it. Returns the columns of
+    the records before the first one the broker's check would stop at, and that stop (or None).
+    Used by the local scanner and by the Spark redispatch executors.
+    """
     n = len(p)
     head = _gather(u8, p, 88)  # every fixed field of an IPv4/IPv4 record, one gather
 

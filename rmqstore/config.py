@@ -804,8 +804,7 @@ def load_consumer_offsets(
         if not isinstance(queues, Mapping):
             _fail_shape(f"offsetTable[{key!r}] is not a queue map", path)
         out[(topic, group)] = {
-            _queue_key(q, f"{key}: queue id", path): _int_or_fail(v, f"{key}: offset", path)
-            for q, v in queues.items()
+            _queue_key(q, f"{key}: queue id", path): _int_or_fail(v, f"{key}: offset", path) for q, v in queues.items()
         }
     return out
 

@@ -31,6 +31,4 @@ def parse_time_ms(text: str, *, tz: dt.tzinfo | None = None) -> int:
 
 def format_time_ms(ms: int) -> str:
     """ISO-8601 in UTC with milliseconds, for output."""
-    return (
-        dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

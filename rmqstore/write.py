@@ -1970,7 +1970,9 @@ def write_messages(
     new_root = Path(root)
     created = create and not new_root.exists()
     try:
-        with open_store(root, broker_config=broker_config, writable=True, broker=broker, create=create, operation="write") as st:
+        with open_store(
+            root, broker_config=broker_config, writable=True, broker=broker, create=create, operation="write"
+        ) as st:
             rolled = rollback_pending(st)
             plan = plan_write(st, messages, **plan_kw)
             res = apply_write(

@@ -299,9 +299,7 @@ def test_doc_11_4_consumer_offset_built_with_setter() -> None:
     data: dict[str, Any] = {}
     for qid, off in enumerate([250, 249, 251, 250]):
         set_consumer_offset(data, "TopicTest", "please_rename_unique_group_name_4", qid, off)
-    set_consumer_offset(
-        data, "%RETRY%please_rename_unique_group_name_4", "please_rename_unique_group_name_4", 0, 0
-    )
+    set_consumer_offset(data, "%RETRY%please_rename_unique_group_name_4", "please_rename_unique_group_name_4", 0, 0)
     assert dumps(data) == DOC_OFFSET_4X
 
 
@@ -566,9 +564,7 @@ def test_none_values_are_skipped_like_fastjson() -> None:
 def test_list_layouts() -> None:
     obj = {"set": ["a", "b"], "list": JavaList(["a", {"k": 1}]), "empty": JavaList()}
     text = dumps(obj)
-    assert text == (
-        '{\n\t"set":["a","b"],\n\t"list":[\n\t\t"a",\n\t\t{\n\t\t\t"k":1\n\t\t}\n\t],\n\t"empty":[]\n}'
-    )
+    assert text == ('{\n\t"set":["a","b"],\n\t"list":[\n\t\t"a",\n\t\t{\n\t\t\t"k":1\n\t\t}\n\t],\n\t"empty":[]\n}')
     back = loads(text)
     assert isinstance(back["list"], JavaList) and not isinstance(back["set"], JavaList)
     assert dumps(back) == text
@@ -590,9 +586,7 @@ def test_string_escapes_match_fastjson() -> None:
 def test_numbers() -> None:
     longs = "[9223372036854775807,-9223372036854775808,0,true,false]"
     assert dumps([2**63 - 1, -(2**63), 0, True, False]) == longs
-    assert dumps([1.0, 0.001, 1e7, 1.5e-5, -2.5, 123456.75, -0.0]) == (
-        "[1.0,0.001,1.0E7,1.5E-5,-2.5,123456.75,-0.0]"
-    )
+    assert dumps([1.0, 0.001, 1e7, 1.5e-5, -2.5, 123456.75, -0.0]) == ("[1.0,0.001,1.0E7,1.5E-5,-2.5,123456.75,-0.0]")
     assert dumps(float("nan")) == "null"
     assert loads("[1,1.0,1e3,-7]") == [1, 1.0, 1000.0, -7]
     assert [type(v) for v in loads("[1,1.0,1e3,-7]")] == [int, float, float, int]

@@ -1,1 +1,24 @@
-"""Spark pipeline (extra `spark`)."""
+"""Spark pipeline (extra ``spark``): commit logs and consume queues of many stores as DataFrames.
+
+``source`` holds the PySpark Python data sources ``rocketmq`` (commit log records) and
+``rocketmq_consumequeue`` (consume queue entries), ``jobs`` the bulk jobs (export, stats, find),
+``redispatch`` the Spark engine of ``rmqstore redispatch`` and ``session`` the SparkSession set-up.
+Everything here needs ``pip install 'rmqstore[spark]'`` and a Java runtime; the core never imports
+this package (only ``rmqstore.redispatch`` does, lazily, for ``--engine spark``).
+"""
+
+from __future__ import annotations
+
+from ..errors import MissingExtra
+
+_HOW = "install the spark extra: pip install 'rmqstore[spark]'"
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark
+    from pyspark.sql.datasource import DataSource  # noqa: F401  # 4.0+: the Python Data Source API
+except ImportError as e:
+    raise MissingExtra(f"the Spark commands need pyspark>=4.0 and pyarrow ({e.name or e} missing); {_HOW}") from None
+
+if int(pyspark.__version__.split(".")[0]) < 4:
+    raise MissingExtra(f"pyspark {pyspark.__version__} is too old (the Python Data Source API needs 4.0+); {_HOW}")

@@ -1,0 +1,272 @@
+"""`rmqstore spark`: bulk jobs over the stores of a whole cluster on Apache Spark (extra `spark`)."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ._common import (
+    BrokerConfigOpt,
+    BrokerVersionOpt,
+    Format,
+    QuietOpt,
+    default_format,
+    err,
+    render_mapping,
+    render_rows,
+    reports_errors,
+)
+
+app = typer.Typer(
+    name="spark",
+    help="Bulk jobs on Apache Spark over many stores: export to Parquet, statistics, find, redispatch. "
+    "Needs the spark extra of rmqstore (pyspark, pyarrow) and Java 17+.",
+    no_args_is_help=True,
+)
+
+StoresArg = Annotated[
+    list[str],
+    typer.Argument(help="Store root directories; globs (quoted) and comma lists are accepted.", show_default=False),
+]
+MasterOpt = Annotated[
+    str,
+    typer.Option("--master", help="Spark master URL: local[*] runs embedded; spark://host:7077 for a cluster."),
+]
+SplitSizeOpt = Annotated[
+    str | None,
+    typer.Option("--split-size", help="Commit log bytes per Spark task, e.g. 64m (default 128m)."),
+]
+VerifyCrcOpt = Annotated[
+    bool, typer.Option("--verify-crc", help="Treat a record whose body CRC does not match as damaged (skip it).")
+]
+FmtOpt = Annotated[
+    Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
+]
+DEFAULT_MASTER = "local[*]"
+
+
+def _stores(stores: list[str]) -> list[str]:
+    return [p.strip() for item in stores for p in item.split(",") if p.strip()]
+
+
+def _conf(quiet: bool) -> dict[str, str]:
+    return {"spark.ui.showConsoleProgress": "false" if quiet else "true"}
+
+
+@app.command("export", epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")
+@reports_errors
+def export_command(
+    stores: StoresArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Parquet output directory.", show_default=False)],
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")] = False,
+    master: MasterOpt = DEFAULT_MASTER,
+    split_size: SplitSizeOpt = None,
+    verify_crc: VerifyCrcOpt = False,
+    broker_version: Annotated[
+        str | None,
+        typer.Option("--broker-version", help="Property parsing of this broker version (default: each store's)."),
+    ] = None,
+    fmt: FmtOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Export every commit log record to Parquet, partitioned by topic and UTC store date.
+
+    One row per record with every header field, topic, tags, keys, properties, body, msgId and
+    crcOk (the columns of the rocketmq data source), under OUTPUT/topic=<topic>/date=<yyyy-MM-dd>/.
+    """
+    from rmqstore.spark import jobs
+    from rmqstore.spark.session import spark_session
+
+    opts = jobs.ReadOptions(split_size=split_size, verify_crc=verify_crc, broker=broker_version)
+    roots = jobs.check_stores(_stores(stores), opts)  # bad input is reported before Spark starts
+    jobs.check_output(output, overwrite=overwrite)
+    with spark_session(master, conf=_conf(quiet)) as spark:
+        res = jobs.export_parquet(spark, roots, output, overwrite=overwrite, options=opts)
+    err.print(f"exported {res.rows} records of {len(res.stores)} store(s) to {res.output}")
+    render_mapping({"output": res.output, "rows": res.rows, "stores": list(res.stores)}, default_format(fmt))
+
+
+_STATS_TABLE = [
+    "store", "topic", "queueId", "hour", "messages", "bytes", "firstStoreTime", "lastStoreTime", "distinctKeys",
+]  # fmt: skip
+
+
+@app.command("stats", epilog="Example: rmqstore spark stats '/data/broker-*/store' --format csv > stats.csv")
+@reports_errors
+def stats_command(
+    stores: StoresArg,
+    master: MasterOpt = DEFAULT_MASTER,
+    split_size: SplitSizeOpt = None,
+    fmt: FmtOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Count messages per store, topic, queue and UTC hour: messages, bytes, first/last store time, distinct keys.
+
+    bytes is the sum of the records' sizes on disk (TOTALSIZE); distinct keys counts the KEYS
+    tokens. Times are epoch milliseconds in json, ndjson and csv.
+    """
+    from rmqstore.spark import jobs
+    from rmqstore.spark.session import spark_session
+    from rmqstore.timeparse import format_time_ms
+
+    fmt = default_format(fmt)
+    opts = jobs.ReadOptions(split_size)
+    roots = jobs.check_stores(_stores(stores), opts)
+    with spark_session(master, conf=_conf(quiet)) as spark:
+        rows = [r.asDict() for r in jobs.stats(spark, roots, options=opts).collect()]
+    if fmt in (Format.table, Format.plain):
+        for r in rows:
+            r["firstStoreTime"] = format_time_ms(r["firstStoreTimestamp"])
+            r["lastStoreTime"] = format_time_ms(r["lastStoreTimestamp"])
+        render_rows(rows, fmt, columns=_STATS_TABLE, title="messages per queue and hour")
+    else:
+        render_rows(rows, fmt, columns=list(jobs.STATS_COLUMNS))
+
+
+class BodyMode(str, enum.Enum):
+    text = "text"
+    hex = "hex"
+    base64 = "base64"
+    none = "none"
+
+
+_FIND_TEXT = [
+    "store",
+    "offset",
+    "size",
+    "topic",
+    "queueId",
+    "queueOffset",
+    "storeTime",
+    "tags",
+    "keys",
+    "msgId",
+    "body",
+]
+
+
+def _find_row(store: str, rec: Any, body: str, text: bool) -> dict[str, Any]:
+    from rmqstore.dump import message_row
+    from rmqstore.timeparse import format_time_ms
+
+    row = message_row(rec, body=body, verify_crc=True)
+    if not text:
+        return {"store": store, **row}
+    return {
+        "store": store,
+        "offset": rec.phy_offset,
+        "size": rec.total_size,
+        "topic": rec.topic,
+        "queueId": rec.queue_id,
+        "queueOffset": rec.queue_offset,
+        "storeTime": format_time_ms(rec.store_timestamp_ms),
+        "tags": rec.tags,
+        "keys": rec.keys,
+        "msgId": row["msgId"],
+        "body": row.get("body", ""),
+    }
+
+
+@app.command("find", epilog="Example: rmqstore spark find '/data/broker-*/store' --key order-42 --format ndjson")
+@reports_errors
+def find_command(
+    stores: StoresArg,
+    key: Annotated[
+        list[str] | None, typer.Option("--key", "-k", help="A KEYS token or UNIQ_KEY (repeatable: any).")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="The TAGS value (repeatable: any).")] = None,
+    prop: Annotated[
+        list[str] | None, typer.Option("--property", "-p", help="NAME=VALUE of a property (repeatable: all).")
+    ] = None,
+    body_contains: Annotated[
+        list[str] | None, typer.Option("--body-contains", help="Text the body holds, as UTF-8 (repeatable: all).")
+    ] = None,
+    topic: Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only these topics (repeatable).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many messages.")] = None,
+    body: Annotated[
+        BodyMode | None, typer.Option(help="How to show bodies (default: text in tables, base64 otherwise).")
+    ] = None,
+    master: MasterOpt = DEFAULT_MASTER,
+    split_size: SplitSizeOpt = None,
+    fmt: FmtOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Find messages by key, tag, property or body text across stores, without the index files.
+
+    Every commit log record of every store is read; different options must all match, the
+    values of one repeated --key, --tag or --topic any. Rows are those of rmqstore dump
+    commitlog (RocketMQ field names in json/ndjson/csv) with the store they came from.
+    """
+    from rmqstore.spark import jobs
+    from rmqstore.spark.session import spark_session
+
+    fmt = default_format(fmt)
+    query = jobs.FindQuery(
+        keys=tuple(key or ()),
+        tags=tuple(tag or ()),
+        properties=tuple(jobs.parse_property(p) for p in prop or ()),
+        body_contains=tuple(body_contains or ()),
+        topics=tuple(topic or ()),
+    )
+    query.check()
+    opts = jobs.ReadOptions(split_size)
+    roots = jobs.check_stores(_stores(stores), opts)
+    body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
+    text = fmt in (Format.table, Format.plain)
+    with spark_session(master, conf=_conf(quiet)) as spark:
+        found = jobs.find_records(spark, roots, query, limit=limit, options=opts)
+        n = render_rows(
+            (_find_row(store, rec, body_mode, text) for store, _, rec in found),
+            fmt,
+            columns=_FIND_TEXT if text else None,
+            title="messages found",
+        )
+    err.print(f"{n} message(s) found")
+
+
+@app.command("redispatch", epilog="Example: rmqstore spark redispatch STORE --output /tmp/rebuild")
+@reports_errors
+def redispatch_command(
+    store: Annotated[Path, typer.Argument(help="Store root directory.", show_default=False)],
+    output: Annotated[Path | None, typer.Option("--output", help="Build into this directory and swap nothing.")] = None,
+    master: MasterOpt = DEFAULT_MASTER,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "4.4.0",
+    topic: Annotated[list[str] | None, typer.Option("--topic", help="Only these topics' consume queues.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")] = False,
+    quarantine: Annotated[Path | None, typer.Option("--quarantine", help="Where the replaced directories go.")] = None,
+    no_quarantine: Annotated[
+        bool, typer.Option("--no-quarantine", help="Delete the replaced directories instead of keeping them.")
+    ] = False,
+    fmt: FmtOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Rebuild consume queues and index files with Spark: rmqstore redispatch --engine spark.
+
+    Records are scanned in parallel and written on the driver by the same dispatcher as the
+    local engine, so the files are byte for byte the same. With --output the rebuild goes to
+    that directory and the store is not changed; otherwise it is swapped in as rmqstore
+    redispatch does (quarantine, journal, exit 4 while a broker holds the store).
+    """
+    from .redispatch import Engine
+    from .redispatch import redispatch_command as local_command
+
+    local_command(
+        store,
+        broker_config=broker_config,
+        broker_version=broker_version,
+        from_offset=None,
+        topic=topic,
+        only=None,
+        output=output,
+        engine=Engine.spark,
+        master=master,
+        quarantine=quarantine,
+        no_quarantine=no_quarantine,
+        dry_run=dry_run,
+        fmt=fmt,
+        quiet=quiet,
+    )
