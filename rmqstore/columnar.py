@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import struct
 from array import array
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,8 @@ _M32 = np.uint64(0xFFFFFFFF)
 _TARGETS = (b"TAGS", b"KEYS", b"UNIQ_KEY")
 _MAX_PROPS_FAST = 512  # wider property strings take the per-record path
 BATCH = 1 << 18
+PART_SIZE = 32 << 20  # bytes of a file one worker walks and decodes at a time
+_SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
 
 
 @dataclass
@@ -61,10 +65,17 @@ class Columns:
 
 def _gather(u8: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
     """Rows of ``width`` bytes starting at each ``idx`` (bytes past the buffer end read as 0)."""
-    if len(u8) >= width and (len(idx) == 0 or int(idx.max()) <= len(u8) - width):
+    limit = len(u8) - width
+    if len(idx) == 0 or int(idx.max()) <= limit:
         return np.lib.stride_tricks.sliding_window_view(u8, width)[idx]
-    padded = np.concatenate([u8, np.zeros(width, np.uint8)])
-    return np.lib.stride_tricks.sliding_window_view(padded, width)[np.minimum(idx, len(u8))]
+    out = np.zeros((len(idx), width), dtype=np.uint8)
+    ok = idx <= limit
+    if limit >= 0:
+        out[ok] = np.lib.stride_tricks.sliding_window_view(u8, width)[idx[ok]]
+    for k in np.flatnonzero(~ok).tolist():  # the few rows that run past the end
+        tail = u8[int(idx[k]) :]
+        out[k, : len(tail)] = tail
+    return out
 
 
 def _be(u8: np.ndarray, idx: np.ndarray, dtype: str) -> np.ndarray:
@@ -105,22 +116,54 @@ def _pow31(n: int) -> np.ndarray:
     return p
 
 
+def _range_matrix(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The byte ranges as rows of one matrix, zero after each range's length."""
+    width = int(length.max())
+    mat = _gather(u8, start, width)
+    if not (length == width).all():
+        mat = mat * (np.arange(width, dtype=np.int32) < length[:, None]).astype(np.uint8)
+    return mat
+
+
+def _horner(mat: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Java hash (uint32 in uint64) of each zero-padded row of ``mat``, and whether it is all ASCII."""
+    n, width = mat.shape
+    h = np.zeros(n, dtype=np.uint32)
+    seen = np.zeros(n, dtype=np.uint8)
+    # One column at a time over all rows: uint32 arithmetic wraps mod 2^32, Java's int overflow.
+    for j in range(width):
+        col = mat[:, j]
+        h *= np.uint32(31)
+        h += col
+        seen |= col
+    # Right zero padding multiplied the hash by 31^(width-len): undo it with the inverse of 31.
+    _, inv = _powers_desc(width)
+    return (h * inv[width - length]).astype(np.uint64), seen < 0x80
+
+
 def _range_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Java hash (uint32 in uint64) of each byte range, and whether the range is all ASCII."""
     n = len(start)
     if n == 0:
         return np.zeros(0, np.uint64), np.ones(0, bool)
-    width = int(length.max()) if n else 0
-    if width == 0:
+    if int(length.max()) == 0:
         return np.zeros(n, np.uint64), np.ones(n, bool)
-    cols = np.arange(width, dtype=np.int32)
-    mat = _gather(u8, start, width) * (cols < length[:, None])
-    ascii_ok = ~(mat >= 0x80).any(axis=1)
-    # Left-aligned sum of c_j * 31^(width-1-j), then times inv31^(width-len): the hash of the range.
-    # uint32 arithmetic wraps mod 2^32, which is Java's int overflow.
-    pw, inv = _powers_desc(width)
-    h = (mat.astype(np.uint32) * pw).sum(axis=1, dtype=np.uint32)
-    return (h * inv[width - length]).astype(np.uint64), ascii_ok
+    return _horner(_range_matrix(u8, start, length), length)
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise equality of two uint8 matrices of the same shape, eight bytes at a time."""
+    n, width = a.shape
+    pad = (-width) % 8
+    if pad:
+        a = np.concatenate([a, np.zeros((n, pad), np.uint8)], axis=1)
+        b = np.concatenate([b, np.zeros((n, pad), np.uint8)], axis=1)
+    wa = np.ascontiguousarray(a).view(np.uint64)
+    wb = np.ascontiguousarray(b).view(np.uint64)
+    eq = wa[:, 0] == wb[:, 0]
+    for j in range(1, wa.shape[1]):
+        eq &= wa[:, j] == wb[:, j]
+    return eq
 
 
 def _to_int32(h: np.ndarray) -> np.ndarray:
@@ -135,14 +178,22 @@ def _key_hash(h32: np.ndarray) -> np.ndarray:
     return out
 
 
-def walk_positions(buf: Any, start_pos: int, end: int) -> tuple[np.ndarray, int, str]:
-    """Start of every V1/V2 record from ``start_pos``; returns (positions, stop pos, reason)."""
+def walk_positions(buf: Any, start_pos: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
+    """Start of every V1/V2 record from ``start_pos``; returns (positions, stop pos, reason).
+
+    With ``until`` the walk also ends (reason ``"until"``) at the first record starting at or
+    after that position, without looking at it.
+    """
     pos = start_pos
     out = array("q")
     append = out.append
     unpack = _HEAD.unpack_from
+    limit = end if until is None else min(until, end)
     reason = "end"
     while pos + 8 <= end:
+        if pos >= limit:
+            reason = "until"
+            break
         total, magic = unpack(buf, pos)
         if (magic == MAGIC_V1 or magic == MAGIC_V2) and 0 < total <= end - pos:
             append(pos)
@@ -156,6 +207,34 @@ def walk_positions(buf: Any, start_pos: int, end: int) -> tuple[np.ndarray, int,
             reason = "invalid"
         break
     return np.frombuffer(out, dtype=np.int64) if len(out) else np.zeros(0, np.int64), pos, reason
+
+
+def find_record_start(u8: np.ndarray, base_offset: int, lo: int, hi: int) -> int | None:
+    """The first position in ``[lo, hi)`` where a V1/V2 record starts whose stored PHYSICALOFFSET
+    equals the file's base offset plus that position (a record on the chain), or None.
+
+    Only a hint: a caller must check that the walk from the previous record lands there.
+    """
+    n = len(u8)
+    step = 1 << 16
+    at = lo
+    while at < hi:
+        stop = min(hi, at + step)
+        w = u8[at + 4 : min(stop + 7, n)]  # magic bytes of candidates at [at, stop)
+        if len(w) < 4:
+            return None
+        m = (w[:-3] == 0xDA) & (w[1:-2] == 0xA3) & (w[2:-1] == 0x20) & ((w[3:] == 0xA7) | (w[3:] == 0xAB))
+        for c in np.flatnonzero(m).tolist():
+            pos = at + c
+            if pos + 36 > n:
+                return None
+            total = int.from_bytes(u8[pos : pos + 4].tobytes(), "big", signed=True)
+            phy = int.from_bytes(u8[pos + 28 : pos + 36].tobytes(), "big", signed=True)
+            if phy == base_offset + pos and 0 < total <= n - pos:
+                return pos
+        at = stop
+        step *= 2
+    return None
 
 
 def scan_columns(
@@ -270,30 +349,32 @@ def decode_batch(
     tstart = ppos - np.maximum(tlen, 0)
 
     # Topics: exact grouping by bytes; ASCII topics only on the fast path.
-    topic_hash, topic_ascii = _range_hashes(u8, tstart[fast], tlen[fast])
     fast_idx = np.flatnonzero(fast)
     topics: list[str] = []
     topic_index: dict[bytes, int] = {}
     topic_id = np.full(n, -1, dtype=np.int64)
     if len(fast_idx):
-        keyed = (topic_hash << np.uint64(8)) | tlen[fast].astype(np.uint64)
+        flen = tlen[fast_idx]
+        fstart = tstart[fast_idx]
+        if int(flen.max()) == 0:
+            tmat = np.zeros((len(fast_idx), 1), np.uint8)
+            topic_hash, topic_ascii = np.zeros(len(fast_idx), np.uint64), np.ones(len(fast_idx), bool)
+        else:
+            tmat = _range_matrix(u8, fstart, flen)
+            topic_hash, topic_ascii = _horner(tmat, flen)
+        keyed = (topic_hash << np.uint64(8)) | flen.astype(np.uint64)
         uniq, first, inverse = np.unique(keyed, return_index=True, return_inverse=True)
         rep_ids = np.empty(len(uniq), dtype=np.int64)
-        for j, f in enumerate(first):
-            r = fast_idx[f]
+        for j, f in enumerate(first.tolist()):
+            r = int(fast_idx[f])
             raw = bytes(buf[int(tstart[r]) : int(tstart[r] + tlen[r])])
             if raw not in topic_index:
                 topic_index[raw] = len(topics)
                 topics.append(raw.decode("utf-8", "replace"))
             rep_ids[j] = topic_index[raw]
         topic_id[fast_idx] = rep_ids[inverse]
-        # verify: every member's bytes equal its representative's (hash collisions are possible)
-        width = int(tlen[fast].max())
-        cols = np.arange(width)
-        mat = u8[np.minimum(tstart[fast][:, None] + cols, end - 1)]
-        mat = np.where(cols < tlen[fast][:, None], mat, 0)
-        rep_rows = mat[first][inverse]
-        collided = ~(mat == rep_rows).all(axis=1)
+        # every member's bytes must equal its representative's (hash collisions are possible)
+        collided = ~_rows_equal(tmat, tmat[first][inverse])
         if collided.any():
             fast[fast_idx[collided]] = False
         fast[fast_idx[~topic_ascii]] = False
@@ -301,51 +382,66 @@ def decode_batch(
     if sched is not None:
         fast &= topic_id != sched
 
-    # Properties of fast records: they end where the record ends, so separators are found
-    # with one byte compare over the raw span and attributed to records by position.
+    # Properties of fast records, as one matrix (a row per record): every 0x01 and 0x02 is found
+    # with one compare, and items and their name/value separators are numbered in row order.
     fast &= pl0 <= _MAX_PROPS_FAST
     ridx = np.flatnonzero(fast)
+    m = len(ridx)
     pstart = ppos[ridx] + 2
-    pend = pstart + pl0[ridx]
     values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    bad_rec = np.zeros(len(ridx), dtype=bool)
-    if len(ridx):
+    bad_rec = np.zeros(m, dtype=bool)
+    if m:
         lens = pl0[ridx]
         width = max(int(lens.max()), 1)
         mat = _gather(u8, pstart, width)
-        live = np.arange(width, dtype=np.int32) < lens[:, None]
-        r2, c2 = np.nonzero((mat == 2) & live)
-        s2 = pstart[r2] + c2  # absolute positions, in file order (rows are in file order)
-        r1, c1_ = np.nonzero((mat == 1) & live)
-        s1 = pstart[r1] + c1_
-        hi = int(pend[-1])
-        # items: [record start | after a 0x02, next 0x02 | record end)
-        item_start = np.concatenate([pstart, s2 + 1])
-        item_rec = np.concatenate([np.arange(len(ridx)), r2])
-        order = np.argsort(item_start, kind="stable")
-        item_start, item_rec = item_start[order], item_rec[order]
-        item_end = np.minimum(_next_at_or_after(s2, item_start, hi), pend[item_rec])
-        item_len = item_end - item_start
-        nonempty = item_len > 0
-        k_lo = np.searchsorted(s1, item_start)
-        c1 = np.searchsorted(s1, item_end) - k_lo
-        sep = np.where(k_lo < len(s1), s1[np.minimum(k_lo, max(len(s1) - 1, 0))] if len(s1) else 0, hi)
-        good_item = ~nonempty | ((c1 == 1) & (sep > item_start) & (sep < item_end - 1))
-        bad_rec[item_rec[~good_item]] = True
+        marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
+        if not (lens == width).all():
+            marks &= np.arange(width, dtype=np.int32) < lens[:, None]
+        at = np.flatnonzero(marks)  # row-major: rows, and marks within a row, in file order
+        r, c = np.divmod(at, width)
+        is2 = mat.ravel()[at] == 2
+        r2, c2 = r[is2], c[is2]
+        # Items: a row's first starts at 0, one more after each 0x02; item k of a row ends at the
+        # 0x02 that starts item k+1, the last one at the row's end.
+        cnt2 = np.bincount(r2, minlength=m)
+        n_items = m + len(r2)
+        item_row = np.repeat(np.arange(m), cnt2 + 1)
+        item_start = np.zeros(n_items, dtype=np.int64)
+        item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
+        item_end = np.empty(n_items, dtype=np.int64)
+        item_end[:-1] = item_start[1:] - 1
+        row_last = np.ones(n_items, dtype=bool)
+        row_last[:-1] = item_row[1:] != item_row[:-1]
+        item_end[row_last] = lens[item_row[row_last]]
+        # The item of each 0x01: its row's first item plus the 0x02 before it in that row.
+        e1 = np.flatnonzero(~is2)
+        item1 = r[e1] + np.cumsum(is2)[e1]
+        c1 = c[e1]
+        cnt1 = np.bincount(item1, minlength=n_items)
+        sep = np.full(n_items, -1, dtype=np.int64)
+        if len(item1):
+            first1 = np.ones(len(item1), dtype=bool)
+            first1[1:] = item1[1:] != item1[:-1]
+            sep[item1[first1]] = c1[first1]
+        nonempty = item_end > item_start
+        good_item = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
+        bad_rec[item_row[~good_item]] = True
         key_len = sep - item_start
+        cand = np.flatnonzero(nonempty & good_item & ((key_len == 4) | (key_len == 8)))
+        name = _gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
         for target in _TARGETS:
             L = len(target)
-            cand = np.flatnonzero(nonempty & good_item & (key_len == L))
-            if len(cand):
-                b = _gather(u8, item_start[cand], L)
-                cand = cand[(b == np.frombuffer(target, np.uint8)).all(axis=1)]
-            if len(cand):  # the later item wins, as in a map put
-                recs = item_rec[cand]
-                last = np.ones(len(cand), dtype=bool)
+            word = int.from_bytes(target, "little")
+            masked = name if L == 8 else name & np.uint64((1 << (8 * L)) - 1)
+            hit = cand[(key_len[cand] == L) & (masked == np.uint64(word))]
+            if len(hit):  # the later item wins, as in a map put
+                recs = item_row[hit]
+                last = np.ones(len(hit), dtype=bool)
                 last[:-1] = recs[1:] != recs[:-1]
-                cand = cand[last]
-            vs = sep[cand] + 1
-            values[target] = (item_rec[cand], vs, item_end[cand] - vs)
+                hit = hit[last]
+            rows = item_row[hit]
+            vs = pstart[rows] + sep[hit] + 1
+            values[target] = (rows, vs, item_end[hit] - sep[hit] - 1)
     else:
         z = np.zeros(0, np.int64)
         values = {t: (z, z, z) for t in _TARGETS}
@@ -361,8 +457,18 @@ def decode_batch(
     uh, uascii = _range_hashes(u8, ustart, ulen)
     bad_rec[urec[~uascii]] = True
     krec, kstart, klen = values[b"KEYS"]
-    # tokens: split the KEYS value on single spaces; empty tokens are skipped
-    tok_rec, tok_start, tok_len, tok_seq = _split_tokens(u8, krec, kstart, klen)
+    # tokens: split the KEYS value on single spaces; empty tokens are skipped. A value without
+    # a space is one token (the usual case); only values with spaces go through the splitter.
+    plain = klen > 0
+    if len(krec) and int(klen.max()) > 0:
+        kmat = _range_matrix(u8, kstart, klen)
+        plain[np.nonzero(kmat == 0x20)[0]] = False
+    split = (klen > 0) & ~plain
+    sr, ss, sl, sq = _split_tokens(u8, krec[split], kstart[split], klen[split])
+    tok_rec = np.concatenate([krec[plain], sr])
+    tok_start = np.concatenate([kstart[plain], ss])
+    tok_len = np.concatenate([klen[plain], sl])
+    tok_seq = np.concatenate([np.zeros(int(plain.sum()), np.int64), sq])
     kh, kascii = _range_hashes(u8, tok_start, tok_len)
     bad_rec[tok_rec[~kascii]] = True
     bad_fast = np.zeros(n, dtype=bool)
@@ -497,6 +603,104 @@ def _split_tokens(
     return rec[o], idx[s], e - s, seq
 
 
+@dataclass
+class _Part:
+    """What a worker found in one byte range of a file: where the chain was picked up, the
+    decoded batches, and where and why its walk ended."""
+
+    sync: int | None
+    batches: list[Columns]
+    stop: ScanStop | None
+
+
+def _scan_part(
+    buf: Any, u8: np.ndarray, seg: Segment, cfg: StoreConfig, lo: int, hi: int, end: int, known: bool
+) -> _Part:
+    """Walk and decode the records that start in ``[lo, hi)``; ``known``: a record starts at ``lo``."""
+    sync = lo if known else find_record_start(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
+    if sync is None:
+        return _Part(None, [], None)
+    positions, stop_pos, reason = walk_positions(buf, sync, end, until=hi)
+    stop = ScanStop(stop_pos, reason)
+    if reason == "invalid":
+        try:
+            decode_record(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
+            stop.error = CorruptData("invalid record", path=seg.path, pos=stop_pos)
+        except CorruptData as e:
+            stop.error = e
+    batches: list[Columns] = []
+    for i in range(0, len(positions), BATCH):
+        cols, bad = decode_batch(buf, u8, positions[i : i + BATCH], seg, cfg, end)
+        if cols is not None and len(cols):
+            batches.append(cols)
+        if bad is not None:
+            return _Part(sync, batches, bad)
+    return _Part(sync, batches, stop)
+
+
+_WORKER_MAP: dict[str, Any] = {}
+
+
+def _scan_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool]) -> _Part:
+    import mmap
+
+    seg, cfg, lo, hi, end, known = args
+    key = str(seg.path)
+    m = _WORKER_MAP.get(key)
+    if m is None:  # one mapping per file and worker process, kept for the pool's life
+        with open(seg.path, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        _WORKER_MAP.clear()
+        _WORKER_MAP[key] = m
+    return _scan_part(m, np.frombuffer(m, dtype=np.uint8, count=end), seg, cfg, lo, hi, end, known)
+
+
+def _scan_file_parallel(
+    pool: Any, seg: Segment, cfg: StoreConfig, start: int, end: int, part_size: int, window: int
+) -> Any:
+    """Yield the column batches of one file, then its ScanStop, with the walk itself in parallel.
+
+    The file is cut into byte ranges; each worker picks up the record chain at the first record
+    of its range whose stored physical offset equals its position, walks to the end of the range
+    and decodes. Here every range's pick-up point is checked against where the previous range's
+    walk ended, so a range is used only when the chain really passes there; otherwise the rest of
+    the file is scanned serially from that point. The result equals ``scan_columns``.
+    """
+    parts = [(lo, min(lo + part_size, end)) for lo in range(start, end, part_size)] or [(start, end)]
+    pending: deque[Any] = deque()
+    submitted = 0
+
+    def submit() -> None:
+        nonlocal submitted
+        while submitted < len(parts) and len(pending) < window:
+            lo, hi = parts[submitted]
+            pending.append(pool.apply_async(_scan_part_in_worker, ((seg, cfg, lo, hi, end, submitted == 0),)))
+            submitted += 1
+
+    expected = start
+    for _lo, hi in parts:
+        submit()
+        res: _Part = pending.popleft().get()
+        submit()
+        if expected >= hi:
+            continue  # a record that started in an earlier range covers this one
+        if res.sync != expected or res.stop is None:
+            # The chain does not pass where this worker picked it up: go on serially from where it is.
+            from .store import map_file
+
+            with map_file(seg.path) as buf:
+                batches, stop = scan_columns(buf, seg, cfg, start_pos=expected, end_pos=end)
+            yield from batches
+            yield stop
+            return
+        yield from res.batches
+        expected = res.stop.pos
+        if res.stop.reason != "until":
+            yield res.stop
+            return
+    yield ScanStop(expected, "end")
+
+
 def iter_columns(
     segments: list[Segment],
     cfg: StoreConfig,
@@ -505,23 +709,57 @@ def iter_columns(
     to_phy: int | None = None,
     progress: Any = None,
     workers: int | None = None,
-) -> Any:
-    """Column batches per commit log file, walking as the dispatcher walks (§9.2)."""
+    part_size: int | None = None,
+) -> Iterator[tuple[Segment, Columns | ScanStop]]:
+    """Walk the commit log as the dispatcher walks it (§9.2): ``(segment, column batch)`` for
+    each batch in commit log order, then ``(segment, ScanStop)`` when a file's walk ends; the
+    next file follows only after a BLANK record.
+
+    With ``workers`` > 1 (default: up to 2, one per core) files are walked and decoded by that
+    many forked processes, range by range, while the caller consumes earlier batches.
+    """
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
+    part_size = part_size or PART_SIZE
     from .store import map_file
 
-    for seg in segments:
-        if seg.base_offset + seg.size <= from_phy:
-            continue
-        if to_phy is not None and seg.base_offset >= to_phy:
-            break
-        start = max(0, from_phy - seg.base_offset)
-        end = None if to_phy is None else min(seg.size, to_phy - seg.base_offset)
-        with map_file(seg.path) as buf:
-            batches, stop = scan_columns(buf, seg, cfg, start_pos=start, end_pos=end, workers=workers)
-        if progress:
-            progress(stop.pos - start)
-        yield batches, stop, seg
-        if stop.reason != "blank":
-            return
+    pool = None
+    try:
+        for seg in segments:
+            if seg.base_offset + seg.size <= from_phy:
+                continue
+            if to_phy is not None and seg.base_offset >= to_phy:
+                break
+            start = max(0, from_phy - seg.base_offset)
+            end = seg.size if to_phy is None else min(seg.size, to_phy - seg.base_offset)
+            done = start
+            if workers > 1 and end - start > part_size:
+                if pool is None:
+                    import multiprocessing as mp
+
+                    pool = mp.get_context("fork").Pool(workers)
+                items: Any = _scan_file_parallel(pool, seg, cfg, start, end, part_size, workers + 1)
+            else:
+                with map_file(seg.path) as buf:
+                    batches, last = scan_columns(buf, seg, cfg, start_pos=start, end_pos=end)
+                items = [*batches, last]
+            stop: ScanStop | None = None
+            for item in items:
+                if isinstance(item, ScanStop):
+                    stop = item
+                    break
+                if progress and len(item):
+                    at = int(item.phy[-1] + item.size[-1]) - seg.base_offset
+                    progress(at - done)
+                    done = at
+                yield seg, item
+            assert stop is not None
+            if progress and stop.pos > done:
+                progress(stop.pos - done)
+            yield seg, stop
+            if stop.reason != "blank":
+                return
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()

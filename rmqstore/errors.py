@@ -10,10 +10,22 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def _rebuild(cls: type, args: tuple, state: dict) -> Exception:
+    e = cls.__new__(cls)
+    Exception.__init__(e, *args)
+    e.__dict__.update(state)
+    return e
+
+
 class RmqstoreError(Exception):
     """Root of every error the library raises on purpose."""
 
     exit_code = 1
+
+    def __reduce__(self) -> tuple:
+        # Constructors take keyword-only fields, so pickling (results of worker processes) goes
+        # by the message and the fields, not by calling the constructor again.
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 class ProblemsFound(RmqstoreError):

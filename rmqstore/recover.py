@@ -58,7 +58,7 @@ from .commitlog import (
     version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
-from .dispatch import Dispatcher, DispatchStats, request_from_record
+from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, UnsupportedStore
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
@@ -1949,11 +1949,13 @@ def _column_batches(st: Store, from_phy: int, to_phy: int, progress: Callable[[i
     segs, _ = st.commitlog_segments()
     segs = [s for s in segs if s.size == st.config.commitlog_file_size]
     end_seen = from_phy
-    for batches, stop, seg in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):
-        yield from batches
+    for seg, item in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):
+        if not isinstance(item, ScanStop):
+            yield item
+            continue
         # A blank hands over to the next file: the records went on to the end of this one.
-        end_seen = seg.base_offset + (seg.size if stop.reason == "blank" else stop.pos)
-        if stop.reason == "invalid":
+        end_seen = seg.base_offset + (seg.size if item.reason == "blank" else item.pos)
+        if item.reason == "invalid":
             break
     if end_seen != to_phy:
         raise CorruptData(

@@ -22,7 +22,7 @@ import numpy as np
 from . import checkpoint as cpmod
 from .columnar import iter_columns
 from .consumequeue import entries_array, valid_prefix
-from .dispatch import Dispatcher, DispatchStats
+from .dispatch import Dispatcher, DispatchStats, ScanStop
 from .errors import InputError, UnsafePlan
 from .fsutil import atomic_write, fsync_dir, scratch_dir
 from .indexfile import decode_header
@@ -238,13 +238,14 @@ def build(
     end = start
     reason = "end"
     try:
-        for batches, stop, seg in iter_columns(segs, cfg, from_phy=start, progress=progress):
-            for cols in batches:
-                d.dispatch_columns(cols)
-            end = seg.base_offset + stop.pos
-            reason = stop.reason
-            if stop.reason == "invalid" and stop.error is not None:
-                reason = f"invalid record: {stop.error}"
+        for seg, item in iter_columns(segs, cfg, from_phy=start, progress=progress):
+            if not isinstance(item, ScanStop):
+                d.dispatch_columns(item)
+                continue
+            end = seg.base_offset + item.pos
+            reason = item.reason
+            if item.reason == "invalid" and item.error is not None:
+                reason = f"invalid record: {item.error}"
     finally:
         stats = d.close(sync=True)
     return stats, end, reason

@@ -194,3 +194,24 @@ def test_console_script_has_no_traceback(tmp_path):
     assert proc.returncode == 5
     assert proc.stderr.strip() == f"error: {tmp_path / 'missing'}: no such directory"
     assert proc.stdout == ""
+
+
+def test_errors_survive_pickling() -> None:
+    """Worker processes send errors back pickled; every error keeps its message and fields."""
+    import pickle
+
+    from rmqstore import errors
+
+    samples = [
+        errors.CorruptData("bad magic", path="/s/commitlog/0", pos=12, phy_offset=12),
+        errors.ChecksumMismatch(path="/s/commitlog/0", pos=40, phy_offset=40, stored=1, computed=2),
+        errors.RecordSizeMismatch(path="/s/commitlog/0", pos=8, phy_offset=8, total_size=100, computed=99),
+        errors.ConfigError("bad json", path="/s/config/topics.json", line=3),
+        errors.InputError("nope"),
+    ]
+    for e in samples:
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e)
+        assert str(back) == str(e)
+        assert back.__dict__ == e.__dict__
+        assert back.exit_code == e.exit_code

@@ -10,8 +10,10 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REAL_STORES, copy_real_store, load_rebuild, load_truth
 from hypothesis import given, settings
@@ -19,11 +21,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from commands import app
+from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import redispatch as op
-from rmqstore.columnar import scan_columns
+from rmqstore.columnar import iter_columns, scan_columns
 from rmqstore.commitlog import encode_blank, encode_properties, encode_record
-from rmqstore.dispatch import scan_requests
+from rmqstore.dispatch import ScanStop, scan_requests
 from rmqstore.javahash import index_key_hash
 from rmqstore.layout import Segment, StoreConfig
 from rmqstore.store import open_store
@@ -290,3 +293,109 @@ def test_columnar_scan_on_random_corruption_of_a_real_file() -> None:
         if rnd.random() < 0.3:
             struct.pack_into(">i", b, rnd.randrange(0, 3000, 4), rnd.randint(-5, 400))
         assert _via_columns(bytes(b), cfg) == _via_records(bytes(b), cfg)
+
+
+# --- the parallel scan (ranges walked and decoded by worker processes) equals the serial one ---
+
+
+def _via_parallel(buf: bytes, cfg: StoreConfig, part_size: int) -> tuple[list[tuple], list[tuple[int, int]], int, str]:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "00000000000000000000"
+        path.write_bytes(buf)
+        rows, keys = [], []
+        stop = None
+        seg = Segment(path, 0, len(buf))
+        for _, item in iter_columns([seg], cfg, workers=2, part_size=part_size):
+            if isinstance(item, ScanStop):
+                stop = item
+                continue
+            base = len(rows)
+            for k in range(len(item)):
+                rows.append(
+                    (
+                        item.topics[item.topic_id[k]],
+                        int(item.queue_id[k]),
+                        int(item.phy[k]),
+                        int(item.size[k]),
+                        int(item.tags_code[k]),
+                        int(item.store_ts[k]),
+                        int(item.queue_offset[k]),
+                        int(item.sys_flag[k]),
+                    )
+                )
+            keys += [(base + int(r), int(h)) for r, h in zip(item.key_rec, item.key_hash, strict=True)]
+    assert stop is not None
+    return rows, keys, stop.pos, stop.reason
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    recs=records(),
+    tail=st.sampled_from(["zeros", "blank", "garbage"]),
+    part=st.integers(32, 600),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 7)), max_size=3),
+)
+def test_parallel_scan_equals_per_record_scan(recs: list[bytes], tail: str, part: int, flips: list) -> None:
+    cfg = StoreConfig(store_root=Path("."))
+    buf = bytearray(b"".join(recs))
+    buf += {"zeros": bytes(16), "blank": encode_blank(16) + bytes(8), "garbage": b"\x00\x00\x00\x99junkjunk"}[tail]
+    for at, bit in flips:  # damage: the walk must stop, or a worker's pick-up be refused, as the broker's scan
+        buf[at % len(buf)] ^= 1 << bit
+    assert _via_parallel(bytes(buf), cfg, part) == _via_records(bytes(buf), cfg)
+
+
+def test_parallel_scan_on_random_corruption_of_a_real_file() -> None:
+    src = REAL_STORES / "clean-2topics" / "store" / "commitlog" / "00000000000000000000"
+    if not src.exists():
+        pytest.skip("real stores absent")
+    cfg = StoreConfig(store_root=Path("."))
+    rnd = random.Random(11)
+    data = src.read_bytes()
+    assert _via_parallel(data, cfg, 1000) == _via_records(data, cfg)
+    for _ in range(25):
+        b = bytearray(data)
+        for _ in range(rnd.randint(1, 4)):
+            pos = rnd.randrange(len(b))
+            b[pos] ^= 1 << rnd.randrange(8)
+        if rnd.random() < 0.3:
+            struct.pack_into(">i", b, rnd.randrange(0, 3000, 4), rnd.randint(-5, 400))
+        assert _via_parallel(bytes(b), cfg, rnd.randint(200, 5000)) == _via_records(bytes(b), cfg)
+
+
+def test_parallel_pick_up_refused_when_a_body_holds_a_record_copy() -> None:
+    """A body that carries a whole record whose stored offset equals the body's own position
+    looks like a record start to a worker; the chain check must refuse it."""
+    cfg = StoreConfig(store_root=Path("."))
+
+    def rec(phy: int, body: bytes, i: int) -> bytes:
+        return encode_record(
+            topic="T", queue_id=0, queue_offset=i, phy_offset=phy, sys_flag=0,
+            born_timestamp_ms=1, born_addr=b"\x7f\0\0\1", born_port=1, store_timestamp_ms=1,
+            store_addr=b"\x7f\0\0\2", store_port=2, body=body, properties=encode_properties([("KEYS", f"k{i}")]),
+        )  # fmt: skip
+
+    first = rec(0, b"x" * 40, 0)
+    probe = rec(0, b"", 9)
+    # the inner copy sits 4 bytes into the second record's body (88 header bytes + 4)
+    inner_at = len(first) + 88 + 4
+    inner = rec(inner_at, b"", 9)
+    assert len(inner) == len(probe)
+    second = rec(len(first), b"pad!" + inner + b"tail", 1)
+    third = rec(len(first) + len(second), b"z", 2)
+    buf = first + second + third + bytes(64)
+    # a worker whose range starts just before the copy picks it up: a real decoy
+    assert columnar.find_record_start(np.frombuffer(buf, np.uint8), 0, inner_at - 10, len(buf)) == inner_at
+    for part in (inner_at - 10, inner_at - 1, inner_at, len(first) + 10):
+        assert _via_parallel(buf, cfg, part) == _via_records(buf, cfg)
+
+
+def test_redispatch_from_parallel_ranges_equals_engine(
+    real_case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(columnar, "PART_SIZE", 1500)  # many ranges per 32 KiB file
+    root = copy_real_store(real_case, tmp_path)
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    r = runner.invoke(app, ["redispatch", str(root), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rebuilt_matches(root, real_case)
