@@ -14,6 +14,10 @@ is computed for thousands of records at once from the mapped bytes:
 
 Every other record (IPv6 hosts, V2, odd properties, non-ASCII keys, ``SCHEDULE_TOPIC_XXXX``)
 goes through the exact per-record decoder, so the result equals ``scan_requests`` record for record.
+
+``iter_columns`` spreads a large file over worker processes by byte range: each worker picks up
+the record chain at the first record of its range whose stored physical offset equals its
+position, and the caller accepts a range only where the previous range's walk really ended.
 """
 
 from __future__ import annotations

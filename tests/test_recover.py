@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from commands import app
+from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import recover as rec
 from rmqstore.commitlog import Record, decode_record
@@ -412,8 +413,11 @@ def test_garbage_index_file_rebuilt(tmp_path):
     assert index_contents(root) == [f["sha256"] for f in load_rebuild("crash-midwrite")["indexFiles"]]
 
 
-def test_missing_checkpoint_is_the_engines_rebuild(tmp_path, crash_truth):
+@pytest.mark.parametrize("part_size", [None, 1500], ids=["serial", "parallel-ranges"])
+def test_missing_checkpoint_is_the_engines_rebuild(tmp_path, crash_truth, part_size, monkeypatch):
     # rebuild.json is the engine opening this store after an abnormal stop with no checkpoint.
+    if part_size:  # the re-dispatch walked by worker processes, many byte ranges per file
+        monkeypatch.setattr(columnar, "PART_SIZE", part_size)
     root = copy_real_store("crash-midwrite", tmp_path)
     (root / "checkpoint").unlink()
     rebuild = load_rebuild("crash-midwrite")
