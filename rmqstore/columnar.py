@@ -145,7 +145,7 @@ def _horner(mat: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return (h * inv[width - length]).astype(np.uint64), seen < 0x80
 
 
-def _range_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def range_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Java hash (uint32 in uint64) of each byte range, and whether the range is all ASCII."""
     n = len(start)
     if n == 0:
@@ -453,12 +453,12 @@ def decode_batch(
     tags_code = np.zeros(n, dtype=np.int64)
     # TAGS
     trec, tstart_v, tlen_v = values[b"TAGS"]
-    th, tascii = _range_hashes(u8, tstart_v, tlen_v)
+    th, tascii = range_hashes(u8, tstart_v, tlen_v)
     bad_rec[trec[~tascii]] = True
     tags_code[ridx[trec]] = _to_int32(th)
     # UNIQ_KEY and KEYS tokens -> index key hashes
     urec, ustart, ulen = values[b"UNIQ_KEY"]
-    uh, uascii = _range_hashes(u8, ustart, ulen)
+    uh, uascii = range_hashes(u8, ustart, ulen)
     bad_rec[urec[~uascii]] = True
     krec, kstart, klen = values[b"KEYS"]
     # tokens: split the KEYS value on single spaces; empty tokens are skipped. A value without
@@ -473,7 +473,7 @@ def decode_batch(
     tok_start = np.concatenate([kstart[plain], ss])
     tok_len = np.concatenate([klen[plain], sl])
     tok_seq = np.concatenate([np.zeros(int(plain.sum()), np.int64), sq])
-    kh, kascii = _range_hashes(u8, tok_start, tok_len)
+    kh, kascii = range_hashes(u8, tok_start, tok_len)
     bad_rec[tok_rec[~kascii]] = True
     bad_fast = np.zeros(n, dtype=bool)
     bad_fast[ridx[bad_rec]] = True

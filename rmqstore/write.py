@@ -66,6 +66,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import groupby, repeat
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ import numpy as np
 
 from . import checkpoint as cpmod
 from . import config as cfgmod
-from .columnar import Columns
+from .columnar import Columns, range_hashes
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
@@ -108,7 +109,7 @@ from .errors import ConfigError, CorruptData, InputError, RmqstoreError, UnsafeP
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from .indexfile import decode_header as decode_index_header
-from .javahash import index_key_hash_batch, java_hash
+from .javahash import java_hash, java_hash_batch
 from .layout import Segment, StoreConfig, file_name, list_segments
 from .store import Store, map_file
 
@@ -165,6 +166,49 @@ _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator
 
 # Everything up to BODYLENGTH of a V1 record with IPv4 hosts (88 bytes, §3.1).
 _FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
+# The same as a numpy record, for encoding many records at once.
+_HEADER_V4 = np.dtype(
+    [
+        ("size", ">i4"),
+        ("magic", ">i4"),
+        ("crc", ">i4"),
+        ("queue_id", ">i4"),
+        ("flag", ">i4"),
+        ("queue_offset", ">i8"),
+        ("phy", ">i8"),
+        ("sys_flag", ">i4"),
+        ("born_ts", ">i8"),
+        ("born_addr", ">u4"),
+        ("born_port", ">i4"),
+        ("store_ts", ">i8"),
+        ("store_addr", ">u4"),
+        ("store_port", ">i4"),
+        ("reconsume", ">i4"),
+        ("prepared", ">i8"),
+        ("body_len", ">i4"),
+    ]
+)
+_SHORTS = [i.to_bytes(2, "big") for i in range(_PROPS_MAX + 1)]  # PROPERTIESLENGTH fields
+_TRUE = "true"
+# Message fields a plain message leaves as the broker chooses them (the fast lane's condition).
+_PLAIN_FIELDS = (
+    "raw",
+    "properties",
+    "delay_level",
+    "sys_flag",
+    "flag",
+    "born_host",
+    "store_host",
+    "born_timestamp_ms",
+    "store_timestamp_ms",
+    "uniq_key",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "wait",
+)
+_PLAIN_DEFAULTS = (False, (), 0, 0, 0, None, None, None, None, None, 0, 0, True)
+_FAST_BLOCK = 8192  # messages classified at a time
+_FAST_MIN_RUN = 8  # shorter runs of plain messages go one by one
 _SHORT = struct.Struct(">h")
 _BLANK_HEAD = struct.Struct(">ii")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
@@ -207,8 +251,8 @@ def java_hashmap_order(keys: Iterable[str], *, initial_capacity: int = 16) -> li
 # Input messages
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+@dataclass(slots=True)  # not frozen: a frozen dataclass sets each of its fields through object.__setattr__,
+class Message:  # which made building a million messages six times slower
     """One message to append: what a producer sends, plus the store-level fields a writer may set.
 
     ``None`` means "as the broker would choose": queue round-robin, store time from the clock, born
@@ -262,6 +306,7 @@ _JSON_FIELDS = frozenset(
         "raw",
     }
 )
+_SIMPLE_JSON_FIELDS = frozenset({"topic", "queueId", "tags", "keys", "body"})
 # Fields of a dumped record (Record.to_json) that a write assigns itself: accepted and ignored.
 _JSON_IGNORED = frozenset({"queueOffset", "commitLogOffset", "storeSize", "bodyCRC", "msgId", "bodyLength"})
 _TRANSACTION_TYPES = {
@@ -313,6 +358,23 @@ def message_from_json(obj: Any, *, origin: str = "message") -> Message:
     """A :class:`Message` from one NDJSON object (RocketMQ field names). Raises InputError."""
     if not isinstance(obj, dict):
         raise InputError(f"{origin}: expected a JSON object, got {type(obj).__name__}")
+    if obj.keys() <= _SIMPLE_JSON_FIELDS:  # the common producer message: the checks below, inlined
+        topic, text, queue_id = obj.get("topic"), obj.get("body"), obj.get("queueId")
+        tags, keys = obj.get("tags"), obj.get("keys")
+        if (
+            type(topic) is str
+            and topic
+            and (text is None or type(text) is str)
+            and (queue_id is None or (type(queue_id) is int and 0 <= queue_id <= _INT_MAX))
+            and (tags is None or type(tags) is str)
+            and (keys is None or type(keys) is str)
+        ):
+            try:
+                body = b"" if text is None else text.encode("utf-8")
+            except UnicodeEncodeError:
+                pass  # the full path below says why
+            else:
+                return Message(topic=topic, body=body, queue_id=queue_id, tags=tags, keys=keys, origin=origin)
     unknown = [k for k in obj if k not in _JSON_FIELDS and k not in _JSON_IGNORED]
     if unknown:
         import difflib
@@ -424,7 +486,7 @@ def read_ndjson(lines: Iterable[str | bytes], *, source: str = "<stdin>") -> lis
 
 def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message]:
     out: list[Message] = []
-    loads = json.loads
+    decode = _JSON_DECODER.raw_decode
     for n, line in enumerate(lines, 1):
         if isinstance(line, bytes):
             try:
@@ -433,12 +495,18 @@ def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message]:
                 raise InputError(f"{source}:{n}: not UTF-8 (byte {e.start})") from None
         if not line.strip():
             continue
-        try:
-            obj = loads(line)
+        try:  # json.loads without its wrappers: the same parser, the same errors
+            obj, end = decode(line, len(line) - len(line.lstrip(_JSON_SPACE)))
+            if end != len(line) and line[end:].strip(_JSON_SPACE):
+                raise json.JSONDecodeError("Extra data", line, len(line) - len(line[end:].lstrip(_JSON_SPACE)))
         except json.JSONDecodeError as e:
             raise InputError(f"{source}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
         out.append(message_from_json(obj, origin=f"{source}:{n}"))
     return out
+
+
+_JSON_DECODER = json.JSONDecoder()
+_JSON_SPACE = " \t\n\r"  # JSON's whitespace (str.strip() would take more)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -546,6 +614,32 @@ class UniqKeySource:
         c = self._counter
         self._counter = (c + 1) & 0xFFFF
         return prefix + self._last_hex + _HEX4[c]
+
+    def many(self, now_ms: np.ndarray, ip: bytes) -> list[str]:
+        """``[self.next(t, ip) for t in now_ms]``, one string per key, for non-decreasing times."""
+        n = len(now_ms)
+        if n == 0:
+            return []
+        lo, hi = int(now_ms[0]), int(now_ms[-1])
+        start = self._month_start(lo)
+        if hi >= self._month[1] or bool((now_ms[1:] < now_ms[:-1]).any()):
+            return [self.next(t, ip) for t in now_ms.tolist()]
+        prefix = self._prefixes.get(ip)
+        if prefix is None:
+            prefix = self._prefixes[ip] = (ip + self._tail).hex().upper()
+        times, counts = np.unique(now_ms, return_counts=True)
+        out: list[str] = []
+        c = self._counter
+        for t, k in zip(times.tolist(), counts.tolist(), strict=True):
+            head = f"{prefix}{(t - start) & 0xFFFFFFFF:08X}"
+            if c + k <= 0x10000:
+                out += [head + h for h in _HEX4[c : c + k]]
+            else:
+                out += [head + _HEX4[(c + i) & 0xFFFF] for i in range(k)]
+            c = (c + k) & 0xFFFF
+        self._counter = c
+        self._last_ms = -1  # the next() cache is stale now
+        return out
 
 
 _DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
@@ -850,22 +944,25 @@ class RecordColumns:
     def columns(self, start: int, stop: int) -> Columns:
         """Records ``start:stop`` as :class:`rmqstore.columnar.Columns` for ``Dispatcher.dispatch_columns``,
         with their index keys in the broker's put order: ``topic#UNIQ_KEY``, then each KEYS token (§5.3)."""
-        topic_ids: dict[str, int] = {}
-        tid = [topic_ids.setdefault(t, len(topic_ids)) for t in self.topic[start:stop]]
-        key_strings: list[str] = []
-        key_rec: list[int] = []
-        add_key, add_rec = key_strings.append, key_rec.append
-        for i, (topic, uniq, keys) in enumerate(
-            zip(self.topic[start:stop], self.uniq_key[start:stop], self.keys[start:stop], strict=True)
-        ):
-            if uniq is not None:
-                add_key(f"{topic}#{uniq}")
-                add_rec(i)
-            if keys:
-                for token in keys.split(" "):
-                    if token:
-                        add_key(f"{topic}#{token}")
-                        add_rec(i)
+        tp = self.topic[start:stop]
+        n = len(tp)
+        topic_ids = {t: i for i, t in enumerate(dict.fromkeys(tp))}
+        tid = np.fromiter(map(topic_ids.__getitem__, tp), np.int64, n)
+        uniq = self.uniq_key[start:stop]
+        if None in uniq:
+            urec = [i for i, u in enumerate(uniq) if u is not None]
+            ustr = [uniq[i] for i in urec]
+        else:
+            urec, ustr = list(range(n)), uniq
+        keys = self.keys[start:stop]
+        krec = [i for i, k in enumerate(keys) if k]
+        kstr = [keys[i] for i in krec]  # type: ignore[misc]
+        if " " in "".join(kstr):  # several keys in one KEYS value: one index key per token
+            pairs = [(i, t) for i in krec for t in keys[i].split(" ") if t]  # type: ignore[union-attr]
+            krec, kstr = [i for i, _ in pairs], [t for _, t in pairs]
+        key_rec = np.array(urec + krec, dtype=np.int64)
+        key_hash = _topic_key_hashes(list(topic_ids), tid[key_rec], ustr + kstr)
+        order = np.argsort(key_rec, kind="stable")  # the broker's put order: UNIQ_KEY, then KEYS
         i64 = np.int64
         return Columns(
             np.array(self.phy_offset[start:stop], dtype=i64),
@@ -875,10 +972,10 @@ class RecordColumns:
             np.array(self.store_timestamp_ms[start:stop], dtype=i64),
             np.array(self.sys_flag[start:stop], dtype=i64),
             np.array(self.tags_code[start:stop], dtype=i64),
-            np.array(tid, dtype=i64),
+            tid,
             list(topic_ids),
-            np.array(key_rec, dtype=i64),
-            index_key_hash_batch(key_strings).astype(i64) if key_strings else np.zeros(0, i64),
+            key_rec[order],
+            key_hash[order],
         )
 
     def record(self, i: int) -> PlannedRecord:
@@ -899,6 +996,50 @@ class RecordColumns:
 
     def __iter__(self) -> Iterator[PlannedRecord]:
         return (self.record(i) for i in range(len(self)))
+
+
+def _join_records(head: np.ndarray, bodies: list[bytes], topics: list[bytes], props: list[bytes]) -> bytes:
+    """V1 records from their 88-byte heads, bodies, length-prefixed topics and property strings."""
+    n = len(bodies)
+    raw = head.tobytes()
+    pieces: list[bytes] = [b""] * (5 * n)
+    pieces[0::5] = [raw[o : o + 88] for o in range(0, 88 * n, 88)]
+    pieces[1::5] = bodies
+    pieces[2::5] = topics
+    pieces[3::5] = [_SHORTS[len(p)] for p in props]
+    pieces[4::5] = props
+    return b"".join(pieces)
+
+
+def _pow31(width: int) -> np.ndarray:
+    """31**i mod 2**32 for i in 0..width, as uint64."""
+    p = np.empty(width + 1, dtype=np.uint64)
+    v = 1
+    for i in range(width + 1):
+        p[i] = v
+        v = (v * 31) & 0xFFFFFFFF
+    return p
+
+
+def _topic_key_hashes(topics: list[str], tid: np.ndarray, keys: list[str]) -> np.ndarray:
+    """Index keyHash (§5.2) of ``topics[tid[i]] + "#" + keys[i]``, without building those strings:
+    Java's hash of a concatenation is ``hash(a) * 31**len(b) + hash(b)`` (mod 2**32, UTF-16 units)."""
+    if not keys:
+        return np.zeros(0, dtype=np.int64)
+    joined = "".join(keys)
+    if joined.isascii():
+        length = np.fromiter(map(len, keys), np.int64, len(keys))
+        begin = np.cumsum(length) - length
+        h, _ = range_hashes(np.frombuffer(joined.encode("ascii"), dtype=np.uint8), begin, length)
+    else:
+        h = java_hash_batch(keys).view(np.uint32).astype(np.uint64)
+        length = np.array([len(k.encode("utf-16-le", "surrogatepass")) // 2 for k in keys], dtype=np.int64)
+    prefix = np.array([java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
+    full = (prefix[tid] * _pow31(int(length.max()))[length] + h) & np.uint64(0xFFFFFFFF)
+    signed = full.astype(np.uint32).view(np.int32).astype(np.int64)
+    out = np.abs(signed)
+    out[signed == -0x80000000] = 0
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -1177,7 +1318,10 @@ def _plan_write(
     pack_short = _SHORT.pack
     crc32 = zlib.crc32
     next_uniq = keys_gen.next
-    for m in messages:
+
+    def put_one(m: Message) -> None:
+        """The broker's append path for one message (any kind of message)."""
+        nonlocal chunk, pos, last_ts
         origin = m.origin
         topic = m.topic
         info = topic_info.get(topic)
@@ -1388,6 +1532,293 @@ def _plan_write(
         add_sys(sys_flag)
         add_uniq(props.get(PROP_UNIQ_KEY))
         add_host(store_hp)
+
+    # ---- the fast lane: runs of plain messages, encoded a run at a time -------------------------
+    # A plain message is a producer's message with every store-level field left to the broker (see
+    # _PLAIN_FIELDS), IPv4 default hosts, no delay, no user properties: its properties are TAGS,
+    # KEYS, WAIT, UNIQ_KEY (and CLUSTER). The lane gives exactly the bytes ``put_one`` gives; a message
+    # it cannot vouch for (a topic that fails its checks, a V2 topic, a limit exceeded, a separator in
+    # a value) goes through ``put_one``, which raises the error the broker would.
+    born_addr0, born_port0 = default_born
+    store_addr0, store_port0 = default_store
+    fast_hosts = len(born_addr0) == 4 and len(store_addr0) == 4
+    born_ip0 = int.from_bytes(born_addr0, "big") if fast_hosts else 0
+    store_ip0 = int.from_bytes(store_addr0, "big") if fast_hosts else 0
+    cluster = cfg.broker_cluster_name
+    cluster_bad = not cluster or "\x01" in cluster or "\x02" in cluster
+    run_formats: dict[int, _PropsFormat] = {}
+    topic_prefix: dict[str, bytes] = {}
+    ns_clock = time.time_ns if clock is None else None
+
+    def run_format(code: int) -> _PropsFormat:
+        f = run_formats.get(code)
+        if f is None:
+            names = ([PROP_TAGS] if code & 1 else []) + ([PROP_KEYS] if code & 2 else []) + [PROP_WAIT, PROP_UNIQ_KEY]
+            f = props_format(names, 16)
+            if add_cluster:
+                names = [*f.names, PROP_CLUSTER]
+                if drop_wait:
+                    names.remove(PROP_WAIT)
+                f = props_format(names, broker_cap)
+            run_formats[code] = f
+        return f
+
+    def byte_lengths(values: list[str]) -> np.ndarray:
+        if "".join(values).isascii():
+            return np.fromiter(map(len, values), np.int64, len(values))
+        return np.array([len(v.encode("utf-8")) for v in values], dtype=np.int64)
+
+    def bad_values(values: list[str], may_be_empty: bool) -> np.ndarray | None:
+        """Messages whose property value is empty or holds a separator (None: no such message)."""
+        joined = "".join(values)
+        if "\x01" not in joined and "\x02" not in joined and (may_be_empty or all(values)):
+            return None
+        return np.array([(not v and not may_be_empty) or "\x01" in v or "\x02" in v for v in values], dtype=bool)
+
+    def put_run(run: Sequence[Message], code: int) -> None:
+        k = len(run)
+        fmt = run_format(code)
+        names = fmt.names
+        topics = [m.topic for m in run]
+        # -- checks, with no side effect but the topics' own (as put_one's): which messages go fast
+        tmap = {t: n for n, t in enumerate(dict.fromkeys(topics))}
+        tids = np.fromiter(map(tmap.__getitem__, topics), np.int64, k)
+        limit = np.empty(len(tmap), dtype=np.int64)
+        can_pick = np.empty(len(tmap), dtype=bool)
+        tlen = np.empty(len(tmap), dtype=np.int64)
+        tinfo: list[tuple[cfgmod.TopicConfig | None, bytes] | None] = []
+        for t, n in tmap.items():
+            info = topic_info.get(t)
+            if info is None:
+                # first sight of the topic: validate (and auto-create) it as put_one would; a topic
+                # that fails stays unknown, and its messages go through put_one, which raises
+                try:
+                    info = topic_entry(t, run[topics.index(t)].origin)
+                except InputError:
+                    info = None
+            if info is not None and len(info[1]) > _V1_TOPIC_MAX:
+                info = None  # V2 record: put_one
+            tinfo.append(info)
+            if info is None:
+                limit[n], can_pick[n], tlen[n] = -1, False, 0
+                continue
+            tc, tb = info
+            limit[n] = _INT_MAX if tc is None else max(tc.write_queue_nums, tc.read_queue_nums)
+            can_pick[n] = tc is not None and tc.write_queue_nums > 0
+            tlen[n] = len(tb)
+            if t not in topic_prefix:
+                topic_prefix[t] = bytes([len(tb)]) + tb
+        lim = limit[tids]
+        bad = lim < 0
+        none_q = -(1 << 40)
+        q = np.fromiter((none_q if m.queue_id is None else m.queue_id for m in run), np.int64, k)
+        picked = q == none_q
+        bad |= (q >= lim) | ((q < 0) & ~picked) | (picked & ~can_pick[tids])
+        # a topic's first round-robin pick starts from its queues' offsets at that message: put_one
+        for t, n in tmap.items():
+            if t not in rr:
+                first = np.flatnonzero(picked & (tids == n))
+                if len(first):
+                    bad[first[0]] = True
+        # property values and the properties' length: names, values, separators
+        plen = np.full(k, sum(len(n) + 2 for n in names) + 32, dtype=np.int64)  # 32: a generated UNIQ_KEY
+        if PROP_WAIT in names:
+            plen += 4  # "true"
+        tags = keys = None
+        if code & 1:
+            tags = [m.tags for m in run]
+            b = bad_values(tags, False)
+            if b is not None:
+                bad |= b
+            plen += byte_lengths(tags)
+        if code & 2:
+            keys = [m.keys for m in run]
+            b = bad_values(keys, True)
+            if b is not None:
+                bad |= b
+            plen += byte_lengths(keys)
+        if PROP_CLUSTER in names:
+            plen += len(cluster.encode("utf-8"))
+            if cluster_bad:
+                bad[:] = True
+        bodies = [m.body for m in run]
+        blen = np.fromiter(map(len, bodies), np.int64, k)
+        size = 91 + blen + tlen[tids] + plen
+        bad |= plen > _PROPS_MAX
+        if body_limit_only:
+            bad |= blen > max_record
+            if record_slack:
+                bad |= size > max_record + _RECORD_SLACK
+        else:
+            bad |= size > max_record
+        bad |= size + 8 > fs
+        tnames = list(tmap)
+
+        def fast(a: int, b: int) -> None:
+            put_checked(
+                run[a:b],
+                fmt,
+                tnames,
+                topics[a:b],
+                tids[a:b],
+                tinfo,
+                q[a:b],
+                bodies[a:b],
+                None if tags is None else tags[a:b],
+                None if keys is None else keys[a:b],
+                size[a:b],
+                blen[a:b],
+            )
+
+        a = 0
+        for i in np.flatnonzero(bad).tolist():
+            if i > a:
+                fast(a, i)
+            put_one(run[i])
+            a = i + 1
+        if a < k:
+            fast(a, k)
+
+    def put_checked(
+        msgs: Sequence[Message],
+        fmt: _PropsFormat,
+        tnames: list[str],
+        topics: list[str],
+        tids: np.ndarray,
+        tinfo: list[tuple[cfgmod.TopicConfig | None, bytes] | None],
+        q: np.ndarray,
+        bodies: list[bytes],
+        tags: list[str] | None,
+        keys: list[str] | None,
+        size: np.ndarray,
+        blen: np.ndarray,
+    ) -> None:
+        """Plain messages that passed every check: the side effects, in message order."""
+        nonlocal chunk, pos, last_ts
+        n = len(msgs)
+        # queue ids: the round robin, in message order
+        qv = q.copy()
+        for i in np.flatnonzero(q < 0).tolist():
+            info = tinfo[int(tids[i])]
+            qv[i] = pick_queue(topics[i], info[0] if info else None, msgs[i].origin)
+        # store time: the clock per message, never below the previous record's; born time = store time
+        if ns_clock is not None:
+            ts = np.array([ns_clock() for _ in range(n)], dtype=np.int64) // 1_000_000
+        else:
+            ts = np.array([now() for _ in range(n)], dtype=np.int64)
+        ts[0] = max(int(ts[0]), last_ts)
+        ts = np.maximum.accumulate(ts)
+        last_ts = int(ts[-1])
+        uniqs = keys_gen.many(ts, born_addr0)
+        # the property strings
+        columns: list[Any] = []
+        for name in fmt.names:
+            if name == PROP_TAGS:
+                columns.append(tags)
+            elif name == PROP_KEYS:
+                columns.append(keys)
+            elif name == PROP_UNIQ_KEY:
+                columns.append(uniqs)
+            elif name == PROP_WAIT:
+                columns.append(repeat(_TRUE, n))
+            else:
+                columns.append(repeat(cluster, n))
+        pattern = fmt.fmt
+        props_b = [(pattern % vals).encode("utf-8") for vals in zip(*columns, strict=False)]
+        # queue offsets: per (topic, queue), continuing each queue in message order
+        ukeys, inv, counts = np.unique(tids * (1 << 32) + qv, return_inverse=True, return_counts=True)
+        order = np.argsort(inv, kind="stable")
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        bases = np.empty(len(ukeys), dtype=np.int64)
+        for g, kv in enumerate(ukeys.tolist()):
+            qkey = (tnames[kv >> 32], kv & 0xFFFFFFFF)
+            first = next_qoff.get(qkey)
+            if first is None:
+                first = queue_offset(*qkey)
+            bases[g] = first
+            next_qoff[qkey] = first + int(counts[g])
+        qoff = bases[inv] + rank
+        crc = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & _INT_MAX
+        # lay the records out, rolling to the next file where one does not fit (BLANK first)
+        phy = np.empty(n, dtype=np.int64)
+        i0 = 0
+        while i0 < n:
+            ends = pos + np.cumsum(size[i0:])
+            over = np.flatnonzero(ends + 8 > fs)
+            j = i0 + (int(over[0]) if len(over) else n - i0)
+            if j > i0:
+                phy[i0:j] = base + ends[: j - i0] - size[i0:j]
+                h = np.zeros(j - i0, dtype=_HEADER_V4)
+                h["size"] = size[i0:j]
+                h["magic"] = MAGIC_V1
+                h["crc"] = crc[i0:j]
+                h["queue_id"] = qv[i0:j]
+                h["queue_offset"] = qoff[i0:j]
+                h["phy"] = phy[i0:j]
+                h["born_ts"] = ts[i0:j]
+                h["born_addr"] = born_ip0
+                h["born_port"] = born_port0
+                h["store_ts"] = ts[i0:j]
+                h["store_addr"] = store_ip0
+                h["store_port"] = store_port0
+                h["body_len"] = blen[i0:j]
+                chunk += _join_records(h, bodies[i0:j], [topic_prefix[t] for t in topics[i0:j]], props_b[i0:j])
+                pos = int(ends[j - i0 - 1])
+            if j < n:
+                remaining = fs - pos
+                if remaining >= 8:
+                    chunk += _BLANK_HEAD.pack(remaining, BLANK_MAGIC)
+                    blanks.append((base + pos, remaining))
+                flush_chunk(base + fs)
+                pos = 0
+            i0 = j
+        # what the dispatcher reads back (§3.11, §4.2)
+        if tags is not None:
+            for t in set(tags):
+                if t not in tags_codes:
+                    tags_codes[t] = java_hash(t)
+            add_tcodes(map(tags_codes.__getitem__, tags))
+        else:
+            add_tcodes(repeat(0, n))
+        add_keyss(keys if keys is not None else repeat(None, n))
+        add_origins([m.origin for m in msgs])
+        add_topics(topics)
+        add_qids(qv.tolist())
+        add_qoffs(qoff.tolist())
+        add_phys(phy.tolist())
+        add_sizes(size.tolist())
+        add_tss(ts.tolist())
+        add_syss(repeat(0, n))
+        add_uniqs(uniqs)
+        add_hosts(repeat(default_store, n))
+
+    add_tcodes, add_keyss, add_origins = cols.tags_code.extend, cols.keys.extend, cols.origin.extend
+    add_topics, add_qids, add_qoffs = cols.topic.extend, cols.queue_id.extend, cols.queue_offset.extend
+    add_phys, add_sizes, add_tss = cols.phy_offset.extend, cols.size.extend, cols.store_timestamp_ms.extend
+    add_syss, add_uniqs, add_hosts = cols.sys_flag.extend, cols.uniq_key.extend, cols.store_host.extend
+    plain_fields = operator.attrgetter(*_PLAIN_FIELDS)
+
+    for s0 in range(0, len(messages), _FAST_BLOCK):
+        block = messages[s0 : s0 + _FAST_BLOCK]
+        if not fast_hosts:
+            for m in block:
+                put_one(m)
+            continue
+        # -1: put_one; else bit 0 TAGS, bit 1 KEYS (a non-blank value)
+        codes = [
+            (m.tags is not None) | (bool(m.keys) and not m.keys.isspace()) << 1 if f == _PLAIN_DEFAULTS else -1
+            for m, f in zip(block, map(plain_fields, block), strict=True)
+        ]
+        i = 0
+        for code, group in groupby(codes):
+            k = len(list(group))
+            if code < 0 or k < _FAST_MIN_RUN:
+                for m in block[i : i + k]:
+                    put_one(m)
+            else:
+                put_run(block[i : i + k], code)
+            i += k
     flush_chunk(base)
     end_phy = cols.phy_offset[-1] + cols.size[-1] if len(cols) else ap.end_phy
     return WritePlan(
@@ -1783,17 +2214,25 @@ def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
         try:
             if os.fstat(fd).st_size != fs:
                 raise CorruptData(f"file is {os.fstat(fd).st_size} bytes, expected {fs}", path=w.path, pos=0)
-            m = mmap.mmap(fd, fs)
+            _pwrite_all(fd, w.data, w.pos, w.path)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
-        try:
-            m[w.pos : w.pos + len(w.data)] = w.data
-            if sync:
-                m.flush()
-        finally:
-            m.close()
     if created and sync:
         fsync_dir(cfg.commitlog_dir)
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, pos: int, path: Path) -> None:
+    """Write all of ``data`` at ``pos`` (pwrite copies straight into the page cache: no page faults
+    on a fresh file, as writing through a mapping has)."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        n = os.pwrite(fd, view[done : done + (64 << 20)], pos + done)
+        if n <= 0:
+            raise OSError(f"{path}: no progress writing at byte {pos + done}")
+        done += n
 
 
 def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync: bool) -> DispatchStats:
