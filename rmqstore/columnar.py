@@ -182,6 +182,15 @@ def _key_hash(h32: np.ndarray) -> np.ndarray:
     return out
 
 
+def topic_key_hashes(prefix: np.ndarray, h: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Index keyHash (§5.2) of ``topic#key`` from each row's ``hash(topic#)`` and ``hash(key)`` (uint32
+    in uint64) and the key's length in UTF-16 units, without the joined string: Java's hash of a
+    concatenation is ``hash(a) * 31**len(b) + hash(b)`` mod 2**32."""
+    if len(h) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return _key_hash((prefix * _pow31(int(length.max()))[length] + h) & _M32)
+
+
 def walk_positions(buf: Any, start_pos: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
     """Start of every V1/V2 record from ``start_pos``; returns (positions, stop pos, reason).
 
@@ -479,14 +488,10 @@ def decode_batch(
     bad_fast[ridx[bad_rec]] = True
     fast &= ~bad_fast
 
-    # topic#key hashes: h(topic + "#") * 31^len(key) + h(key)
     prefix = np.array([(java_hash(t + "#") & 0xFFFFFFFF) for t in topics] or [0], dtype=np.uint64)
-    maxlen = int(max(ulen.max() if len(ulen) else 0, tok_len.max() if len(tok_len) else 0))
-    pw = _pow31(maxlen)
 
     def combine(recs: np.ndarray, h: np.ndarray, lens_: np.ndarray) -> np.ndarray:
-        pre = prefix[topic_id[ridx[recs]]]
-        return _key_hash((pre * pw[lens_] + h) & _M32)
+        return topic_key_hashes(prefix[topic_id[ridx[recs]]], h, lens_)
 
     key_rec_parts = [ridx[urec], ridx[tok_rec]]
     key_hash_parts = [combine(urec, uh, ulen), combine(tok_rec, kh, tok_len)]

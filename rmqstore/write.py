@@ -79,7 +79,7 @@ import numpy as np
 
 from . import checkpoint as cpmod
 from . import config as cfgmod
-from .columnar import Columns, range_hashes
+from .columnar import Columns, range_hashes, topic_key_hashes
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
@@ -1016,19 +1016,8 @@ def _join_records(head: np.ndarray, bodies: list[bytes], topics: list[bytes], pr
     return b"".join(pieces)
 
 
-def _pow31(width: int) -> np.ndarray:
-    """31**i mod 2**32 for i in 0..width, as uint64."""
-    p = np.empty(width + 1, dtype=np.uint64)
-    v = 1
-    for i in range(width + 1):
-        p[i] = v
-        v = (v * 31) & 0xFFFFFFFF
-    return p
-
-
 def _topic_key_hashes(topics: list[str], tid: np.ndarray, keys: list[str]) -> np.ndarray:
-    """Index keyHash (§5.2) of ``topics[tid[i]] + "#" + keys[i]``, without building those strings:
-    Java's hash of a concatenation is ``hash(a) * 31**len(b) + hash(b)`` (mod 2**32, UTF-16 units)."""
+    """Index keyHash (§5.2) of ``topics[tid[i]] + "#" + keys[i]``, without building those strings."""
     if not keys:
         return np.zeros(0, dtype=np.int64)
     joined = "".join(keys)
@@ -1040,11 +1029,7 @@ def _topic_key_hashes(topics: list[str], tid: np.ndarray, keys: list[str]) -> np
         h = java_hash_batch(keys).view(np.uint32).astype(np.uint64)
         length = np.array([len(k.encode("utf-16-le", "surrogatepass")) // 2 for k in keys], dtype=np.int64)
     prefix = np.array([java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
-    full = (prefix[tid] * _pow31(int(length.max()))[length] + h) & np.uint64(0xFFFFFFFF)
-    signed = full.astype(np.uint32).view(np.int32).astype(np.int64)
-    out = np.abs(signed)
-    out[signed == -0x80000000] = 0
-    return out
+    return topic_key_hashes(prefix[tid], h, length)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1319,6 +1304,16 @@ def _plan_write(
         chunk = bytearray()
         chunk_pos = 0
 
+    def next_file() -> None:
+        """End the current file with a BLANK record (§3.4); go on at offset 0 of the next file."""
+        nonlocal chunk, pos
+        remaining = fs - pos
+        if remaining >= 8:
+            chunk += _BLANK_HEAD.pack(remaining, BLANK_MAGIC)
+            blanks.append((base + pos, remaining))
+        flush_chunk(base + fs)
+        pos = 0
+
     pack = _FIXED_V4.pack
     pack_short = _SHORT.pack
     crc32 = zlib.crc32
@@ -1457,12 +1452,7 @@ def _plan_write(
         if size + 8 > fs - pos:
             if size + 8 > fs:
                 raise InputError(f"{origin}: the record is {size} bytes; it cannot fit in a {fs}-byte commit log file")
-            remaining = fs - pos
-            if remaining >= 8:
-                chunk += _BLANK_HEAD.pack(remaining, BLANK_MAGIC)
-                blanks.append((base + pos, remaining))
-            flush_chunk(base + fs)
-            pos = 0
+            next_file()
         phy = base + pos
         crc = crc32(body) & _INT_MAX
         if not v6 and not v2:
@@ -1568,17 +1558,15 @@ def _plan_write(
             run_formats[code] = f
         return f
 
-    def byte_lengths(values: list[str]) -> np.ndarray:
-        if "".join(values).isascii():
+    def value_column(values: list[str], may_be_empty: bool, bad: np.ndarray) -> np.ndarray:
+        """UTF-8 lengths of one property's values; marks in ``bad`` the messages whose value is empty
+        (when that is refused) or holds a separator."""
+        joined = "".join(values)
+        if "\x01" in joined or "\x02" in joined or not (may_be_empty or all(values)):
+            bad |= np.array([(not v and not may_be_empty) or "\x01" in v or "\x02" in v for v in values], dtype=bool)
+        if joined.isascii():
             return np.fromiter(map(len, values), np.int64, len(values))
         return np.array([len(v.encode("utf-8")) for v in values], dtype=np.int64)
-
-    def bad_values(values: list[str], may_be_empty: bool) -> np.ndarray | None:
-        """Messages whose property value is empty or holds a separator (None: no such message)."""
-        joined = "".join(values)
-        if "\x01" not in joined and "\x02" not in joined and (may_be_empty or all(values)):
-            return None
-        return np.array([(not v and not may_be_empty) or "\x01" in v or "\x02" in v for v in values], dtype=bool)
 
     def put_run(run: Sequence[Message], code: int) -> None:
         k = len(run)
@@ -1632,16 +1620,10 @@ def _plan_write(
         tags = keys = None
         if code & 1:
             tags = [m.tags for m in run]
-            b = bad_values(tags, False)
-            if b is not None:
-                bad |= b
-            plen += byte_lengths(tags)
+            plen += value_column(tags, False, bad)  # type: ignore[arg-type]
         if code & 2:
             keys = [m.keys for m in run]
-            b = bad_values(keys, True)
-            if b is not None:
-                bad |= b
-            plen += byte_lengths(keys)
+            plen += value_column(keys, True, bad)  # type: ignore[arg-type]
         if PROP_CLUSTER in names:
             plen += len(cluster.encode("utf-8"))
             if cluster_bad:
@@ -1771,12 +1753,7 @@ def _plan_write(
                 chunk += _join_records(h, bodies[i0:j], [topic_prefix[t] for t in topics[i0:j]], props_b[i0:j])
                 pos = int(ends[j - i0 - 1])
             if j < n:
-                remaining = fs - pos
-                if remaining >= 8:
-                    chunk += _BLANK_HEAD.pack(remaining, BLANK_MAGIC)
-                    blanks.append((base + pos, remaining))
-                flush_chunk(base + fs)
-                pos = 0
+                next_file()
             i0 = j
         # what the dispatcher reads back (§3.11, §4.2)
         if tags is not None:
