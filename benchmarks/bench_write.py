@@ -2,17 +2,21 @@
 
     python benchmarks/bench_write.py [--count 1000000] [--body 200] [--out DIR] [--ndjson 200000] [--keep]
 
-For each mode (dispatch on/off, flush sync/async) a fresh store with production file sizes (1 GiB
-commit log files, default consume queue and index sizes) is created under DIR (default
+For each input and mode (dispatch on/off, flush sync/async) a fresh store with production file
+sizes (1 GiB commit log files, default consume queue and index sizes) is created under DIR (default
 /tmp/rmqstore-bench/write) and ``rmqstore.write.write_messages`` appends COUNT messages: 4 topics x
-8 queues, TAGS, one key each, generated UNIQ_KEYs. The messages are built before the clock starts
-(reported separately). Then the command line reads the same kind of messages from an NDJSON file.
+8 queues, TAGS, one key each, generated UNIQ_KEYs. Two inputs: a list of ``Message`` objects, and a
+``MessageBatch`` (the same messages column by column, what the NDJSON reader gives the command).
+The input is built before the clock starts (reported separately). Then the command line reads the
+same kind of messages from an NDJSON file.
 
 Every figure is printed with its ratio to reading the same commit log bytes with
-``cat FILE > /dev/null`` (``head -c BYTES`` on the written part; page cache warm). The reference
-point from the issue: the 4.4.0 engine writes 1,000,000 such messages with dispatch in about 7 s
-(about 140 k msg/s) on this machine. A Python loop baseline is printed too: the machine may be
-shared, and it shows how loaded it was during the run. The stores are deleted unless --keep.
+``cat FILE > /dev/null`` (``head -c BYTES`` on the written part; page cache warm). Flush ``sync``
+makes every byte durable before returning, so it is also compared with the machine's own durable
+write of as many bytes (``dd if=/dev/zero bs=4M conv=fsync``). The reference point from the issue:
+the 4.4.0 engine (asynchronous flush, its default) writes 1,000,000 such messages with dispatch in
+about 7 s (about 140 k msg/s) on this machine. A Python loop baseline is printed too: the machine
+may be shared, and it shows how loaded it was during the run. The stores are deleted unless --keep.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rmqstore.write import Message, UniqKeySource, write_messages  # noqa: E402
+from rmqstore.write import Message, MessageBatch, UniqKeySource, write_messages  # noqa: E402
 
 TOPICS, QUEUES = 4, 8
 
@@ -42,6 +46,34 @@ def build_messages(count: int, body_size: int) -> list[Message]:
         Message(topic=names[i % TOPICS], queue_id=(i // TOPICS) % QUEUES, body=body, tags="TagA", keys=f"k-{i:010d}")
         for i in range(count)
     ]
+
+
+def as_batch(msgs: list[Message]) -> MessageBatch:
+    return MessageBatch(
+        [m.topic for m in msgs],
+        [m.body for m in msgs],
+        [m.queue_id for m in msgs],
+        [m.tags for m in msgs],
+        [m.keys for m in msgs],
+    )
+
+
+def durable_write_seconds(out: Path, nbytes: int) -> float:
+    """Best of 3: ``dd`` writing ``nbytes`` of zeros to a new file and fsyncing it."""
+    target = out / "dd-fsync"
+    best = float("inf")
+    for _ in range(3):
+        target.unlink(missing_ok=True)
+        count = max(1, -(-nbytes // (4 << 20)))
+        t = time.perf_counter()
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={target}", "bs=4M", f"count={count}", "conv=fsync"],
+            capture_output=True,
+            check=True,
+        )
+        best = min(best, time.perf_counter() - t)
+    target.unlink(missing_ok=True)
+    return best
 
 
 def cat_seconds(files: list[Path], nbytes: int) -> float:
@@ -66,7 +98,7 @@ def python_baseline_us() -> float:
     return min(timeit.repeat("for i in range(1000): d.get(i)", "d={}", number=200, repeat=5)) / 200 * 1e6
 
 
-def run_mode(out: Path, msgs: list[Message], *, dispatch: bool, flush: str) -> dict:
+def run_mode(out: Path, msgs: list[Message] | MessageBatch, *, dispatch: bool, flush: str) -> dict:
     root = out / f"store-{'dispatch' if dispatch else 'nodispatch'}-{flush}"
     shutil.rmtree(root, ignore_errors=True)
     t = time.perf_counter()
@@ -83,8 +115,9 @@ def run_mode(out: Path, msgs: list[Message], *, dispatch: bool, flush: str) -> d
     nbytes = res.plan.bytes_written
     files = sorted((root / "commitlog").iterdir())
     cat = cat_seconds(files, nbytes)
+    kind = "batch" if isinstance(msgs, MessageBatch) else "Message"
     return {
-        "mode": f"dispatch={'on' if dispatch else 'off'} flush={flush}",
+        "mode": f"{kind:<7} dispatch={'on' if dispatch else 'off'} flush={flush}",
         "messages": len(msgs),
         "seconds": round(secs, 2),
         "msgPerSec": round(len(msgs) / secs),
@@ -140,20 +173,28 @@ def main(argv: list[str] | None = None) -> None:
     msgs = build_messages(args.count, args.body)
     gc.enable()
     build = time.perf_counter() - t
+    t = time.perf_counter()
+    batch = as_batch(msgs)
+    build_batch = time.perf_counter() - t
     print(f"python baseline: {base:.1f} us per 1000 dict lookups (idle machine: about 25-30)")
-    print(f"built {len(msgs):,} Message objects in {build:.2f} s (not counted below)")
+    print(f"built {len(msgs):,} Message objects in {build:.2f} s, their batch in {build_batch:.2f} s (not counted)")
     results = []
     try:
-        for dispatch, flush in ((True, "sync"), (False, "sync"), (True, "async"), (False, "async")):
-            r = run_mode(args.out, msgs, dispatch=dispatch, flush=flush)
-            results.append(r)
-            print(
-                f"{r['mode']:<28} {r['messages']:>9,} msgs {r['seconds']:>7.2f} s {r['msgPerSec']:>9,} msg/s "
-                f"{r['MBPerSec']:>7.1f} MB/s  cat {r['catSeconds']:.3f} s  x{r['ratioToCat']}",
-                flush=True,
-            )
-            if not args.keep:
-                shutil.rmtree(r["store"], ignore_errors=True)
+        for given in (msgs, batch):
+            for dispatch, flush in ((True, "sync"), (True, "async"), (False, "sync"), (False, "async")):
+                r = run_mode(args.out, given, dispatch=dispatch, flush=flush)
+                if flush == "sync":
+                    r["ddFsyncSeconds"] = round(durable_write_seconds(args.out, r["commitLogBytes"]), 3)
+                    r["ratioToDdFsync"] = round(r["seconds"] / r["ddFsyncSeconds"], 2)
+                results.append(r)
+                dd = f"  dd+fsync {r['ddFsyncSeconds']:.2f} s x{r['ratioToDdFsync']}" if flush == "sync" else ""
+                print(
+                    f"{r['mode']:<36} {r['messages']:>9,} msgs {r['seconds']:>6.2f} s {r['msgPerSec']:>9,} msg/s "
+                    f"{r['MBPerSec']:>6.1f} MB/s  cat {r['catSeconds']:.3f} s x{r['ratioToCat']}{dd}",
+                    flush=True,
+                )
+                if not args.keep:
+                    shutil.rmtree(r["store"], ignore_errors=True)
         if args.ndjson:
             r = run_cli(args.out, args.ndjson, args.body)
             results.append(r)

@@ -48,7 +48,7 @@ def _messages(
     props: list[str],
     delay_level: int,
     flag: int,
-) -> list[op.Message]:
+) -> list[op.Message] | op.MessageBatch:
     if source is not None:
         if topic or queue is not None or tags or keys or body is not None or body_file or props or delay_level or flag:
             raise InputError("give either an NDJSON input or --topic and the message options, not both")

@@ -24,8 +24,9 @@ What a write does, in order (``plan_write`` reads, ``apply_write`` writes exactl
    bytes. A record that does not fit (``len + 8 > remaining``) leaves an 8-byte BLANK header (the rest
    of the file stays zero) and goes to offset 0 of the next file, created at full size with its
    20-digit name.
-4. **Store timestamp** is the clock, read per message and never below the previous record's (recovery
-   relies on non-decreasing times); a message may give its own (reproducible stores).
+4. **Store timestamp** is the clock, read per message (once per 8 messages of a plain run: they are
+   microseconds apart) and never below the previous record's (recovery relies on non-decreasing
+   times); a message may give its own (reproducible stores).
 5. **Dispatch** in the same run with :class:`~rmqstore.dispatch.Dispatcher`: records not yet
    dispatched are dispatched first (catch-up), then the new ones. ``dispatch=False`` leaves all of
    it to ``redispatch`` and creates ``abort``, so a broker started before that re-dispatches (§9.4.6).
@@ -43,9 +44,13 @@ topic, queue, properties in the given order, no broker edit, no generated ``UNIQ
 (a replay of dumped records, or what the broker's own services write, e.g. a delay level coming due).
 
 Speed: runs of plain producer messages (every store-level field left to the broker, IPv4 hosts, no
-delay, no user properties) are checked and encoded a run at a time (record heads as one numpy array,
-one join per run); every other message, and any plain one the run cannot vouch for, takes the
-per-message path, which is the reference: both give the same bytes (``tests/test_write.py``).
+delay, no user properties) are checked and encoded a run at a time: record heads as one numpy array,
+each record one bytes %-format with the constant parts of its properties built in, UNIQ_KEYs and the
+index key hashes computed as arrays, the plan's columns kept as arrays for the dispatch. Every other
+message, and any plain one the run cannot vouch for, takes the per-message path, which is the
+reference: both give the same bytes and columns (``tests/test_write.py``). A :class:`MessageBatch`
+(what the NDJSON reader gives for plain lines) spares the objects per message. While the dispatch
+runs, a second thread writes (and with sync flush fsyncs) the commit log.
 
 Atomic batches: the whole input is validated and encoded before any file changes. Before the first
 change a journal ``<root>/.rmqstore/write.journal`` (with copies of every byte range the write may
@@ -58,6 +63,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import datetime as dt
 import gc
 import json
@@ -67,11 +73,12 @@ import os
 import re
 import shutil
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from itertools import groupby, repeat
+from itertools import chain, groupby, repeat
 from pathlib import Path
 from typing import Any
 
@@ -212,8 +219,9 @@ _PLAIN_FIELDS = (
     "wait",
 )
 _PLAIN_DEFAULTS = (False, (), 0, 0, 0, None, None, None, None, None, 0, 0, True)
-_FAST_BLOCK = 8192  # messages classified at a time
+_FAST_BLOCK = 32768  # messages classified at a time
 _FAST_MIN_RUN = 8  # shorter runs of plain messages go one by one
+_CLOCK_EVERY = 8  # plain messages per clock reading (a few microseconds apart)
 _SHORT = struct.Struct(">h")
 _BLANK_HEAD = struct.Struct(">ii")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
@@ -284,6 +292,44 @@ class Message:  # which made building a million messages six times slower
     wait: bool = True
     raw: bool = False
     origin: str = "message"
+
+
+@dataclass(slots=True)
+class MessageBatch:
+    """Producer messages column by column: topic, body, queue id, TAGS and KEYS, every other field
+    left to the broker (a :class:`Message` with its defaults). Bulk input with no object per
+    message; ``origin`` names each message in errors (default ``message``)."""
+
+    topic: list[str]
+    body: list[bytes]
+    queue_id: list[int | None]
+    tags: list[str | None]
+    keys: list[str | None]
+    origin: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.topic)
+        lengths = [len(self.body), len(self.queue_id), len(self.tags), len(self.keys)]
+        if self.origin is not None:
+            lengths.append(len(self.origin))
+        if any(k != n for k in lengths):
+            raise InputError(f"a message batch needs columns of one length: {[n, *lengths]}")
+
+    def __len__(self) -> int:
+        return len(self.topic)
+
+    def message(self, i: int) -> Message:
+        return Message(
+            topic=self.topic[i],
+            body=self.body[i],
+            queue_id=self.queue_id[i],
+            tags=self.tags[i],
+            keys=self.keys[i],
+            origin="message" if self.origin is None else self.origin[i],
+        )
+
+    def messages(self) -> list[Message]:
+        return [self.message(i) for i in range(len(self))]
 
 
 # NDJSON field -> meaning; RocketMQ's field names.
@@ -359,27 +405,36 @@ def _json_str(obj: dict[str, Any], name: str, origin: str) -> str | None:
     raise InputError(f"{origin}: {name} must be a string, got {type(v).__name__}")
 
 
+def _simple_message(obj: Any) -> tuple[str, bytes, int | None, str | None, str | None] | None:
+    """(topic, body, queueId, tags, keys) of the common producer message, with the checks of
+    :func:`message_from_json` inlined; ``None`` for anything else (that function then says why)."""
+    if type(obj) is not dict or not obj.keys() <= _SIMPLE_JSON_FIELDS:
+        return None
+    topic, text, queue_id = obj.get("topic"), obj.get("body"), obj.get("queueId")
+    tags, keys = obj.get("tags"), obj.get("keys")
+    if (
+        type(topic) is str
+        and topic
+        and (text is None or type(text) is str)
+        and (queue_id is None or (type(queue_id) is int and 0 <= queue_id <= _INT_MAX))
+        and (tags is None or type(tags) is str)
+        and (keys is None or type(keys) is str)
+    ):
+        try:
+            return topic, b"" if text is None else text.encode("utf-8"), queue_id, tags, keys
+        except UnicodeEncodeError:
+            return None
+    return None
+
+
 def message_from_json(obj: Any, *, origin: str = "message") -> Message:
     """A :class:`Message` from one NDJSON object (RocketMQ field names). Raises InputError."""
     if not isinstance(obj, dict):
         raise InputError(f"{origin}: expected a JSON object, got {type(obj).__name__}")
-    if obj.keys() <= _SIMPLE_JSON_FIELDS:  # the common producer message: the checks below, inlined
-        topic, text, queue_id = obj.get("topic"), obj.get("body"), obj.get("queueId")
-        tags, keys = obj.get("tags"), obj.get("keys")
-        if (
-            type(topic) is str
-            and topic
-            and (text is None or type(text) is str)
-            and (queue_id is None or (type(queue_id) is int and 0 <= queue_id <= _INT_MAX))
-            and (tags is None or type(tags) is str)
-            and (keys is None or type(keys) is str)
-        ):
-            try:
-                body = b"" if text is None else text.encode("utf-8")
-            except UnicodeEncodeError:
-                pass  # the full path below says why
-            else:
-                return Message(topic=topic, body=body, queue_id=queue_id, tags=tags, keys=keys, origin=origin)
+    simple = _simple_message(obj)
+    if simple is not None:
+        topic, body, queue_id, tags, keys = simple
+        return Message(topic=topic, body=body, queue_id=queue_id, tags=tags, keys=keys, origin=origin)
     unknown = [k for k in obj if k not in _JSON_FIELDS and k not in _JSON_IGNORED]
     if unknown:
         import difflib
@@ -484,13 +539,19 @@ def _paused_gc(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             gc.enable()
 
 
-def read_ndjson(lines: Iterable[str | bytes], *, source: str = "<stdin>") -> list[Message]:
-    """Parse NDJSON (one message object per line; blank lines skipped). Raises InputError naming the line."""
+def read_ndjson(lines: Iterable[str | bytes], *, source: str = "<stdin>") -> list[Message] | MessageBatch:
+    """Parse NDJSON (one message object per line; blank lines skipped). Raises InputError naming the line.
+
+    When every line is a plain producer message (topic, queueId, tags, keys, body) the result is a
+    :class:`MessageBatch`, else a list of :class:`Message`."""
     return _paused_gc(_read_ndjson, lines, source)
 
 
-def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message]:
-    out: list[Message] = []
+def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message] | MessageBatch:
+    batch = MessageBatch([], [], [], [], [], [])
+    add_topic, add_body, add_qid = batch.topic.append, batch.body.append, batch.queue_id.append
+    add_tags, add_keys, add_origin = batch.tags.append, batch.keys.append, batch.origin.append  # type: ignore[union-attr]
+    out: list[Message] | None = None  # once a line is more than a plain message
     decode = _JSON_DECODER.raw_decode
     for n, line in enumerate(lines, 1):
         if isinstance(line, bytes):
@@ -506,8 +567,20 @@ def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message]:
                 raise json.JSONDecodeError("Extra data", line, len(line) - len(line[end:].lstrip(_JSON_SPACE)))
         except json.JSONDecodeError as e:
             raise InputError(f"{source}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
+        if out is None:
+            simple = _simple_message(obj)
+            if simple is not None:
+                topic, body, qid, tags, keys = simple
+                add_topic(topic)
+                add_body(body)
+                add_qid(qid)
+                add_tags(tags)
+                add_keys(keys)
+                add_origin(f"{source}:{n}")
+                continue
+            out = batch.messages()
         out.append(message_from_json(obj, origin=f"{source}:{n}"))
-    return out
+    return batch if out is None else out
 
 
 _JSON_DECODER = json.JSONDecoder()
@@ -620,31 +693,26 @@ class UniqKeySource:
         self._counter = (c + 1) & 0xFFFF
         return prefix + self._last_hex + _HEX4[c]
 
-    def many(self, now_ms: np.ndarray, ip: bytes) -> list[str]:
-        """``[self.next(t, ip) for t in now_ms]``, one string per key, for non-decreasing times."""
-        n = len(now_ms)
-        if n == 0:
-            return []
-        lo, hi = int(now_ms[0]), int(now_ms[-1])
-        start = self._month_start(lo)
-        if hi >= self._month[1] or bool((now_ms[1:] < now_ms[:-1]).any()):
-            return [self.next(t, ip) for t in now_ms.tolist()]
+    def many_parts(self, now_ms: np.ndarray, ip: bytes) -> tuple[str, np.ndarray, np.ndarray]:
+        """The keys ``[self.next(t, ip) for t in now_ms]`` as their shared 20-character head (ip,
+        pid, class-loader hash) and, per key, the time field and the counter (int64 arrays):
+        key i is ``f"{head}{time_field[i]:08X}{counter[i]:04X}"``."""
         prefix = self._prefixes.get(ip)
         if prefix is None:
             prefix = self._prefixes[ip] = (ip + self._tail).hex().upper()
-        times, counts = np.unique(now_ms, return_counts=True)
-        out: list[str] = []
+        n = len(now_ms)
+        if n == 0:
+            return prefix, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        start = self._month_start(int(now_ms[0]))
+        if int(now_ms[-1]) >= self._month[1] or bool((now_ms[1:] < now_ms[:-1]).any()):
+            keys = [self.next(t, ip) for t in now_ms.tolist()]  # a month boundary: key by key
+            tf = np.array([int(k[20:28], 16) for k in keys], dtype=np.int64)
+            return prefix, tf, np.array([int(k[28:], 16) for k in keys], dtype=np.int64)
         c = self._counter
-        for t, k in zip(times.tolist(), counts.tolist(), strict=True):
-            head = f"{prefix}{(t - start) & 0xFFFFFFFF:08X}"
-            if c + k <= 0x10000:
-                out += [head + h for h in _HEX4[c : c + k]]
-            else:
-                out += [head + _HEX4[(c + i) & 0xFFFF] for i in range(k)]
-            c = (c + k) & 0xFFFF
-        self._counter = c
+        counter = (c + np.arange(n, dtype=np.int64)) & 0xFFFF
+        self._counter = (c + n) & 0xFFFF
         self._last_ms = -1  # the next() cache is stale now
-        return out
+        return prefix, (now_ms - start) & 0xFFFFFFFF, counter
 
 
 _DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
@@ -892,6 +960,37 @@ def _index_end_phy(st: Store) -> int:
 # The plan
 
 
+class _Block:
+    """Columns of consecutive input messages (a slice of a list of messages or of a batch)."""
+
+    __slots__ = ("topic", "body", "queue_id", "tags", "keys", "origin", "source", "start")
+
+    def __init__(
+        self,
+        topic: list[str],
+        body: list[bytes],
+        queue_id: list[int | None],
+        tags: list[str | None],
+        keys: list[str | None],
+        origin: list[str] | None,
+        source: Sequence[Message] | MessageBatch,
+        start: int = 0,
+    ):
+        self.topic, self.body, self.queue_id, self.tags, self.keys = topic, body, queue_id, tags, keys
+        self.origin, self.source, self.start = origin, source, start
+
+    def message(self, i: int) -> Message:
+        src = self.source
+        return src.message(self.start + i) if isinstance(src, MessageBatch) else src[self.start + i]
+
+
+def _codes(tags: list[str | None], keys: list[str | None]) -> list[int]:
+    """The fast lane's run code of plain messages: bit 0 TAGS, bit 1 KEYS (a non-blank value)."""
+    if None not in tags and None not in keys and "" not in keys and not any(map(str.isspace, keys)):
+        return [3] * len(tags)  # the usual batch: every message has both
+    return [(t is not None) | (bool(ks) and not ks.isspace()) << 1 for t, ks in zip(tags, keys, strict=True)]
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedRecord:
     """One record of the plan, with the values the broker reports for a put."""
@@ -926,61 +1025,104 @@ class PlannedRecord:
         }
 
 
+class UniqKeyColumn(Sequence[str | None]):
+    """The UNIQ_KEY of each planned record; keys generated a run at a time are kept as their
+    constant head plus per-record fields and made into strings only when read."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._parts: list[Any] = []  # list[str | None], or (head, time field, counter) arrays
+        self._len = 0
+
+    def extend_strings(self, keys: list[str | None]) -> None:
+        if keys:
+            self._starts.append(self._len)
+            self._parts.append(keys)
+            self._len += len(keys)
+
+    def extend_generated(self, head: str, time_field: np.ndarray, counter: np.ndarray) -> None:
+        if len(time_field):
+            self._starts.append(self._len)
+            self._parts.append((head, time_field, counter))
+            self._len += len(time_field)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _part(self, i: int) -> tuple[Any, int]:
+        k = bisect.bisect_right(self._starts, i) - 1
+        return self._parts[k], i - self._starts[k]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(i)
+        part, j = self._part(i)
+        if isinstance(part, list):
+            return part[j]
+        head, tf, ctr = part
+        return f"{head}{int(tf[j]):08X}{int(ctr[j]):04X}"
+
+    def __iter__(self) -> Iterator[str | None]:
+        for part in self._parts:
+            if isinstance(part, list):
+                yield from part
+            else:
+                head, tf, ctr = part
+                for t, c in zip(tf.tolist(), ctr.tolist(), strict=True):
+                    yield f"{head}{t:08X}{c:04X}"
+
+
 @dataclass(frozen=True, slots=True)
 class RecordColumns:
-    """The planned records, one list per field (a million records stay a few lists, not objects)."""
+    """The planned records column by column: numbers in int64 arrays, names in lists (a million
+    records stay a few arrays, not a million objects)."""
 
     origin: list[str]
     topic: list[str]
-    queue_id: list[int]
-    queue_offset: list[int]
-    phy_offset: list[int]
-    size: list[int]
-    store_timestamp_ms: list[int]
-    sys_flag: list[int]
-    uniq_key: list[str | None]
+    topic_id: np.ndarray  # index into ``topics`` of each record's topic (as stored)
+    topics: list[str]
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    phy_offset: np.ndarray
+    size: np.ndarray
+    store_timestamp_ms: np.ndarray
+    sys_flag: np.ndarray
+    uniq_key: UniqKeyColumn
     store_host: list[tuple[bytes, int]]
-    tags_code: list[int]  # as the dispatcher derives them (§4.2, §3.11)
+    tags_code: np.ndarray  # as the dispatcher derives them (§4.2, §3.11)
     keys: list[str | None]
+    key_rec: np.ndarray  # the index keys (§5.3) in the broker's put order: record of each
+    key_hash: np.ndarray  # and its keyHash (``topic#UNIQ_KEY``, then each KEYS token)
 
     def __len__(self) -> int:
         return len(self.phy_offset)
 
+    def queues(self) -> set[tuple[str, int]]:
+        """Every (topic, queue id) a record goes to."""
+        if not len(self):
+            return set()
+        pairs = np.unique(self.topic_id * (1 << 32) + self.queue_id)
+        return {(self.topics[int(v) >> 32], int(v) & 0xFFFFFFFF) for v in pairs.tolist()}
+
     def columns(self, start: int, stop: int) -> Columns:
-        """Records ``start:stop`` as :class:`rmqstore.columnar.Columns` for ``Dispatcher.dispatch_columns``,
-        with their index keys in the broker's put order: ``topic#UNIQ_KEY``, then each KEYS token (§5.3)."""
-        tp = self.topic[start:stop]
-        n = len(tp)
-        topic_ids = {t: i for i, t in enumerate(dict.fromkeys(tp))}
-        tid = np.fromiter(map(topic_ids.__getitem__, tp), np.int64, n)
-        uniq = self.uniq_key[start:stop]
-        if None in uniq:
-            urec = [i for i, u in enumerate(uniq) if u is not None]
-            ustr = [uniq[i] for i in urec]
-        else:
-            urec, ustr = list(range(n)), uniq
-        keys = self.keys[start:stop]
-        krec = [i for i, k in enumerate(keys) if k]
-        kstr = [keys[i] for i in krec]  # type: ignore[misc]
-        if " " in "".join(kstr):  # several keys in one KEYS value: one index key per token
-            pairs = [(i, t) for i in krec for t in keys[i].split(" ") if t]  # type: ignore[union-attr]
-            krec, kstr = [i for i, _ in pairs], [t for _, t in pairs]
-        key_rec = np.array(urec + krec, dtype=np.int64)
-        key_hash = _topic_key_hashes(list(topic_ids), tid[key_rec], ustr + kstr)
-        order = np.argsort(key_rec, kind="stable")  # the broker's put order: UNIQ_KEY, then KEYS
-        i64 = np.int64
+        """Records ``start:stop`` as :class:`rmqstore.columnar.Columns` for ``Dispatcher.dispatch_columns``."""
+        ka, kb = np.searchsorted(self.key_rec, [start, stop]).tolist()
         return Columns(
-            np.array(self.phy_offset[start:stop], dtype=i64),
-            np.array(self.size[start:stop], dtype=i64),
-            np.array(self.queue_id[start:stop], dtype=i64),
-            np.array(self.queue_offset[start:stop], dtype=i64),
-            np.array(self.store_timestamp_ms[start:stop], dtype=i64),
-            np.array(self.sys_flag[start:stop], dtype=i64),
-            np.array(self.tags_code[start:stop], dtype=i64),
-            tid,
-            list(topic_ids),
-            key_rec[order],
-            key_hash[order],
+            self.phy_offset[start:stop],
+            self.size[start:stop],
+            self.queue_id[start:stop],
+            self.queue_offset[start:stop],
+            self.store_timestamp_ms[start:stop],
+            self.sys_flag[start:stop],
+            self.tags_code[start:stop],
+            self.topic_id[start:stop],
+            self.topics,
+            self.key_rec[ka:kb] - start,
+            self.key_hash[ka:kb],
         )
 
     def record(self, i: int) -> PlannedRecord:
@@ -988,12 +1130,12 @@ class RecordColumns:
         return PlannedRecord(
             self.origin[i],
             self.topic[i],
-            self.queue_id[i],
-            self.queue_offset[i],
-            self.phy_offset[i],
-            self.size[i],
-            self.store_timestamp_ms[i],
-            self.sys_flag[i],
+            int(self.queue_id[i]),
+            int(self.queue_offset[i]),
+            int(self.phy_offset[i]),
+            int(self.size[i]),
+            int(self.store_timestamp_ms[i]),
+            int(self.sys_flag[i]),
             self.uniq_key[i],
             addr,
             port,
@@ -1003,44 +1145,203 @@ class RecordColumns:
         return (self.record(i) for i in range(len(self)))
 
 
-def _join_records(head: np.ndarray, bodies: list[bytes], topics: list[bytes], props: list[bytes]) -> bytes:
-    """V1 records from their 88-byte heads, bodies, length-prefixed topics and property strings."""
-    n = len(bodies)
-    raw = head.tobytes()
-    pieces: list[bytes] = [b""] * (5 * n)
-    pieces[0::5] = [raw[o : o + 88] for o in range(0, 88 * n, 88)]
-    pieces[1::5] = bodies
-    pieces[2::5] = topics
-    pieces[3::5] = [_SHORTS[len(p)] for p in props]
-    pieces[4::5] = props
-    return b"".join(pieces)
+def _keys_index(topics: list[str], tid: np.ndarray, keys: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Index keys of the KEYS values: each non-empty token (keys are separated by one space), with
+    the record it belongs to, records in order."""
+    krec = [i for i, k in enumerate(keys) if k]
+    kstr = [keys[i] for i in krec]
+    if " " in "".join(kstr):  # type: ignore[arg-type]
+        pairs = [(i, t) for i in krec for t in keys[i].split(" ") if t]  # type: ignore[union-attr]
+        krec, kstr = [i for i, _ in pairs], [t for _, t in pairs]
+    rec = np.array(krec, dtype=np.int64)
+    return rec, _topic_key_hashes(topics, tid[rec], kstr)  # type: ignore[arg-type]
+
+
+def _merge_index_keys(
+    urec: np.ndarray, uhash: np.ndarray, krec: np.ndarray, khash: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The broker's put order (§5.3): per record its UNIQ_KEY, then its KEYS tokens."""
+    n = len(urec)
+    if n == len(krec) and n and (urec == krec).all():  # one of each per record: interleave
+        return np.repeat(urec, 2), np.stack((uhash, khash), axis=1).ravel()
+    rec = np.concatenate((urec, krec))
+    order = np.argsort(rec, kind="stable")
+    return rec[order], np.concatenate((uhash, khash))[order]
+
+
+class _ColumnsBuilder:
+    """Collects the plan's columns: records put one by one go into lists, runs put at once
+    arrive as arrays; :meth:`finish` joins them."""
+
+    def __init__(self) -> None:
+        self.topic_ids: dict[str, int] = {}
+        self.origin: list[str] = []
+        self.topic: list[str] = []
+        self.uniq = UniqKeyColumn()
+        self.store_host: list[tuple[bytes, int]] = []
+        self.keys: list[str | None] = []
+        self.parts: list[tuple[np.ndarray, ...]] = []  # tid, qid, qoff, phy, size, ts, sys, tcode, key_rec, key_hash
+        self.count = 0
+        # records put one by one, not yet in parts
+        self.one: tuple[list[int], ...] = ([], [], [], [], [], [], [], [])
+        self.one_uniq: list[str | None] = []
+        self.one_from = 0
+
+    def topic_id(self, topic: str) -> int:
+        t = self.topic_ids.get(topic)
+        if t is None:
+            t = self.topic_ids[topic] = len(self.topic_ids)
+        return t
+
+    def flush_one(self) -> None:
+        if not self.one_uniq:
+            return
+        tid, qid, qoff, phy, size, ts, sys_flag, tcode = (np.array(c, dtype=np.int64) for c in self.one)
+        for c in self.one:
+            c.clear()
+        n = len(tid)
+        keys = self.keys[self.one_from :]
+        uniq = self.one_uniq
+        urec = [i for i, u in enumerate(uniq) if u is not None]
+        names = list(self.topic_ids)
+        urec_a = np.array(urec, dtype=np.int64)
+        uhash = _topic_key_hashes(names, tid[urec_a], [uniq[i] for i in urec])  # type: ignore[misc]
+        krec, khash = _keys_index(names, tid, keys)
+        key_rec, key_hash = _merge_index_keys(urec_a, uhash, krec, khash)
+        self.parts.append((tid, qid, qoff, phy, size, ts, sys_flag, tcode, key_rec + self.count, key_hash))
+        self.uniq.extend_strings(uniq.copy())
+        uniq.clear()  # in place: put_one holds its append
+        self.count += n
+        self.one_from = self.count
+
+    def add_run(self, arrays: tuple[np.ndarray, ...], key_rec: np.ndarray, key_hash: np.ndarray) -> None:
+        """A run's numeric columns (tid, qid, qoff, phy, size, ts, sys, tcode) and index keys; the
+        caller extends the list columns."""
+        self.flush_one()
+        n = len(arrays[0])
+        self.parts.append((*arrays, key_rec + self.count, key_hash))
+        self.count += n
+        self.one_from = self.count
+
+    def finish(self) -> RecordColumns:
+        self.flush_one()
+        if self.parts:
+            cols = [np.concatenate(c) for c in zip(*self.parts, strict=True)]
+        else:
+            cols = [np.zeros(0, dtype=np.int64)] * 10
+        tid, qid, qoff, phy, size, ts, sys_flag, tcode, key_rec, key_hash = cols
+        return RecordColumns(
+            self.origin,
+            self.topic,
+            tid,
+            list(self.topic_ids),
+            qid,
+            qoff,
+            phy,
+            size,
+            ts,
+            sys_flag,
+            self.uniq,
+            self.store_host,
+            tcode,
+            self.keys,
+            key_rec,
+            key_hash,
+        )
+
+
+def _string_hashes(keys: list[str], joined: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Java hash (uint32 in uint64) and UTF-16 length of each string (``joined``: their concatenation)."""
+    if joined is None:
+        joined = "".join(keys)
+    if joined.isascii():
+        length = np.fromiter(map(len, keys), np.int64, len(keys))
+        begin = np.cumsum(length) - length
+        h, _ = range_hashes(np.frombuffer(joined.encode("ascii"), dtype=np.uint8), begin, length)
+        return h, length
+    h = java_hash_batch(keys).view(np.uint32).astype(np.uint64)
+    length = np.array([len(k.encode("utf-16-le", "surrogatepass")) // 2 for k in keys], dtype=np.int64)
+    return h, length
+
+
+def _topic_prefix_hashes(topics: list[str]) -> np.ndarray:
+    """Java hash (uint32 in uint64) of each ``topic + "#"``."""
+    return np.array([java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
 
 
 def _topic_key_hashes(topics: list[str], tid: np.ndarray, keys: list[str]) -> np.ndarray:
     """Index keyHash (§5.2) of ``topics[tid[i]] + "#" + keys[i]``, without building those strings."""
     if not keys:
         return np.zeros(0, dtype=np.int64)
-    joined = "".join(keys)
-    if joined.isascii():
-        length = np.fromiter(map(len, keys), np.int64, len(keys))
-        begin = np.cumsum(length) - length
-        h, _ = range_hashes(np.frombuffer(joined.encode("ascii"), dtype=np.uint8), begin, length)
-    else:
-        h = java_hash_batch(keys).view(np.uint32).astype(np.uint64)
-        length = np.array([len(k.encode("utf-16-le", "surrogatepass")) // 2 for k in keys], dtype=np.int64)
-    prefix = np.array([java_hash(t + "#") & 0xFFFFFFFF for t in topics], dtype=np.uint64)
-    return topic_key_hashes(prefix[tid], h, length)
+    h, length = _string_hashes(keys)
+    return topic_key_hashes(_topic_prefix_hashes(topics)[tid], h, length)
+
+
+_FIXED_SPLIT: dict[int, struct.Struct] = {}
+
+
+def _split_fixed(raw: bytes, width: int, n: int) -> list[bytes]:
+    """``raw`` cut into ``n`` pieces of ``width`` bytes (a struct unpack makes 256 at a time in C)."""
+    st = _FIXED_SPLIT.get(width)
+    if st is None:
+        st = _FIXED_SPLIT[width] = struct.Struct(f"{width}s" * 256)
+    whole = n - n % 256
+    out = list(chain.from_iterable(st.iter_unpack(memoryview(raw)[: width * whole])))
+    out += [raw[o : o + width] for o in range(width * whole, width * n, width)]
+    return out
+
+
+def _hex_hashes(v: np.ndarray, digits: int) -> np.ndarray:
+    """Java hash (uint32 in uint64) of each ``f"{v:0{digits}X}"``."""
+    v = v.astype(np.uint64)
+    h = np.zeros(len(v), dtype=np.uint64)
+    for j in range(digits - 1, -1, -1):
+        d = (v >> np.uint64(4 * j)) & np.uint64(15)
+        h = (h * np.uint64(31) + np.where(d < 10, d + np.uint64(48), d + np.uint64(55))) & np.uint64(0xFFFFFFFF)
+    return h
+
+
+def _uniq_key_hashes(head: str, time_field: np.ndarray, counter: np.ndarray) -> np.ndarray:
+    """Java hash (uint32 in uint64) of each generated UNIQ_KEY ``head + %08X time + %04X counter``."""
+    m32 = 0xFFFFFFFF
+    head_part = np.uint64(((java_hash(head) & m32) * pow(31, 12, 1 << 32)) & m32)
+    t = _hex_hashes(time_field, 8) * np.uint64(31**4)
+    return (head_part + t + _hex_hashes(counter, 4)) & np.uint64(m32)
+
+
+_HEX4_BYTES: list[bytes] = []
+
+
+def _hex4_bytes(counter: np.ndarray) -> list[bytes]:
+    """``b"%04X" % c`` for each 16-bit counter value (a list slice when they run consecutively)."""
+    if not _HEX4_BYTES:
+        _HEX4_BYTES.extend(h.encode("ascii") for h in _HEX4)
+    n = len(counter)
+    if n:
+        c0 = int(counter[0])
+        if c0 + n <= 0x10000 and int(counter[-1]) == c0 + n - 1:
+            return _HEX4_BYTES[c0 : c0 + n]
+    return list(map(_HEX4_BYTES.__getitem__, counter.tolist()))
 
 
 @dataclass(frozen=True, slots=True)
 class FileWrite:
-    """Bytes to put into one commit log file at ``pos`` (records and the BLANK header that ends it)."""
+    """Bytes to put into one commit log file at ``pos`` (records and the BLANK header that ends it),
+    as consecutive pieces."""
 
     path: Path
     base_offset: int
     pos: int
-    data: bytes | bytearray
+    pieces: tuple[bytes | bytearray, ...]
     create: bool  # the file does not exist yet: create it at full size first
+
+    @property
+    def length(self) -> int:
+        return sum(map(len, self.pieces))
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1134,7 +1435,7 @@ class _PropsFormat:
 
 def plan_write(
     st: Store,
-    messages: Sequence[Message],
+    messages: Sequence[Message] | MessageBatch,
     *,
     clock: Callable[[], int] | None = None,
     dispatch: bool = True,
@@ -1174,7 +1475,7 @@ def plan_write(
 
 def _plan_write(
     st: Store,
-    messages: Sequence[Message],
+    messages: Sequence[Message] | MessageBatch,
     *,
     clock: Callable[[], int] | None = None,
     dispatch: bool = True,
@@ -1278,12 +1579,10 @@ def _plan_write(
             f = cache[key] = _PropsFormat(list(key) if cap == 0 else java_hashmap_order(key, initial_capacity=cap))
         return f
 
-    cols = RecordColumns([], [], [], [], [], [], [], [], [], [], [], [])
-    add_origin, add_topic, add_qid = cols.origin.append, cols.topic.append, cols.queue_id.append
-    add_qoff, add_phy, add_size = cols.queue_offset.append, cols.phy_offset.append, cols.size.append
-    add_ts, add_sys = cols.store_timestamp_ms.append, cols.sys_flag.append
-    add_uniq, add_host = cols.uniq_key.append, cols.store_host.append
-    add_tcode, add_keys = cols.tags_code.append, cols.keys.append
+    cols = _ColumnsBuilder()
+    one_tid, one_qid, one_qoff, one_phy, one_size, one_ts, one_sys, one_tcode = (c.append for c in cols.one)
+    add_origin, add_topic, add_uniq = cols.origin.append, cols.topic.append, cols.one_uniq.append
+    add_host, add_keys, topic_id = cols.store_host.append, cols.keys.append, cols.topic_id
     tags_codes: dict[str, int] = {}
     writes: list[FileWrite] = []
     blanks: list[tuple[int, int]] = []
@@ -1291,17 +1590,21 @@ def _plan_write(
 
     base = ap.end_phy - ap.end_phy % fs
     pos = ap.end_phy - base
-    chunk = bytearray()
+    chunk = bytearray()  # records put one by one, after ``pieces``
+    pieces: list[bytes | bytearray] = []  # what goes into the current file, in order
     chunk_pos = pos
     last_ts = ap.last_store_ts
 
     def flush_chunk(next_base: int) -> None:
-        nonlocal chunk, chunk_pos, base
+        nonlocal chunk, chunk_pos, base, pieces
         if chunk:
+            pieces.append(chunk)
+        if pieces:
             created = base not in seg_by_base
-            writes.append(FileWrite(cfg.commitlog_dir / file_name(base), base, chunk_pos, chunk, created))
+            writes.append(FileWrite(cfg.commitlog_dir / file_name(base), base, chunk_pos, tuple(pieces), created))
         base = next_base
         chunk = bytearray()
+        pieces = []
         chunk_pos = 0
 
     def next_file() -> None:
@@ -1515,16 +1818,17 @@ def _plan_write(
                 tcode = delivery_tags_code(props[PROP_DELAY], store_ts, levels, tcode)
             except ValueError:
                 raise InputError(f"{origin}: DELAY {props[PROP_DELAY]!r} is not a number") from None
-        add_tcode(tcode)
+        one_tcode(tcode)
         add_keys(props.get(PROP_KEYS) if props_b else "")
         add_origin(origin)
         add_topic(topic)
-        add_qid(qid)
-        add_qoff(qoff)
-        add_phy(phy)
-        add_size(size)
-        add_ts(store_ts)
-        add_sys(sys_flag)
+        one_tid(topic_id(topic))
+        one_qid(qid)
+        one_qoff(qoff)
+        one_phy(phy)
+        one_size(size)
+        one_ts(store_ts)
+        one_sys(sys_flag)
         add_uniq(props.get(PROP_UNIQ_KEY))
         add_host(store_hp)
 
@@ -1558,21 +1862,22 @@ def _plan_write(
             run_formats[code] = f
         return f
 
-    def value_column(values: list[str], may_be_empty: bool, bad: np.ndarray) -> np.ndarray:
-        """UTF-8 lengths of one property's values; marks in ``bad`` the messages whose value is empty
-        (when that is refused) or holds a separator."""
+    def value_column(values: list[str], may_be_empty: bool, bad: np.ndarray) -> tuple[np.ndarray, str]:
+        """UTF-8 lengths of one property's values, and the values joined; marks in ``bad`` the
+        messages whose value is empty (when that is refused) or holds a separator."""
         joined = "".join(values)
         if "\x01" in joined or "\x02" in joined or not (may_be_empty or all(values)):
             bad |= np.array([(not v and not may_be_empty) or "\x01" in v or "\x02" in v for v in values], dtype=bool)
         if joined.isascii():
-            return np.fromiter(map(len, values), np.int64, len(values))
-        return np.array([len(v.encode("utf-8")) for v in values], dtype=np.int64)
+            return np.fromiter(map(len, values), np.int64, len(values)), joined
+        return np.array([len(v.encode("utf-8")) for v in values], dtype=np.int64), joined
 
-    def put_run(run: Sequence[Message], code: int) -> None:
-        k = len(run)
+    def put_run(blk: _Block, lo: int, hi: int, code: int) -> None:
+        k = hi - lo
         fmt = run_format(code)
         names = fmt.names
-        topics = [m.topic for m in run]
+        topics = blk.topic[lo:hi]
+        origins = None if blk.origin is None else blk.origin[lo:hi]
         # -- checks, with no side effect but the topics' own (as put_one's): which messages go fast
         tmap = {t: n for n, t in enumerate(dict.fromkeys(topics))}
         tids = np.fromiter(map(tmap.__getitem__, topics), np.int64, k)
@@ -1586,7 +1891,7 @@ def _plan_write(
                 # first sight of the topic: validate (and auto-create) it as put_one would; a topic
                 # that fails stays unknown, and its messages go through put_one, which raises
                 try:
-                    info = topic_entry(t, run[topics.index(t)].origin)
+                    info = topic_entry(t, "message" if origins is None else origins[topics.index(t)])
                 except InputError:
                     info = None
             if info is not None and len(info[1]) > _V1_TOPIC_MAX:
@@ -1604,7 +1909,11 @@ def _plan_write(
         lim = limit[tids]
         bad = lim < 0
         none_q = -(1 << 40)
-        q = np.fromiter((none_q if m.queue_id is None else m.queue_id for m in run), np.int64, k)
+        qids = blk.queue_id[lo:hi]
+        if None in qids:
+            q = np.fromiter((none_q if v is None else v for v in qids), np.int64, k)
+        else:
+            q = np.array(qids, dtype=np.int64)
         picked = q == none_q
         bad |= (q >= lim) | ((q < 0) & ~picked) | (picked & ~can_pick[tids])
         # a topic's first round-robin pick starts from its queues' offsets at that message: put_one
@@ -1618,17 +1927,21 @@ def _plan_write(
         if PROP_WAIT in names:
             plen += 4  # "true"
         tags = keys = None
+        key_hash = key_len = None
         if code & 1:
-            tags = [m.tags for m in run]
-            plen += value_column(tags, False, bad)  # type: ignore[arg-type]
+            tags = blk.tags[lo:hi]
+            plen += value_column(tags, False, bad)[0]  # type: ignore[arg-type]
         if code & 2:
-            keys = [m.keys for m in run]
-            plen += value_column(keys, True, bad)  # type: ignore[arg-type]
+            keys = blk.keys[lo:hi]
+            utf8_len, joined = value_column(keys, True, bad)  # type: ignore[arg-type]
+            plen += utf8_len
+            if " " not in joined:  # one index key per message: hash them all now
+                key_hash, key_len = _string_hashes(keys, joined)  # type: ignore[arg-type]
         if PROP_CLUSTER in names:
             plen += len(cluster.encode("utf-8"))
             if cluster_bad:
                 bad[:] = True
-        bodies = [m.body for m in run]
+        bodies = blk.body[lo:hi]
         blen = np.fromiter(map(len, bodies), np.int64, k)
         size = 91 + blen + tlen[tids] + plen
         bad |= plen > _PROPS_MAX
@@ -1643,7 +1956,7 @@ def _plan_write(
 
         def fast(a: int, b: int) -> None:
             put_checked(
-                run[a:b],
+                None if origins is None else origins[a:b],
                 fmt,
                 tnames,
                 topics[a:b],
@@ -1653,7 +1966,9 @@ def _plan_write(
                 bodies[a:b],
                 None if tags is None else tags[a:b],
                 None if keys is None else keys[a:b],
+                None if key_hash is None else (key_hash[a:b], key_len[a:b]),  # type: ignore[index]
                 size[a:b],
+                plen[a:b],
                 blen[a:b],
             )
 
@@ -1661,13 +1976,35 @@ def _plan_write(
         for i in np.flatnonzero(bad).tolist():
             if i > a:
                 fast(a, i)
-            put_one(run[i])
+            put_one(blk.message(lo + i))
             a = i + 1
         if a < k:
             fast(a, k)
 
+    record_formats: dict[tuple[tuple[str, ...], str], bytes] = {}
+
+    def record_format(fmt: _PropsFormat, uniq_head: str) -> bytes:
+        """A plain record after its 88-byte head as one bytes %-format: body, topic (with its length
+        byte), properties length, then the properties with the constant values filled in."""
+        key = (tuple(fmt.names), uniq_head)
+        rf = record_formats.get(key)
+        if rf is None:
+            parts = [b"%s%s%s%s"]
+            for name in fmt.names:
+                if name == PROP_TAGS or name == PROP_KEYS:
+                    value = b"%s"
+                elif name == PROP_UNIQ_KEY:
+                    value = uniq_head.encode("ascii") + b"%s%s"  # time field, counter
+                elif name == PROP_WAIT:
+                    value = _TRUE.encode()
+                else:  # CLUSTER
+                    value = cluster.encode("utf-8").replace(b"%", b"%%")
+                parts.append(name.encode("utf-8").replace(b"%", b"%%") + b"\x01" + value + b"\x02")
+            rf = record_formats[key] = b"".join(parts)
+        return rf
+
     def put_checked(
-        msgs: Sequence[Message],
+        origins: list[str] | None,
         fmt: _PropsFormat,
         tnames: list[str],
         topics: list[str],
@@ -1677,41 +2014,29 @@ def _plan_write(
         bodies: list[bytes],
         tags: list[str] | None,
         keys: list[str] | None,
+        keys_hashed: tuple[np.ndarray, np.ndarray] | None,
         size: np.ndarray,
+        plen: np.ndarray,
         blen: np.ndarray,
     ) -> None:
         """Plain messages that passed every check: the side effects, in message order."""
         nonlocal chunk, pos, last_ts
-        n = len(msgs)
+        n = len(topics)
         # queue ids: the round robin, in message order
         qv = q.copy()
         for i in np.flatnonzero(q < 0).tolist():
             info = tinfo[int(tids[i])]
-            qv[i] = pick_queue(topics[i], info[0] if info else None, msgs[i].origin)
-        # store time: the clock per message, never below the previous record's; born time = store time
-        if ns_clock is not None:
-            ts = np.array([ns_clock() for _ in range(n)], dtype=np.int64) // 1_000_000
+            qv[i] = pick_queue(topics[i], info[0] if info else None, "message" if origins is None else origins[i])
+        # store time: the clock, never below the previous record's; born time = store time
+        if ns_clock is not None:  # read once per few messages: they are microseconds apart
+            reads = np.array([ns_clock() for _ in range(-(-n // _CLOCK_EVERY))], dtype=np.int64) // 1_000_000
+            ts = np.repeat(reads, _CLOCK_EVERY)[:n]
         else:
             ts = np.array([now() for _ in range(n)], dtype=np.int64)
         ts[0] = max(int(ts[0]), last_ts)
         ts = np.maximum.accumulate(ts)
         last_ts = int(ts[-1])
-        uniqs = keys_gen.many(ts, born_addr0)
-        # the property strings
-        columns: list[Any] = []
-        for name in fmt.names:
-            if name == PROP_TAGS:
-                columns.append(tags)
-            elif name == PROP_KEYS:
-                columns.append(keys)
-            elif name == PROP_UNIQ_KEY:
-                columns.append(uniqs)
-            elif name == PROP_WAIT:
-                columns.append(repeat(_TRUE, n))
-            else:
-                columns.append(repeat(cluster, n))
-        pattern = fmt.fmt
-        props_b = [(pattern % vals).encode("utf-8") for vals in zip(*columns, strict=False)]
+        uniq_head, utime, uctr = keys_gen.many_parts(ts, born_addr0)
         # queue offsets: per (topic, queue), continuing each queue in message order
         ukeys, inv, counts = np.unique(tids * (1 << 32) + qv, return_inverse=True, return_counts=True)
         order = np.argsort(inv, kind="stable")
@@ -1727,6 +2052,26 @@ def _plan_write(
             next_qoff[qkey] = first + int(counts[g])
         qoff = bases[inv] + rank
         crc = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & _INT_MAX
+        # the per-record arguments of the record format, in its order
+        tprefix = [topic_prefix.get(t, b"") for t in tnames]
+        args: list[Any] = [
+            None,  # the heads, per file below
+            bodies,
+            list(map(tprefix.__getitem__, tids.tolist())),
+            list(map(_SHORTS.__getitem__, plen.tolist())),
+        ]
+        for name in fmt.names:
+            if name == PROP_TAGS:
+                enc = {t: t.encode("utf-8") for t in set(tags)}  # type: ignore[arg-type]
+                args.append(list(map(enc.__getitem__, tags)))  # type: ignore[arg-type]
+            elif name == PROP_KEYS:
+                args.append([k.encode("utf-8") for k in keys])  # type: ignore[union-attr]
+            elif name == PROP_UNIQ_KEY:
+                tl = utime.tolist()
+                hex8 = {v: b"%08X" % v for v in set(tl)}
+                args.append(list(map(hex8.__getitem__, tl)))
+                args.append(_hex4_bytes(uctr))
+        rf = record_format(fmt, uniq_head)
         # lay the records out, rolling to the next file where one does not fit (BLANK first)
         phy = np.empty(n, dtype=np.int64)
         i0 = 0
@@ -1750,67 +2095,113 @@ def _plan_write(
                 h["store_addr"] = store_ip0
                 h["store_port"] = store_port0
                 h["body_len"] = blen[i0:j]
-                chunk += _join_records(h, bodies[i0:j], [topic_prefix[t] for t in topics[i0:j]], props_b[i0:j])
+                cols_ij = [_split_fixed(h.tobytes(), 88, j - i0)] + [c[i0:j] for c in args[1:]]
+                if chunk:
+                    pieces.append(chunk)
+                    chunk = bytearray()
+                pieces.append(b"".join([rf % v for v in zip(*cols_ij, strict=True)]))
                 pos = int(ends[j - i0 - 1])
             if j < n:
                 next_file()
             i0 = j
-        # what the dispatcher reads back (§3.11, §4.2)
+        # what the dispatcher reads back (§3.11, §4.2): tags codes and index keys
         if tags is not None:
             for t in set(tags):
                 if t not in tags_codes:
                     tags_codes[t] = java_hash(t)
-            add_tcodes(map(tags_codes.__getitem__, tags))
+            tcode = np.fromiter(map(tags_codes.__getitem__, tags), np.int64, n)
         else:
-            add_tcodes(repeat(0, n))
-        add_keyss(keys if keys is not None else repeat(None, n))
-        add_origins([m.origin for m in msgs])
-        add_topics(topics)
-        add_qids(qv.tolist())
-        add_qoffs(qoff.tolist())
-        add_phys(phy.tolist())
-        add_sizes(size.tolist())
-        add_tss(ts.tolist())
-        add_syss(repeat(0, n))
-        add_uniqs(uniqs)
-        add_hosts(repeat(default_store, n))
+            tcode = np.zeros(n, dtype=np.int64)
+        gid = np.full(len(tnames), -1, dtype=np.int64)
+        _, first_at = np.unique(tids, return_index=True)
+        for i in np.sort(first_at).tolist():  # new topics get their ids in order of appearance
+            gid[tids[i]] = topic_id(tnames[int(tids[i])])
+        tid = gid[tids]
+        names = list(cols.topic_ids)
+        topic_hash = _topic_prefix_hashes(names)[tid]
+        uhash = topic_key_hashes(topic_hash, _uniq_key_hashes(uniq_head, utime, uctr), np.full(n, 32, dtype=np.int64))
+        if keys_hashed is not None:  # every KEYS value is one key
+            krec, khash = np.arange(n, dtype=np.int64), topic_key_hashes(topic_hash, *keys_hashed)
+        elif keys is not None:
+            krec, khash = _keys_index(names, tid, keys)  # type: ignore[arg-type]
+        else:
+            krec, khash = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        key_rec, key_hash = _merge_index_keys(np.arange(n, dtype=np.int64), uhash, krec, khash)
+        cols.add_run((tid, qv, qoff, phy, size, ts, np.zeros(n, dtype=np.int64), tcode), key_rec, key_hash)
+        cols.keys.extend(keys if keys is not None else repeat(None, n))
+        cols.origin.extend(repeat("message", n) if origins is None else origins)
+        cols.topic.extend(topics)
+        cols.uniq.extend_generated(uniq_head, utime, uctr)
+        cols.store_host.extend(repeat(default_store, n))
 
-    add_tcodes, add_keyss, add_origins = cols.tags_code.extend, cols.keys.extend, cols.origin.extend
-    add_topics, add_qids, add_qoffs = cols.topic.extend, cols.queue_id.extend, cols.queue_offset.extend
-    add_phys, add_sizes, add_tss = cols.phy_offset.extend, cols.size.extend, cols.store_timestamp_ms.extend
-    add_syss, add_uniqs, add_hosts = cols.sys_flag.extend, cols.uniq_key.extend, cols.store_host.extend
+    plain_getters = [(operator.attrgetter(f), d) for f, d in zip(_PLAIN_FIELDS, _PLAIN_DEFAULTS, strict=True)]
     plain_fields = operator.attrgetter(*_PLAIN_FIELDS)
 
+    def message_block(block: Sequence[Message]) -> tuple[list[int], _Block]:
+        """Per message: -1 for put_one, else bit 0 TAGS, bit 1 KEYS (a non-blank value); and the
+        block's columns."""
+        k = len(block)
+        blk = _Block(
+            [m.topic for m in block],
+            [m.body for m in block],
+            [m.queue_id for m in block],
+            [m.tags for m in block],
+            [m.keys for m in block],
+            [m.origin for m in block],
+            block,
+        )
+        for get, default in plain_getters:  # a field at a time: cheaper than a tuple per message
+            values = list(map(get, block))
+            if values.count(default) != k:
+                codes = [
+                    (m.tags is not None) | (bool(m.keys) and not m.keys.isspace()) << 1 if f == _PLAIN_DEFAULTS else -1
+                    for m, f in zip(block, map(plain_fields, block), strict=True)
+                ]
+                return codes, blk
+        return _codes(blk.tags, blk.keys), blk
+
+    batch = messages if isinstance(messages, MessageBatch) else None
     for s0 in range(0, len(messages), _FAST_BLOCK):
-        block = messages[s0 : s0 + _FAST_BLOCK]
-        if not fast_hosts:
-            for m in block:
-                put_one(m)
-            continue
-        # -1: put_one; else bit 0 TAGS, bit 1 KEYS (a non-blank value)
-        codes = [
-            (m.tags is not None) | (bool(m.keys) and not m.keys.isspace()) << 1 if f == _PLAIN_DEFAULTS else -1
-            for m, f in zip(block, map(plain_fields, block), strict=True)
-        ]
+        s1 = min(len(messages), s0 + _FAST_BLOCK)
+        if batch is not None:
+            blk = _Block(
+                batch.topic[s0:s1],
+                batch.body[s0:s1],
+                batch.queue_id[s0:s1],
+                batch.tags[s0:s1],
+                batch.keys[s0:s1],
+                None if batch.origin is None else batch.origin[s0:s1],
+                batch,
+                s0,
+            )
+            codes = _codes(blk.tags, blk.keys) if fast_hosts else [-1] * (s1 - s0)
+        else:
+            block = messages[s0:s1]
+            if not fast_hosts:
+                for m in block:
+                    put_one(m)
+                continue
+            codes, blk = message_block(block)
         i = 0
         for code, group in groupby(codes):
             k = len(list(group))
             if code < 0 or k < _FAST_MIN_RUN:
-                for m in block[i : i + k]:
-                    put_one(m)
+                for j in range(i, i + k):
+                    put_one(blk.message(j))
             else:
-                put_run(block[i : i + k], code)
+                put_run(blk, i, i + k, code)
             i += k
     flush_chunk(base)
-    end_phy = cols.phy_offset[-1] + cols.size[-1] if len(cols) else ap.end_phy
+    records = cols.finish()
+    end_phy = int(records.phy_offset[-1] + records.size[-1]) if len(records) else ap.end_phy
     return WritePlan(
         root=st.root,
         start_phy=ap.end_phy,
         end_phy=end_phy,
-        records=cols,
+        records=records,
         writes=tuple(writes),
         blanks=tuple(blanks),
-        stale=ap.stale if len(cols) else None,
+        stale=ap.stale if len(records) else None,
         dispatch=dispatch,
         catch_up=ap.pending,
         new_topics=tuple(new_topics.values()),
@@ -1928,7 +2319,7 @@ def _build_journal(st: Store, plan: WritePlan) -> dict[str, Any]:
         )
     queues: list[dict[str, Any]] = []
     if plan.dispatch:
-        keys = set(zip(plan.records.topic, plan.records.queue_id, strict=True))
+        keys = plan.records.queues()
         keys |= {(r.topic, r.queue_id) for r in plan.catch_up}
         for topic, qid in sorted(keys):
             d = st.queue_dir(topic, qid)
@@ -2196,13 +2587,37 @@ def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
         try:
             if os.fstat(fd).st_size != fs:
                 raise CorruptData(f"file is {os.fstat(fd).st_size} bytes, expected {fs}", path=w.path, pos=0)
-            _pwrite_all(fd, w.data, w.pos, w.path)
+            at = w.pos
+            for piece in w.pieces:
+                _pwrite_all(fd, piece, at, w.path)
+                at += len(piece)
             if sync:
                 os.fsync(fd)
         finally:
             os.close(fd)
     if created and sync:
         fsync_dir(cfg.commitlog_dir)
+
+
+class _Background(threading.Thread):
+    """``fn(*args)`` in a thread; :meth:`result` re-raises what it raised."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any):
+        super().__init__(name="rmqstore-commitlog-writer", daemon=True)
+        self._call = (fn, args)
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        fn, args = self._call
+        try:
+            fn(*args)
+        except BaseException as e:  # handed to the caller's thread
+            self._error = e
+
+    def result(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray, pos: int, path: Path) -> None:
@@ -2292,10 +2707,16 @@ def apply_write(
     atomic_write(_journal_path(root), json.dumps(journal).encode(), tmp_dir=Path(root, SCRATCH_DIR))
     abort_existed = cfg.abort_path.exists()
     try:
-        _apply_commitlog(plan, cfg, sync)
+        # the dispatch reads the plan, not the commit log: the commit log is written (and fsynced)
+        # by a second thread meanwhile; pwrite and fsync release the GIL
+        writer = _Background(_apply_commitlog, plan, cfg, sync)
         stats = None
-        if plan.dispatch:
-            stats = _dispatch_written(st, plan, index_clock or (lambda: now), sync)
+        try:
+            if plan.dispatch:
+                stats = _dispatch_written(st, plan, index_clock or (lambda: now), sync)
+        finally:
+            writer.join()  # never roll back under a running writer
+        writer.result()
         if plan.new_topics:
             _, cf = _load_topics(cfg)
             data = cf.data if isinstance(cf.data, dict) else {}
@@ -2343,7 +2764,7 @@ def apply_write(
 
 def write_messages(
     root: Path | str,
-    messages: Sequence[Message],
+    messages: Sequence[Message] | MessageBatch,
     *,
     broker_config: Path | str | None = None,
     broker: str | None = None,

@@ -836,7 +836,7 @@ _other_message = st.one_of(
 )
 
 
-def _plan_or_error(root: Path, msgs: list[wr.Message], conf: Path, broker: str, min_run: int, monkeypatch) -> object:
+def _plan_or_error(root: Path, msgs: object, conf: Path, broker: str, min_run: int, monkeypatch) -> object:
     monkeypatch.setattr(wr, "_FAST_MIN_RUN", min_run)
     ticks = iter(range(1_700_000_000_000, 1_800_000_000_000, 3))
     with open_store(root, broker_config=conf, broker=broker) as st_:
@@ -850,7 +850,7 @@ def _plan_or_error(root: Path, msgs: list[wr.Message], conf: Path, broker: str, 
         [(w.path.name, w.pos, bytes(w.data), w.create) for w in plan.writes],
         plan.blanks,
         [r.to_json() for r in plan.records],
-        plan.records.tags_code,
+        plan.records.tags_code.tolist(),
         plan.records.keys,
         [t.topic_name for t in plan.new_topics],
         plan.records.columns(0, len(plan.records)),
@@ -873,24 +873,77 @@ def test_fast_lane_gives_what_put_one_gives(tmp_path_factory, monkeypatch, broke
     conf = tmp / "broker.conf"
     msgs = [replace(m, origin=f"m{i}") for i, m in enumerate(msgs)]
     slow = _plan_or_error(root, msgs, conf, broker, 10**9, monkeypatch)
-    fast = _plan_or_error(root, msgs, conf, broker, 1, monkeypatch)
-    if isinstance(slow, str) or isinstance(fast, str):
-        assert fast == slow
-        return
-    *head_s, cols_s = slow
-    *head_f, cols_f = fast
-    assert head_f == head_s
-    for name in (
-        "phy",
-        "size",
-        "queue_id",
-        "queue_offset",
-        "store_ts",
-        "sys_flag",
-        "tags_code",
-        "topic_id",
-        "key_rec",
-        "key_hash",
-    ):
-        assert getattr(cols_f, name).tolist() == getattr(cols_s, name).tolist(), name
-    assert cols_f.topics == cols_s.topics
+    inputs: list[object] = [msgs]
+    producer = wr.Message(topic="t").__class__.__dataclass_fields__
+    if all(
+        getattr(m, f) == producer[f].default for m in msgs for f in producer if f not in _BATCH_FIELDS
+    ):  # plain producer messages: the same as a column batch
+        inputs.append(
+            wr.MessageBatch(
+                [m.topic for m in msgs],
+                [m.body for m in msgs],
+                [m.queue_id for m in msgs],
+                [m.tags for m in msgs],
+                [m.keys for m in msgs],
+                [m.origin for m in msgs],
+            )
+        )
+    for given_as in inputs:
+        fast = _plan_or_error(root, given_as, conf, broker, 1, monkeypatch)
+        if isinstance(slow, str) or isinstance(fast, str):
+            assert fast == slow
+            continue
+        *head_s, cols_s = slow
+        *head_f, cols_f = fast
+        assert head_f == head_s
+        for name in (
+            "phy",
+            "size",
+            "queue_id",
+            "queue_offset",
+            "store_ts",
+            "sys_flag",
+            "tags_code",
+            "topic_id",
+            "key_rec",
+            "key_hash",
+        ):
+            assert getattr(cols_f, name).tolist() == getattr(cols_s, name).tolist(), name
+        assert cols_f.topics == cols_s.topics
+
+
+_BATCH_FIELDS = {"topic", "body", "queue_id", "tags", "keys", "origin"}
+
+
+def test_ndjson_plain_lines_read_as_a_batch(tmp_path: Path) -> None:
+    lines = [
+        '{"topic": "A", "queueId": 1, "tags": "t", "keys": "k1 k2", "body": "x"}',
+        "",
+        '{"topic": "B", "body": "é"}',
+        '{"topic": "A", "keys": "k3"}',
+    ]
+    got = wr.read_ndjson(lines, source="in.ndjson")
+    assert isinstance(got, wr.MessageBatch)
+    want = [wr.message_from_json(json.loads(x), origin=f"in.ndjson:{n}") for n, x in enumerate(lines, 1) if x]
+    assert got.messages() == want
+    # one line that is more than a plain message: every line becomes a Message, origins kept
+    mixed = wr.read_ndjson([*lines, '{"topic": "A", "flag": 3}'], source="in.ndjson")
+    assert isinstance(mixed, list)
+    assert mixed == [*want, wr.message_from_json({"topic": "A", "flag": 3}, origin="in.ndjson:5")]
+    # the batch and the Message list write the same store, byte for byte
+    roots = []
+    many = [*lines, *(json.dumps({"topic": "C", "tags": "t", "keys": f"k{i}", "body": "b" * i}) for i in range(40))]
+    batch = wr.read_ndjson(many, source="in.ndjson")
+    assert isinstance(batch, wr.MessageBatch) and len(batch) == 43
+    for source in (batch, batch.messages()):  # 40 in a row: the plain-message lane
+        (tmp_path / str(len(roots))).mkdir()
+        root = _new_store(tmp_path / str(len(roots)), cl=4096)
+        ticks = iter(range(1_700_000_000_000, 1_800_000_000_000))
+        wr.write_messages(root, source, clock=ticks.__next__, uniq_keys=wr.UniqKeySource(seed=3))
+        roots.append(root)
+    files = [
+        sorted(p.relative_to(r) for p in r.rglob("*") if p.is_file() and "checkpoint" not in p.name) for r in roots
+    ]
+    assert files[0] == files[1] and files[0]
+    for rel in files[0]:
+        assert (roots[0] / rel).read_bytes() == (roots[1] / rel).read_bytes(), rel
