@@ -314,6 +314,14 @@ class MessageBatch:
             lengths.append(len(self.origin))
         if any(k != n for k in lengths):
             raise InputError(f"a message batch needs columns of one length: {[n, *lengths]}")
+        for name, allowed in _BATCH_TYPES:
+            column = getattr(self, name)
+            if column is not None and not set(map(type, column)) <= allowed:
+                i = next(i for i, v in enumerate(column) if type(v) not in allowed)
+                raise InputError(f"message {i} of the batch: {name} is a {type(column[i]).__name__}")
+        bad_q = [i for i, q in enumerate(self.queue_id) if q is not None and not 0 <= q <= _INT_MAX]
+        if bad_q:
+            raise InputError(f"message {bad_q[0]} of the batch: queueId {self.queue_id[bad_q[0]]} is out of range")
 
     def __len__(self) -> int:
         return len(self.topic)
@@ -331,6 +339,15 @@ class MessageBatch:
     def messages(self) -> list[Message]:
         return [self.message(i) for i in range(len(self))]
 
+
+_BATCH_TYPES = (
+    ("topic", {str}),
+    ("body", {bytes}),
+    ("queue_id", {int, type(None)}),
+    ("tags", {str, type(None)}),
+    ("keys", {str, type(None)}),
+    ("origin", {str}),
+)
 
 # NDJSON field -> meaning; RocketMQ's field names.
 _JSON_FIELDS = frozenset(

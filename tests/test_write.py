@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -947,3 +948,21 @@ def test_ndjson_plain_lines_read_as_a_batch(tmp_path: Path) -> None:
     assert files[0] == files[1] and files[0]
     for rel in files[0]:
         assert (roots[0] / rel).read_bytes() == (roots[1] / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [
+        ("queue_id", "3", "message 1 of the batch: queue_id is a str"),
+        ("queue_id", -1, "message 1 of the batch: queueId -1 is out of range"),
+        ("body", "text", "message 1 of the batch: body is a str"),
+        ("topic", None, "message 1 of the batch: topic is a NoneType"),
+    ],
+)
+def test_message_batch_refuses_wrong_values(column: str, value: object, says: str) -> None:
+    cols = {"topic": ["A", "A"], "body": [b"", b""], "queue_id": [0, 0], "tags": [None, "t"], "keys": [None, "k"]}
+    cols[column][1] = value
+    with pytest.raises(InputError, match=re.escape(says)):
+        wr.MessageBatch(**cols)
+    with pytest.raises(InputError, match="one length"):
+        wr.MessageBatch(["A"], [], [None], [None], [None])
