@@ -326,6 +326,18 @@ class MessageBatch:
     def __len__(self) -> int:
         return len(self.topic)
 
+    @classmethod
+    def from_messages(cls, messages: Sequence[Message]) -> MessageBatch:
+        """The producer fields (topic, body, queue id, tags, keys, origin) of ``messages``."""
+        return cls(
+            [m.topic for m in messages],
+            [m.body for m in messages],
+            [m.queue_id for m in messages],
+            [m.tags for m in messages],
+            [m.keys for m in messages],
+            [m.origin for m in messages],
+        )
+
     def message(self, i: int) -> Message:
         return Message(
             topic=self.topic[i],
@@ -1351,10 +1363,6 @@ class FileWrite:
     pos: int
     pieces: tuple[bytes | bytearray, ...]
     create: bool  # the file does not exist yet: create it at full size first
-
-    @property
-    def length(self) -> int:
-        return sum(map(len, self.pieces))
 
     @property
     def data(self) -> bytes:

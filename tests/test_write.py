@@ -879,16 +879,7 @@ def test_fast_lane_gives_what_put_one_gives(tmp_path_factory, monkeypatch, broke
     if all(
         getattr(m, f) == producer[f].default for m in msgs for f in producer if f not in _BATCH_FIELDS
     ):  # plain producer messages: the same as a column batch
-        inputs.append(
-            wr.MessageBatch(
-                [m.topic for m in msgs],
-                [m.body for m in msgs],
-                [m.queue_id for m in msgs],
-                [m.tags for m in msgs],
-                [m.keys for m in msgs],
-                [m.origin for m in msgs],
-            )
-        )
+        inputs.append(wr.MessageBatch.from_messages(msgs))
     for given_as in inputs:
         fast = _plan_or_error(root, given_as, conf, broker, 1, monkeypatch)
         if isinstance(slow, str) or isinstance(fast, str):
