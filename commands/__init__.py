@@ -16,8 +16,17 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,
+    rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from rmqstore import __version__
+
+        sys.stdout.write(f"rmqstore {__version__}\n")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -25,8 +34,16 @@ def _root(
     traceback: Annotated[
         bool, typer.Option("--traceback", help="Show the Python traceback of an internal error.")
     ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
 ) -> None:
-    """Inspect, recover, re-dispatch, query and expire Apache RocketMQ broker stores offline."""
+    """Inspect, recover, re-dispatch, query and expire Apache RocketMQ broker stores offline.
+
+    Shell completion: rmqstore --install-completion (bash, zsh, fish, PowerShell), or
+    rmqstore --show-completion bash > /etc/bash_completion.d/rmqstore.
+    """
     set_traceback(traceback)
 
 
@@ -46,9 +63,9 @@ SUBCOMMAND_MODULES = (
 SUBCOMMANDS = []
 for _name in SUBCOMMAND_MODULES:
     try:
-        _mod = importlib.import_module(f"commands.{_name}")
+        _mod = importlib.import_module(f"{__name__}.{_name}")
     except ModuleNotFoundError as _e:
-        if _e.name != f"commands.{_name}":
+        if _e.name != f"{__name__}.{_name}":
             raise
         continue
     SUBCOMMANDS.append(_mod)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 import typer.main  # noqa: E402
 
-import commands  # noqa: E402
+import rmqstore.cli as commands  # noqa: E402
 from rmqstore import __version__  # noqa: E402
 from rmqstore.errors import EXIT_CODES  # noqa: E402
 

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as hst
 from typer.testing import CliRunner
 
-from commands import app
+from rmqstore.cli import app
 from rmqstore.check import CheckReport, check_store, fast_properties
 from rmqstore.commitlog import parse_properties
 from rmqstore.problems import ERROR, INFO, WARNING

@@ -11,8 +11,8 @@ import pytest
 from conftest import copy_real_store
 from typer.testing import CliRunner
 
-import commands.info
-from commands import app
+import rmqstore.cli.info
+from rmqstore.cli import app
 from rmqstore.errors import EXIT_CODES
 
 runner = CliRunner()
@@ -180,7 +180,7 @@ def test_internal_error_is_one_line(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("kaputt")
 
-    monkeypatch.setattr(commands.info, "store_info", boom)
+    monkeypatch.setattr(rmqstore.cli.info, "store_info", boom)
     r = run_info(str(root))
     assert r.exit_code == 1
     assert first_err(r).startswith("internal error: RuntimeError: kaputt")
@@ -189,7 +189,7 @@ def test_internal_error_is_one_line(tmp_path, monkeypatch):
 
 def test_console_script_has_no_traceback(tmp_path):
     exe = Path(sys.executable).with_name("rmqstore")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "import commands; commands.main()"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "import rmqstore.cli; rmqstore.cli.main()"]
     proc = subprocess.run([*cmd, "info", str(tmp_path / "missing")], capture_output=True, text=True)
     assert proc.returncode == 5
     assert proc.stderr.strip() == f"error: {tmp_path / 'missing'}: no such directory"

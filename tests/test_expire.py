@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import importlib
 import time
 from pathlib import Path
 
@@ -24,8 +25,8 @@ import pytest
 from conftest import REAL_CASES, copy_real_store, load_truth
 from typer.testing import CliRunner
 
-from commands import app
-from commands.expire import CRONTAB_EXAMPLE
+from rmqstore.cli import app
+from rmqstore.cli.expire import CRONTAB_EXAMPLE
 from rmqstore import expire as ex
 from rmqstore.commitlog import Blank, decode_record
 from rmqstore.errors import ConfigError, InputError
@@ -607,8 +608,8 @@ def test_a_queue_stops_at_its_first_file_kept(tmp_path):
 
 
 def test_info_and_query_stay_correct_after_expiry(tmp_path):
-    registered = {m.__name__ for m in __import__("commands").SUBCOMMANDS}
-    if not {"commands.info", "commands.query"} <= registered:
+    registered = {m.__name__ for m in importlib.import_module("rmqstore.cli").SUBCOMMANDS}
+    if not {"rmqstore.cli.info", "rmqstore.cli.query"} <= registered:
         pytest.skip("rmqstore info/query are not available")
     case = "clean-2topics"
     truth = load_truth(case)

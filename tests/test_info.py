@@ -17,7 +17,7 @@ from hypothesis import example, given
 from test_codecs import damaged
 from typer.testing import CliRunner
 
-from commands import app
+from rmqstore.cli import app
 from rmqstore.commitlog import Record, decode_record
 from rmqstore.consumequeue import ENTRY_SIZE
 from rmqstore.errors import CorruptData, StoreLocked

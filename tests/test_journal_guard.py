@@ -9,7 +9,7 @@ import pytest
 from conftest import copy_real_store
 from typer.testing import CliRunner
 
-from commands import app
+from rmqstore.cli import app
 
 runner = CliRunner()
 

@@ -14,8 +14,8 @@ import typer.main
 from conftest import FIXTURES, REPO
 from typer.testing import CliRunner
 
-import commands
 import rmqstore
+import rmqstore.cli as commands
 from rmqstore.errors import EXIT_CODES, ConfigError, RmqstoreError
 from rmqstore.layout import StoreConfig, load_broker_config
 
@@ -34,12 +34,14 @@ def test_top_level_layout():
 
 def test_pyproject_declares_script_dependencies_and_extras():
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert meta["scripts"] == {"rmqstore": "commands:main"}
+    assert meta["scripts"] == {"rmqstore": "rmqstore.cli:main"}
+    assert meta["license"] == "Apache-2.0"  # an SPDX expression, not the deprecated table
     names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in meta["dependencies"]}
-    assert {"typer", "rich", "crcmod", "tabulate", "numpy"} <= names
+    assert {"typer", "rich", "tabulate", "numpy"} <= names
+    assert "crcmod" not in names  # only the tests use it, as the reference CRC
     extras = {k: {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in v} for k, v in meta["optional-dependencies"].items()}
     assert {"pyspark", "pyarrow"} <= extras["spark"]
-    assert {"pytest", "hypothesis", "ruff"} <= extras["dev"]
+    assert {"pytest", "hypothesis", "ruff", "crcmod"} <= extras["dev"]
     pyspark = next(d for d in meta["optional-dependencies"]["spark"] if d.startswith("pyspark"))
     assert ">=4" in pyspark
 

@@ -12,7 +12,7 @@ import pytest
 import typer.main
 from conftest import REPO
 
-import commands
+import rmqstore.cli as commands
 import rmqstore
 from rmqstore.errors import EXIT_CODES
 

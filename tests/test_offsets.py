@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from commands import app
+from rmqstore.cli import app
 from rmqstore import config as cfgjson
 from rmqstore import offsets as op
 from rmqstore.errors import UnsafePlan

@@ -18,7 +18,7 @@ import pytest
 from conftest import REAL_CASES, REAL_STORES, copy_real_store, load_truth
 from typer.testing import CliRunner
 
-from commands import app
+from rmqstore.cli import app
 from rmqstore import query as q
 from rmqstore.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,

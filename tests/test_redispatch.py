@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from commands import app
+from rmqstore.cli import app
 from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import redispatch as op

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from commands import app  # noqa: E402
+from rmqstore.cli import app  # noqa: E402
 from rmqstore import redispatch as local_redispatch  # noqa: E402
 from rmqstore.commitlog import MAGIC_V1, MAGIC_V2, Record, decode_record  # noqa: E402
 from rmqstore.errors import CorruptData, MissingExtra, UnsafePlan  # noqa: E402

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from commands import app
+from rmqstore.cli import app
 from rmqstore import write as wr
 from rmqstore.commitlog import (
     BORNHOST_V6_FLAG,
