@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import importlib
 import json
 import os
 import shlex
@@ -17,16 +18,15 @@ import struct
 import subprocess
 import sys
 import textwrap
-import importlib
 import time
 from pathlib import Path
 
 import pytest
 from conftest import REAL_CASES, copy_real_store, load_truth
-from typer.testing import CliRunner
-
 from rmqstore.cli import app
 from rmqstore.cli.expire import CRONTAB_EXAMPLE
+from typer.testing import CliRunner
+
 from rmqstore import expire as ex
 from rmqstore.commitlog import Blank, decode_record
 from rmqstore.errors import ConfigError, InputError

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_real_store
-from typer.testing import CliRunner
-
 from rmqstore.cli import app
+from typer.testing import CliRunner
 
 runner = CliRunner()
 

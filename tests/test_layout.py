@@ -10,12 +10,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import rmqstore.cli as commands
 import typer.main
 from conftest import FIXTURES, REPO
 from typer.testing import CliRunner
 
 import rmqstore
-import rmqstore.cli as commands
 from rmqstore.errors import EXIT_CODES, ConfigError, RmqstoreError
 from rmqstore.layout import StoreConfig, load_broker_config
 

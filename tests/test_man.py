@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
+import rmqstore.cli as commands
 import typer.main
 from conftest import REPO
 
-import rmqstore.cli as commands
 import rmqstore
 from rmqstore.errors import EXIT_CODES
 

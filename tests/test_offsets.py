@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from rmqstore.cli import app
 from typer.testing import CliRunner
 
-from rmqstore.cli import app
 from rmqstore import config as cfgjson
 from rmqstore import offsets as op
 from rmqstore.errors import UnsafePlan

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL_CASES, REAL_STORES, copy_real_store, load_truth
+from rmqstore.cli import app
 from typer.testing import CliRunner
 
-from rmqstore.cli import app
 from rmqstore import query as q
 from rmqstore.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,

@@ -15,9 +15,9 @@ import pytest
 from conftest import REAL_STORES, REPO, copy_real_store, load_rebuild, load_truth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rmqstore.cli import app
 from typer.testing import CliRunner
 
-from rmqstore.cli import app
 from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import recover as rec
