@@ -2,36 +2,35 @@
 
 from __future__ import annotations
 
-import csv
-import enum
 import functools
-import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from tabulate import tabulate
+from typer.core import TyperCommand
 
 from rmqstore.errors import RmqstoreError
+
+from ._render import Format, err, escape, render_mapping, render_rows
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+__all__ = ["Format", "err", "escape", "render_mapping", "render_rows"]
 
 
-class Format(str, enum.Enum):
-    table = "table"
-    plain = "plain"
-    json = "json"
-    ndjson = "ndjson"
-    csv = "csv"
+class Command(TyperCommand):
+    """A command whose epilog (examples, crontab lines, tables) is printed as written, not re-wrapped."""
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        if self.epilog:
+            formatter.write_paragraph()
+            for line in self.epilog.splitlines():
+                formatter.write(f"{' ' * formatter.current_indent}  {line}".rstrip() + "\n")
 
 
 StorePath = Annotated[Path, typer.Argument(help="Store root directory (storePathRootDir).", show_default=False)]
@@ -68,7 +67,7 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except RmqstoreError as e:
             if _TRACEBACK["on"]:
                 raise
-            err.print(f"[bold red]error:[/] {escape(str(e))}")
+            err.error(str(e))
             raise typer.Exit(e.exit_code) from None
         except (typer.Exit, typer.Abort, SystemExit, KeyboardInterrupt):
             raise
@@ -78,17 +77,13 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except Exception as e:  # a bug: one line, traceback only on request
             if _TRACEBACK["on"]:
                 raise
-            err.print(
-                f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
-                "(run with --traceback or RMQSTORE_TRACEBACK=1 for details)"
+            err.error(
+                f"{type(e).__name__}: {e} (run with --traceback or RMQSTORE_TRACEBACK=1 for details)",
+                label="internal error",
             )
             raise typer.Exit(1) from None
 
     return wrapper
-
-
-def escape(text: str) -> str:
-    return text.replace("[", r"\[")
 
 
 def _quiet_broken_pipe() -> None:
@@ -107,75 +102,13 @@ def default_format(fmt: Format | None) -> Format:
     return Format.table if is_tty() else Format.plain
 
 
-def _cell(v: Any) -> Any:
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-    if v is None:
-        return ""
-    return v
-
-
-def render_rows(
-    rows: Iterable[dict[str, Any]],
-    fmt: Format,
-    *,
-    columns: Sequence[str] | None = None,
-    title: str | None = None,
-    out: Any = None,
-) -> int:
-    """Write rows in ``fmt``; ndjson and csv stream. Returns the number of rows written."""
-    out = out or sys.stdout
-    n = 0
-    if fmt is Format.ndjson:
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
-            n += 1
-        return n
-    if fmt is Format.csv:
-        writer = None
-        for row in rows:
-            if writer is None:
-                cols = list(columns or row.keys())
-                writer = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
-                writer.writeheader()
-            writer.writerow({k: _cell(row.get(k)) for k in writer.fieldnames})
-            n += 1
-        return n
-    items = list(rows)
-    n = len(items)
-    if fmt is Format.json:
-        out.write(json.dumps(items, ensure_ascii=False, indent=2) + "\n")
-        return n
-    cols = list(columns) if columns else (list(items[0].keys()) if items else [])
-    if fmt is Format.table and out is sys.stdout:
-        t = Table(title=title, show_lines=False, header_style="bold")
-        for c in cols:
-            t.add_column(c, overflow="fold")
-        for row in items:
-            t.add_row(*(str(_cell(row.get(c))) for c in cols))
-        Console(highlight=False).print(t)
-        return n
-    if title and fmt is Format.table:
-        out.write(title + "\n")
-    out.write(tabulate([[_cell(r.get(c)) for c in cols] for r in items], headers=cols, tablefmt="plain") + "\n")
-    return n
-
-
-def render_mapping(data: dict[str, Any], fmt: Format, *, title: str | None = None) -> None:
-    """A single object: key/value lines for people, one JSON document for scripts."""
-    if fmt in (Format.json, Format.ndjson):
-        sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
-        return
-    rows = [{"field": k, "value": _cell(v)} for k, v in data.items()]
-    render_rows(rows, fmt, columns=["field", "value"], title=title)
-
-
 @contextmanager
 def progress_bar(total: int, label: str, *, quiet: bool = False) -> Iterator[Callable[[int], None]]:
     """A rich progress bar on stderr (only when stderr is a terminal); yields ``advance(n)``."""
     if quiet or not sys.stderr.isatty() or total <= 0:
         yield lambda n: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress(
@@ -184,7 +117,7 @@ def progress_bar(total: int, label: str, *, quiet: bool = False) -> Iterator[Cal
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
-        console=err,
+        console=Console(stderr=True, highlight=False, markup=False),
         transient=True,
     ) as prog:
         task = prog.add_task(label, total=total)

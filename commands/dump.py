@@ -20,12 +20,12 @@ from rmqstore.timeparse import format_time_ms
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     Format,
     QuietOpt,
     StorePath,
     default_format,
     err,
-    escape,
     parse_time_ms,
     progress_bar,
     render_mapping,
@@ -59,7 +59,7 @@ def _finish(problems: list[Problem], quiet: bool = False) -> None:
     for p in problems:
         if p.severity == ERROR or not quiet:
             if shown < 50:
-                err.print(f"{p.severity}: {escape(str(p))}")
+                err.print(f"{p.severity}: {str(p)}")
             shown += 1
     if shown > 50:
         err.print(f"... and {shown - 50} more")
@@ -146,7 +146,9 @@ def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
     out.write("\n]\n" if sep != "\n" else "]\n")
 
 
-@app.command("commitlog", epilog="Example: rmqstore dump commitlog STORE --topic TopicA --format ndjson | jq .msgId")
+@app.command(
+    "commitlog", cls=Command, epilog="Example: rmqstore dump commitlog STORE --topic TopicA --format ndjson | jq .msgId"
+)
 @reports_errors
 def commitlog_command(
     store: StorePath,
@@ -250,7 +252,7 @@ def _cq_text_row(row: lib.CqRow) -> dict[str, Any]:
     return out
 
 
-@app.command("consumequeue", epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
+@app.command("consumequeue", cls=Command, epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
 @reports_errors
 def consumequeue_command(
     store: StorePath,
@@ -310,7 +312,7 @@ def _with_times(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-@app.command("index", epilog="Example: rmqstore dump index STORE --key TopicA order-42")
+@app.command("index", cls=Command, epilog="Example: rmqstore dump index STORE --key TopicA order-42")
 @reports_errors
 def index_command(
     store: StorePath,
@@ -396,7 +398,7 @@ def checkpoint_command(
     render_mapping(shown, fmt, title="checkpoint")
 
 
-@app.command("config", epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
+@app.command("config", cls=Command, epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
 @reports_errors
 def config_command(
     store: StorePath,

@@ -16,13 +16,13 @@ from rmqstore.timeparse import format_time_ms
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     DryRunOpt,
     Format,
     FormatOpt,
     StorePath,
     default_format,
     err,
-    escape,
     parse_time_ms,
     render_rows,
     reports_errors,
@@ -94,7 +94,7 @@ def _action_line(a: op.FileAction, verb: str, at_ms: int) -> str:
     return f"{format_time_ms(at_ms)} {verb} {a.rel_path} ({a.size} bytes, mtime {format_time_ms(a.mtime_ms)}): {a.why}"
 
 
-@app.command("expire", help=_HELP, epilog=_EPILOG)
+@app.command("expire", cls=Command, help=_HELP, epilog=_EPILOG)
 @reports_errors
 def expire_command(
     store: StorePath,
@@ -184,11 +184,11 @@ def expire_command(
         disk = (lambda _p: disk_used_ratio) if disk_used_ratio is not None else op.measured_disk_usage(settings.broker)
         plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
         for w in plan.warnings:
-            err.print(f"[yellow]warning:[/] {escape(w)}")
+            err.warning(w)
         if verbose:
-            err.print(escape(f"{st.root}: {op.describe(plan)}"))
+            err.print(f"{st.root}: {op.describe(plan)}")
             for n in plan.notes:
-                err.print(escape(f"note: {n}"))
+                err.print(f"note: {n}")
         verb = _verb(dry_run, quarantine)
 
         rows: list[dict[str, Any]] = []
@@ -227,14 +227,11 @@ def expire_command(
             rows, fmt, columns=["action", "kind", "path", "size", "mtime", "reason"], title=str(plan.store_root)
         )
     if result is not None and result.quarantine_dir is not None:
-        err.print(escape(f"moved {len(done)} file(s) to {result.quarantine_dir} (see manifest.json there)"))
+        err.print(f"moved {len(done)} file(s) to {result.quarantine_dir} (see manifest.json there)")
     if over:
-        err.print(
-            "[bold yellow]warning:[/] "
-            + escape(
-                f"commit log disk {op.percent(ratio_after)} used after the run, above the forced-clean level "
-                f"{op.percent(plan.settings.disk_space_clean_forcibly_ratio)}"
-            )
+        err.warning(
+            f"commit log disk {op.percent(ratio_after)} used after the run, above the forced-clean level "
+            f"{op.percent(plan.settings.disk_space_clean_forcibly_ratio)}"
         )
     if code:
         raise typer.Exit(code)

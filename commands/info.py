@@ -19,6 +19,7 @@ from rmqstore.timeparse import format_time_ms
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     Format,
     QuietOpt,
     StorePath,
@@ -40,6 +41,7 @@ class InfoFormat(enum.StrEnum):
 
 @app.command(
     "info",
+    cls=Command,
     epilog="rmqstore info /var/lib/rocketmq/store\n"
     "rmqstore info /var/lib/rocketmq/store --format json | jq .commitLog.maxPhyOffset",
 )

@@ -26,7 +26,6 @@ from ._common import (
     StorePath,
     default_format,
     err,
-    escape,
     parse_time_ms,
     progress_bar,
     render_rows,
@@ -121,7 +120,7 @@ def _progress(quiet: bool) -> Iterator[Callable[[int, int], None]]:
 
 def _notes(notices: tuple[str, ...] | list[str]) -> None:
     for n in notices:
-        err.print(f"note: {escape(n)}")
+        err.print(f"note: {n}")
 
 
 def _emit(rows: list[dict[str, Any]], fmt: Format | None, columns: list[str], body: Body) -> None:
@@ -298,7 +297,7 @@ def query_id_command(
             r = searcher.msg_id(mid, topics=topic or None, scan=scan, all_copies=all_copies, progress=progress)
             _notes(r.notices)
             if not r.hits and len(ids) > 1:
-                err.print(f"note: {escape(mid)}: no message found")
+                err.print(f"note: {mid}: no message found")
             rows += [{"id": mid, "idKind": r.kind, **record_row(h, b)} for h in r.hits]
     _emit(rows, fmt, ["id", "idKind", *COLUMNS], b)
 
@@ -365,7 +364,7 @@ def query_time_command(
     with open_store(store, broker_config=broker_config, broker=broker_version) as st:
         hit = op.offset_by_time(st, topic, queue_id, ts, file_by_mtime=by_mtime)
     err.print(
-        f"queue offset {hit.queue_offset} for {format_time_ms(ts)} in {escape(topic)}/{queue_id} "
+        f"queue offset {hit.queue_offset} for {format_time_ms(ts)} in {topic}/{queue_id} "
         f"(queue holds [{hit.bounds.min_offset}, {hit.bounds.max_offset}))"
     )
     _notes(hit.notices)

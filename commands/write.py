@@ -18,7 +18,6 @@ from ._common import (
     Format,
     default_format,
     err,
-    escape,
     parse_time_ms,
     render_mapping,
     render_rows,
@@ -198,9 +197,9 @@ def write_command(
 
 def _report(result: op.WriteResult, fmt: Format) -> None:
     if result.rolled_back is not None:
-        err.print(f"note: rolled back an interrupted write first ({escape(str(result.rolled_back.journal))})")
+        err.print(f"note: rolled back an interrupted write first ({str(result.rolled_back.journal)})")
     if result.quarantine is not None:
-        err.print(f"note: stale bytes after the end of the commit log copied to {escape(str(result.quarantine))}")
+        err.print(f"note: stale bytes after the end of the commit log copied to {str(result.quarantine)}")
     if result.abort_created:
         err.print("note: created abort: the broker re-dispatches on its next start (or run `rmqstore redispatch`)")
     if result.dry_run:

@@ -22,9 +22,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import rmqstore.cli as commands  # noqa: E402
 import typer.main  # noqa: E402
 
+import rmqstore.cli as commands  # noqa: E402
 from rmqstore import __version__  # noqa: E402
 from rmqstore.errors import EXIT_CODES  # noqa: E402
 

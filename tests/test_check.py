@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as hst
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
 from rmqstore.check import CheckReport, check_store, fast_properties
+from rmqstore.cli import app
 from rmqstore.commitlog import parse_properties
 from rmqstore.problems import ERROR, INFO, WARNING
 from rmqstore.store import open_store

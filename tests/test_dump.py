@@ -18,10 +18,10 @@ import pytest
 from conftest import REAL_STORES, copy_real_store, load_truth
 from hypothesis import given
 from hypothesis import strategies as st
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
 from rmqstore import dump as lib
+from rmqstore.cli import app
 from rmqstore.commitlog import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,

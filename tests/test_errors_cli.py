@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import rmqstore.cli.info
 from conftest import copy_real_store
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
+import rmqstore.cli.info
+from rmqstore.cli import app
 from rmqstore.errors import EXIT_CODES
 
 runner = CliRunner()

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL_CASES, copy_real_store, load_truth
-from rmqstore.cli import app
-from rmqstore.cli.expire import CRONTAB_EXAMPLE
 from typer.testing import CliRunner
 
 from rmqstore import expire as ex
+from rmqstore.cli import app
+from rmqstore.cli.expire import CRONTAB_EXAMPLE
 from rmqstore.commitlog import Blank, decode_record
 from rmqstore.errors import ConfigError, InputError
 from rmqstore.indexfile import IndexFile, is_time_matched

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import REAL_STORES, copy_real_store, load_truth
 from hypothesis import example, given
-from rmqstore.cli import app
 from test_codecs import damaged
 from typer.testing import CliRunner
 
+from rmqstore.cli import app
 from rmqstore.commitlog import Record, decode_record
 from rmqstore.consumequeue import ENTRY_SIZE
 from rmqstore.errors import CorruptData, StoreLocked

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_real_store
-from rmqstore.cli import app
 from typer.testing import CliRunner
+
+from rmqstore.cli import app
 
 runner = CliRunner()
 

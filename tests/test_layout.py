@@ -10,12 +10,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import rmqstore.cli as commands
 import typer.main
 from conftest import FIXTURES, REPO
 from typer.testing import CliRunner
 
 import rmqstore
+import rmqstore.cli as commands
 from rmqstore.errors import EXIT_CODES, ConfigError, RmqstoreError
 from rmqstore.layout import StoreConfig, load_broker_config
 
@@ -37,7 +37,8 @@ def test_pyproject_declares_script_dependencies_and_extras():
     assert meta["scripts"] == {"rmqstore": "rmqstore.cli:main"}
     assert meta["license"] == "Apache-2.0"  # an SPDX expression, not the deprecated table
     names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in meta["dependencies"]}
-    assert {"typer", "rich", "tabulate", "numpy"} <= names
+    assert {"typer", "rich", "numpy"} <= names
+    assert "tabulate" not in names  # one table renderer: rich
     assert "crcmod" not in names  # only the tests use it, as the reference CRC
     extras = {k: {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in v} for k, v in meta["optional-dependencies"].items()}
     assert {"pyspark", "pyarrow"} <= extras["spark"]

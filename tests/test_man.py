@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-import rmqstore.cli as commands
 import typer.main
 from conftest import REPO
 
 import rmqstore
+import rmqstore.cli as commands
 from rmqstore.errors import EXIT_CODES
 
 GEN = REPO / "scripts" / "gen_man.py"

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
 from rmqstore import config as cfgjson
 from rmqstore import offsets as op
+from rmqstore.cli import app
 from rmqstore.errors import UnsafePlan
 from rmqstore.store import open_store
 from tests.conftest import REAL_WORLD, copy_real_store, load_truth

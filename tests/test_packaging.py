@@ -20,7 +20,7 @@ import rmqstore
 
 pytestmark = pytest.mark.slow
 
-DEPENDENCIES = ("typer", "click", "rich", "tabulate", "numpy", "shellingham")
+DEPENDENCIES = ("typer", "click", "rich", "numpy", "shellingham")
 
 
 def _setuptools_can_build() -> bool:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL_CASES, REAL_STORES, copy_real_store, load_truth
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
 from rmqstore import query as q
+from rmqstore.cli import app
 from rmqstore.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
     Record,

@@ -15,12 +15,12 @@ import pytest
 from conftest import REAL_STORES, REPO, copy_real_store, load_rebuild, load_truth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
 from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import recover as rec
+from rmqstore.cli import app
 from rmqstore.commitlog import Record, decode_record
 from rmqstore.consumequeue import entries_array, valid_prefix
 from rmqstore.dispatch import scan_requests

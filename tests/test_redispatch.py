@@ -18,12 +18,12 @@ import pytest
 from conftest import REAL_STORES, copy_real_store, load_rebuild, load_truth
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
 from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import redispatch as op
+from rmqstore.cli import app
 from rmqstore.columnar import iter_columns, scan_columns
 from rmqstore.commitlog import encode_blank, encode_properties, encode_record
 from rmqstore.dispatch import ScanStop, scan_requests

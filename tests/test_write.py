@@ -18,10 +18,10 @@ import pytest
 from conftest import FIXTURES, REAL_STORES, REPO, load_rebuild, load_spec, load_truth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rmqstore.cli import app
 from typer.testing import CliRunner
 
 from rmqstore import write as wr
+from rmqstore.cli import app
 from rmqstore.commitlog import (
     BORNHOST_V6_FLAG,
     MAGIC_V2,

@@ -1,0 +1,122 @@
+"""What the command line prints: user data is never markup, a formula, or a broken line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from typer.testing import CliRunner
+
+from rmqstore.cli import app
+from rmqstore.cli._render import Format, csv_cell, escape, render_rows
+
+runner = CliRunner()
+
+KEY = "k[/]z"
+FORMULA_KEY = "=HYPERLINK(1)"
+BODY = b"see [bold]doc[/bold] [min, max]\x00\nnext=1\x1b[2J"
+TAGS = "[red]t"
+
+
+def invoke(*args: str, width: int = 400):
+    return runner.invoke(app, list(args), env={"COLUMNS": str(width)})
+
+
+@pytest.fixture(scope="module")
+def hostile_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small fixture store plus one message whose key, tags and body look like markup and formulas."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    shutil.copytree(FIXTURES / "small", tmp / "small")
+    body = tmp / "body"
+    body.write_bytes(BODY)
+    store = tmp / "small" / "store"
+    r = invoke(
+        "write", str(store), "--topic", "TopicA", "--keys", f"{KEY} {FORMULA_KEY}", "--tags", TAGS,
+        "--body-file", str(body), "-p", "note=@SUM(A1)",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return store
+
+
+@pytest.mark.parametrize("fmt", ["table", "plain"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["query", "key", "{store}", "TopicA", KEY],
+        ["query", "key", "{store}", "TopicA", FORMULA_KEY],
+        ["dump", "commitlog", "{store}", "--key", KEY],
+    ],
+)
+def test_brackets_in_keys_tags_and_bodies_are_shown_as_written(hostile_store, argv, fmt):
+    r = invoke(*(a.format(store=hostile_store) for a in argv), "-f", fmt, "--body", "text")
+    assert r.exit_code == 0, r.output
+    assert "internal error" not in r.output
+    out = r.stdout
+    assert KEY in out and TAGS in out
+    assert "see [bold]doc[/bold] [min, max]\\0\\nnext=1\\x1b[2J" in out
+    assert "\x00" not in out and "\x1b" not in out
+
+
+def test_plain_rows_stay_one_line_each(hostile_store):
+    r = invoke("dump", "commitlog", str(hostile_store), "-f", "plain", "--body", "text")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    nd = invoke("dump", "commitlog", str(hostile_store), "-f", "ndjson").stdout.splitlines()
+    assert len(lines) == 1 + len(nd)  # a header, then one line per record
+    assert sum(KEY in ln for ln in lines) == 1
+
+
+def test_help_text_is_not_markup():
+    r = invoke("offsets", "set", "--help")
+    assert r.exit_code == 0
+    assert "[min, max]" in " ".join(r.stdout.split())
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_get_a_quote(hostile_store):
+    r = invoke("dump", "commitlog", str(hostile_store), "-f", "csv", "--key", FORMULA_KEY, "--body", "text")
+    assert r.exit_code == 0, r.output
+    (row,) = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert row["keys"] == f"{KEY} {FORMULA_KEY}"  # not at the start: harmless, unchanged
+    assert json.loads(row["properties"])["note"] == "@SUM(A1)"  # inside JSON: starts with {
+    r = invoke("query", "key", str(hostile_store), "TopicA", FORMULA_KEY, "-f", "csv", "--body", "text")
+    (row,) = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert row["body"].startswith("see [bold]")
+    assert row["body"].endswith("\x1b[2J") and "\x00\n" in row["body"]  # CSV quotes data, it does not alter it
+
+
+@pytest.mark.parametrize("text", ["=1+2", "+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"])
+def test_csv_formula_prefix(text):
+    assert csv_cell(text) == "'" + text
+    out = io.StringIO()
+    render_rows([{"a": text, "n": -5}], Format.csv, out=out)
+    assert list(csv.reader(io.StringIO(out.getvalue(), newline=""))) == [["a", "n"], ["'" + text, "-5"]]
+
+
+@pytest.mark.parametrize("text", ["1", "a=b", "", "x-1", "'=1"])
+def test_csv_plain_text_unchanged(text):
+    assert csv_cell(text) == text
+
+
+def test_escape_control_characters():
+    assert escape("a\x00b\nc\td\re\x1b\x7f\x9bf") == "a\\0b\\nc\\td\\re\\x1b\\x7f\\x9bf"
+    assert escape("[bold]x[/] é \\x41") == "[bold]x[/] é \\x41"
+    assert escape("a\u2028b\u2029c") == "a\\u2028b\\u2029c"  # what str.splitlines() splits at
+
+
+@pytest.mark.parametrize("fmt", list(Format))
+def test_every_format_renders_brackets_and_controls_safely(fmt):
+    out = io.StringIO()
+    rows = [{"k": "[/]", "v": "[bold]b[/bold]\n"}]
+    render_rows(rows, fmt, out=out, title="[x]")
+    text = out.getvalue()
+    if fmt in (Format.json, Format.ndjson):
+        assert json.loads(text.splitlines()[0] if fmt is Format.ndjson else text) in (rows[0], rows)
+    else:
+        assert "[/]" in text and "[bold]b[/bold]" in text
+    if fmt in (Format.table, Format.plain):
+        assert "[bold]b[/bold]\\n" in text
