@@ -55,7 +55,14 @@ Output: one line per file deleted (plain, ndjson; table and csv at the end) or o
 per run (json), and nothing at all when there is nothing to do, unless -v.
 """
 
-_EXIT_STATUS = "\n".join(f"  {code:<4d}{what}" for code, what in op.EXIT_CODES.items())
+def _exit_status_lines() -> str:
+    codes = dict(op.EXIT_CODES)
+    codes[op.EXIT_NOTHING_TO_DO] = "success: files deleted or nothing to do"
+    codes[op.EXIT_DELETED] = "with --detailed-exitcode only: " + codes[op.EXIT_DELETED] + " (0 then means nothing to do)"
+    return "\n".join(f"  {code:<4d}{what}" for code, what in codes.items())
+
+
+_EXIT_STATUS = _exit_status_lines()
 _EPILOG = f"""Run it from cron inside a deleteWhen hour (local time). Each run deletes at most
 deleteFileBatchMax commit log files, so run it several times within the hour if more files
 expire per day. cron's PATH is /usr/bin:/bin: give rmqstore's full path or set PATH.
@@ -167,6 +174,14 @@ def expire_command(
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,  # type: ignore[assignment]
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also say why when there is nothing to do.")] = False,
+    detailed_exitcode: Annotated[
+        bool,
+        typer.Option(
+            "--detailed-exitcode",
+            help="Exit 9 when files were deleted (a dry run: would be), 0 when there was nothing to do. "
+            "Without it a successful run exits 0 either way, as cron and job schedulers expect.",
+        ),
+    ] = False,
 ) -> None:
     fmt = default_format(fmt)
     now_ms = parse_time_ms(now) if now is not None else _wall_ms()
@@ -211,6 +226,8 @@ def expire_command(
             done = result.done
         ratio_after, over = op.over_forced_ratio(plan, st.config, disk)
     code = op.exit_code(plan, over_forced=over)
+    if code == op.EXIT_DELETED and not detailed_exitcode:
+        code = op.EXIT_NOTHING_TO_DO
     if fmt is Format.json and (done or verbose or over):
         doc = plan.to_json()
         doc.update(

@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import shlex
+import shutil
 import struct
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CASES, copy_real_store, load_truth
+from conftest import FIXTURES, REAL_CASES, copy_real_store, load_truth
 from typer.testing import CliRunner
 
 from rmqstore import expire as ex
@@ -434,7 +435,7 @@ def test_cli_plain_one_line_per_action_and_exit_9(tmp_path):
     want = cl_names([0, CL_SIZE]) + expected_cq("clean-2topics", root, 2 * CL_SIZE)
     want += expected_index("clean-2topics", 2 * CL_SIZE)
     r = run(str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", "-f", "plain")
-    assert r.exit_code == ex.EXIT_DELETED, r.stderr
+    assert r.exit_code == 0, r.stderr  # success, whatever was deleted (--detailed-exitcode: 9)
     lines = r.stdout.splitlines()
     assert [line.split()[2] for line in lines] == want
     assert all(line.split()[1] == "deleted" for line in lines)
@@ -445,7 +446,9 @@ def test_cli_dry_run_json_changes_nothing(tmp_path):
     root = copy_real_store("clean-2topics", tmp_path)
     age_commitlog(root, [100, 100, 1], AT_04)
     before = sorted(p for p in root.rglob("*"))
-    r = run(str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", "-f", "json", "--dry-run")
+    r = run(
+        str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", "-f", "json", "--dry-run", "--detailed-exitcode"
+    )
     assert r.exit_code == ex.EXIT_DELETED, r.stderr
     assert len(r.stdout.splitlines()) == 1
     doc = json.loads(r.stdout)
@@ -565,11 +568,11 @@ def test_crontab_line_from_the_help_runs_as_cron_would(tmp_path):
         "TZ": _tz_with_local_hour(4),
     }
     proc = subprocess.run(["/bin/sh", "-c", command], env=env, timeout=120)
-    assert proc.returncode == ex.EXIT_DELETED, log.read_text()
+    assert proc.returncode == 0, log.read_text()  # cron and job schedulers read non-zero as a failure
     (line,) = log.read_text().splitlines()
     doc = json.loads(line)
     assert [a["path"] for a in doc["done"]] == want
-    assert doc["triggers"]["time"] and doc["exitCode"] == ex.EXIT_DELETED
+    assert doc["triggers"]["time"] and doc["exitCode"] == 0
     assert not any((root / w).exists() for w in want)
     check_store_after(case, root, 2 * CL_SIZE)
     # The next run finds nothing to do: exit 0 and nothing appended to the log.
@@ -618,7 +621,7 @@ def test_info_and_query_stay_correct_after_expiry(tmp_path):
     new_min = 2 * CL_SIZE
     gone_index = expected_index(case, new_min)
     r = run(str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", "-f", "json")
-    assert r.exit_code == ex.EXIT_DELETED, r.stderr
+    assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["newMinPhyOffset"] == new_min
 
     r = runner.invoke(app, ["info", str(root), "--format", "json"])
@@ -647,3 +650,22 @@ def test_cli_not_a_store_creates_nothing(tmp_path):
     assert not (tmp_path / "missing").exists()
     r = run(str(tmp_path))
     assert r.exit_code == 5 and not (tmp_path / ".rmqstore").exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_exit_status_success_is_zero_and_detailed_exitcode_opts_in(tmp_path, dry_run):
+    """0 whenever the run succeeded (a CronJob would retry anything else); 9 only with --detailed-exitcode."""
+    common = ["--force", "--file-reserved-time", "0", "--disk-used-ratio", "0.1", "-f", "json"]
+    common += ["--dry-run"] if dry_run else []
+    for detailed, want in ((False, 0), (True, ex.EXIT_DELETED)):
+        shutil.copytree(FIXTURES / "small", tmp_path / str(detailed))
+        store = tmp_path / str(detailed) / "store"
+        r = run(str(store), *common, *(["--detailed-exitcode"] if detailed else []))
+        assert r.exit_code == want, r.output
+        doc = json.loads(r.stdout)
+        assert doc["exitCode"] == want and len(doc["done"]) == 16
+        assert (store / "commitlog" / "00000000000000000000").exists() == dry_run
+    if not dry_run:  # the next run finds nothing to do: 0 with and without the option
+        for extra in ([], ["--detailed-exitcode"]):
+            r = run(str(tmp_path / "True" / "store"), *common, *extra)
+            assert r.exit_code == ex.EXIT_NOTHING_TO_DO and r.stdout == "", r.output
