@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
+import typer.main
 from typer.core import TyperCommand
 
 from rmqstore.errors import RmqstoreError
@@ -23,8 +25,55 @@ R = TypeVar("R")
 __all__ = ["Format", "err", "escape", "render_mapping", "render_rows"]
 
 
+# How times are shown (--utc, the default, or --local) and how times without a zone are read.
+_TIME = {"local": False, "utc_input": False}
+
+
+def _time_flag(ctx: Any, param: Any, value: bool) -> None:
+    if value:
+        _TIME["local"] = param.name == "local_time"
+        _TIME["utc_input"] = param.name == "utc_time"
+
+
+@functools.cache
+def _time_options() -> tuple[Any, ...]:
+    """The --local and --utc options, built by typer once (its parameter classes are internal)."""
+    holder = typer.Typer()
+
+    @holder.command()
+    def _options(
+        local_time: Annotated[
+            bool,
+            typer.Option(
+                "--local",
+                expose_value=False,
+                is_eager=True,
+                callback=_time_flag,
+                help="Show times in local time with their offset (default: UTC).",
+            ),
+        ] = False,
+        utc_time: Annotated[
+            bool,
+            typer.Option(
+                "--utc",
+                expose_value=False,
+                is_eager=True,
+                callback=_time_flag,
+                help="Show times in UTC, and read times given without a zone as UTC (default: local, as mqadmin).",
+            ),
+        ] = False,
+    ) -> None:
+        pass
+
+    return tuple(p for p in typer.main.get_command(holder).params if p.name in ("local_time", "utc_time"))
+
+
 class Command(TyperCommand):
-    """A command whose epilog (examples, crontab lines, tables) is printed as written, not re-wrapped."""
+    """Every command: --local/--utc for times, and an epilog (examples, crontab lines) printed as written."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(_time_options())
 
     def format_epilog(self, ctx: Any, formatter: Any) -> None:
         if self.epilog:
@@ -43,8 +92,27 @@ BrokerConfigOpt = Annotated[
         "else broker defaults with file sizes read from the files).",
     ),
 ]
+
+
+def broker_version(value: str | None) -> str | None:
+    """A RocketMQ version this tool follows: 4.x or 5.x, as ``major.minor[.patch][-suffix]``."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-[A-Za-z0-9.]+)?", value.strip())
+    if not m or int(m.group(1)) not in (4, 5) or (int(m.group(1)), int(m.group(2))) < (4, 4):
+        raise typer.BadParameter(
+            f"{value!r} is not a RocketMQ version this tool follows: 4.4 to 5.x, e.g. 4.4.0, 4.9.7, 5.3.3"
+        )
+    return value.strip()
+
+
 BrokerVersionOpt = Annotated[
-    str, typer.Option("--broker-version", help="Broker version whose behaviour to follow (e.g. 4.4.0, 4.9.7, 5.3.3).")
+    str,
+    typer.Option(
+        "--broker-version",
+        callback=broker_version,
+        help="Broker version whose behaviour to follow: 4.4 to 5.x (e.g. 4.4.0, 4.9.7, 5.3.3).",
+    ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
@@ -125,7 +193,19 @@ def progress_bar(total: int, label: str, *, quiet: bool = False) -> Iterator[Cal
 
 
 def parse_time_ms(text: str) -> int:
-    """Epoch ms, ISO-8601, or RocketMQ's ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time)."""
+    """A user's time (see ``rmqstore.timeparse``); without a zone: local time, or UTC after --utc."""
+    import datetime as dt
+
     from rmqstore.timeparse import parse_time_ms as _p
 
-    return _p(text)
+    return _p(text, tz=dt.UTC if _TIME["utc_input"] else None)
+
+
+def format_time_ms(ms: int) -> str:
+    """A time as shown: ISO-8601 in UTC, or local time with its offset after --local."""
+    from rmqstore.timeparse import format_time_ms as _f
+
+    return _f(ms, local=_TIME["local"])
+
+
+TIME_FORMS = "epoch s or ms (by magnitude), now, -1h, ISO-8601, yyyy-MM-dd#HH:mm:ss:SSS"

@@ -15,6 +15,7 @@ from rmqstore.store import open_store
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     Format,
     QuietOpt,
     StorePath,
@@ -30,7 +31,7 @@ app = typer.Typer()
 COLUMNS = ["severity", "path", "pos", "phyOffset", "what"]
 
 
-@app.command("check")
+@app.command("check", cls=Command)
 @reports_errors
 def check_command(
     store: StorePath,

@@ -15,7 +15,6 @@ from rmqstore import dump as lib
 from rmqstore.errors import ProblemsFound
 from rmqstore.problems import ERROR, Problem
 from rmqstore.store import open_store
-from rmqstore.timeparse import format_time_ms
 
 from ._common import (
     BrokerConfigOpt,
@@ -26,6 +25,7 @@ from ._common import (
     StorePath,
     default_format,
     err,
+    format_time_ms,
     parse_time_ms,
     progress_bar,
     render_mapping,
@@ -172,7 +172,10 @@ def commitlog_command(
         int | None, typer.Option("--to-offset", min=0, help="Stop before this commit log offset.")
     ] = None,
     since: Annotated[
-        str | None, typer.Option(help="Store time from (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS).")
+        str | None,
+        typer.Option(
+            help="Store time from (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS)."
+        ),
     ] = None,
     until: Annotated[str | None, typer.Option(help="Store time up to, inclusive (same forms as --since).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")] = None,
@@ -373,7 +376,7 @@ def index_command(
 # ------------------------------------------------------------------------- checkpoint, config
 
 
-@app.command("checkpoint")
+@app.command("checkpoint", cls=Command)
 @reports_errors
 def checkpoint_command(
     store: StorePath,

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import typer
 
 from rmqstore import expire as op
-from rmqstore.timeparse import format_time_ms
 
 from ._common import (
     BrokerConfigOpt,
@@ -23,6 +22,7 @@ from ._common import (
     StorePath,
     default_format,
     err,
+    format_time_ms,
     parse_time_ms,
     render_rows,
     reports_errors,
@@ -55,10 +55,13 @@ Output: one line per file deleted (plain, ndjson; table and csv at the end) or o
 per run (json), and nothing at all when there is nothing to do, unless -v.
 """
 
+
 def _exit_status_lines() -> str:
     codes = dict(op.EXIT_CODES)
     codes[op.EXIT_NOTHING_TO_DO] = "success: files deleted or nothing to do"
-    codes[op.EXIT_DELETED] = "with --detailed-exitcode only: " + codes[op.EXIT_DELETED] + " (0 then means nothing to do)"
+    codes[op.EXIT_DELETED] = (
+        "with --detailed-exitcode only: " + codes[op.EXIT_DELETED] + " (0 then means nothing to do)"
+    )
     return "\n".join(f"  {code:<4d}{what}" for code, what in codes.items())
 
 
@@ -154,7 +157,11 @@ def expire_command(
         bool, typer.Option("--force", help="Manual mode (mqadmin deleteExpiredCommitLog): clean at any hour.")
     ] = False,
     now: Annotated[
-        str | None, typer.Option("--now", help="Evaluate at this time instead of now (epoch ms or ISO-8601).")
+        str | None,
+        typer.Option(
+            "--now",
+            help="Evaluate at this time instead of now (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS).",
+        ),
     ] = None,
     disk_used_ratio: Annotated[
         float | None,

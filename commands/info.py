@@ -14,7 +14,6 @@ from rmqstore.errors import ProblemsFound
 from rmqstore.info import StoreInfo, store_info
 from rmqstore.problems import Problem
 from rmqstore.store import open_store
-from rmqstore.timeparse import format_time_ms
 
 from ._common import (
     BrokerConfigOpt,
@@ -24,6 +23,7 @@ from ._common import (
     QuietOpt,
     StorePath,
     default_format,
+    format_time_ms,
     progress_bar,
     render_mapping,
     render_rows,

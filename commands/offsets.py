@@ -16,6 +16,7 @@ from rmqstore.store import open_store
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     DryRunOpt,
     Format,
     StorePath,
@@ -50,7 +51,7 @@ PROGRESS_COLUMNS = ["group", "topic", "queueId", "consumerOffset", "minOffset", 
 CHANGE_COLUMNS = ["group", "topic", "queueId", "before", "after", "minOffset", "maxOffset"]
 
 
-@app.command("show")
+@app.command("show", cls=Command)
 @reports_errors
 def show_command(
     store: StorePath,
@@ -79,7 +80,7 @@ def show_command(
         render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals")
 
 
-@app.command("set")
+@app.command("set", cls=Command)
 @reports_errors
 def set_command(
     store: StorePath,

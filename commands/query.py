@@ -15,17 +15,18 @@ from rmqstore import query as op
 from rmqstore.commitlog import Record
 from rmqstore.dump import message_row
 from rmqstore.store import open_store
-from rmqstore.timeparse import format_time_ms
 
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     Format,
     FormatOpt,
     QuietOpt,
     StorePath,
     default_format,
     err,
+    format_time_ms,
     parse_time_ms,
     progress_bar,
     render_rows,
@@ -52,7 +53,11 @@ TopicArg = Annotated[
     str, typer.Argument(help="Topic as stored (e.g. TopicA, SCHEDULE_TOPIC_XXXX).", show_default=False)
 ]
 BeginOpt = Annotated[
-    str | None, typer.Option("--begin", help="Earliest store time: epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS.")
+    str | None,
+    typer.Option(
+        "--begin",
+        help="Earliest store time: epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS.",
+    ),
 ]
 EndOpt = Annotated[str | None, typer.Option("--end", help="Latest store time (same formats as --begin).")]
 ScanOpt = Annotated[
@@ -205,11 +210,11 @@ def query_key_command(
     _render_key_result(r, fmt, body, raw)
 
 
-query_app.command("key")(reports_errors(query_key_command))
-app.command("query-by-key", help=query_key_command.__doc__)(reports_errors(query_key_command))
+query_app.command("key", cls=Command)(reports_errors(query_key_command))
+app.command("query-by-key", cls=Command, help=query_key_command.__doc__)(reports_errors(query_key_command))
 
 
-@query_app.command("uniq")
+@query_app.command("uniq", cls=Command)
 @reports_errors
 def query_uniq_command(
     store: StorePath,
@@ -258,7 +263,7 @@ def query_uniq_command(
     _render_key_result(r, fmt, body, raw)
 
 
-@query_app.command("id")
+@query_app.command("id", cls=Command)
 @reports_errors
 def query_id_command(
     store: StorePath,
@@ -307,7 +312,7 @@ def _queue_rows(hit: op.QueueHit, body: Body) -> list[dict[str, Any]]:
     return [] if hit.record is None else [record_row(hit.record, body)]
 
 
-@query_app.command("offset")
+@query_app.command("offset", cls=Command)
 @reports_errors
 def query_offset_command(
     store: StorePath,
@@ -330,14 +335,19 @@ def query_offset_command(
     _emit(_queue_rows(hit, b), fmt, COLUMNS, b)
 
 
-@query_app.command("time")
+@query_app.command("time", cls=Command)
 @reports_errors
 def query_time_command(
     store: StorePath,
     topic: TopicArg,
     queue_id: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
     time_text: Annotated[
-        str, typer.Argument(metavar="time", help="Epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS.", show_default=False)
+        str,
+        typer.Argument(
+            metavar="time",
+            help="A time: epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS.",
+            show_default=False,
+        ),
     ],
     by_mtime: Annotated[
         bool,

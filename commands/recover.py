@@ -17,6 +17,7 @@ from rmqstore.store import open_store
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     DryRunOpt,
     Format,
     FormatOpt,
@@ -33,7 +34,7 @@ from ._common import (
 app = typer.Typer()
 
 
-@app.command("recover")
+@app.command("recover", cls=Command)
 @reports_errors
 def recover_command(
     store: StorePath,

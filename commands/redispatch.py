@@ -14,6 +14,7 @@ from rmqstore.store import open_store
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
+    Command,
     DryRunOpt,
     Format,
     FormatOpt,
@@ -40,7 +41,7 @@ class Engine(str, enum.Enum):
     spark = "spark"
 
 
-@app.command("redispatch")
+@app.command("redispatch", cls=Command)
 @reports_errors
 def redispatch_command(
     store: StorePath,

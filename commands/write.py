@@ -14,6 +14,7 @@ from rmqstore.errors import InputError
 
 from ._common import (
     BrokerConfigOpt,
+    Command,
     DryRunOpt,
     Format,
     default_format,
@@ -92,7 +93,7 @@ def _messages(
     ]
 
 
-@app.command("write")
+@app.command("write", cls=Command)
 @reports_errors
 def write_command(
     store: Annotated[Path, typer.Argument(help="Store root directory (storePathRootDir).", show_default=False)],
@@ -135,7 +136,11 @@ def write_command(
         int, typer.Option("--topic-queue-nums", min=1, help="Queues of an auto-created topic (producer default 4).")
     ] = 4,
     now: Annotated[
-        str | None, typer.Option("--now", help="Fixed clock (epoch ms or ISO-8601) for reproducible stores.")
+        str | None,
+        typer.Option(
+            "--now",
+            help="Fixed clock (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS) for reproducible stores.",
+        ),
     ] = None,
     uniq_key_seed: Annotated[
         int | None, typer.Option("--uniq-key-seed", help="Fixed pid/class-loader part of generated UNIQ_KEYs.")
