@@ -142,7 +142,7 @@ EXIT_CODES: dict[int, str] = {
     6: "corrupt data: a file is damaged where the operation needed it intact",
     7: "unsupported store (DLedger commit log, RocksDB consume queue, batch consume queue)",
     8: "unsafe plan refused: the operation would lose data; see --force",
-    9: "expire: files were deleted (a dry run: files would be deleted)",
+    9: "expire `--detailed-exitcode` only: files were deleted (a dry run: would be); without the option a successful run exits 0",
     11: "expire: another rmqstore expire run holds this store's expire lock",
 }
 
