@@ -1,17 +1,102 @@
-"""The ``rmqstore`` command line: one sub-app per module, merged here."""
+"""The ``rmqstore`` command line (installed as ``rmqstore.cli``): one module per subcommand.
+
+A subcommand's module (and the library, numpy, rich...) is imported only when that subcommand
+runs, so a one-shot call starts fast; ``rmqstore --help`` lists the commands from ``COMMANDS``.
+"""
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 
 from ._common import set_traceback
 
+# Top-level command -> (its module, its one-line help as `rmqstore --help` shows it; a test keeps
+# the line equal to the command's own).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("info", "Show the state of a store: shutdown, lock, checkpoint, commit log, queues, index, config."),
+    "dump": (
+        "dump",
+        "Show every byte of a store: commit log records, consume queues, index files, checkpoint, config.",
+    ),
+    "write": ("write", "Append messages to a store as the broker would, with consume queue and index entries."),
+    "recover": (
+        "recover",
+        "Recover a store after a crash exactly as the broker would at start, showing the plan first.",
+    ),
+    "redispatch": (
+        "redispatch",
+        "Rebuild consume queues and index files from the commit log and swap them in atomically.",
+    ),
+    "query-by-key": ("query", "Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does."),
+    "query": ("query", "Find messages by key, unique key, message id, queue offset or time, from the store's files."),
+    "expire": ("expire", "Delete expired commit log, consume queue and index files, as the broker's clean task does."),
+    "check": ("check", "Check every file of a store for consistency and report all problems found."),
+    "offsets": (
+        "offsets",
+        "Show consumer progress: `rmqstore offsets STORE` (committed offset, queue min/max, lag).",
+    ),
+    "spark": (
+        "spark",
+        "Bulk jobs on Apache Spark over many stores: export to Parquet, statistics, find, redispatch.",
+    ),
+}
+SUBCOMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
+
+
+def load_module(module: str) -> Any | None:
+    """A subcommand module, or None when it is not part of this installation."""
+    try:
+        return importlib.import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{module}":
+            raise
+        return None
+
+
+def load_command(name: str) -> Any | None:
+    """The click command of a top-level name, built from its module's typer app."""
+    mod = load_module(COMMANDS[name][0])
+    if mod is None:
+        return None
+    cmd = typer.main.get_command(mod.app)
+    if mod.app.info.name:  # a named group: `rmqstore dump ...`
+        return cmd
+    if isinstance(cmd, TyperGroup):  # several top-level commands in one module
+        return cmd.commands.get(name)
+    return cmd
+
+
+class _LazyGroup(TyperGroup):
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            cmd = load_command(cmd_name)
+            if cmd is None:
+                return None
+            self.commands[cmd_name] = cmd
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        limit = formatter.width - 6 - max(len(n) for n in COMMANDS)
+        rows = []
+        for name, (_, line) in COMMANDS.items():
+            cmd = self.commands.get(name) or TyperCommand(name=name, help=line)
+            rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
 app = typer.Typer(
     name="rmqstore",
+    cls=_LazyGroup,
     help="Inspect, recover, re-dispatch, query and expire Apache RocketMQ broker stores offline.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -47,29 +132,10 @@ def _root(
     set_traceback(traceback)
 
 
-# Every subcommand module; each defines ``app`` (a typer.Typer).
-SUBCOMMAND_MODULES = (
-    "info",
-    "dump",
-    "write",
-    "recover",
-    "redispatch",
-    "query",
-    "expire",
-    "check",
-    "offsets",
-    "spark",
-)
-SUBCOMMANDS = []
-for _name in SUBCOMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as _e:
-        if _e.name != f"{__name__}.{_name}":
-            raise
-        continue
-    SUBCOMMANDS.append(_mod)
-    app.add_typer(_mod.app)
+def __getattr__(name: str) -> Any:
+    if name == "SUBCOMMANDS":  # every subcommand module, imported (tests, the man page generator)
+        return [m for m in map(load_module, SUBCOMMAND_MODULES) if m is not None]
+    raise AttributeError(name)
 
 
 def main() -> None:
