@@ -65,11 +65,18 @@ def load_command(name: str) -> Any | None:
     if mod is None:
         return None
     cmd = typer.main.get_command(mod.app)
-    if mod.app.info.name:  # a named group: `rmqstore dump ...`
-        return cmd
-    if isinstance(cmd, TyperGroup):  # several top-level commands in one module
-        return cmd.commands.get(name)
+    if not mod.app.info.name and isinstance(cmd, TyperGroup):  # several top-level commands in one module
+        cmd = cmd.commands.get(name)
+    _plain_help(cmd)
     return cmd
+
+
+def _plain_help(cmd: Any) -> None:
+    """Help texts are never rich markup ("[min, max]" stays as written), in every subcommand."""
+    if hasattr(cmd, "rich_markup_mode"):
+        cmd.rich_markup_mode = None
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_help(sub)
 
 
 class _LazyGroup(TyperGroup):

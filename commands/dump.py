@@ -16,6 +16,7 @@ from rmqstore.errors import ProblemsFound
 from rmqstore.problems import ERROR, Problem
 from rmqstore.store import open_store
 
+from . import _fields as fields
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
@@ -73,63 +74,22 @@ def _time(ms: Any) -> str:
 
 # ------------------------------------------------------------------------------------ commitlog
 
-_TEXT_COLUMNS = [
-    "kind", "offset", "size", "topic", "queueId", "queueOffset", "bornTime", "storeTime", "bornHost",
-    "storeHost", "tags", "keys", "msgId", "properties", "body", "why",
-]  # fmt: skip
-# A terminal is narrow: the table keeps the columns that tell records apart (plain has them all).
-_TABLE_COLUMNS = [
-    "kind",
-    "offset",
-    "size",
-    "topic",
-    "queueId",
-    "queueOffset",
-    "storeTime",
-    "tags",
-    "keys",
-    "body",
-    "why",
-]
-_CSV_COLUMNS = [
-    "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "bodyCRC", "flag", "sysFlag",
-    "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset",
-    "msgId", "keys", "tags", "uniqKey", "properties", "bodyLength", "body", "crcOk", "why",
-]  # fmt: skip
-_HIDDEN_PROPS = ("TAGS", "KEYS", "UNIQ_KEY")
 
-
-def _text_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
-    if isinstance(item, lib.Span):
-        return {"kind": item.kind, "offset": item.phy_offset, "size": item.size, "why": item.why}
-    rec, row = item
-    props = {k: v for k, v in row["properties"].items() if k not in _HIDDEN_PROPS}
-    why = "CRC MISMATCH" if row.get("crcOk") is False else row.get("bodyError", "")
-    return {
-        "kind": "message",
-        "offset": rec.phy_offset,
-        "size": rec.total_size,
-        "topic": rec.topic,
-        "queueId": rec.queue_id,
-        "queueOffset": rec.queue_offset,
-        "bornTime": _time(rec.born_timestamp_ms),
-        "storeTime": _time(rec.store_timestamp_ms),
-        "bornHost": row["bornHost"],
-        "storeHost": row["storeHost"],
-        "tags": rec.tags,
-        "keys": rec.keys,
-        "msgId": row["msgId"],
-        "properties": props or "",
-        "body": row.get("body", ""),
-        "why": why,
-    }
-
-
-def _csv_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+def _record_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+    """A row with the fields of ``fields.COMMITLOG`` (plus storeTime for the table)."""
     if isinstance(item, lib.Span):
         return {"kind": item.kind, "commitLogOffset": item.phy_offset, "storeSize": item.size, "why": item.why}
     rec, row = item
-    return {"kind": "message", **row, "keys": rec.keys, "tags": rec.tags, "uniqKey": rec.uniq_key}
+    why = "CRC MISMATCH" if row.get("crcOk") is False else row.get("bodyError", "")
+    return {
+        "kind": "message",
+        **row,
+        "keys": rec.keys,
+        "tags": rec.tags,
+        "uniqKey": rec.uniq_key,
+        "storeTime": _time(rec.store_timestamp_ms),
+        "why": why,
+    }
 
 
 def _json_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
@@ -194,7 +154,7 @@ def commitlog_command(
     (kind, offset, size, why): after a record that does not decode the scan goes on at the next
     record whose stored PHYSICALOFFSET is its real offset, and reports the skipped bytes. With
     --format ndjson each message is one object with RocketMQ's field names; other rows carry a
-    "kind" field. The terminal table shows the main columns; plain, csv and json show every field. Exits 3 when damage or a CRC mismatch was found, after printing everything.
+    "kind" field. plain and csv show the same fields (RocketMQ's names, plus keys, tags and uniqKey from the properties); the terminal table shows the main ones. Exits 3 when damage or a CRC mismatch was found, after printing everything.
     """
     fmt = default_format(fmt)
     tags = None if tag is None else lib.parse_tag_expression(tag)
@@ -228,11 +188,9 @@ def commitlog_command(
                 items = lib.iter_messages(scan, opts, limit=limit)
                 if fmt is Format.json:
                     _write_json_array(map(_json_row, items))
-                elif fmt is Format.csv:
-                    render_rows(map(_csv_row, items), fmt, columns=_CSV_COLUMNS)
                 else:
-                    cols = _TABLE_COLUMNS if fmt is Format.table else _TEXT_COLUMNS
-                    render_rows(map(_text_row, items), fmt, columns=cols, title="commit log")
+                    cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
+                    render_rows(map(_record_row, items), fmt, columns=cols, title="commit log")
         sys.stdout.flush()
     _finish(problems, quiet)
 

@@ -16,6 +16,7 @@ from rmqstore.commitlog import Record
 from rmqstore.dump import message_row
 from rmqstore.store import open_store
 
+from . import _fields as fields
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
@@ -77,20 +78,6 @@ RawOpt = Annotated[
     ),
 ]
 
-COLUMNS = [
-    "commitLogOffset",
-    "topic",
-    "queueId",
-    "queueOffset",
-    "storeTime",
-    "msgId",
-    "uniqKey",
-    "keys",
-    "tags",
-    "bodyLength",
-    "body",
-]
-
 
 def record_row(rec: Record, body: Body) -> dict[str, Any]:
     """A record as ``dump`` shows it (RocketMQ's field names, compressed bodies decompressed), plus
@@ -128,9 +115,13 @@ def _notes(notices: tuple[str, ...] | list[str]) -> None:
         err.print(f"note: {n}")
 
 
-def _emit(rows: list[dict[str, Any]], fmt: Format | None, columns: list[str], body: Body) -> None:
+def _emit(
+    rows: list[dict[str, Any]], fmt: Format | None, columns: tuple[str, ...], body: Body, table: tuple[str, ...] = ()
+) -> None:
+    """Rows in every format with one field list: ``columns`` (the table: ``table``, a subset)."""
     f = default_format(fmt)
-    cols = [c for c in columns if c != "body" or body is not Body.none]
+    shown = table if f is Format.table and table else columns
+    cols = [c for c in shown if c != "body" or body is not Body.none]
     if not rows:
         if f is Format.json:
             sys.stdout.write("[]\n")
@@ -173,7 +164,7 @@ def _render_key_result(r: op.KeyQueryResult, fmt: Format | None, body: Body | No
             "exist; narrow --begin/--end to see them"
         )
     b = _body(body, fmt)
-    _emit([record_row(h, b) for h in r.hits], fmt, COLUMNS, b)
+    _emit([record_row(h, b) for h in r.hits], fmt, fields.QUERY, b, fields.QUERY_TABLE)
 
 
 def query_key_command(
@@ -304,7 +295,7 @@ def query_id_command(
             if not r.hits and len(ids) > 1:
                 err.print(f"note: {mid}: no message found")
             rows += [{"id": mid, "idKind": r.kind, **record_row(h, b)} for h in r.hits]
-    _emit(rows, fmt, ["id", "idKind", *COLUMNS], b)
+    _emit(rows, fmt, fields.QUERY_ID, b, fields.QUERY_ID_TABLE)
 
 
 def _queue_rows(hit: op.QueueHit, body: Body) -> list[dict[str, Any]]:
@@ -332,7 +323,7 @@ def query_offset_command(
     b = _body(body, fmt)
     with open_store(store, broker_config=broker_config, broker=broker_version) as st:
         hit = op.query_queue_offset(st, topic, queue_id, queue_offset)
-    _emit(_queue_rows(hit, b), fmt, COLUMNS, b)
+    _emit(_queue_rows(hit, b), fmt, fields.QUERY, b, fields.QUERY_TABLE)
 
 
 @query_app.command("time", cls=Command)
@@ -382,4 +373,4 @@ def query_time_command(
     if hit.record is not None:
         row |= record_row(hit.record, b)
         row["queueOffset"] = hit.queue_offset
-    _emit([row], fmt, ["queueOffset", *(c for c in COLUMNS if c != "queueOffset")], b)
+    _emit([row], fmt, fields.QUERY_TIME, b, fields.QUERY_TIME_TABLE)

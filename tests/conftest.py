@@ -34,14 +34,17 @@ def real_case(request: pytest.FixtureRequest) -> str:
 
 
 def load_truth(case: str) -> dict:
+    _need_shared()
     return json.loads((REAL_STORES / case / "truth.json").read_text())
 
 
 def load_rebuild(case: str) -> dict:
+    _need_shared()
     return json.loads((REAL_STORES / case / "rebuild.json").read_text())
 
 
 def load_spec(case: str) -> dict:
+    _need_shared()
     return json.loads((REAL_STORES / case / "spec.json").read_text())
 
 

@@ -120,3 +120,76 @@ def test_every_format_renders_brackets_and_controls_safely(fmt):
         assert "[/]" in text and "[bold]b[/bold]" in text
     if fmt in (Format.table, Format.plain):
         assert "[bold]b[/bold]\\n" in text
+
+
+# ---------------------------------------------------------------------------------- field parity
+
+SMALL = FIXTURES / "small" / "store"
+
+
+def _header(argv: list[str], fmt: str) -> list[str]:
+    r = invoke(*argv, "-f", fmt)
+    assert r.exit_code == 0, r.output
+    first = r.stdout.splitlines()[0]
+    return next(csv.reader([first])) if fmt == "csv" else first.split()
+
+
+def _json_keys(argv: list[str]) -> set[str]:
+    r = invoke(*argv, "-f", "json")
+    assert r.exit_code == 0, r.output
+    return {k for row in json.loads(r.stdout) for k in row}
+
+
+@pytest.mark.parametrize(
+    ("argv", "fields", "derived"),
+    [
+        (
+            ["dump", "commitlog", str(SMALL), "--limit", "3"],
+            "COMMITLOG",
+            {"kind", "keys", "tags", "uniqKey", "crcOk", "why"},
+        ),
+        (["query", "key", str(SMALL), "TopicA", "order-0"], "QUERY", set()),
+        (["query", "id", str(SMALL), "C0A800C800002A9F0000000000000000"], "QUERY_ID", set()),
+        (["query", "offset", str(SMALL), "TopicA", "0", "0"], "QUERY", set()),
+        (["query", "time", str(SMALL), "TopicA", "0", "1700000000007"], "QUERY_TIME", set()),
+    ],
+)
+def test_one_field_list_per_record_kind_in_every_format(argv, fields, derived):
+    from rmqstore.cli import _fields
+
+    want = list(getattr(_fields, fields))
+    assert _header(argv, "plain") == want
+    assert _header(argv, "csv") == want
+    # json carries the same fields (dump's json is the decoded record: keys, tags, uniqKey are in its properties)
+    assert _json_keys(argv) == set(want) - derived
+    table = invoke(*argv, "-f", "table", width=2000).stdout
+    for name in getattr(_fields, f"{fields}_TABLE"):
+        assert name in table
+
+
+def test_query_id_shows_hosts_and_properties_in_plain_and_csv():
+    argv = ["query", "id", str(SMALL), "C0A800C800002A9F0000000000000000"]
+    for fmt in ("plain", "csv"):
+        head = _header(argv, fmt)
+        assert {"bornHost", "storeHost", "properties"} <= set(head)
+
+
+def _all_commands():
+    import typer.main
+
+    root = typer.main.get_command(app)
+    ctx = root.context_class(root, info_name="rmqstore")
+    for name in root.list_commands(ctx):
+        cmd = root.get_command(ctx, name)
+        yield [name]
+        if hasattr(cmd, "list_commands"):
+            sctx = cmd.context_class(cmd, info_name=name, parent=ctx)
+            for sub in cmd.list_commands(sctx):
+                yield [name, sub]
+
+
+def test_every_help_is_plain_text():
+    for argv in [[], *_all_commands()]:
+        r = invoke(*argv, "--help")
+        assert r.exit_code == 0, argv
+        assert "╭" not in r.stdout and "Usage:" in r.stdout, argv

@@ -29,6 +29,7 @@ from rmqstore.commitlog import (
 from rmqstore.indexfile import IndexFile, file_size, is_time_matched, new_index_header_after
 from rmqstore.javahash import index_key_hash
 from rmqstore.store import iter_commitlog, open_store
+from rmqstore.timeparse import FORMS
 
 runner = CliRunner()
 
@@ -623,9 +624,7 @@ def test_cli_not_found_and_errors() -> None:
     assert res.exit_code == 5 and res.stderr.splitlines()[0].startswith("error: ")
     res = runner.invoke(app, ["query", "key", store, "TopicA", "k", "--begin", "yesterday"])
     assert res.exit_code == 1
-    assert res.stderr.splitlines()[0] == (
-        "error: time 'yesterday' is not epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS"
-    )
+    assert res.stderr.splitlines()[0] == f"error: time 'yesterday' is not {FORMS}"
     res = runner.invoke(app, ["query", "id", store, "not-an-id"])
     assert res.exit_code == 1 and res.stderr.splitlines()[0].startswith("error: message id 'not-an-id'")
     res = runner.invoke(app, ["query", "offset", store, "TopicA", "1", "500"])

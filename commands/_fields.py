@@ -1,0 +1,47 @@
+"""One field list per record kind, used by every output format.
+
+json and ndjson carry every field of a row; plain and csv show exactly the same list, in this
+order; the terminal table shows the ``*_TABLE`` subset of the same names (a terminal is narrow).
+"""
+
+from __future__ import annotations
+
+# A commit log message as `dump` and `query` decode it: RocketMQ's field names (message_row).
+MESSAGE = (
+    "topic", "queueId", "queueOffset", "commitLogOffset", "storeSize", "bodyCRC", "flag", "sysFlag",
+    "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset",
+    "properties", "bodyLength", "msgId", "body",
+)  # fmt: skip
+# Read from the properties (KEYS, TAGS, UNIQ_KEY) for people and spreadsheets.
+MESSAGE_DERIVED = ("keys", "tags", "uniqKey")
+
+# `dump commitlog`: one row per record, BLANK and damaged ranges included (kind, why).
+COMMITLOG = (
+    "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "bodyCRC", "flag", "sysFlag",
+    "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset",
+    "msgId", "keys", "tags", "uniqKey", "properties", "bodyLength", "body", "crcOk", "why",
+)  # fmt: skip
+COMMITLOG_TABLE = (
+    "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "storeTime", "tags", "keys", "body",
+    "why",
+)  # fmt: skip
+
+# `query ...`: the messages found, with a readable store time.
+QUERY = (
+    "commitLogOffset", "topic", "queueId", "queueOffset", "storeTime", "storeTimestamp", "msgId", "uniqKey", "keys",
+    "tags", "bornTimestamp", "bornHost", "storeHost", "storeSize", "bodyCRC", "flag", "sysFlag", "reconsumeTimes",
+    "preparedTransactionOffset", "properties", "bodyLength", "body",
+)  # fmt: skip
+QUERY_TABLE = (
+    "commitLogOffset", "topic", "queueId", "queueOffset", "storeTime", "msgId", "uniqKey", "keys", "tags",
+    "bodyLength", "body",
+)  # fmt: skip
+# `query id`: which id found the message, and how it was read.
+QUERY_ID = ("id", "idKind", *QUERY)
+QUERY_ID_TABLE = ("id", "idKind", *QUERY_TABLE)
+# `query time`: the queue offset found for a time, then the message there.
+QUERY_TIME = ("queueOffset", "timestamp", *(f for f in QUERY if f != "queueOffset"))
+QUERY_TIME_TABLE = ("queueOffset", "timestamp", *(f for f in QUERY_TABLE if f != "queueOffset"))
+
+assert set(COMMITLOG) >= set(MESSAGE) | set(MESSAGE_DERIVED)
+assert set(QUERY) >= set(MESSAGE) | set(MESSAGE_DERIVED)
