@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rmqstore.check import PER_KIND_LIMIT, check_store
-from rmqstore.errors import ProblemsFound
+from rmqstore.check import PER_KIND_LIMIT, CheckReport, check_store
+from rmqstore.errors import ProblemsFound, RmqstoreError
+from rmqstore.lostqueues import with_lost_queues
+from rmqstore.problems import ERROR, INFO, WARNING
 from rmqstore.store import open_store
 
+from . import _stores as stores
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
     Command,
     Format,
     QuietOpt,
-    StorePath,
     default_format,
     progress_bar,
     render_mapping,
@@ -28,13 +31,18 @@ from ._common import (
 
 app = typer.Typer()
 
+StoresArg = Annotated[
+    list[Path],
+    typer.Argument(metavar="STORE...", help="Store root(s), or globs ('/data/broker-*/store').", show_default=False),
+]
+
 COLUMNS = ["severity", "path", "pos", "phyOffset", "what"]
 
 
 @app.command("check", cls=Command)
 @reports_errors
 def check_command(
-    store: StorePath,
+    store: StoresArg,
     quick: Annotated[
         bool, typer.Option("--quick", help="Only what the broker concludes at start (recovery, truncation).")
     ] = False,
@@ -55,13 +63,18 @@ def check_command(
 
     Checkpoint, abort, lock and config/*.json; --quick: only what the broker concludes at start.
 
+    With abort present, a consume queue directory that is missing is a warning: the broker's abnormal recovery would re-create it only from the checkpoint's file on (run redispatch first).
+
+    Several stores (or globs): one summary row per store, exit status the worst of them.
+
     Exit status 0 when clean (info findings allowed), 3 when errors or warnings were found.
     """
     fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
-        segs, _ = st.commitlog_segments()
-        with progress_bar(sum(s.size for s in segs), "checking commit log", quiet=quiet) as advance:
-            report = check_store(st, quick=quick, progress=advance, limit=max_per_kind)
+    targets = stores.expand(store)
+    if len(targets) > 1:
+        _check_many(targets, quick, broker_config, broker_version, fmt, max_per_kind, quiet)
+        return
+    report = _check_one(targets[0], quick, broker_config, broker_version, max_per_kind, quiet)
     root = str(report.store)
 
     def rel(path: str) -> str:
@@ -83,3 +96,56 @@ def check_command(
             render_rows(rows, fmt, columns=COLUMNS, title="problems")
     if not report.clean:
         raise ProblemsFound(report.one_line())
+
+
+def _check_one(
+    path: Path, quick: bool, broker_config: Path | None, broker_version: str, limit: int, quiet: bool
+) -> CheckReport:
+    stores.refuse_parent_of_store(path)
+    with open_store(path, broker_config=broker_config, broker=broker_version) as st:
+        segs, _ = st.commitlog_segments()
+        with progress_bar(sum(s.size for s in segs), f"checking {path}", quiet=quiet) as advance:
+            report = check_store(st, quick=quick, progress=advance, limit=limit)
+        return with_lost_queues(st, report)
+
+
+SUMMARY_COLUMNS = ["store", "result", "errors", "warnings", "infos", "records", "queues", "first problem"]
+
+
+def _check_many(
+    paths: list[Path],
+    quick: bool,
+    broker_config: Path | None,
+    broker_version: str,
+    fmt: Format,
+    limit: int,
+    quiet: bool,
+) -> None:
+    """One row per store; exit with the worst code (3 when a store has errors or warnings)."""
+    rows, worst = [], 0
+    for path in paths:
+        try:
+            report = _check_one(path, quick, broker_config, broker_version, limit, quiet)
+        except RmqstoreError as e:
+            rows.append({"store": str(path), "result": f"exit {e.exit_code}", "first problem": str(e)})
+            worst = max(worst, e.exit_code)
+            continue
+        first = next((p for p in report.problems if p.severity != INFO), None)
+        rows.append(
+            {
+                "store": str(path),
+                "result": "clean" if report.clean else "problems",
+                "errors": report.found.get(ERROR, 0),
+                "warnings": report.found.get(WARNING, 0),
+                "infos": report.found.get(INFO, 0),
+                "records": report.counts.get("records"),
+                "queues": report.counts.get("queues"),
+                "first problem": "" if first is None else str(first),
+                **({"summary": report.summary()} if fmt in (Format.json, Format.ndjson) else {}),
+            }
+        )
+        if not report.clean:
+            worst = max(worst, ProblemsFound.exit_code)
+    render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else SUMMARY_COLUMNS, title="stores")
+    if worst:
+        raise typer.Exit(worst)

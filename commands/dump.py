@@ -7,16 +7,18 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from rmqstore import dump as lib
-from rmqstore.errors import ProblemsFound
+from rmqstore.errors import InputError, ProblemsFound
 from rmqstore.problems import ERROR, Problem
 from rmqstore.store import open_store
 
 from . import _fields as fields
+from . import _stores as stores
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
@@ -42,6 +44,14 @@ app = typer.Typer(
 
 FmtOpt = Annotated[
     Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
+]
+StoresArg = Annotated[
+    list[Path],
+    typer.Argument(
+        metavar="STORE...",
+        help="Store root(s) or globs ('/data/broker-*/store'), or one segment file of a store.",
+        show_default=False,
+    ),
 ]
 _PARALLEL_MIN_BYTES = 256 << 20  # below this, starting worker processes costs more than it saves
 
@@ -111,7 +121,7 @@ def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
 )
 @reports_errors
 def commitlog_command(
-    store: StorePath,
+    store: StoresArg,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "4.4.0",
     fmt: FmtOpt = None,
@@ -150,6 +160,9 @@ def commitlog_command(
 ) -> None:
     """List every commit log record: offset, size, topic, queue, times, hosts, keys, tags, msgId, properties, body.
 
+    STORE is a store root, several (or a glob: each row then starts with its store), or one commit
+    log file (STORE/commitlog/NAME: its records only, the store found from its place).
+
     BLANK end-of-file records, all-zero ends of data and damaged ranges are rows of their own
     (kind, offset, size, why): after a record that does not decode the scan goes on at the next
     record whose stored PHYSICALOFFSET is its real offset, and reports the skipped bytes. With
@@ -167,32 +180,68 @@ def commitlog_command(
         until_ms=None if until is None else parse_time_ms(until),
     )
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
-        segs, problems = st.commitlog_segments()
-        opts = lib.MessageOptions(body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt)
-        scan = lib.CommitLogScan(
-            segs, broker=st.config.broker, from_phy=from_offset, to_phy=to_offset, problems=problems
+    targets = _commitlog_targets(store, from_offset, to_offset)
+    multi = len(targets) > 1
+    problems: list[Problem] = []
+
+    def scans() -> Iterator[tuple[str, lib.CommitLogScan, lib.MessageOptions]]:
+        for root, lo, hi in targets:
+            with open_store(root, broker_config=broker_config, broker=broker_version) as st:
+                segs, found = st.commitlog_segments()
+                opts = lib.MessageOptions(body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt)
+                scan = lib.CommitLogScan(segs, broker=st.config.broker, from_phy=lo, to_phy=hi, problems=found)
+                with progress_bar(scan.total_bytes(), f"scanning {root}", quiet=quiet) as advance:
+                    scan.progress = advance
+                    yield str(root), scan, opts
+                problems.extend(found)
+
+    labelled = (lambda label, row: {"store": label, **row}) if multi else (lambda label, row: row)
+    if count:
+        rows = (labelled(label, r) for label, scan, opts in scans() for r in lib.count_commitlog(scan, opts).to_rows())
+        cols = ["store"] * multi + ["kind", "count", "bytes"]
+        render_rows(rows, fmt, columns=cols, title="commit log")
+    elif fmt is Format.ndjson and not multi:
+        for _, scan, opts in scans():
+            total = scan.total_bytes()
+            workers = jobs or (min(2, os.cpu_count() or 1) if total >= _PARALLEL_MIN_BYTES else 1)
+            sys.stdout.flush()
+            lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
+            sys.stdout.buffer.flush()
+    else:
+        row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
+        rows = (
+            labelled(label, row_of(item))
+            for label, scan, opts in scans()
+            for item in lib.iter_messages(scan, opts, limit=limit)
         )
-        total = scan.total_bytes()
-        with progress_bar(total, "scanning the commit log", quiet=quiet) as advance:
-            scan.progress = advance
-            if count:
-                counts = lib.count_commitlog(scan, opts)
-                render_rows(counts.to_rows(), fmt, columns=["kind", "count", "bytes"], title="commit log")
-            elif fmt is Format.ndjson:
-                workers = jobs or (min(2, os.cpu_count() or 1) if total >= _PARALLEL_MIN_BYTES else 1)
-                sys.stdout.flush()
-                lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
-                sys.stdout.buffer.flush()
-            else:
-                items = lib.iter_messages(scan, opts, limit=limit)
-                if fmt is Format.json:
-                    _write_json_array(map(_json_row, items))
-                else:
-                    cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
-                    render_rows(map(_record_row, items), fmt, columns=cols, title="commit log")
-        sys.stdout.flush()
+        if fmt is Format.json:
+            _write_json_array(rows)
+        else:
+            cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
+            render_rows(
+                rows, fmt, columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols), title="commit log"
+            )
+    sys.stdout.flush()
     _finish(problems, quiet)
+
+
+def _commitlog_targets(
+    paths: list[Path], from_offset: int | None, to_offset: int | None
+) -> list[tuple[Path, int | None, int | None]]:
+    """(store root, from, to) per path: a store, or one commit log file (its range of the store)."""
+    out = []
+    for p in stores.expand(paths):
+        seg = stores.segment_file(p)
+        if seg is None:
+            stores.refuse_parent_of_store(p)
+            out.append((p, from_offset, to_offset))
+        elif seg.kind != "commitlog":
+            raise InputError(f"{p}: a consume queue file; use rmqstore dump consumequeue {p}")
+        else:
+            lo = seg.base_offset if from_offset is None else max(from_offset, seg.base_offset)
+            hi = seg.base_offset + seg.size if to_offset is None else min(to_offset, seg.base_offset + seg.size)
+            out.append((seg.root, lo, hi))
+    return out
 
 
 # -------------------------------------------------------------------------------- consumequeue
@@ -213,12 +262,36 @@ def _cq_text_row(row: lib.CqRow) -> dict[str, Any]:
     return out
 
 
+def _page(rows: Iterator[lib.CqRow], start: int, count: int | None) -> Iterator[lib.CqRow]:
+    """The slots [start, start + count): a hole or end row overlapping the page is kept whole; the
+    scan stops at the end of the page."""
+    stop = None if count is None else start + count
+    for row in rows:
+        if stop is not None and row.queue_offset >= stop:
+            return
+        if row.queue_offset + row.count > start:
+            yield row
+
+
 @app.command("consumequeue", cls=Command, epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
 @reports_errors
 def consumequeue_command(
-    store: StorePath,
-    topic: Annotated[str, typer.Argument(help="Topic (the consumequeue/ sub-directory name).", show_default=False)],
-    queue: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
+    store: Annotated[
+        Path,
+        typer.Argument(
+            help="Store root, or one consume queue file (then TOPIC and QUEUE come from its place).", show_default=False
+        ),
+    ],
+    topic: Annotated[
+        str | None, typer.Argument(help="Topic (the consumequeue/ sub-directory name).", show_default=False)
+    ] = None,
+    queue: Annotated[int | None, typer.Argument(help="Queue id.", show_default=False)] = None,
+    from_index: Annotated[
+        int | None, typer.Option("--from-index", "-i", min=0, help="First queue offset to list (queryCq -i).")
+    ] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", min=0, help="List at most this many slots (queryCq -c).")
+    ] = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "4.4.0",
     fmt: FmtOpt = None,
@@ -229,6 +302,9 @@ def consumequeue_command(
 ) -> None:
     """List the entries of one consume queue: queue offset, commit log offset, size, tagsCode.
 
+    --from-index and --count page through a long queue, like mqadmin queryCq -i/-c. STORE may be
+    one consume queue file (STORE/consumequeue/TOPIC/QUEUE/NAME): its slots only.
+
     fillPreBlank fillers are shown as such; empty slots followed by entries are a "hole" row and
     a problem. With --resolve every entry is checked against the record it points at (size,
     topic, queue, queue offset, tagsCode, PHYSICALOFFSET, past the end of the commit log). Exits 3
@@ -236,10 +312,27 @@ def consumequeue_command(
     """
     fmt = default_format(fmt)
     problems: list[Problem] = []
+    seg = stores.segment_file(store)
+    if seg is not None:
+        if seg.kind != "consumequeue" or seg.topic is None or seg.queue_id is None:
+            raise InputError(f"{store}: a commit log file; use rmqstore dump commitlog {store}")
+        if topic is not None:
+            raise InputError("give a consume queue file, or STORE TOPIC QUEUE, not both")
+        store, topic, queue = seg.root, seg.topic, seg.queue_id
+        first = seg.base_offset // lib.ENTRY_SIZE
+        from_index = first if from_index is None else max(from_index, first)
+        end = first + seg.size // lib.ENTRY_SIZE
+        count = end - from_index if count is None else min(count, end - from_index)
+    elif topic is None or queue is None:
+        raise InputError("give TOPIC and QUEUE after the store (or one consume queue file instead)")
+    else:
+        stores.refuse_parent_of_store(store)
     with open_store(store, broker_config=broker_config, broker=broker_version) as st:
         segs, _ = st.cq_segments(topic, queue)
         with progress_bar(sum(s.size for s in segs), "reading the consume queue", quiet=quiet) as advance:
             rows = lib.scan_consume_queue(st, topic, queue, resolve=resolve, problems=problems, progress=advance)
+            if from_index is not None or count is not None:
+                rows = _page(rows, from_index or 0, count)
             if fmt in (Format.json, Format.ndjson, Format.csv):
                 data: Iterator[dict[str, Any]] = (r.to_json() for r in rows)
                 if fmt is Format.json:

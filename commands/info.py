@@ -5,23 +5,24 @@ from __future__ import annotations
 import enum
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from rmqstore.describe import human_size
-from rmqstore.errors import ProblemsFound
+from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.info import StoreInfo, store_info
 from rmqstore.problems import Problem
 from rmqstore.store import open_store
 
+from . import _stores as stores
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
     Command,
     Format,
     QuietOpt,
-    StorePath,
     default_format,
     format_time_ms,
     progress_bar,
@@ -47,7 +48,12 @@ class InfoFormat(enum.StrEnum):
 )
 @reports_errors
 def info_command(
-    store: StorePath,
+    store: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="STORE...", help="Store root(s), or globs ('/data/broker-*/store').", show_default=False
+        ),
+    ],
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "4.4.0",
     fmt: Annotated[
@@ -60,12 +66,15 @@ def info_command(
 
     Reads only, and cheaply: the end of the commit log is found by walking its last non-empty file the way the broker's recovery does (without the body CRC), queue ranges come from the first and last consume queue files, index files from their headers.
 
+    Several stores (or globs): one summary row per store instead.
+
     Exits 3 when it finds errors (files the broker would refuse or misread); warnings, such as an unclean shutdown or messages not dispatched yet, are shown with exit 0.
     """
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
-        # the walk covers about one commit log file
-        with progress_bar(st.config.commitlog_file_size, "walking the commit log end", quiet=quiet) as advance:
-            info = store_info(st, progress=advance)
+    targets = stores.expand(store)
+    if len(targets) > 1:
+        _info_many(targets, broker_config, broker_version, fmt, quiet)
+        return
+    info = _info_one(targets[0], broker_config, broker_version, quiet)
     if fmt is InfoFormat.json:
         sys.stdout.write(json.dumps(info.to_json(), ensure_ascii=False, indent=2) + "\n")
     else:
@@ -73,6 +82,60 @@ def info_command(
     errors = info.errors()
     if errors:
         raise ProblemsFound(f"{len(errors)} error(s) found; the first: {errors[0]}")
+
+
+def _info_one(path: Path, broker_config: Path | None, broker_version: str, quiet: bool) -> StoreInfo:
+    stores.refuse_parent_of_store(path)
+    with open_store(path, broker_config=broker_config, broker=broker_version) as st:
+        # the walk covers about one commit log file
+        with progress_bar(st.config.commitlog_file_size, f"walking the commit log end of {path}", quiet=quiet) as adv:
+            return store_info(st, progress=adv)
+
+
+SUMMARY_COLUMNS = [
+    "store", "shutdown", "brokerRunning", "minPhyOffset", "maxPhyOffset", "dataSize", "lastStoreTime", "topics",
+    "queues", "messages", "errors", "warnings",
+]  # fmt: skip
+
+
+def _summary_row(path: Path, info: StoreInfo) -> dict[str, Any]:
+    clog = info.commitlog
+    return {
+        "store": str(path),
+        "shutdown": "clean" if info.clean_shutdown else "unclean",
+        "brokerRunning": info.broker_running,
+        "minPhyOffset": clog.min_phy_offset,
+        "maxPhyOffset": clog.max_phy_offset,
+        "dataSize": human_size(max(clog.max_phy_offset - clog.min_phy_offset, 0)),
+        "lastStoreTime": _time(clog.last_store_timestamp_ms),
+        "topics": len({q.topic for q in info.queues}),
+        "queues": len(info.queues),
+        "messages": sum(q.message_total for q in info.queues),
+        "errors": len(info.errors()),
+        "warnings": sum(1 for p in info.problems if p.severity == "warning"),
+    }
+
+
+def _info_many(
+    paths: list[Path], broker_config: Path | None, broker_version: str, fmt: InfoFormat | None, quiet: bool
+) -> None:
+    """One row per store; exit with the worst code (3 when a store has errors)."""
+    rows, worst = [], 0
+    for path in paths:
+        try:
+            info = _info_one(path, broker_config, broker_version, quiet)
+        except RmqstoreError as e:
+            rows.append({"store": str(path), "error": str(e), "exitCode": e.exit_code})
+            worst = max(worst, e.exit_code)
+            continue
+        rows.append(_summary_row(path, info))
+        if info.errors():
+            worst = max(worst, ProblemsFound.exit_code)
+    out = default_format(None if fmt is None else Format(fmt.value))
+    cols = SUMMARY_COLUMNS + (["error"] if any("error" in r for r in rows) else [])
+    render_rows(rows, out, columns=None if out is Format.json else cols, title="stores")
+    if worst:
+        raise typer.Exit(worst)
 
 
 def _time(ms: int | None) -> str:

@@ -7,6 +7,7 @@ import enum
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -14,6 +15,8 @@ import typer
 from rmqstore import query as op
 from rmqstore.commitlog import Record
 from rmqstore.dump import message_row
+from rmqstore.errors import InputError
+from rmqstore.fsutil import atomic_write
 from rmqstore.store import open_store
 
 from . import _fields as fields
@@ -268,6 +271,14 @@ def query_id_command(
     scan: ScanOpt = False,
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
+    body_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--body-out",
+            help="Write the body of the message found (decompressed, as the consumer gets it) to this file; "
+            "refused when several messages are found. - writes it to standard output.",
+        ),
+    ] = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
@@ -284,6 +295,7 @@ def query_id_command(
     ids = [i.strip() for arg in msg_ids for i in arg.split(",") if i.strip()]
     b = _body(body, fmt)
     rows: list[dict[str, Any]] = []
+    hits: list[Record] = []
     with (
         open_store(store, broker_config=broker_config, broker=broker_version) as st,
         op.Searcher(st) as searcher,
@@ -295,7 +307,30 @@ def query_id_command(
             if not r.hits and len(ids) > 1:
                 err.print(f"note: {mid}: no message found")
             rows += [{"id": mid, "idKind": r.kind, **record_row(h, b)} for h in r.hits]
+            hits += r.hits
+    if body_out is not None:
+        _write_body(hits, body_out)
+        if str(body_out) == "-":
+            return
     _emit(rows, fmt, fields.QUERY_ID, b, fields.QUERY_ID_TABLE)
+
+
+def _write_body(hits: list[Record], dest: Path) -> None:
+    """The one message's body, decompressed, written whole or not at all (temp file + rename)."""
+    if len(hits) != 1:
+        raise InputError(f"--body-out needs exactly one message, {len(hits)} found (use --format json to see them)")
+    data = hits[0].decompressed_body()
+    if str(dest) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        if dest.is_dir():
+            raise InputError(f"{dest}: is a directory; --body-out takes a file name")
+        atomic_write(dest.absolute(), data)
+    except OSError as e:
+        raise InputError(f"{dest}: cannot write the body: {e.strerror}") from None
+    err.print(f"wrote {len(data)} body bytes of {hits[0].msg_id} to {dest}")
 
 
 def _queue_rows(hit: op.QueueHit, body: Body) -> list[dict[str, Any]]:
