@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Annotated, Any
 
 import typer
@@ -12,8 +13,10 @@ from typer.core import TyperGroup
 from rmqstore import offsets as op
 from rmqstore.errors import InputError
 from rmqstore.store import open_store
+from rmqstore.timeparse import parse_duration_ms
 
 from ._common import (
+    TIME_FORMS,
     BrokerConfigOpt,
     BrokerVersionOpt,
     Command,
@@ -21,6 +24,8 @@ from ._common import (
     Format,
     StorePath,
     default_format,
+    err,
+    format_time_ms,
     parse_time_ms,
     render_rows,
     reports_errors,
@@ -47,7 +52,14 @@ app = typer.Typer(
 FmtOpt = Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")]
 GroupFilter = Annotated[str | None, typer.Option("--group", "-g", help="Only this consumer group.")]
 TopicFilter = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
-PROGRESS_COLUMNS = ["group", "topic", "queueId", "consumerOffset", "minOffset", "maxOffset", "lag"]
+PROGRESS_COLUMNS = [
+    "group", "topic", "queueId", "consumerOffset", "minOffset", "maxOffset", "lag", "lastConsumedTimestamp",
+    "lastConsumedAt",
+]  # fmt: skip
+SET_EXAMPLES = """Examples:
+  rmqstore offsets set STORE --group G --topic T --to-latest --dry-run
+  rmqstore offsets set STORE --group G --shift-by -100
+  rmqstore offsets set STORE --all-groups --topic T --by-duration 1h"""
 CHANGE_COLUMNS = ["group", "topic", "queueId", "before", "after", "minOffset", "maxOffset"]
 
 
@@ -60,16 +72,20 @@ def show_command(
     broker_config: BrokerConfigOpt = None,
     fmt: FmtOpt = None,
 ) -> None:
-    """Show every group's committed offset, the queue's min and max offsets and the lag.
+    """Show every group's committed offset, the queue's min and max offsets, the lag, and when the last consumed message was stored.
 
-    Like mqadmin consumerProgress, from config/consumerOffset.json (or its .bak) and the consume queues.
+    Like mqadmin consumerProgress, from config/consumerOffset.json (or its .bak) and the consume queues; lastConsumedAt is the store time of the message before the committed offset (consumerProgress's LastTime).
 
     This is the default subcommand: `rmqstore offsets STORE` is `rmqstore offsets show STORE`.
     """
     fmt = default_format(fmt)
     with open_store(store, broker_config=broker_config) as st:
         rows = op.consumer_progress(st, group=group, topic=topic)
-    data = [r.to_json() for r in rows]
+        data = []
+        for r in rows:
+            last = op.last_consumed_ms(st, r)
+            at = "" if last is None else format_time_ms(last)
+            data.append({**r.to_json(), "lastConsumedTimestamp": last, "lastConsumedAt": at})
     totals = op.progress_totals(rows)
     if fmt is Format.json:
         sys.stdout.write(json.dumps({"offsets": data, "totals": totals}, indent=2) + "\n")
@@ -80,12 +96,20 @@ def show_command(
         render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals")
 
 
-@app.command("set", cls=Command)
+@app.command("set", cls=Command, epilog=SET_EXAMPLES)
 @reports_errors
 def set_command(
     store: StorePath,
-    group: Annotated[str, typer.Option("--group", "-g", help="Consumer group.", show_default=False)],
-    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic.", show_default=False)],
+    group: Annotated[str | None, typer.Option("--group", "-g", help="Consumer group.", show_default=False)] = None,
+    all_groups: Annotated[
+        bool, typer.Option("--all-groups", help="Every group with committed offsets (on --topic, if given).")
+    ] = False,
+    topic: Annotated[
+        str | None,
+        typer.Option(
+            "--topic", "-t", help="Topic (default: every topic the group(s) committed offsets on).", show_default=False
+        ),
+    ] = None,
     queue: Annotated[int | None, typer.Option("--queue", help="Queue id (default: every queue).")] = None,
     offset: Annotated[int | None, typer.Option("--offset", help="New committed offset (needs --queue).")] = None,
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="Set to the queue's min offset.")] = False,
@@ -94,9 +118,16 @@ def set_command(
         str | None,
         typer.Option(
             "--to-time",
-            help="Set to the broker's offset for this time, as mqadmin resetOffsetByTime (ms, ISO-8601, "
-            "yyyy-MM-dd#HH:mm:ss:SSS).",
+            help=f"Set to the broker's offset for this time, as mqadmin resetOffsetByTime ({TIME_FORMS}).",
         ),
+    ] = None,
+    shift_by: Annotated[
+        int | None,
+        typer.Option("--shift-by", help="Move the committed offset by N (negative: back), kept inside [min, max]."),
+    ] = None,
+    by_duration: Annotated[
+        str | None,
+        typer.Option("--by-duration", help="Set to the offset for now minus this duration (1h30m, 2d, PT1H)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow offsets outside the queue's [min, max].")] = False,
     dry_run: DryRunOpt = False,
@@ -104,32 +135,63 @@ def set_command(
     broker_version: BrokerVersionOpt = "4.4.0",
     fmt: FmtOpt = None,
 ) -> None:
-    """Rewrite a group's committed offsets in config/consumerOffset.json.
+    """Rewrite committed offsets in config/consumerOffset.json, showing the plan first.
+
+    Scope: --group G, or --all-groups; --topic T (default: every topic the group(s) committed on); --queue Q (default: every queue).
 
     Written in the broker's exact fastjson form, with the .bak rotation of the given broker version.
 
-    Refused while a broker holds the store's lock, and for offsets outside the queue's min..max unless --force.
+    Refused while a broker holds the store's lock, and for offsets outside the queue's [min, max] unless --force.
 
     --dry-run prints the before/after table and changes nothing.
     """
     fmt = default_format(fmt)
-    chosen = [offset is not None, to_earliest, to_latest, to_time is not None]
+    chosen = [
+        offset is not None,
+        to_earliest,
+        to_latest,
+        to_time is not None,
+        shift_by is not None,
+        by_duration is not None,
+    ]
     if sum(chosen) != 1:
-        raise InputError("give exactly one of --offset, --to-earliest, --to-latest, --to-time")
-    mode = ("offset", "earliest", "latest", "time")[chosen.index(True)]
+        raise InputError(
+            "give exactly one of --offset, --to-earliest, --to-latest, --to-time, --shift-by, --by-duration"
+        )
+    if (group is None) == (not all_groups):
+        raise InputError("give --group G or --all-groups")
+    mode = ("offset", "earliest", "latest", "time", "shift", "time")[chosen.index(True)]
     time_ms = parse_time_ms(to_time) if to_time is not None else None
+    if by_duration is not None:
+        time_ms = int(time.time() * 1000) - parse_duration_ms(by_duration)
     with open_store(store, broker_config=broker_config, writable=not dry_run, broker=broker_version) as st:
-        plan = op.plan_set_offsets(
+        pairs = _pairs(st, group, topic)
+        plan = op.plan_reset_offsets(
             st,
-            group=group,
-            topic=topic,
+            pairs=pairs,
             mode=mode,
             queue_id=queue,
             offset=offset,
             time_ms=time_ms,
+            shift_by=shift_by,
             force=force,
             broker_version=broker_version,
         )
-        render_rows([c.to_json() for c in plan.changes], fmt, columns=CHANGE_COLUMNS, title=str(plan.path))
-        if not dry_run:
-            op.apply_set_offsets(st, plan)
+        render_rows([c.to_json() for c in plan.changes], fmt, columns=CHANGE_COLUMNS, title=f"plan: {plan.path}")
+        if dry_run:
+            err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
+            return
+        op.apply_set_offsets(st, plan)
+        err.print(f"wrote {len(plan.changes)} offset(s) to {plan.path} (the previous file is kept as its .bak)")
+
+
+def _pairs(st: Any, group: str | None, topic: str | None) -> list[tuple[str, str]]:
+    """(topic, group) pairs in scope: committed ones, or the one given (a new group or topic)."""
+    _, table = op.read_consumer_offsets(st)
+    pairs = [(t, g) for t, g in table if (group is None or g == group) and (topic is None or t == topic)]
+    if group is not None and topic is not None and (topic, group) not in pairs:
+        pairs.append((topic, group))
+    if not pairs:
+        who = f"group {group!r}" if group is not None else "any group"
+        raise InputError(f"{who} has no committed offset{' on topic ' + repr(topic) if topic else ''}: give --topic")
+    return sorted(set(pairs), key=lambda p: (p[1], p[0]))

@@ -323,3 +323,97 @@ def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
     if now != plan.source_raw and not (now is not None and plan.source_raw is None and not now):
         raise UnsafePlan(f"{plan.path} changed since the plan was made; plan again")
     cfgjson.write_config(plan.path.parent, plan.path.name, plan.data, broker_version=plan.broker_version)
+
+
+# ------------------------------------------------------- last consumed time, reset over many pairs
+
+
+def last_consumed_ms(st: Store, row: ConsumerProgress) -> int | None:
+    """Store time of the last consumed message (at committed - 1), as consumerProgress's LastTime
+    shows it; None when nothing before the committed offset is in the queue."""
+    from .query import query_queue_offset
+
+    committed = row.consumer_offset
+    if committed is None or committed <= row.min_offset or committed - 1 >= row.max_offset:
+        return None
+    hit = query_queue_offset(st, row.topic, row.queue_id, committed - 1)
+    return None if hit.record is None else hit.record.store_timestamp_ms
+
+
+RESET_MODES_ALL = (*RESET_MODES, "shift")
+
+
+def plan_reset_offsets(
+    st: Store,
+    *,
+    pairs: Sequence[tuple[str, str]],
+    mode: str,
+    queue_id: int | None = None,
+    offset: int | None = None,
+    time_ms: int | None = None,
+    shift_by: int | None = None,
+    force: bool = False,
+    broker_version: str = "4.4.0",
+) -> SetOffsetsPlan:
+    """Plan new committed offsets for every ``(topic, group)`` of ``pairs`` in one rewrite.
+
+    The modes of :func:`plan_set_offsets`, plus ``shift``: the committed offset moved by
+    ``shift_by`` and kept inside the queue's [min, max] (a queue without a committed offset starts
+    from its min). Reads only; raises as :func:`plan_set_offsets` does.
+    """
+    if mode not in RESET_MODES_ALL:
+        raise InputError(f"unknown reset mode {mode!r}; one of {', '.join(RESET_MODES_ALL)}")
+    if mode == "offset" and (queue_id is None or offset is None):
+        raise InputError("--offset needs --queue")
+    if not pairs:
+        raise InputError("no group and topic to set: consumerOffset.json has none that match")
+    cf, table = read_consumer_offsets(st)
+    if cf.skipped is not None:
+        raise ConfigError(
+            f"{cf.skipped.what}; the broker would load {CONSUMER_OFFSET_FILE}.bak instead: repair the file first",
+            path=cf.skipped.path,
+            line=cf.skipped.line,
+        )
+    on_disk = _queue_ids_on_disk(st)
+    min_phy = commitlog_min_phy(st)
+    data = copy.deepcopy(cf.data) if isinstance(cf.data, dict) and cf.data else cfgjson.bean(offsetTable={})
+    changes = []
+    for topic, group in pairs:
+        committed = table.get((topic, group), {})
+        qids = [queue_id] if queue_id is not None else sorted(set(committed) | set(on_disk.get(topic, ())))
+        for qid in qids:
+            rng = queue_range(st, topic, qid, min_phy=min_phy)
+            target = _reset_target(st, rng, committed.get(qid), mode, offset, time_ms, shift_by)
+            if not rng.min_offset <= target <= rng.max_offset and not force:
+                raise UnsafePlan(
+                    f"offset {target} is outside {topic} queue {qid}'s range [{rng.min_offset}, {rng.max_offset}]; "
+                    "use --force to write it anyway"
+                )
+            cfgjson.set_consumer_offset(data, topic, group, qid, target)
+            changes.append(OffsetChange(topic, group, qid, committed.get(qid), target, rng.min_offset, rng.max_offset))
+    raw = cf.raw if cf.source == "file" else None
+    return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
+
+
+def _reset_target(
+    st: Store,
+    rng: QueueRange,
+    before: int | None,
+    mode: str,
+    offset: int | None,
+    time_ms: int | None,
+    shift_by: int | None,
+) -> int:
+    if mode == "offset":
+        assert offset is not None
+        return offset
+    if mode == "earliest":
+        return rng.min_offset
+    if mode == "latest":
+        return rng.max_offset
+    if mode == "shift":
+        assert shift_by is not None
+        start = rng.min_offset if before is None else before
+        return min(max(start + shift_by, rng.min_offset), rng.max_offset)
+    assert time_ms is not None
+    return offset_by_time(st, rng.topic, rng.queue_id, time_ms).queue_offset

@@ -70,3 +70,19 @@ def format_time_ms(ms: int, *, local: bool = False) -> str:
     if local:
         return t.astimezone().isoformat(timespec="milliseconds")
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_ISO_DURATION = re.compile(r"^P(?:(\d+)W)?(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def parse_duration_ms(text: str) -> int:
+    """A length of time: ``1h``, ``1h30m``, ``2d``, ``500ms`` (units ms, s, m, h, d, w) or ISO-8601
+    ``PT1H30M`` / ``P1D``, as milliseconds."""
+    s = text.strip()
+    if re.fullmatch(rf"(?:{_PART})+", s.lower()):
+        return sum(int(n) * _UNIT_MS[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w)", s.lower()))
+    m = _ISO_DURATION.match(s.upper())
+    if m and s.upper() not in ("P", "PT"):
+        w, d, h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
+        return round(((((w * 7 + d) * 24 + h) * 60 + mi) * 60 + sec) * 1000)
+    raise InputError(f"duration {text!r} is not like 1h30m, 2d, 500ms or ISO-8601 PT1H30M")

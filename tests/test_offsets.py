@@ -150,7 +150,12 @@ def test_cli_show_filters_and_formats(store: Path):
     doc = json.loads(res.stdout)
     assert [(r["topic"], r["queueId"]) for r in doc["offsets"]] == [("TopicA", q) for q in range(4)]
     q0 = queue("clean-2topics", "TopicA", 0)
-    assert doc["offsets"][0] == {
+    row = dict(doc["offsets"][0])
+    last_ts, last_at = row.pop("lastConsumedTimestamp"), row.pop("lastConsumedAt")
+    # consumerProgress's LastTime: the store time of the message before the committed offset
+    assert last_ts == next(m["storeTimestamp"] for m in q0["messages"] if m["queueOffset"] == 9)
+    assert last_at.startswith("20") and last_at.endswith("Z")
+    assert row == {
         "group": "GroupA",
         "topic": "TopicA",
         "queueId": 0,
