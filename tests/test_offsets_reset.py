@@ -89,8 +89,9 @@ def test_by_duration_is_the_offset_for_now_minus_the_duration(store):
         assert (
             committed(store)["TopicA@GroupA"][q] == json.loads(r.stdout)[0]["queueOffset"] == rng[("TopicA", q)][1] - 1
         )
-    years = (time.time() * 1000 - 1_600_000_000_000) // 86_400_000
-    invoke("offsets", "set", store, "-g", "GroupA", "-t", "TopicA", "--by-duration", f"{years}d")
+    years = int(time.time() * 1000 - 1_600_000_000_000) // 86_400_000
+    r = invoke("offsets", "set", store, "-g", "GroupA", "-t", "TopicA", "--by-duration", f"{years}d")
+    assert r.exit_code == 0, r.output
     assert committed(store)["TopicA@GroupA"] == {q: rng[("TopicA", q)][0] for q in range(4)}
 
 
