@@ -82,7 +82,23 @@ class Command(TyperCommand):
                 formatter.write(f"{' ' * formatter.current_indent}  {line}".rstrip() + "\n")
 
 
-StorePath = Annotated[Path, typer.Argument(help="Store root directory (storePathRootDir).", show_default=False)]
+def _store_path(value: Path) -> Path:
+    """A folder that holds a store (not the store) is refused here, naming the store (exit 5)."""
+    from rmqstore.errors import StoreNotFound
+
+    from ._stores import refuse_parent_of_store
+
+    try:
+        refuse_parent_of_store(value)
+    except StoreNotFound as e:
+        err.error(str(e))
+        raise typer.Exit(e.exit_code) from None
+    return value
+
+
+StorePath = Annotated[
+    Path, typer.Argument(help="Store root directory (storePathRootDir).", show_default=False, callback=_store_path)
+]
 BrokerConfigOpt = Annotated[
     Path | None,
     typer.Option(

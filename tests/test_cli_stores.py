@@ -77,9 +77,21 @@ def test_a_pattern_matching_nothing_is_not_a_store(tmp_path):
 # ------------------------------------------------------------------------------ parent of store
 
 
-@pytest.mark.parametrize("argv", [["info"], ["check"], ["dump", "commitlog"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["info"],
+        ["check"],
+        ["dump", "commitlog"],
+        ["dump", "index"],
+        ["offsets"],
+        ["recover", "--dry-run"],
+        ["query", "offset"],
+    ],
+)
 def test_a_folder_that_holds_a_store_is_refused_with_the_store_named(argv):
-    r = invoke(*argv, str(FIXTURES / "small"))
+    extra = ["TopicA", "0", "0"] if argv[0] == "query" else []
+    r = invoke(*argv, str(FIXTURES / "small"), *extra)
     assert r.exit_code == 5, r.output
     assert "not a store, but the folder that holds one" in r.stderr
     assert str(FIXTURES / "small" / "store") in r.stderr
