@@ -22,6 +22,7 @@ from ._common import (
     StorePath,
     default_format,
     err,
+    escape,
     format_time_ms,
     parse_time_ms,
     render_rows,
@@ -219,7 +220,7 @@ def expire_command(
             at_ms = now_ms if dry_run else _wall_ms()
             rows.append(_action_row(a, verb, at_ms))
             if fmt is Format.plain:
-                _emit_line(_action_line(a, verb, at_ms))
+                _emit_line(escape(_action_line(a, verb, at_ms)))  # file names are data: one line each
             elif fmt is Format.ndjson:
                 _emit_line(json.dumps(rows[-1], ensure_ascii=False, separators=(",", ":")))
 
