@@ -69,8 +69,9 @@ class _Stderr:
 
     _STYLES = {"error": "1;31", "internal error": "1;31", "warning": "33", "note": ""}
 
-    def print(self, text: str = "") -> None:
-        sys.stderr.write(escape(str(text)) + "\n")
+    def print(self, *objects: Any, sep: str = " ", **_rich_options: Any) -> None:
+        """Like ``rich.Console.print`` called with markup off: the text as written, on one line."""
+        sys.stderr.write(escape(sep.join(str(o) for o in objects)) + "\n")
         sys.stderr.flush()
 
     def labelled(self, label: str, text: str) -> None:
