@@ -97,9 +97,14 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _numeric_columns(items: list[dict[str, Any]], cols: list[str]) -> list[bool]:
+    """Columns holding only numbers (or nothing): aligned right."""
+    return [bool(items) and all(_is_number(r.get(c)) or r.get(c) is None for r in items) for c in cols]
+
+
 def _plain_table(items: list[dict[str, Any]], cols: list[str], out: Any) -> None:
     cells = [[text_cell(r.get(c)) for c in cols] for r in items]
-    right = [bool(items) and all(_is_number(r.get(c)) or r.get(c) is None for r in items) for c in cols]
+    right = _numeric_columns(items, cols)
     widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(cols)]
 
     def line(values: Sequence[str]) -> str:
@@ -117,8 +122,8 @@ def _rich_table(items: list[dict[str, Any]], cols: list[str], title: str | None,
     from rich.text import Text
 
     t = Table(title=Text(escape(title)) if title else None, show_lines=False, header_style="bold")
-    for c in cols:
-        t.add_column(Text(escape(c)), overflow="fold")
+    for c, right in zip(cols, _numeric_columns(items, cols), strict=True):
+        t.add_column(Text(escape(c)), overflow="fold", justify="right" if right else "left")
     for row in items:
         t.add_row(*(Text(text_cell(row.get(c))) for c in cols))
     Console(file=out, highlight=False, markup=False, emoji=False).print(t)
