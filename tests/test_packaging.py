@@ -59,18 +59,24 @@ def _dependency_dirs() -> list[str]:
     return dirs
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(wheel, venv) with the wheel installed."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    wheel = _build_wheel(tmp / "dist")
-    venv = tmp / "venv"
+def _fresh_venv(venv: Path) -> Path:
+    """A venv without pip that sees the running interpreter's dependencies (a .pth file); its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
     site = Path(
         subprocess.check_output([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True).strip()
     )
     (site / "_rmqstore_test_deps.pth").write_text("".join(d + "\n" for d in _dependency_dirs()))
+    return py
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(wheel, venv) with the wheel installed."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    wheel = _build_wheel(tmp / "dist")
+    venv = tmp / "venv"
+    py = _fresh_venv(venv)
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", str(wheel)],
         capture_output=True,
@@ -123,3 +129,25 @@ def test_completion_answers_subcommands():
     r = subprocess.run([sys.executable, "-m", "rmqstore.cli"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert set(r.stdout.split()) == {"query", "query-by-key"}
+
+
+def test_editable_install_as_ci_does_it(tmp_path):
+    """pip install -e . maps rmqstore.cli onto commands/ (setuptools' editable finder)."""
+    if not _setuptools_can_build():
+        pytest.skip("setuptools >= 77 is needed to build without network access")
+    venv = tmp_path / "venv"
+    py = _fresh_venv(venv)
+    # the PEP 660 editable wheel pip builds for `pip install -e .`, built by this interpreter's setuptools
+    hook = f"from setuptools import build_meta as b; print(b.build_editable({str(tmp_path)!r}))"
+    proc = subprocess.run([sys.executable, "-c", hook], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wheel = tmp_path / proc.stdout.strip().splitlines()[-1]
+    cmd = [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", str(wheel)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    r = _run(venv, str(venv / "bin" / "rmqstore"), "--version")
+    assert r.returncode == 0 and r.stdout == f"rmqstore {rmqstore.__version__}\n", r.stderr
+    probe = "import rmqstore.cli.query as q, rmqstore as r; print(q.__file__, r.__file__)"
+    r = _run(venv, str(py), "-c", probe)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(REPO / "commands" / "query.py"), str(REPO / "rmqstore" / "__init__.py")]
