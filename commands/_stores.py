@@ -58,7 +58,7 @@ class SegmentFile:
 
     path: Path
     root: Path
-    kind: str  # "commitlog" | "consumequeue"
+    kind: str  # "commitlog" | "consumequeue" | "index"
     base_offset: int  # the file name: a commit log offset, or a byte position in the queue
     size: int
     topic: str | None = None
@@ -70,10 +70,12 @@ def segment_file(path: Path) -> SegmentFile | None:
     if path.is_dir() or not path.exists():
         return None
     name = path.name
-    if not (name.isdigit() and len(name) == 20):
-        raise InputError(f"{path}: not a store folder nor a segment file (a 20-digit file name)")
     size = path.stat().st_size
     parent = path.parent
+    if parent.name == "index" and name.isdigit():  # yyyyMMddHHmmssSSS
+        return SegmentFile(path, parent.parent, "index", 0, size)
+    if not (name.isdigit() and len(name) == 20):
+        raise InputError(f"{path}: not a store folder nor a segment file (a 20-digit file name)")
     if parent.name == "commitlog":
         return SegmentFile(path, parent.parent, "commitlog", int(name), size)
     if parent.parent.parent.name == "consumequeue" and parent.name.lstrip("-").isdigit():
@@ -81,6 +83,6 @@ def segment_file(path: Path) -> SegmentFile | None:
             path, parent.parent.parent.parent, "consumequeue", int(name), size, parent.parent.name, int(parent.name)
         )
     raise InputError(
-        f"{path}: cannot tell which store this file belongs to (expected STORE/commitlog/FILE or "
-        "STORE/consumequeue/TOPIC/QUEUE/FILE)"
+        f"{path}: cannot tell which store this file belongs to (expected STORE/commitlog/FILE, "
+        "STORE/consumequeue/TOPIC/QUEUE/FILE or STORE/index/FILE)"
     )

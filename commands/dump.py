@@ -382,16 +382,26 @@ def index_command(
 ) -> None:
     """Show the header of every index file: time range, offset range, slot and entry counts, fill.
 
+    STORE may be one index file (STORE/index/NAME): that file only.
+
     --key TOPIC KEY shows, per file, the hash slot of TOPIC#KEY and the chain of entries it heads
     (newest first; hashMatch says whether an entry's keyHash is the key's, as the broker compares
     only hashes). --entries lists every entry instead. Exits 3 when a file is damaged.
     """
     fmt = default_format(fmt)
     problems: list[Problem] = []
+    only: str | None = None  # one index file given instead of the store
+    seg = stores.segment_file(store)
+    if seg is not None:
+        if seg.kind != "index":
+            raise InputError(f"{store}: not an index file; use rmqstore dump {seg.kind} {store}")
+        store, only = seg.root, seg.path.name
     with open_store(store, broker_config=broker_config, broker=broker_version) as st:
         if key is not None:
             rows: list[dict[str, Any]] = []
             for head, chain in lib.index_key_chains(st, key[0], key[1], problems=problems):
+                if only is not None and head.file != only:
+                    continue
                 base = {"file": head.file, "key": head.key, "slot": head.slot, "slotValue": head.slot_value}
                 if not chain:
                     rows.append({**base, "number": None})
@@ -410,13 +420,18 @@ def index_command(
             ]
             render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else cols, title="index chain")
         elif entries:
-            data = (_with_times(e.to_json()) for e in lib.index_entries(st, problems=problems))
+            data = (
+                _with_times(e.to_json())
+                for e in lib.index_entries(st, problems=problems)
+                if only is None or e.file == only
+            )
             if fmt is Format.json:
                 _write_json_array(data)
             else:
                 render_rows(data, fmt, columns=None if fmt is Format.ndjson else _ENTRY_COLUMNS, title="index entries")
         else:
             summaries = [s.to_json() for s in lib.index_summaries(st, problems=problems)]
+            summaries = [x for x in summaries if only is None or x["name"] == only]
             if fmt in (Format.json, Format.ndjson, Format.csv):
                 render_rows(summaries, fmt)
             else:

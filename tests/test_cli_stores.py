@@ -183,3 +183,21 @@ def test_query_id_body_out_writes_the_body(tmp_path):
     two = invoke("query", "id", str(SMALL), mid, "C0A800C800002A9F00000000000000D5", "--body-out", str(tmp_path / "x"))
     assert two.exit_code == 1 and "exactly one message, 2 found" in two.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_dump_one_index_file():
+    name = sorted(p.name for p in (SMALL / "index").iterdir())[-1]
+    one = json.loads(invoke("dump", "index", str(SMALL / "index" / name), "-f", "json").stdout)
+    every = json.loads(invoke("dump", "index", str(SMALL), "-f", "json").stdout)
+    assert one == [row for row in every if row["name"] == name] and len(every) == 2
+    entries = invoke("dump", "index", str(SMALL / "index" / name), "--entries", "-f", "ndjson").stdout.splitlines()
+    all_entries = invoke("dump", "index", str(SMALL), "--entries", "-f", "ndjson").stdout.splitlines()
+    assert entries == [e for e in all_entries if json.loads(e)["file"] == name] and 0 < len(entries) < len(all_entries)
+
+
+def test_body_out_dash_writes_the_raw_body_to_stdout():
+    r = runner.invoke(app, ["query", "id", str(SMALL), "C0A800C800002A9F0000000000000000", "--body-out", "-"])
+    assert r.exit_code == 0, r.output
+    with open_store(SMALL) as st:
+        rec = next(rec for _, rec in iter_commitlog(st))
+    assert r.stdout_bytes == rec.decompressed_body()
