@@ -18,8 +18,8 @@ MESSAGE_DERIVED = ("keys", "tags", "uniqKey")
 # `dump commitlog`: one row per record, BLANK and damaged ranges included (kind, why).
 COMMITLOG = (
     "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "bodyCRC", "flag", "sysFlag",
-    "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset",
-    "msgId", "keys", "tags", "uniqKey", "properties", "bodyLength", "body", "crcOk", "why",
+    "bornTimestamp", "bornHost", "storeTimestamp", "storeTime", "storeHost", "reconsumeTimes",
+    "preparedTransactionOffset", "msgId", "keys", "tags", "uniqKey", "properties", "bodyLength", "body", "crcOk", "why",
 )  # fmt: skip
 COMMITLOG_TABLE = (
     "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "storeTime", "tags", "keys", "body",

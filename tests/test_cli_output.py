@@ -146,7 +146,7 @@ def _json_keys(argv: list[str]) -> set[str]:
         (
             ["dump", "commitlog", str(SMALL), "--limit", "3"],
             "COMMITLOG",
-            {"kind", "keys", "tags", "uniqKey", "crcOk", "why"},
+            {"kind", "keys", "tags", "uniqKey", "storeTime", "crcOk", "why"},
         ),
         (["query", "key", str(SMALL), "TopicA", "order-0"], "QUERY", set()),
         (["query", "id", str(SMALL), "C0A800C800002A9F0000000000000000"], "QUERY_ID", set()),
