@@ -315,23 +315,27 @@ def plan_commitlog(
 
 
 def resync(buf: Any, start: int, end: int, valid: Callable[[int], bool]) -> int | None:
-    """The first position ``p`` in ``[start, end)`` with the V1 or V2 magic at ``p + 4`` and ``valid(p)``."""
-    hi = end + 7  # the magic of a record starting at end - 1 ends at end + 7
-    lo = start + 4
-    nxt = [buf.find(m, lo, hi) for m in _MAGIC_BYTES]
-    while True:
-        live = [i for i in nxt if i >= 0]
-        if not live:
-            return None
-        idx = min(live)
-        p = idx - 4
-        if p >= end:
-            return None
-        if valid(p):
-            return p
-        for k, m in enumerate(_MAGIC_BYTES):
-            if nxt[k] == idx:
-                nxt[k] = buf.find(m, idx + 1, hi)
+    """The first position ``p`` in ``[start, end)`` with the V1 or V2 magic at ``p + 4`` and ``valid(p)``.
+
+    The bytes are searched in windows growing from 64 KiB, so finding a record near ``start``
+    does not scan the whole range for the magic that is not there.
+    """
+    lo, step = start, 1 << 16
+    while lo < end:
+        hi = min(end, lo + step)
+        at = lo + 4
+        while True:
+            hits = [i for i in (buf.find(m, at, hi + 7) for m in _MAGIC_BYTES) if i >= 0]
+            if not hits:
+                break
+            idx = min(hits)
+            if idx - 4 >= hi:
+                break
+            if valid(idx - 4):
+                return idx - 4
+            at = idx + 1
+        lo, step = hi, step * 2
+    return None
 
 
 def read_piece_batches(
