@@ -289,6 +289,28 @@ def _key_mask(ctx: SplitContext, props: _Props, n: int, wanted: frozenset[str]) 
     return mask
 
 
+def _key_candidates(ctx: SplitContext, a: RecordArrays, keys: frozenset[str]) -> np.ndarray:
+    """Rows whose property bytes contain one of ``keys`` (a byte search of the chunk's range)."""
+    if not len(a.pos):
+        return np.zeros(0, dtype=np.int64)
+    lo, hi = int(a.props_start[0]), int(a.props_start[-1] + a.props_len[-1])
+    hits: list[int] = []
+    for key in keys:
+        raw = key.encode()
+        if not raw:
+            continue
+        at = ctx.buf.find(raw, lo, hi)
+        while at >= 0:
+            hits.append(at)
+            at = ctx.buf.find(raw, at + 1, hi)
+    if not hits:
+        return np.zeros(0, dtype=np.int64)
+    h = np.array(sorted(hits), dtype=np.int64)
+    row = np.searchsorted(a.props_start, h, side="right") - 1
+    ok = (row >= 0) & (h < a.props_start[np.maximum(row, 0)] + a.props_len[np.maximum(row, 0)])
+    return np.unique(row[ok])
+
+
 def _text_column(ctx: SplitContext, props: _Props, found: np.ndarray, n: int) -> pa.Array:
     it = props.items
     return _scatter(ranges(ctx.data, it.value_start[found], it.value_len[found], pa.string()), it.row[found], n)
@@ -408,6 +430,10 @@ def chunk_batch(
             wanted = np.array([t in flt.topics for t in topic[0]] + [False], dtype=bool)
             sel = np.flatnonzero(wanted[topic[1]])
             fast_rows, fa, topic = fast_rows[sel], fa.take(sel), (topic[0], topic[1][sel])
+    if flt.keys is not None:  # only rows whose properties hold one of the keys' bytes can match
+        sel = _key_candidates(ctx, fa, flt.keys)
+        fast_rows, fa = fast_rows[sel], fa.take(sel)
+        topic = None if topic is None else (topic[0], topic[1][sel])
     props = None
     if _NEEDS_PROPS.intersection(names) or flt.keys is not None:
         props, to_slow = _parse_props(ctx, fa)
