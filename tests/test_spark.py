@@ -565,3 +565,56 @@ def test_core_never_imports_spark() -> None:
         "print(sorted(m for m in ('pyspark', 'pyarrow', 'rmqstore.spark') if m in sys.modules))"
     )
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------ pushdown
+
+
+def test_pushed_down_filters_and_keys_option(spark) -> None:
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
+
+    from rmqstore.spark import jobs
+    from rmqstore.spark.source import CommitLogReader, commitlog_schema
+
+    root = store_of("clean-2topics")
+    recs = local_records(root)
+    ts = sorted(r.store_timestamp_ms for r in recs)[len(recs) // 3]
+    off = recs[400].phy_offset
+
+    def wanted(r: Record) -> bool:
+        return r.topic == "TopicA" and r.queue_id in (0, 2) and r.store_timestamp_ms >= ts and r.phy_offset < off
+
+    want = [r.phy_offset for r in recs if wanted(r)]
+    assert want
+    df = jobs.read_commitlog(spark, [root], options=jobs.ReadOptions(split_size="8k"))
+    cond = (
+        (F.col("topic") == "TopicA")
+        & F.col("queueId").isin(0, 2)
+        & (F.col("storeTimestamp") >= ts)
+        & (F.col("commitLogOffset") < off)
+    )
+    assert sorted(r.commitLogOffset for r in df.where(cond).collect()) == want
+    # the reader applies them itself: fewer splits (offsets) and only matching rows
+    schema = commitlog_schema()
+    reader = CommitLogReader({"paths": json.dumps([str(root)]), "splitSize": "8k"}, schema)
+    all_parts = len(reader.partitions())
+    filters = [
+        EqualTo(("topic",), "TopicA"),
+        In(("queueId",), (0, 2)),
+        GreaterThanOrEqual(("storeTimestamp",), ts),
+        LessThan(("commitLogOffset",), off),
+    ]
+    assert list(reader.pushFilters(filters)) == filters  # Spark checks them again
+    parts = reader.partitions()
+    assert len(parts) < all_parts
+    got = [o for p in parts for b in reader.read(p) for o in b.column("commitLogOffset").to_pylist()]
+    assert got == want
+    # keys: a KEYS token or the UNIQ_KEY, as the option of find
+    uniq = recs[77].uniq_key
+    df = jobs.read_commitlog(spark, [root], options=jobs.ReadOptions(keys=("order-5", uniq)))
+    assert sorted(r.commitLogOffset for r in df.collect()) == [
+        r.phy_offset for r in recs if "order-5" in (r.keys or "").split() or r.uniq_key == uniq
+    ]
