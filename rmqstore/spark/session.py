@@ -42,7 +42,7 @@ from .source import register
 
 DEFAULT_MASTER = "local[*]"
 CONNECT_TIMEOUT_S = 5.0
-EXECUTOR_WAIT_S = 60.0  # how long a cluster may take to give the application its first executor
+EXECUTOR_WAIT_S = 120.0  # how long a cluster may take to give the application its first executor
 _LOCAL = re.compile(r"local(\[(\d+|\*)(,\s*\d+)?\])?")
 _MASTER_FORMS = "local[*], local[N], spark://HOST:PORT, yarn or k8s://https://HOST:PORT"
 # Driver log configuration for quiet runs: errors only, on stderr (Spark's default logs INFO/WARN lines).
