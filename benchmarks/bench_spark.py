@@ -1,26 +1,28 @@
-"""Benchmark the Spark reader (the ``rocketmq`` data source) against the local codec scan.
+"""Benchmark the Spark pipeline against the local engine on one store, in one run.
 
-Usage: python benchmarks/bench_spark.py [STORE] [--master local[*]] [--runs N] [--keep]
+Usage: python benchmarks/bench_spark.py [STORE] [--master local[2]] [--key KEY] [--keep]
 
-Without STORE a store with 1 GiB of commit log (200-byte bodies) is generated with
-``benchmarks/make_store.py`` in a temporary directory and deleted afterwards (``--keep`` keeps it).
-Figures, with the files in the page cache (a first ``cat`` warms it):
+Without STORE the 1 GiB store of 200-byte messages of ``benchmarks/make_store.py`` is used
+(generated under /tmp/rmqstore-bench/1g-200b when missing). With the files in the page cache
+(a first ``cat`` warms it), it prints:
 
-* ``cat FILE > /dev/null``: the bytes;
-* local codec: ``rmqstore.store.iter_commitlog`` (``decode_record`` of every record, one core);
-* reader, no Spark: what one Spark task runs (walk, decode, full rows, Arrow batches) for a
-  whole file, in this process;
-* Spark ``count()`` and a full-row action (``write.format("noop")``) with 1, 2 and 4 partitions
-  per commit log file, and a read of only the 6 columns ``stats`` reads.
+* ``cat FILES > /dev/null``, the bytes (every other time is also shown as a multiple of it);
+* the one-core local dump: ``rmqstore dump commitlog --format ndjson --jobs 1`` (the command line);
+* the columnar decoder alone on one core: the dispatch decoder (``columnar.scan_columns``) and the
+  Spark reader's batches with every column (what one task runs), in this process;
+* Spark: the session start, then, after a warm-up job (the same count once), ``count()`` of
+  the full schema and ``groupBy("topic").count()``;
+* ``spark export`` (Parquet by topic and date) against pyarrow writing the same rows, already in
+  memory, to the same layout;
+* ``spark find --key`` against ``dump --key``, both as command lines (JVM start included) and
+  the find job alone in the running session.
 
-rows/s of each, and the time relative to ``cat`` and to the local codec. The machine's core
-count and load average are printed: other processes slow every wall time.
+Rows/s and ratios; the machine's core count and load average are printed with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import filecmp
 import os
 import shutil
 import subprocess
@@ -33,161 +35,181 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rmqstore.commitlog import Record  # noqa: E402
-from rmqstore.store import iter_commitlog, open_store  # noqa: E402
-
-STATS_COLUMNS = ["store", "topic", "queueId", "storeSize", "storeTimestamp", "keys"]
+DEFAULT_STORE = Path("/tmp/rmqstore-bench/1g-200b")
+RMQSTORE = [sys.executable, "-c", "import sys; from commands import main; sys.argv[0] = 'rmqstore'; main()"]
 
 
-def best(fn: Callable[[], int], runs: int) -> tuple[float, int]:
-    """Best wall time of ``runs`` calls, and what the call returned (a row count)."""
-    t_best, n = float("inf"), 0
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        n = fn()
-        t_best = min(t_best, time.perf_counter() - t0)
-    return t_best, n
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
 
 
-def local_scan(store: Path) -> int:
-    with open_store(store) as st:
-        return sum(1 for _, rec in iter_commitlog(st) if isinstance(rec, Record))
+def run_cli(*args: str) -> int:
+    """Run ``rmqstore ARGS``; the number of messages in its ndjson output."""
+    p = subprocess.run([*RMQSTORE, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, cwd=REPO)
+    lines = p.stdout.count(b"\n")
+    return lines - p.stdout.count(b'{"kind":')  # BLANK, end-of-data and damage lines
 
 
-def reader_in_process(store: Path) -> int:
-    from rmqstore.spark.source import COMMITLOG_SCHEMA, CommitLogSplit, read_split_batches, resolve_stores
+class Report:
+    def __init__(self, size: int, t_cat: float) -> None:
+        self.size, self.t_cat = size, t_cat
+        self.figures: dict[str, float] = {}
+        print(f"{'':58} {'wall s':>7} {'rows/s':>11} {'x cat':>6}")
+        self.line("cat > /dev/null", t_cat, None)
 
-    rows = 0
-    for info in resolve_stores([str(store)]):
-        for path, base, size in info.commitlog:
-            split = CommitLogSplit(info.root, info.broker_name, path, base, 0, size, info.broker, False, 8192)
-            rows += sum(b.num_rows for b in read_split_batches(split, COMMITLOG_SCHEMA))
-    return rows
+    def line(self, label: str, t: float, rows: int | None) -> None:
+        rate = f"{rows / t:11,.0f}" if rows else f"{'':11}"
+        if rows:
+            self.figures[label] = rows / t
+        print(f"{label:58} {t:7.2f} {rate} {t / self.t_cat:6.1f}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("store", nargs="?", type=Path, help="store root (default: generate 1 GiB under a temp dir)")
-    ap.add_argument("--master", default="local[*]")
-    ap.add_argument("--runs", type=int, default=1, help="runs per figure (the best is shown)")
-    ap.add_argument("--keep", action="store_true", help="keep the generated store")
-    ap.add_argument(
-        "--redispatch", action="store_true", help="also time redispatch --engine local vs spark (same bytes checked)"
-    )
+    ap.add_argument("store", nargs="?", type=Path, help="directory holding store/ (default: the 1 GiB bench store)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--key", default="k-0001234567", help="the key to find (default: one message of the bench store)")
     args = ap.parse_args()
-    tmp = None
-    store = args.store
-    if store is None:
-        tmp = Path(tempfile.mkdtemp(prefix="rmqstore-bench-spark-"))
-        t0 = time.perf_counter()
+    base = args.store or DEFAULT_STORE
+    store = base / "store" if (base / "store").is_dir() else base
+    if not (store / "commitlog").is_dir():
         subprocess.run(
-            [sys.executable, str(REPO / "benchmarks" / "make_store.py"), "--out", str(tmp)]
-            + ["--size-gib", "1", "--msg-size", "200"],
+            [sys.executable, str(REPO / "benchmarks" / "make_store.py"), "--out", str(base), "--size-gib", "1"]
+            + ["--msg-size", "200"],
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        store = tmp / "store"
-        print(f"generated {store} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    try:
-        run(store, args)
-    finally:
-        if tmp is not None and not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-class Report:
-    """Prints one line per figure, relative to ``cat`` and to the local codec."""
-
-    def __init__(self, size: int, records: int, t_cat: float, t_local: float) -> None:
-        self.size, self.records, self.t_cat, self.t_local = size, records, t_cat, t_local
-        print(f"{'scan':54} {'wall s':>7} {'rows/s':>10} {'MB/s':>6} {'x cat':>6} {'x local':>8}")
-        print(f"{'cat > /dev/null':54} {t_cat:7.2f} {'':>10} {size / t_cat / 1e6:6.0f} {1:6.1f}")
-
-    def line(self, label: str, t: float, n: int) -> None:
-        if n != self.records:
-            raise SystemExit(f"{label}: {n} rows, expected {self.records}")
-        print(
-            f"{label:54} {t:7.2f} {n / t:10,.0f} {self.size / t / 1e6:6.0f} {t / self.t_cat:6.1f} "
-            f"{t / self.t_local:8.2f}"
-        )
-
-
-def run(store: Path, args: argparse.Namespace) -> None:
+        store = base / "store"
     files = sorted(str(p) for p in (store / "commitlog").iterdir() if p.name.isdigit())
     size = sum(os.path.getsize(f) for f in files)
-    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-    t_cat, _ = best(lambda: subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True) and 0, args.runs)
-    t_local, records = best(lambda: local_scan(store), args.runs)
-    print(f"store {store}: {len(files)} file(s), {size / 1e6:.0f} MB, {records} records ({size / records:.0f} B each)")
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; Spark master {args.master}")
-    report = Report(size, records, t_cat, t_local)
-    report.line("local codec (iter_commitlog, 1 core)", t_local, records)
-    report.line("reader without Spark (1 task, full rows)", *best(lambda: reader_in_process(store), args.runs))
-    work = Path(tempfile.mkdtemp(prefix="rmqstore-bench-redispatch-"))
-    try:
-        if args.redispatch:  # before Spark starts: the local engine forks its decoding processes
-            redispatch(store, work / "local", "local", t_cat)
-        spark_figures(store, args, report)
-        if args.redispatch:
-            redispatch(store, work / "spark", "spark", t_cat)
-            print(f"redispatch: local and spark files identical: {same_files(work / 'local', work / 'spark')}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+    t_cat, _ = timed(lambda: subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True))
+    print(f"store {store}: {len(files)} file(s), {size / 1e6:.0f} MB; Spark master {args.master}")
+    print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    report = Report(size, t_cat)
+
+    t_reader, records = timed(lambda: reader_rows(store))
+    t, rows = timed(lambda: run_cli("dump", "commitlog", str(store), "--format", "ndjson", "--jobs", "1"))
+    check(rows, records, "dump")  # type: ignore[arg-type]
+    report.line("local dump --format ndjson --jobs 1 (1 core)", t, records)  # type: ignore[arg-type]
+    report.line("columnar dispatch decoder (scan_columns, 1 core)", *timed(lambda: scan_columns(store)))
+    report.line("Spark reader alone, every column (1 core)", t_reader, records)  # type: ignore[arg-type]
+    spark_figures(store, args, report, records)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    f = report.figures
+    dump = f["local dump --format ndjson --jobs 1 (1 core)"]
+    print(f"ratios: Spark count / one-core dump = {f['Spark count(), full schema'] / dump:.2f}x (target >= 2); ")
+    print(f"        reader alone = {f['Spark reader alone, every column (1 core)']:,.0f} rows/s (target >= 400k)")
 
 
-def spark_figures(store: Path, args: argparse.Namespace, report: Report) -> None:
+def check(got: object, want: int, what: str) -> None:
+    if got != want:
+        raise SystemExit(f"{what}: {got} rows, expected {want}")
+
+
+def scan_columns(store: Path) -> tuple[int, int]:
+    from rmqstore import columnar
+    from rmqstore.store import map_file, open_store
+
+    with open_store(store) as st:
+        segs, _ = st.commitlog_segments()
+        n = 0
+        for seg in segs:
+            with map_file(seg.path) as buf:
+                batches, _ = columnar.scan_columns(buf, seg, st.config)
+                n += sum(len(b) for b in batches)
+    return n  # type: ignore[return-value]
+
+
+def reader_rows(store: Path) -> int:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from rmqstore.spark.source import commitlog_schema, plan_commitlog, read_piece_batches, resolve_stores
+
+    schema = to_arrow_schema(commitlog_schema(), timezone="UTC")
+    return sum(
+        b.num_rows
+        for group in plan_commitlog(resolve_stores([str(store)]))
+        for piece in group
+        for b in read_piece_batches(piece, schema)
+    )
+
+
+def spark_figures(store: Path, args: argparse.Namespace, report: Report, records: int) -> None:
     from rmqstore.spark import jobs
     from rmqstore.spark.session import get_session
 
+    t, spark = timed(lambda: get_session(args.master, conf={"spark.ui.showConsoleProgress": "false"}))
+    report.line("Spark session start", t, None)
+    # warm-up: the same count once (starts the Python workers, compiles the JVM's Arrow-to-row path)
+    t, _ = timed(lambda: jobs.read_commitlog(spark, [store]).count())  # type: ignore[attr-defined]
+    report.line("Spark warm-up job (the same full-schema count)", t, None)
+
+    def df():  # type: ignore[no-untyped-def]
+        return jobs.read_commitlog(spark, [store])
+
+    t, n = timed(lambda: df().count())
+    check(n, records, "count")
+    report.line("Spark count(), full schema", t, n)  # type: ignore[arg-type]
+    t, groups = timed(lambda: df().groupBy("topic").count().collect())
+    check(sum(r["count"] for r in groups), records, "groupBy")  # type: ignore[attr-defined]
+    report.line('Spark groupBy("topic").count()', t, records)
+
+    work = Path(tempfile.mkdtemp(prefix="rmqstore-bench-export-"))
+    try:
+        t, res = timed(lambda: jobs.export_parquet(spark, [store], work / "spark"))
+        check(res.rows, records, "export")  # type: ignore[attr-defined]
+        report.line("spark export (Parquet by topic/date)", t, records)
+        t_direct = direct_write(store, work / "direct", records)
+        report.line("pyarrow write_to_dataset of the same rows (in memory)", t_direct, records)
+        print(f"ratio: spark export / direct pyarrow write = {t / t_direct:.2f}x (target <= 2)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    q = jobs.FindQuery(keys=(args.key,))
+    t, found = timed(lambda: list(jobs.find_records(spark, [store], q)))
+    report.line(f"Spark find --key {args.key}, job in the session", t, None)
+    spark.stop()
+    t_find, n_find = timed(lambda: run_cli("spark", "find", str(store), "--key", args.key, "--master", args.master,
+                                          "--format", "ndjson", "-q"))  # fmt: skip
+    report.line("rmqstore spark find --key (command line)", t_find, None)
+    t_dump, n_dump = timed(lambda: run_cli("dump", "commitlog", str(store), "--key", args.key, "--format", "ndjson"))
+    report.line("rmqstore dump commitlog --key (command line)", t_dump, None)
+    print(f"find: {len(found)} / {n_find} / {n_dump} message(s); spark find / dump --key = {t_find / t_dump:.2f}x")
+
+
+def direct_write(store: Path, out: Path, records: int) -> float:
+    """pyarrow writing the rows (read beforehand, not timed) partitioned by topic and date."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from rmqstore.spark.source import commitlog_schema, plan_commitlog, read_piece_batches, resolve_stores
+
+    schema = to_arrow_schema(commitlog_schema(), timezone="UTC")
+    batches = [
+        b
+        for group in plan_commitlog(resolve_stores([str(store)]))
+        for piece in group
+        for b in read_piece_batches(piece, schema)
+    ]
+    table = pa.Table.from_batches(batches)
+    days = pc.divide(table.column("storeTimestamp"), 86_400_000).cast(pa.int32()).cast(pa.date32())
+    table = table.append_column("date", days)
+    check(table.num_rows, records, "direct")
     t0 = time.perf_counter()
-    spark = get_session(args.master, conf={"spark.ui.showConsoleProgress": "false"})
-    spark.range(4).count()
-    print(f"{'(Spark session start)':54} {time.perf_counter() - t0:7.2f}")
-    for per_file in (1, 2, 4):
-        opts = jobs.ReadOptions(partitions_per_file=per_file)
-
-        def count(opts: jobs.ReadOptions = opts) -> int:
-            return int(jobs.read_commitlog(spark, [store], options=opts).count())
-
-        def noop(opts: jobs.ReadOptions = opts) -> int:
-            df = jobs.read_commitlog(spark, [store], options=opts)
-            df.write.format("noop").mode("overwrite").save()
-            return report.records  # noop returns nothing; count() above checks the rows
-
-        report.line(f"Spark count(), {per_file} partition(s)/file", *best(count, args.runs))
-        report.line(f"Spark noop write (full rows), {per_file} partition(s)/file", *best(noop, args.runs))
-
-    def pruned() -> int:
-        opts = jobs.ReadOptions(partitions_per_file=4)
-        return int(jobs.read_commitlog(spark, [store], columns=STATS_COLUMNS, options=opts).count())
-
-    report.line("Spark count(), stats' 6 columns, 4/file", *best(pruned, args.runs))
-
-
-def redispatch(store: Path, out: Path, engine: str, t_cat: float) -> None:
-    """Rebuild consume queues and index of ``store`` into ``out`` with one engine, timed."""
-    from rmqstore.redispatch import build
-
-    out.mkdir()
-    with open_store(store) as st:
-        t0 = time.perf_counter()
-        stats, _, _ = build(st, out, engine=engine)
-        t = time.perf_counter() - t0
-    label = f"redispatch --engine {engine} (records/s)"
-    print(f"{label:54} {t:7.2f} {stats.records / t:10,.0f} {'':6} {t / t_cat:6.1f}")
-
-
-def same_files(a: Path, b: Path) -> bool:
-    """Consume queue files by path and index files in order (their names are creation times)."""
-    cq = sorted(p.relative_to(a) for p in (a / "consumequeue").rglob("*") if p.is_file())
-    cq_b = sorted(p.relative_to(b) for p in (b / "consumequeue").rglob("*") if p.is_file())
-    ia, ib = sorted((a / "index").iterdir()), sorted((b / "index").iterdir())
-    return (
-        cq == cq_b
-        and len(ia) == len(ib)
-        and all(filecmp.cmp(a / p, b / p, shallow=False) for p in cq)
-        and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(ia, ib, strict=True))
+    ds.write_dataset(
+        table,
+        out,
+        format="parquet",
+        partitioning=ds.partitioning(pa.schema([("topic", pa.string()), ("date", pa.date32())]), flavor="hive"),
+        existing_data_behavior="overwrite_or_ignore",
+        max_rows_per_group=1 << 20,
     )
+    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

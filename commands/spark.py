@@ -33,7 +33,25 @@ StoresArg = Annotated[
 ]
 MasterOpt = Annotated[
     str,
-    typer.Option("--master", help="Spark master URL: local[*] runs embedded; spark://host:7077 for a cluster."),
+    typer.Option(
+        "--master",
+        help="Spark master URL: local[*] runs embedded; spark://HOST:7077, yarn or k8s://https://HOST:PORT "
+        "for a cluster (rmqstore is shipped to the executors; they need numpy and pyarrow).",
+    ),
+]
+ConfOpt = Annotated[
+    list[str] | None,
+    typer.Option("--conf", help="A Spark setting KEY=VALUE (repeatable), e.g. spark.executor.memory=4g."),
+]
+ExecutorPythonOpt = Annotated[
+    str | None,
+    typer.Option("--executor-python", help="Python interpreter of the executors (default: python3 on the workers)."),
+]
+MaxFailuresOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--task-max-failures", min=1, help="Attempts per Spark task before the job fails (default 1 on a cluster)."
+    ),
 ]
 SplitSizeOpt = Annotated[
     str | None,
@@ -52,8 +70,31 @@ def _stores(stores: list[str]) -> list[str]:
     return [p.strip() for item in stores for p in item.split(",") if p.strip()]
 
 
-def _conf(quiet: bool) -> dict[str, str]:
-    return {"spark.ui.showConsoleProgress": "false" if quiet else "true"}
+def _conf(quiet: bool, conf: list[str] | None = None, max_failures: int | None = None) -> dict[str, str]:
+    out = {"spark.ui.showConsoleProgress": "false" if quiet else "true"}
+    for item in conf or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            from rmqstore.errors import InputError
+
+            raise InputError(f"--conf {item!r} is not KEY=VALUE")
+        out[key.strip()] = value
+    if max_failures is not None:
+        out["spark.task.maxFailures"] = str(max_failures)
+    return out
+
+
+def _session(
+    master: str,
+    quiet: bool,
+    conf: list[str] | None,
+    executor_python: str | None,
+    max_failures: int | None,
+    stores: list[str],
+) -> Any:
+    from rmqstore.spark.session import spark_session
+
+    return spark_session(master, conf=_conf(quiet, conf, max_failures), executor_python=executor_python, stores=stores)
 
 
 @app.command("export", epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")
@@ -63,28 +104,35 @@ def export_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Parquet output directory.", show_default=False)],
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")] = False,
     master: MasterOpt = DEFAULT_MASTER,
+    conf: ConfOpt = None,
+    executor_python: ExecutorPythonOpt = None,
+    task_max_failures: MaxFailuresOpt = None,
     split_size: SplitSizeOpt = None,
     verify_crc: VerifyCrcOpt = False,
     broker_version: Annotated[
         str | None,
         typer.Option("--broker-version", help="Property parsing of this broker version (default: each store's)."),
     ] = None,
+    crc_ok: Annotated[bool, typer.Option("--crc-ok", help="Add the crcOk column (checks every body's CRC).")] = False,
+    no_date: Annotated[bool, typer.Option("--no-date", help="Partition by topic only, not by UTC date.")] = False,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Export every commit log record to Parquet, partitioned by topic and UTC store date.
 
-    One row per record with every header field, topic, tags, keys, properties, body, msgId and
-    crcOk (the columns of the rocketmq data source), under OUTPUT/topic=<topic>/date=<yyyy-MM-dd>/.
+    One row per record with every header field, topic, tags, keys, properties, body and msgId
+    (the columns of the rocketmq data source; crcOk with --crc-ok), under
+    OUTPUT/topic=<topic>/date=<yyyy-MM-dd>/ (topic only with --no-date). The executors write
+    the files with pyarrow straight from the record batches; OUTPUT must be a directory they
+    all see (a shared filesystem) on a cluster.
     """
     from rmqstore.spark import jobs
-    from rmqstore.spark.session import spark_session
 
-    opts = jobs.ReadOptions(split_size=split_size, verify_crc=verify_crc, broker=broker_version)
+    opts = jobs.ReadOptions(split_size=split_size, verify_crc=verify_crc, broker=broker_version, crc_ok=crc_ok)
     roots = jobs.check_stores(_stores(stores), opts)  # bad input is reported before Spark starts
     jobs.check_output(output, overwrite=overwrite)
-    with spark_session(master, conf=_conf(quiet)) as spark:
-        res = jobs.export_parquet(spark, roots, output, overwrite=overwrite, options=opts)
+    with _session(master, quiet, conf, executor_python, task_max_failures, roots) as spark:
+        res = jobs.export_parquet(spark, roots, output, overwrite=overwrite, options=opts, by_date=not no_date)
     err.print(f"exported {res.rows} records of {len(res.stores)} store(s) to {res.output}")
     render_mapping({"output": res.output, "rows": res.rows, "stores": list(res.stores)}, default_format(fmt))
 
@@ -99,6 +147,9 @@ _STATS_TABLE = [
 def stats_command(
     stores: StoresArg,
     master: MasterOpt = DEFAULT_MASTER,
+    conf: ConfOpt = None,
+    executor_python: ExecutorPythonOpt = None,
+    task_max_failures: MaxFailuresOpt = None,
     split_size: SplitSizeOpt = None,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
@@ -109,13 +160,12 @@ def stats_command(
     tokens. Times are epoch milliseconds in json, ndjson and csv.
     """
     from rmqstore.spark import jobs
-    from rmqstore.spark.session import spark_session
     from rmqstore.timeparse import format_time_ms
 
     fmt = default_format(fmt)
     opts = jobs.ReadOptions(split_size)
     roots = jobs.check_stores(_stores(stores), opts)
-    with spark_session(master, conf=_conf(quiet)) as spark:
+    with _session(master, quiet, conf, executor_python, task_max_failures, roots) as spark:
         rows = [r.asDict() for r in jobs.stats(spark, roots, options=opts).collect()]
     if fmt in (Format.table, Format.plain):
         for r in rows:
@@ -185,11 +235,18 @@ def find_command(
         list[str] | None, typer.Option("--body-contains", help="Text the body holds, as UTF-8 (repeatable: all).")
     ] = None,
     topic: Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only these topics (repeatable).")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Store time from (epoch ms, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS).")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Store time up to, inclusive (same forms as --since).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many messages.")] = None,
     body: Annotated[
         BodyMode | None, typer.Option(help="How to show bodies (default: text in tables, base64 otherwise).")
     ] = None,
     master: MasterOpt = DEFAULT_MASTER,
+    conf: ConfOpt = None,
+    executor_python: ExecutorPythonOpt = None,
+    task_max_failures: MaxFailuresOpt = None,
     split_size: SplitSizeOpt = None,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
@@ -201,7 +258,7 @@ def find_command(
     commitlog (RocketMQ field names in json/ndjson/csv) with the store they came from.
     """
     from rmqstore.spark import jobs
-    from rmqstore.spark.session import spark_session
+    from rmqstore.timeparse import parse_time_ms
 
     fmt = default_format(fmt)
     query = jobs.FindQuery(
@@ -210,13 +267,15 @@ def find_command(
         properties=tuple(jobs.parse_property(p) for p in prop or ()),
         body_contains=tuple(body_contains or ()),
         topics=tuple(topic or ()),
+        since_ms=None if since is None else parse_time_ms(since),
+        until_ms=None if until is None else parse_time_ms(until),
     )
     query.check()
     opts = jobs.ReadOptions(split_size)
     roots = jobs.check_stores(_stores(stores), opts)
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
     text = fmt in (Format.table, Format.plain)
-    with spark_session(master, conf=_conf(quiet)) as spark:
+    with _session(master, quiet, conf, executor_python, task_max_failures, roots) as spark:
         found = jobs.find_records(spark, roots, query, limit=limit, options=opts)
         n = render_rows(
             (_find_row(store, rec, body_mode, text) for store, _, rec in found),
@@ -233,6 +292,9 @@ def redispatch_command(
     store: Annotated[Path, typer.Argument(help="Store root directory.", show_default=False)],
     output: Annotated[Path | None, typer.Option("--output", help="Build into this directory and swap nothing.")] = None,
     master: MasterOpt = DEFAULT_MASTER,
+    conf: ConfOpt = None,
+    executor_python: ExecutorPythonOpt = None,
+    task_max_failures: MaxFailuresOpt = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "4.4.0",
     topic: Annotated[list[str] | None, typer.Option("--topic", help="Only these topics' consume queues.")] = None,
@@ -251,22 +313,28 @@ def redispatch_command(
     that directory and the store is not changed; otherwise it is swapped in as rmqstore
     redispatch does (quarantine, journal, exit 4 while a broker holds the store).
     """
+    import contextlib
+
     from .redispatch import Engine
     from .redispatch import redispatch_command as local_command
 
-    local_command(
-        store,
-        broker_config=broker_config,
-        broker_version=broker_version,
-        from_offset=None,
-        topic=topic,
-        only=None,
-        output=output,
-        engine=Engine.spark,
-        master=master,
-        quarantine=quarantine,
-        no_quarantine=no_quarantine,
-        dry_run=dry_run,
-        fmt=fmt,
-        quiet=quiet,
-    )
+    session: Any = contextlib.nullcontext()
+    if not dry_run and store.is_dir():  # the session the engine then runs in; errors before it are local_command's
+        session = _session(master, quiet, conf, executor_python, task_max_failures, [str(store)])
+    with session:
+        local_command(
+            store,
+            broker_config=broker_config,
+            broker_version=broker_version,
+            from_offset=None,
+            topic=topic,
+            only=None,
+            output=output,
+            engine=Engine.spark,
+            master=master,
+            quarantine=quarantine,
+            no_quarantine=no_quarantine,
+            dry_run=dry_run,
+            fmt=fmt,
+            quiet=quiet,
+        )

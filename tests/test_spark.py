@@ -24,7 +24,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from conftest import REAL_CASES, REAL_STORES, copy_real_store, load_rebuild, load_truth  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -107,6 +107,13 @@ def expected_row(rec: Record) -> dict:
     }
 
 
+EXPECTED_KEYS = (  # the columns expected_row gives
+    "commitLogOffset storeSize magicCode bodyCRC queueId flag queueOffset sysFlag bornTimestamp bornHost "
+    "storeTimestamp storeHost reconsumeTimes preparedTransactionOffset bodyLength topic tags keys uniqKey "
+    "properties body msgId crcOk filePos"
+).split()
+
+
 def truth_messages(case: str) -> list[dict]:
     return [r for r in load_truth(case)["commitlog"] if r["kind"] == "message"]
 
@@ -128,7 +135,7 @@ def test_rows_equal_local_codec_and_truth(spark, case: str) -> None:
     from rmqstore.spark import jobs
 
     root = store_of(case)
-    df = jobs.read_commitlog(spark, [root], options=jobs.ReadOptions(split_size="8k"))
+    df = jobs.read_commitlog(spark, [root], options=jobs.ReadOptions(split_size="8k", crc_ok=True))
     rows = sorted((r.asDict() for r in df.collect()), key=lambda r: r["commitLogOffset"])
     recs = local_records(root)
     assert [{k: r[k] for k in expected_row(recs[0])} for r in rows] == [expected_row(x) for x in recs]
@@ -164,14 +171,36 @@ def test_rows_equal_local_codec_and_truth(spark, case: str) -> None:
             assert hashlib.sha256(r["body"]).hexdigest() == m["bodySha256"]
 
 
-def split_read(files: list[tuple[str, int, bytes]], split_size: int) -> list[Record]:
-    from rmqstore.spark.source import iter_split_records, plan_splits
+def split_read(files: list[tuple[str, int, bytes]], split_size: int, open_cost: int = 0) -> list[dict]:
+    """Rows of the columnar reader over splits of ``split_size`` (small pieces packed, as planned
+    for Spark), in split order: every column, checked against the codec by the callers."""
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    out: list[Record] = []
-    for path, base, data in files:
-        for s, e in plan_splits(len(data), split_size=split_size):
-            out += iter_split_records(data, path=path, base=base, start=s, end=e)
+    from rmqstore.spark.reader import row_function
+    from rmqstore.spark.source import COMMITLOG_SCHEMA, Piece, buffer_batches, pack_pieces, plan_splits
+
+    data_of = {path: data for path, _, data in files}
+    pieces = [
+        Piece("s", None, path, base, s, e, "4.4.0")
+        for path, base, data in files
+        for s, e in plan_splits(len(data), split_size=split_size)
+    ]
+    schema = to_arrow_schema(COMMITLOG_SCHEMA, timezone="UTC")
+    row_fn = row_function(schema.names)
+    out: list[dict] = []
+    for group in pack_pieces(pieces, split_size, open_cost):
+        for piece in group:
+            for batch in buffer_batches(data_of[piece.path], piece, schema, chunk=97, row_fn=row_fn):
+                out += batch.to_pylist()
     return out
+
+
+def codec_rows(recs: list[Record]) -> list[dict]:
+    return [expected_row(r) for r in recs]
+
+
+def reader_rows(rows: list[dict]) -> list[dict]:
+    return [{k: (dict(r[k]) if k == "properties" else r[k]) for k in EXPECTED_KEYS} for r in rows]
 
 
 def file_bytes(root: Path) -> list[tuple[str, int, bytes]]:
@@ -180,12 +209,12 @@ def file_bytes(root: Path) -> list[tuple[str, int, bytes]]:
     return [(str(seg.path), seg.base_offset, seg.path.read_bytes()) for seg in segs]
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=st.sampled_from(REAL_CASES), split_size=st.integers(1, 40_000))
-def test_every_record_exactly_once_for_any_split_size(case: str, split_size: int) -> None:
+@settings(max_examples=40, deadline=None)
+@given(case=st.sampled_from(REAL_CASES), split_size=st.integers(1, 40_000), open_cost=st.integers(0, 9000))
+def test_every_record_exactly_once_for_any_split_size(case: str, split_size: int, open_cost: int) -> None:
     root = store_of(case)
-    got = split_read(file_bytes(root), split_size)
-    assert got == local_records(root)
+    got = split_read(file_bytes(root), split_size, open_cost)
+    assert reader_rows(got) == codec_rows(local_records(root))
 
 
 @functools.lru_cache(maxsize=16)
@@ -212,7 +241,7 @@ damage = st.lists(
 )
 
 
-@settings(max_examples=30)
+@settings(max_examples=30, deadline=None)
 @given(split_size=st.integers(1, 20_000), where=st.integers(0, 3), hits=damage)
 def test_damaged_file_every_valid_record_exactly_once(split_size: int, where: int, hits: list) -> None:
     files = file_bytes(store_of("clean-2topics"))
@@ -224,8 +253,8 @@ def test_damaged_file_every_valid_record_exactly_once(split_size: int, where: in
     files[where] = (path, base, bytes(buf))
     got = split_read(files, split_size)
     want = [r for p, b, d in files for r in valid_records(p, b, d)]
-    assert got == want
-    assert len({r.phy_offset for r in got}) == len(got)
+    assert reader_rows(got) == codec_rows(want)
+    assert len({r["commitLogOffset"] for r in got}) == len(got)
 
 
 def test_damaged_store_through_spark(spark, tmp_path: Path) -> None:
@@ -517,7 +546,7 @@ def test_missing_pyspark_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_missing_java_is_one_clear_line(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path), "JAVA_HOME": ""}
-    code = "import sys; from commands import main; sys.argv[0] = 'rmqstore'; main()"
+    code = "import sys; from rmqstore.cli import main; sys.argv[0] = 'rmqstore'; main()"
     p = subprocess.run(
         [sys.executable, "-c", code, "spark", "stats", str(store_of("delay-tx-retry"))],
         env=env,
@@ -532,7 +561,60 @@ def test_missing_java_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_core_never_imports_spark() -> None:
     code = (
-        "import sys, rmqstore.redispatch, rmqstore.dispatch, rmqstore.store, rmqstore.commitlog, commands\n"
+        "import sys, rmqstore.redispatch, rmqstore.dispatch, rmqstore.store, rmqstore.commitlog, rmqstore.cli\n"
         "print(sorted(m for m in ('pyspark', 'pyarrow', 'rmqstore.spark') if m in sys.modules))"
     )
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------ pushdown
+
+
+def test_pushed_down_filters_and_keys_option(spark) -> None:
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
+
+    from rmqstore.spark import jobs
+    from rmqstore.spark.source import CommitLogReader, commitlog_schema
+
+    root = store_of("clean-2topics")
+    recs = local_records(root)
+    ts = sorted(r.store_timestamp_ms for r in recs)[len(recs) // 3]
+    off = recs[400].phy_offset
+
+    def wanted(r: Record) -> bool:
+        return r.topic == "TopicA" and r.queue_id in (0, 2) and r.store_timestamp_ms >= ts and r.phy_offset < off
+
+    want = [r.phy_offset for r in recs if wanted(r)]
+    assert want
+    df = jobs.read_commitlog(spark, [root], options=jobs.ReadOptions(split_size="8k"))
+    cond = (
+        (F.col("topic") == "TopicA")
+        & F.col("queueId").isin(0, 2)
+        & (F.col("storeTimestamp") >= ts)
+        & (F.col("commitLogOffset") < off)
+    )
+    assert sorted(r.commitLogOffset for r in df.where(cond).collect()) == want
+    # the reader applies them itself: fewer splits (offsets) and only matching rows
+    schema = commitlog_schema()
+    reader = CommitLogReader({"paths": json.dumps([str(root)]), "splitSize": "8k"}, schema)
+    all_parts = len(reader.partitions())
+    filters = [
+        EqualTo(("topic",), "TopicA"),
+        In(("queueId",), (0, 2)),
+        GreaterThanOrEqual(("storeTimestamp",), ts),
+        LessThan(("commitLogOffset",), off),
+    ]
+    assert list(reader.pushFilters(filters)) == filters  # Spark checks them again
+    parts = reader.partitions()
+    assert len(parts) < all_parts
+    got = [o for p in parts for b in reader.read(p) for o in b.column("commitLogOffset").to_pylist()]
+    assert got == want
+    # keys: a KEYS token or the UNIQ_KEY, as the option of find
+    uniq = recs[77].uniq_key
+    df = jobs.read_commitlog(spark, [root], options=jobs.ReadOptions(keys=("order-5", uniq)))
+    assert sorted(r.commitLogOffset for r in df.collect()) == [
+        r.phy_offset for r in recs if "order-5" in (r.keys or "").split() or r.uniq_key == uniq
+    ]

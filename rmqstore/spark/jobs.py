@@ -8,9 +8,13 @@ error instead of a failed Spark task. Times are UTC whatever the session time zo
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import functools
 import json
+import os
+import shutil
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +22,18 @@ from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StructField, StructType
 
-from ..commitlog import Record, decode_record
 from ..errors import InputError, UnsafePlan
 from ..store import map_file
+from .codec import Record, decode_record
 from .source import (
     COMMITLOG_SCHEMA,
     COMMITLOG_SOURCE,
     CONSUMEQUEUE_SCHEMA,
     CONSUMEQUEUE_SOURCE,
+    CommitLogReader,
+    CommitLogSplit,
     StoreInfo,
+    commitlog_schema,
     parse_size,
     register,
     resolve_stores,
@@ -35,7 +42,7 @@ from .source import (
 MS_PER_DAY = 86_400_000
 MS_PER_HOUR = 3_600_000
 EXPORT_PARTITIONS = ("topic", "date")
-EXPORT_SCHEMA = StructType([*COMMITLOG_SCHEMA.fields, StructField("date", DateType(), False)])
+_TOPIC_FIELD = next(f for f in COMMITLOG_SCHEMA.fields if f.name == "topic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,18 +53,31 @@ class ReadOptions:
     partitions_per_file: int | None = None
     verify_crc: bool = False
     broker: str | None = None  # broker version whose property parser to follow
+    crc_ok: bool = False  # add the crcOk column (a CRC of every body)
+    keys: tuple[str, ...] = ()  # read only records with one of these as a KEYS token or UNIQ_KEY
+
+    def source_options(self, roots: Sequence[str]) -> dict[str, str]:
+        """The options as the ``rocketmq`` source takes them."""
+        out = {"paths": json.dumps(list(roots))}
+        if self.split_size is not None:
+            out["splitSize"] = str(parse_size(self.split_size))
+        if self.partitions_per_file is not None:
+            out["partitionsPerFile"] = str(self.partitions_per_file)
+        if self.verify_crc:
+            out["verifyCrc"] = "true"
+        if self.broker:
+            out["brokerVersion"] = self.broker
+        if self.crc_ok:
+            out["crcOk"] = "true"
+        if self.keys:
+            out["keys"] = json.dumps(list(self.keys))
+        return out
 
     def apply(self, reader: DataFrameReader) -> DataFrameReader:
-        r = reader
-        if self.split_size is not None:
-            r = r.option("splitSize", str(parse_size(self.split_size)))
-        if self.partitions_per_file is not None:
-            r = r.option("partitionsPerFile", str(self.partitions_per_file))
-        if self.verify_crc:
-            r = r.option("verifyCrc", "true")
-        if self.broker:
-            r = r.option("brokerVersion", self.broker)
-        return r
+        for k, v in self.source_options([]).items():
+            if k != "paths":
+                reader = reader.option(k, v)
+        return reader
 
 
 def _stores(stores: Sequence[str | Path], opts: ReadOptions) -> list[StoreInfo]:
@@ -142,20 +162,127 @@ def export_parquet(
     overwrite: bool = False,
     options: ReadOptions | None = None,
     compression: str = "snappy",
+    by_date: bool = True,
 ) -> ExportResult:
-    """Write every record to Parquet under ``output/topic=<topic>/date=<yyyy-MM-dd>/`` (UTC store date)."""
+    """Write every record to Parquet under ``output/topic=<topic>/date=<yyyy-MM-dd>/`` (UTC store date;
+    ``by_date=False``: ``output/topic=<topic>/``).
+
+    Each task writes the record batches of its split with pyarrow, one file per task and
+    directory, without the rows going through the JVM. ``output`` with a scheme (``hdfs://``)
+    goes through Spark's own Parquet writer instead.
+    """
     out = str(output)
     check_output(out, overwrite=overwrite)
     opts = options or ReadOptions()
     infos = _stores(stores, opts)
+    parts = EXPORT_PARTITIONS if by_date else EXPORT_PARTITIONS[:1]
+    if "://" in out:
+        return _export_with_spark(spark, infos, out, overwrite, opts, compression, parts)
+    target = Path(out)
+    if overwrite and target.exists():
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    target.mkdir(parents=True, exist_ok=True)
+    reader = CommitLogReader(opts.source_options([s.root for s in infos]), commitlog_schema(crc_ok=opts.crc_ok))
+    splits = [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
+    rows = 0
+    if splits:
+        task = functools.partial(
+            export_split, output=str(target.resolve()), schema=reader.schema, parts=parts, compression=compression
+        )
+        rdd = spark.sparkContext.parallelize(list(enumerate(splits)), len(splits))
+        rows = sum(rdd.mapPartitions(task).collect())
+    (target / "_SUCCESS").touch()
+    return ExportResult(out, rows, tuple(s.root for s in infos))
+
+
+# Characters Spark escapes in partition directory names (ExternalCatalogUtils.escapePathName).
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(0x20))
+
+
+def partition_dir(name: str, value: str) -> str:
+    """``name=value`` with the characters Spark escapes as ``%XX``: a topic is data, never a path."""
+    if value == "":
+        return f"{name}=__HIVE_DEFAULT_PARTITION__"
+    return name + "=" + "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def export_split(
+    items: Iterator[tuple[int, CommitLogSplit]],
+    *,
+    output: str,
+    schema: StructType,
+    parts: tuple[str, ...],
+    compression: str,
+) -> Iterator[int]:
+    """Write the records of splits as Parquet files under ``output`` (runs in a task); yields row counts."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .source import read_split_batches
+
+    for index, split in items:
+        writers: dict[tuple[str, ...], tuple[Any, Path, Path]] = {}
+        rows = 0
+        try:
+            for batch in read_split_batches(split, schema):
+                topic = batch.column("topic").dictionary_encode()
+                codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+                labels = topic.dictionary.to_pylist()
+                day = batch.column("storeTimestamp").to_numpy() // MS_PER_DAY if "date" in parts else codes * 0
+                key = codes * (1 << 32) + day
+                data = batch.drop_columns(["topic"])
+                uniq, inverse = np.unique(key, return_inverse=True)
+                for j, k in enumerate(uniq.tolist()):
+                    dirs = [partition_dir("topic", labels[k >> 32])]
+                    if "date" in parts:
+                        date = dt.date(1970, 1, 1) + dt.timedelta(
+                            days=int(k & 0xFFFFFFFF) - (1 << 32 if k & (1 << 31) else 0)
+                        )
+                        dirs.append(f"date={date.isoformat()}")
+                    w = writers.get(tuple(dirs))
+                    if w is None:
+                        d = Path(output, *dirs)
+                        d.mkdir(parents=True, exist_ok=True)
+                        final = d / f"part-{index:05d}.{compression}.parquet"
+                        tmp = d / f".part-{index:05d}.{os.getpid()}.tmp"
+                        w = writers[tuple(dirs)] = (
+                            pq.ParquetWriter(tmp, data.schema, compression=compression),
+                            tmp,
+                            final,
+                        )
+                    sub = data.filter(pa.array(inverse == j)) if len(uniq) > 1 else data
+                    w[0].write_batch(sub)
+                rows += batch.num_rows
+        except BaseException:
+            for w, tmp, _ in writers.values():
+                w.close()
+                tmp.unlink(missing_ok=True)
+            raise
+        for w, tmp, final in writers.values():
+            w.close()
+            os.replace(tmp, final)
+        yield rows
+
+
+def _export_with_spark(
+    spark: SparkSession,
+    infos: list[StoreInfo],
+    out: str,
+    overwrite: bool,
+    opts: ReadOptions,
+    compression: str,
+    parts: tuple[str, ...],
+) -> ExportResult:
     df = read_commitlog(spark, [s.root for s in infos], options=opts)
     df = df.withColumn("date", utc_date(F.col("storeTimestamp")))
-    # Sorting inside each task writes each topic/date directory with one file per task.
+    if "date" not in parts:
+        df = df.drop("date")
     (
-        df.sortWithinPartitions(*EXPORT_PARTITIONS, "commitLogOffset")
+        df.sortWithinPartitions(*parts, "commitLogOffset")
         .write.mode("overwrite" if overwrite else "errorifexists")
         .option("compression", compression)
-        .partitionBy(*EXPORT_PARTITIONS)
+        .partitionBy(*parts)
         .parquet(out)
     )
     rows = read_export(spark, out).count()  # from the Parquet footers, not a second scan of the stores
@@ -163,9 +290,16 @@ def export_parquet(
 
 
 def read_export(spark: SparkSession, path: str | Path) -> DataFrame:
-    """An export read back with the source's column names, types and order (``date`` last)."""
-    df = spark.read.schema(EXPORT_SCHEMA).parquet(str(path))
-    return df.select(*EXPORT_SCHEMA.fieldNames())
+    """An export read back with the source's column names, types and order (``date`` last when present)."""
+    probe = spark.read.parquet(str(path))
+    names = set(probe.columns)
+    fields = [f for f in COMMITLOG_SCHEMA.fields if f.name in names]
+    has_date = "date" in names
+    schema = StructType([*(f for f in fields if f.name != "topic"), _TOPIC_FIELD])
+    if has_date:
+        schema = StructType([*schema.fields, StructField("date", DateType(), False)])
+    df = spark.read.schema(schema).parquet(str(path))
+    return df.select(*(f.name for f in fields), *(["date"] if has_date else []))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,14 +361,38 @@ class FindQuery:
     properties: tuple[tuple[str, str], ...] = ()  # every one must match
     body_contains: tuple[str, ...] = ()  # every one must be in the body (UTF-8 bytes)
     topics: tuple[str, ...] = ()
+    since_ms: int | None = None  # store time from, inclusive
+    until_ms: int | None = None  # store time up to, inclusive
 
     @property
     def empty(self) -> bool:
-        return not (self.keys or self.tags or self.properties or self.body_contains or self.topics)
+        return not (
+            self.keys
+            or self.tags
+            or self.properties
+            or self.body_contains
+            or self.topics
+            or self.since_ms is not None
+            or self.until_ms is not None
+        )
+
+    def columns(self) -> list[str]:
+        """The columns the condition reads (bodies only for a body search)."""
+        cols = ["store", "file", "filePos", "commitLogOffset"]
+        for on, names in (
+            (self.keys, ["keys", "uniqKey"]),
+            (self.tags, ["tags"]),
+            (self.properties, ["properties"]),
+            (self.body_contains, ["body"]),
+            (self.topics, ["topic"]),
+            (self.since_ms is not None or self.until_ms is not None, ["storeTimestamp"]),
+        ):
+            cols += [n for n in names if on and n not in cols]
+        return cols
 
     def check(self) -> None:
         if self.empty:
-            raise InputError("nothing to find: give a key, tag, property, body text or topic")
+            raise InputError("nothing to find: give a key, tag, property, body text, topic or time range")
 
     def condition(self) -> Column:
         conds: list[Column] = []
@@ -253,6 +411,10 @@ class FindQuery:
             conds.append(F.col("body").cast("string").contains(text))
         if self.topics:
             conds.append(F.col("topic").isin(list(self.topics)))
+        if self.since_ms is not None:
+            conds.append(F.col("storeTimestamp") >= F.lit(self.since_ms))
+        if self.until_ms is not None:
+            conds.append(F.col("storeTimestamp") <= F.lit(self.until_ms))
         out = conds[0]
         for c in conds[1:]:
             out = out & c
@@ -277,7 +439,8 @@ def find(
 ) -> DataFrame:
     """Messages matching ``query`` in every store, without using the index files, in commit log order."""
     query.check()
-    df = read_commitlog(spark, stores, options=options).where(query.condition())
+    opts = replace(options or ReadOptions(), keys=query.keys)  # read only records holding one of the keys
+    df = read_commitlog(spark, stores, columns=query.columns(), options=opts).where(query.condition())
     df = df.orderBy("store", "commitLogOffset")
     return df.limit(limit) if limit is not None else df
 

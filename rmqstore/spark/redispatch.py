@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 from pyspark.sql import SparkSession
 
-from .. import columnar
-from ..commitlog import decode_record
 from ..dispatch import Dispatcher, DispatchStats
 from ..errors import CorruptData
 from ..layout import Segment, StoreConfig
 from ..store import Store, map_file
+from . import codec as columnar  # the columnar decoder, through the package's one import of the codecs
 from .session import spark_session
 
 
@@ -102,7 +101,7 @@ def walk_files(segs: list[Segment], cfg: StoreConfig, from_phy: int, batch: int 
             error = None
             if reason == "invalid":
                 try:
-                    decode_record(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=size)
+                    columnar.decode_record(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=size)
                     error = str(CorruptData("invalid record", path=seg.path, pos=stop_pos))
                 except CorruptData as e:
                     error = str(e)

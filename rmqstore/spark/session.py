@@ -1,27 +1,50 @@
-"""The SparkSession the jobs run in: local mode by default, a cluster with ``master="spark://..."``.
+"""The SparkSession the jobs run in: embedded (``local[*]``) by default, or a cluster.
 
-Local mode must work out of the box: the driver binds to the loopback address
-(``SPARK_LOCAL_IP=127.0.0.1``) and the Python workers run this interpreter. On a cluster the
-stores must be visible to every executor under the same path (a shared filesystem) and rmqstore
-must be installed in the executors' Python.
+Local mode works out of the box: the driver binds to the loopback address
+(``SPARK_LOCAL_IP=127.0.0.1``) and the Python workers run this interpreter.
+
+On a cluster (``spark://HOST:PORT``, ``yarn``, ``k8s://https://HOST:PORT``) nothing needs to be
+set by hand either:
+
+* the master is checked before the JVM starts (port reachable, Hadoop configuration for YARN,
+  container image for Kubernetes), so a wrong setting is one line, not a minute of retries;
+* the driver binds to the address it reaches the master from, unless ``spark.driver.host`` is set;
+* rmqstore itself is shipped to the executors: a zip of the installed package, built on the fly
+  and added with ``addPyFile``; numpy and pyarrow must be installed in the executors' Python
+  (``executor_python``, default ``python3`` on the workers), which a first tiny job checks,
+  naming what is missing there; the same job checks that the stores are visible on the executors;
+* ``spark.task.maxFailures`` defaults to 1: the reader is deterministic, so a failed task is
+  reported at once instead of after three retries hiding the reason.
+
+The stores must be on a filesystem every executor mounts under the same path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
-from ..errors import MissingExtra
+from ..errors import MissingExtra, RmqstoreError
 from .source import register
 
 DEFAULT_MASTER = "local[*]"
+CONNECT_TIMEOUT_S = 5.0
+EXECUTOR_WAIT_S = 120.0  # how long a cluster may take to give the application its first executor
+_LOCAL = re.compile(r"local(\[(\d+|\*)(,\s*\d+)?\])?")
+_MASTER_FORMS = "local[*], local[N], spark://HOST:PORT, yarn or k8s://https://HOST:PORT"
 # Driver log configuration for quiet runs: errors only, on stderr (Spark's default logs INFO/WARN lines).
 _QUIET_LOG4J2 = """\
 rootLogger.level = error
@@ -32,6 +55,12 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
 """
+
+
+class SparkSetupError(RmqstoreError):
+    """The Spark master, the executors or a job cannot do what is asked (exit 1)."""
+
+    exit_code = 1
 
 
 def _quiet_logging() -> dict[str, str]:
@@ -69,12 +98,110 @@ def check_java() -> str:
     return java
 
 
-def prepare_environment(master: str) -> None:
-    """Set what local mode needs unless the user set it already."""
-    if master.startswith("local"):
+def is_local(master: str) -> bool:
+    return bool(_LOCAL.fullmatch(master.strip()))
+
+
+def _reach(host: str, port: int, what: str) -> str:
+    """Connect to ``host:port``; the local address used (the driver's address towards it)."""
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as s:
+            return str(s.getsockname()[0])
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise SparkSetupError(f"{what} is unreachable at {host}:{port}: {reason}") from None
+
+
+def _host_port(text: str, default_port: int, master: str) -> tuple[str, int]:
+    parts = urlsplit(f"//{text}")
+    try:
+        port = parts.port or default_port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise SparkSetupError(f"Spark master {master!r}: {text!r} is not HOST:PORT")
+    return parts.hostname, port
+
+
+def check_master(master: str, conf: Mapping[str, str]) -> str | None:
+    """Fail fast (SparkSetupError) when ``master`` cannot work; the driver's address towards it."""
+    m = master.strip()
+    if is_local(m):
+        return None
+    if m.startswith("spark://"):
+        errors = []
+        for hp in m[len("spark://") :].split(","):  # standby masters: one reachable is enough
+            host, port = _host_port(hp, 7077, m)
+            try:
+                return _reach(host, port, f"Spark master {m}")
+            except SparkSetupError as e:
+                errors.append(str(e))
+        raise SparkSetupError("; ".join(errors))
+    if m == "yarn":
+        if not any(os.environ.get(v) for v in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")):
+            raise SparkSetupError(
+                "--master yarn needs HADOOP_CONF_DIR or YARN_CONF_DIR set to the cluster's Hadoop configuration"
+            )
+        return None
+    if m.startswith("k8s://"):
+        api = m[len("k8s://") :]
+        api = api if "://" in api else f"https://{api}"
+        u = urlsplit(api)
+        host, port = _host_port(u.netloc, 443 if u.scheme == "https" else 80, m)
+        if not conf.get("spark.kubernetes.container.image"):
+            raise SparkSetupError(
+                "--master k8s:// needs --conf spark.kubernetes.container.image=IMAGE "
+                "(an image with Spark, Python 3, numpy and pyarrow)"
+            )
+        return _reach(host, port, "Kubernetes API server")
+    raise SparkSetupError(f"unknown Spark master URL {master!r}; use {_MASTER_FORMS}")
+
+
+def package_zip() -> Path:
+    """A zip of the installed rmqstore package (its ``.py`` files) for the executors' ``sys.path``.
+
+    Built in the temp directory under a name holding a hash of the contents, so a running
+    application never sees its zip change and an unchanged package is zipped once.
+    """
+    import rmqstore
+
+    root = Path(rmqstore.__file__).resolve().parent
+    files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".typed") and "__pycache__" not in p.parts)
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    out = Path(tempfile.gettempdir()) / f"rmqstore-{h.hexdigest()[:16]}.zip"
+    if not out.exists():
+        tmp = out.with_name(f".{out.name}.{os.getpid()}")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in files:
+                z.write(p, f"rmqstore/{p.relative_to(root)}")
+        os.replace(tmp, out)
+    return out
+
+
+def prepare_environment(master: str, executor_python: str | None) -> None:
+    """Set what the Python side needs before the JVM starts, unless the user set it already.
+
+    PySpark takes the executors' interpreter from PYSPARK_PYTHON when the context starts; locally
+    that is this interpreter, on a cluster the workers' ``python3`` unless ``executor_python``.
+    """
+    if executor_python:
+        os.environ["PYSPARK_PYTHON"] = executor_python
+    if is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def cluster_settings(master: str, driver_host: str | None, conf: Mapping[str, str]) -> dict[str, str]:
+    """Defaults for a non-local master: where the driver listens, and no silent task retries."""
+    out: dict[str, str] = {"spark.task.maxFailures": "1"}
+    if driver_host and "spark.driver.host" not in conf and not os.environ.get("SPARK_LOCAL_IP"):
+        out["spark.driver.host"] = driver_host
+        out["spark.driver.bindAddress"] = driver_host
+    return out
 
 
 def get_session(
@@ -83,40 +210,151 @@ def get_session(
     app_name: str = "rmqstore",
     conf: dict[str, str] | None = None,
     quiet: bool = True,
+    executor_python: str | None = None,
+    stores: Sequence[str] = (),
 ) -> SparkSession:
     """A running session with the rmqstore data sources registered.
 
     An active session (a notebook's, a test's) is reused as it is; otherwise one is started on
-    ``master`` (default ``local[*]``).
+    ``master`` (default ``local[*]``) after the checks above. ``stores`` are checked for
+    visibility on the executors of a cluster.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
         register(active)
         return active
-    master = master or DEFAULT_MASTER
+    master = (master or DEFAULT_MASTER).strip()
+    user = dict(conf or {})
     check_java()
-    prepare_environment(master)
+    driver_host = check_master(master, user)
+    prepare_environment(master, executor_python)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
-    if quiet and master.startswith("local"):  # a cluster keeps its own driver options
+    settings["spark.sql.python.filterPushdown.enabled"] = "true"
+    if not is_local(master):
+        settings.update(cluster_settings(master, driver_host, user))
+    if quiet:
         settings.update(_quiet_logging())
-    settings.update(conf or {})
+    settings.update(user)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    if quiet:
-        spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # the JVM refused the settings or the master
+        raise SparkSetupError(f"Spark did not start on {master}: {root_cause(e)}") from None
+    try:
+        if quiet:
+            spark.sparkContext.setLogLevel("ERROR")
+        if not is_local(master):
+            spark.sparkContext.addPyFile(str(package_zip()))  # before register: sources capture the includes
+            check_executors(spark, master, stores)
+        register(spark)
+    except BaseException:
+        spark.stop()
+        raise
     return spark
 
 
 @contextlib.contextmanager
-def spark_session(master: str | None = None, **kw: object) -> Iterator[SparkSession]:
-    """A session for one job: stopped afterwards unless it was already running."""
+def spark_session(master: str | None = None, **kw: Any) -> Iterator[SparkSession]:
+    """A session for one job: stopped afterwards unless it was already running.
+
+    A failed Spark job becomes one SparkSetupError line with the executor's reason.
+    """
     had = SparkSession.getActiveSession() is not None
-    spark = get_session(master, **kw)  # type: ignore[arg-type]
+    spark = get_session(master, **kw)
     try:
         yield spark
+    except RmqstoreError:
+        raise
+    except Exception as e:
+        if type(e).__module__.split(".")[0] not in ("py4j", "pyspark"):
+            raise
+        raise SparkSetupError(f"Spark job failed: {root_cause(e)}") from None
     finally:
         if not had:
             spark.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Executors
+
+
+_PROBE = """
+def probe(stores):
+    import importlib, os, socket, sys
+    missing = []
+    for name in ("numpy", "pyarrow", "rmqstore"):
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            missing.append(f"{name} ({type(e).__name__}: {e})")
+    unseen = [s for s in stores if not os.path.isdir(s)]
+    return [(socket.gethostname(), sys.executable, missing, unseen)]
+"""
+
+
+def _probe_function() -> Any:
+    """The executor check, as a function pickled by value (the executor cannot import rmqstore yet
+    when the check runs, so it must not refer to this module)."""
+    ns: dict[str, Any] = {"__name__": "rmqstore_executor_probe"}
+    exec(compile(_PROBE, "<rmqstore executor check>", "exec"), ns)  # noqa: S102  # constant source above
+    return ns["probe"]
+
+
+def wait_for_executors(spark: SparkSession, master: str, timeout: float = EXECUTOR_WAIT_S) -> None:
+    import time
+
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()  # type: ignore[union-attr]
+    deadline = time.monotonic() + timeout
+    while status.size() <= 1:  # the driver's own block manager is in it
+        if time.monotonic() > deadline:
+            raise SparkSetupError(
+                f"no executor joined the application on {master} within {timeout:.0f} s "
+                "(are workers running, with free cores and enough memory for spark.executor.memory?)"
+            )
+        time.sleep(0.2)
+        status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()  # type: ignore[union-attr]
+
+
+def check_executors(spark: SparkSession, master: str, stores: Sequence[str] = ()) -> None:
+    """Run one tiny task: numpy, pyarrow and the shipped rmqstore import, and the stores exist."""
+    wait_for_executors(spark, master)
+    sc = spark.sparkContext
+    probe = _probe_function()
+    roots = [str(Path(s).resolve()) for s in stores]
+    try:
+        host, python, missing, unseen = sc.parallelize([0], 1).mapPartitions(lambda _: probe(roots)).collect()[0]
+    except Exception as e:
+        raise SparkSetupError(f"the executors' Python cannot run rmqstore: {root_cause(e)}") from None
+    if missing:
+        raise SparkSetupError(
+            f"the executors' Python ({python} on {host}) cannot import {'; '.join(missing)}: install numpy and "
+            "pyarrow there (rmqstore itself is shipped), or choose another interpreter with --executor-python"
+        )
+    if unseen:
+        raise SparkSetupError(
+            f"store {unseen[0]} is not visible on executor host {host}: the stores must be on a filesystem "
+            "every executor mounts under the same path"
+        )
+
+
+_CAUSES = (
+    re.compile(r"(ModuleNotFoundError: No module named '[^']+')"),
+    re.compile(r"^\s*(rmqstore\.errors\.\w+: .+)$", re.M),
+    re.compile(r"^\s*(rmqstore\.spark\.session\.\w+: .+)$", re.M),
+    re.compile(r"(Cannot run program \"[^\"]+\"[^\n]*)"),
+    re.compile(r"^(?:\s*\w+(?:\.\w+)*(?:Error|Exception): )+(.+)$", re.M),
+)
+
+
+def root_cause(e: BaseException) -> str:
+    """One line out of a Spark or Python worker failure (Java stack traces and Python tracebacks)."""
+    text = str(e)
+    for pat in _CAUSES:
+        found = pat.findall(text)
+        if found:
+            line = found[-1] if pat is _CAUSES[-1] else found[0]
+            return " ".join(str(line).split())[:400]
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    return first[:400]

@@ -1,18 +1,27 @@
 """PySpark Python data sources over store files: commit log records (§3) and consume queue entries (§4.1).
 
 ``spark.read.format("rocketmq").load("/data/broker-*/store")`` gives one row per commit log
-record, decoded by :func:`rmqstore.commitlog.decode_record`; ``rocketmq_consumequeue`` gives one
-row per consume queue entry. Options (both sources):
+record, decoded column-wise by :mod:`rmqstore.spark.reader` (equal to the record codec's
+``decode_record``); ``rocketmq_consumequeue`` gives one row per consume queue entry. Options:
 
 * ``path`` / ``load(...)``: store roots; a comma list and shell globs are accepted.
-* ``splitSize``: bytes of a commit log file per partition (``128m``, ``1g``, plain bytes; default
-  128 MiB, so a 1 GiB file is read by 8 tasks); ``partitionsPerFile`` instead splits every
-  file into that many equal ranges. For consume queues: bytes of queue files per partition.
+* ``splitSize``: bytes of commit log per partition (``128m``, ``1g``, plain bytes; default
+  128 MiB, so a 1 GiB file is read by 8 tasks); smaller files and file ends are packed into one
+  partition up to that size, each counting ``openCost`` bytes (default 4m) more.
+  ``partitionsPerFile`` instead splits every file into that many equal ranges, one per task.
+  For consume queues: bytes of queue files per partition.
 * ``verifyCrc`` (``true``/``false``, default false): a record whose body CRC does not match is
-  treated as damage (as recovery with checkCRCOnRecover does) instead of being returned with
-  ``crcOk = false``.
+  treated as damage (as recovery with checkCRCOnRecover does).
+* ``crcOk`` (default false): add the ``crcOk`` column (the body CRC checked) to the default
+  schema; a schema given with ``.schema(...)`` that names it gets it too.
+* ``keys``: a JSON list; only records with one of them as a KEYS token or UNIQ_KEY are read.
 * ``brokerVersion``: whose property parser to follow (default: the store's broker.conf, else 4.4.0).
-* ``batchSize``: rows per Arrow record batch (default 8192).
+* ``batchSize``: rows per Arrow record batch (default 32768).
+
+Filters on ``topic``, ``queueId`` (equality, IN), ``storeTimestamp`` and ``commitLogOffset``
+(comparisons) are pushed down: rows are dropped from the header fields before bodies and
+properties are cut, and a commit log offset range leaves whole files and ranges unread.
+Only the columns of the schema are built (``read_commitlog(columns=...)`` gives a narrow one).
 
 Splits: a partition is ``(file, [start, end))``. Its reader looks from ``start`` for the first
 position ``p`` where a record decodes and its stored PHYSICALOFFSET equals file start + ``p``
@@ -30,20 +39,30 @@ first invalid one. On an undamaged store both are the same records.
 
 from __future__ import annotations
 
-import gc
 import glob
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -57,26 +76,18 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..commitlog import (
-    MAGIC_V1,
-    MAGIC_V2,
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
-    Record,
-    body_crc,
-    decode_record,
-    host_str,
-)
 from ..consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
-from ..errors import CorruptData, InputError, StoreNotFound
+from ..errors import InputError, StoreNotFound
 from ..layout import list_segments
 from ..store import map_file, open_store
+from .codec import MAGIC_V1, MAGIC_V2
+from .reader import CHUNK, COLUMNS, RowFilter, SplitContext, chunk_batch, row_function, valid_chunks
 
 COMMITLOG_SOURCE = "rocketmq"
 CONSUMEQUEUE_SOURCE = "rocketmq_consumequeue"
 DEFAULT_SPLIT_SIZE = 128 << 20
-DEFAULT_BATCH_SIZE = 8192
+DEFAULT_BATCH_SIZE = 1 << 15  # rows per Arrow batch (at most)
+DEFAULT_OPEN_COST = 4 << 20  # what opening a file counts in split packing (as spark.sql.files.openCostInBytes)
 # Magic codes as they appear on disk (big-endian), to find record candidates with a byte search.
 _MAGIC_BYTES = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
 
@@ -111,6 +122,12 @@ COMMITLOG_SCHEMA = StructType(
         StructField("crcOk", BooleanType(), False),
     ]
 )
+
+
+def commitlog_schema(*, crc_ok: bool = False) -> StructType:
+    """The source's default columns: ``crcOk`` (a CRC of every body) only when asked for."""
+    return COMMITLOG_SCHEMA if crc_ok else StructType([f for f in COMMITLOG_SCHEMA.fields if f.name != "crcOk"])
+
 
 CONSUMEQUEUE_SCHEMA = StructType(
     [
@@ -218,30 +235,31 @@ def resolve_stores(patterns: Sequence[str], *, broker: str | None = None) -> lis
 
 
 class CommitLogSplit(InputPartition):
-    """Records starting in ``[start, end)`` of one commit log file."""
+    """Records starting in byte ranges of commit log files: one piece per range, read in order.
 
-    def __init__(
-        self,
-        store: str,
-        broker_name: str | None,
-        path: str,
-        base: int,
-        start: int,
-        end: int,
-        broker: str,
-        check_crc: bool,
-        batch_size: int,
-    ) -> None:
-        super().__init__((path, start, end))
-        self.store = store
-        self.broker_name = broker_name
-        self.path = path
-        self.base = base
-        self.start = start
-        self.end = end
-        self.broker = broker
+    A large file gives one piece per ``splitSize`` bytes; small files (and the last pieces of
+    files) are packed into one split up to ``splitSize``, each counting ``openCost`` bytes more.
+    """
+
+    def __init__(self, pieces: tuple[Piece, ...], check_crc: bool, batch_size: int, flt: RowFilter) -> None:
+        super().__init__(tuple((p.path, p.start, p.end) for p in pieces))
+        self.pieces = pieces
         self.check_crc = check_crc
         self.batch_size = batch_size
+        self.filter = flt
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """``[start, end)`` of one commit log file of a store."""
+
+    store: str
+    broker_name: str | None
+    path: str
+    base: int
+    start: int
+    end: int
+    broker: str
 
 
 def plan_splits(size: int, *, split_size: int | None = None, per_file: int | None = None) -> list[tuple[int, int]]:
@@ -255,190 +273,207 @@ def plan_splits(size: int, *, split_size: int | None = None, per_file: int | Non
     return [(s, min(size, s + step)) for s in range(0, size, step)]
 
 
-def resync(buf: Any, start: int, end: int, valid: Callable[[int], bool]) -> int | None:
-    """The first position ``p`` in ``[start, end)`` with the V1 or V2 magic at ``p + 4`` and ``valid(p)``."""
-    hi = end + 7  # the magic of a record starting at end - 1 ends at end + 7
-    lo = start + 4
-    nxt = [buf.find(m, lo, hi) for m in _MAGIC_BYTES]
-    while True:
-        live = [i for i in nxt if i >= 0]
-        if not live:
-            return None
-        idx = min(live)
-        p = idx - 4
-        if p >= end:
-            return None
-        if valid(p):
-            return p
-        for k, m in enumerate(_MAGIC_BYTES):
-            if nxt[k] == idx:
-                nxt[k] = buf.find(m, idx + 1, hi)
+def pack_pieces(pieces: Sequence[Piece], split_size: int, open_cost: int) -> list[tuple[Piece, ...]]:
+    """Consecutive pieces grouped into splits of at most ``split_size`` bytes (a piece counts its
+    length plus ``open_cost``), as Spark's file sources pack small files; a piece is never cut."""
+    out: list[tuple[Piece, ...]] = []
+    group: list[Piece] = []
+    used = 0
+    for p in pieces:
+        cost = p.end - p.start + open_cost
+        if group and used + cost > split_size:
+            out.append(tuple(group))
+            group, used = [], 0
+        group.append(p)
+        used += cost
+    if group:
+        out.append(tuple(group))
+    return out
 
 
-def iter_split_records(
-    buf: Any,
+def plan_commitlog(
+    stores: Sequence[StoreInfo],
     *,
-    path: str,
-    base: int,
-    start: int,
-    end: int,
-    check_crc: bool = False,
-    broker: str = "4.4.0",
-) -> Iterator[Record]:
-    """Valid records that start in ``[start, end)`` of one file (see the module docstring)."""
-    size = len(buf)
-    end = min(end, size)
-
-    def record_at(p: int) -> Record | None:
-        try:
-            rec = decode_record(buf, p, path=path, file_from=base, check_crc=check_crc, broker=broker)
-        except CorruptData:
-            return None
-        return rec if isinstance(rec, Record) and rec.phy_offset == base + p else None
-
-    def first_from(p: int) -> Record | None:
-        found: list[Record] = []
-
-        def valid(q: int) -> bool:
-            rec = record_at(q)
-            if rec is not None:
-                found.append(rec)
-            return rec is not None
-
-        return found[-1] if resync(buf, p, end, valid) is not None else None
-
-    rec = first_from(start)
-    while rec is not None:
-        yield rec
-        nxt = rec.pos + rec.total_size
-        if nxt >= end or nxt + 8 > size:
-            return  # a record starting at ``end`` or later belongs to the next split
-        rec = record_at(nxt) or first_from(nxt + 1)
+    split_size: int | None = None,
+    per_file: int | None = None,
+    open_cost: int = DEFAULT_OPEN_COST,
+    offsets: tuple[int | None, int | None] = (None, None),
+) -> list[tuple[Piece, ...]]:
+    """The splits of the commit logs of ``stores``; pieces outside the ``offsets`` range are left out
+    (a valid record's stored offset is its file's base plus its position)."""
+    lo, hi = offsets
+    pieces = []
+    for st in stores:
+        for path, base, size in st.commitlog:
+            for start, end in plan_splits(size, split_size=split_size, per_file=per_file):
+                if (hi is not None and base + start > hi) or (lo is not None and base + end <= lo):
+                    continue
+                pieces.append(Piece(st.root, st.broker_name, path, base, start, end, st.broker))
+    if per_file:
+        return [(p,) for p in pieces]
+    return pack_pieces(pieces, split_size or DEFAULT_SPLIT_SIZE, open_cost)
 
 
-def _keys_list(props: dict[str, str]) -> list[str]:
-    raw = props.get(PROP_KEYS)
-    return [k for k in raw.split(" ") if k] if raw else []
+def resync(buf: Any, start: int, end: int, valid: Callable[[int], bool]) -> int | None:
+    """The first position ``p`` in ``[start, end)`` with the V1 or V2 magic at ``p + 4`` and ``valid(p)``.
 
-
-# How each column is taken from a record ``r`` (``p``: its parsed properties, ``s``: the split).
-_COLUMN_EXPR = {
-    "store": "s.store",
-    "brokerName": "s.broker_name",
-    "file": "s.path",
-    "filePos": "r.pos",
-    "commitLogOffset": "r.phy_offset",
-    "storeSize": "r.total_size",
-    "magicCode": "r.magic",
-    "bodyCRC": "r.body_crc",
-    "queueId": "r.queue_id",
-    "flag": "r.flag",
-    "queueOffset": "r.queue_offset",
-    "sysFlag": "r.sys_flag",
-    "bornTimestamp": "r.born_timestamp_ms",
-    "bornHost": "host(r.born_addr, r.born_port)",
-    "storeTimestamp": "r.store_timestamp_ms",
-    "storeHost": "host(r.store_addr, r.store_port)",
-    "reconsumeTimes": "r.reconsume_times",
-    "preparedTransactionOffset": "r.prepared_transaction_offset",
-    "bodyLength": "len(r.body)",
-    "topic": "r.topic",
-    "tags": "p.get(TAGS)",
-    "keys": "keys(p)",
-    "uniqKey": "p.get(UNIQ_KEY)",
-    "properties": "list(p.items())",
-    "body": "r.body",
-    "msgId": "r.msg_id",
-    "crcOk": "crc(r.body) == r.body_crc",
-}
-_NEEDS_PROPS = frozenset({"tags", "keys", "uniqKey", "properties"})
-
-
-def row_function(names: Sequence[str]) -> Callable[[Record, Any, CommitLogSplit], tuple[Any, ...]]:
-    """One compiled function giving the tuple of the columns ``names`` for a record.
-
-    A single expression per record instead of a call per column keeps the row cost near the
-    decoder's; only the columns asked for are computed (properties are parsed only if needed).
+    The bytes are searched in windows growing from 64 KiB, so finding a record near ``start``
+    does not scan the whole range for the magic that is not there.
     """
-    hosts: dict[tuple[bytes, int], str] = {}
+    lo, step = start, 1 << 16
+    while lo < end:
+        hi = min(end, lo + step)
+        at = lo + 4
+        while True:
+            hits = [i for i in (buf.find(m, at, hi + 7) for m in _MAGIC_BYTES) if i >= 0]
+            if not hits:
+                break
+            idx = min(hits)
+            if idx - 4 >= hi:
+                break
+            if valid(idx - 4):
+                return idx - 4
+            at = idx + 1
+        lo, step = hi, step * 2
+    return None
 
-    def host(addr: bytes, port: int) -> str:
-        text = hosts.get((addr, port))
-        if text is None:
-            text = hosts[(addr, port)] = host_str(addr, port)
-        return text
 
-    body = ", ".join(_COLUMN_EXPR[n] for n in names)
-    env = {"host": host, "keys": _keys_list, "crc": body_crc, "TAGS": PROP_TAGS, "UNIQ_KEY": PROP_UNIQ_KEY}
-    return eval(f"lambda r, p, s: ({body},)", env)  # type: ignore[no-any-return]  # from the constants above only
+def read_piece_batches(
+    piece: Piece, schema: pa.Schema, *, check_crc: bool = False, flt: RowFilter | None = None, chunk: int = CHUNK
+) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of the valid records starting in one piece, with the columns of ``schema``."""
+    with map_file(Path(piece.path)) as buf:
+        if len(buf):
+            yield from buffer_batches(buf, piece, schema, check_crc=check_crc, flt=flt, chunk=chunk)
+
+
+def buffer_batches(
+    buf: Any,
+    piece: Piece,
+    schema: pa.Schema,
+    *,
+    check_crc: bool = False,
+    flt: RowFilter | None = None,
+    chunk: int = CHUNK,
+    row_fn: Callable[..., tuple[Any, ...]] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """``read_piece_batches`` over the file's bytes ``buf`` (mapped or in memory)."""
+    flt = flt or RowFilter()
+    row_fn = row_fn or row_function(schema.names)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    ctx = SplitContext(piece.store, piece.broker_name, piece.path, piece.base, piece.broker, buf, u8, pa.py_buffer(buf))
+    try:
+        for arrs, slow in valid_chunks(ctx, piece.start, piece.end, check_crc=check_crc, chunk=chunk):
+            batch = chunk_batch(ctx, arrs, slow, schema, flt, row_fn)
+            if batch is not None and batch.num_rows:
+                yield batch
+    finally:
+        del ctx, u8  # release the views so the map can close
 
 
 def read_split_batches(split: CommitLogSplit, schema: StructType) -> Iterator[pa.RecordBatch]:
     """Arrow record batches of the records of one split, with the columns of ``schema``."""
     names = schema.fieldNames()
-    unknown = [n for n in names if n not in COMMITLOG_SCHEMA.fieldNames()]
+    unknown = [n for n in names if n not in COLUMNS]
     if unknown:
         raise InputError(f"unknown column(s) {unknown} for the {COMMITLOG_SOURCE} source")
     pa_schema = to_arrow_schema(schema, timezone="UTC")
-    row = row_function(names)
-    need_props = bool(_NEEDS_PROPS.intersection(names))
-    rows: list[tuple[Any, ...]] = []
-
-    def flush() -> pa.RecordBatch:
-        columns = list(zip(*rows, strict=True))
-        rows.clear()
-        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, pa_schema, strict=True)]
-        return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
-
-    # Rows hold no reference cycles; the cyclic collector would only rescan them (a third of the time).
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    try:
-        with map_file(Path(split.path)) as buf:
-            for rec in iter_split_records(
-                buf,
-                path=split.path,
-                base=split.base,
-                start=split.start,
-                end=split.end,
-                check_crc=split.check_crc,
-                broker=split.broker,
-            ):
-                rows.append(row(rec, rec.properties if need_props else None, split))
-                if len(rows) == split.batch_size:
-                    yield flush()
-        if rows:
-            yield flush()
-    finally:
-        if gc_was_on:
-            gc.enable()
+    chunk = max(1024, min(split.batch_size, 1 << 20))
+    for piece in split.pieces:
+        yield from read_piece_batches(piece, pa_schema, check_crc=split.check_crc, flt=split.filter, chunk=chunk)
 
 
 def _options(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): v for k, v in options.items()}
 
 
+def _tighten(bounds: tuple[int | None, int | None], f: Filter) -> tuple[int | None, int | None]:
+    """Inclusive bounds narrowed by one comparison filter."""
+    lo, hi = bounds
+    v = f.value  # type: ignore[attr-defined]
+    if isinstance(f, EqualTo):
+        lo, hi = v if lo is None else max(lo, v), v if hi is None else min(hi, v)
+    elif isinstance(f, GreaterThan):
+        lo = v + 1 if lo is None else max(lo, v + 1)
+    elif isinstance(f, GreaterThanOrEqual):
+        lo = v if lo is None else max(lo, v)
+    elif isinstance(f, LessThan):
+        hi = v - 1 if hi is None else min(hi, v - 1)
+    elif isinstance(f, LessThanOrEqual):
+        hi = v if hi is None else min(hi, v)
+    return lo, hi
+
+
+def _values(f: Filter) -> frozenset[Any] | None:
+    if isinstance(f, EqualTo):
+        return frozenset([f.value])
+    if isinstance(f, In):
+        return frozenset(v for v in f.value if v is not None)
+    return None
+
+
+def push_filters(flt: RowFilter, filters: Sequence[Filter]) -> RowFilter:
+    """``flt`` narrowed by the filters the reader can apply itself (topic, queueId, storeTimestamp,
+    commitLogOffset); any other filter is left to Spark."""
+    ranged = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+    topics, qids, ts, offs = flt.topics, flt.queue_ids, flt.store_ts, flt.offsets
+    for f in filters:
+        col = f.attribute if hasattr(f, "attribute") else ()
+        if col in (("topic",), ("queueId",)):
+            vals = _values(f)
+            if vals is not None and col == ("topic",) and all(isinstance(v, str) for v in vals):
+                topics = vals if topics is None else topics & vals
+            elif vals is not None and col == ("queueId",) and all(isinstance(v, int) for v in vals):
+                qids = vals if qids is None else qids & vals
+        elif col in (("storeTimestamp",), ("commitLogOffset",)) and isinstance(f, ranged):
+            if isinstance(f.value, int) and not isinstance(f.value, bool):  # type: ignore[attr-defined]
+                if col == ("storeTimestamp",):
+                    ts = _tighten(ts, f)
+                else:
+                    offs = _tighten(offs, f)
+    return replace(flt, topics=topics, queue_ids=qids, store_ts=ts, offsets=offs)
+
+
+def option_filter(o: Mapping[str, str]) -> RowFilter:
+    """The ``keys`` option (a JSON list): only records with one of them as a KEYS token or UNIQ_KEY."""
+    raw = o.get("keys")
+    if not raw:
+        return RowFilter()
+    try:
+        keys = json.loads(raw)
+    except ValueError:
+        keys = [k for k in str(raw).split(",") if k]
+    if not isinstance(keys, list):
+        keys = [keys]
+    return RowFilter(keys=frozenset(str(k) for k in keys))
+
+
 class CommitLogReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = _options(options)
         self.schema = schema
+        self.filter = option_filter(self.options)
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802  # PySpark's name
+        """Apply topic, queue id, time and offset conditions while reading (before bodies are cut,
+        and to leave out whole files by offset); Spark still checks every filter on the rows."""
+        self.filter = push_filters(self.filter, filters)
+        return filters
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
         split_size = parse_size(o["splitsize"]) if o.get("splitsize") else None
+        open_cost = parse_size(o["opencost"]) if o.get("opencost") else DEFAULT_OPEN_COST
         per_file = int(o["partitionsperfile"]) if o.get("partitionsperfile") else None
         if per_file is not None and per_file <= 0:
             raise InputError(f"partitionsPerFile must be positive, got {per_file}")
         check_crc = _bool(o.get("verifycrc"))
         batch = int(o.get("batchsize") or DEFAULT_BATCH_SIZE)
         stores = resolve_stores(option_paths(o), broker=o.get("brokerversion"))
-        parts: list[InputPartition] = []
-        for st in stores:
-            for path, base, size in st.commitlog:
-                for start, end in plan_splits(size, split_size=split_size, per_file=per_file):
-                    parts.append(
-                        CommitLogSplit(st.root, st.broker_name, path, base, start, end, st.broker, check_crc, batch)
-                    )
+        groups = plan_commitlog(
+            stores, split_size=split_size, per_file=per_file, open_cost=open_cost, offsets=self.filter.offsets
+        )
+        parts: list[InputPartition] = [CommitLogSplit(g, check_crc, batch, self.filter) for g in groups]
         return parts or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -455,7 +490,7 @@ class RocketMQDataSource(DataSource):
         return COMMITLOG_SOURCE
 
     def schema(self) -> StructType:
-        return COMMITLOG_SCHEMA
+        return commitlog_schema(crc_ok=_bool(_options(self.options).get("crcok")))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return CommitLogReader(self.options, schema)
@@ -554,5 +589,7 @@ class ConsumeQueueDataSource(DataSource):
 
 def register(spark: Any) -> None:
     """Make ``rocketmq`` and ``rocketmq_consumequeue`` known to ``spark.read.format``."""
+    # the commit log reader takes pushed-down filters; PySpark refuses such a reader unless this is on
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(RocketMQDataSource)
     spark.dataSource.register(ConsumeQueueDataSource)

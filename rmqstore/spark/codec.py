@@ -1,0 +1,55 @@
+"""The one place the Spark package takes the store codecs from (the record codec and the columnar decoder)."""
+
+from __future__ import annotations
+
+from ..columnar import (
+    BATCH,
+    Columns,
+    PropertyItems,
+    RecordArrays,
+    decode_batch,
+    duplicate_name_rows,
+    host_codes_v4,
+    msg_id_hex_v4,
+    named,
+    property_items,
+    record_arrays,
+    split_key_tokens,
+    walk_positions,
+)
+from ..commitlog import (
+    MAGIC_V1,
+    MAGIC_V2,
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    Record,
+    body_crc,
+    decode_record,
+    host_str,
+)
+
+__all__ = [
+    "BATCH",
+    "MAGIC_V1",
+    "MAGIC_V2",
+    "PROP_KEYS",
+    "PROP_TAGS",
+    "PROP_UNIQ_KEY",
+    "Columns",
+    "PropertyItems",
+    "Record",
+    "RecordArrays",
+    "body_crc",
+    "decode_batch",
+    "decode_record",
+    "duplicate_name_rows",
+    "host_codes_v4",
+    "host_str",
+    "msg_id_hex_v4",
+    "named",
+    "property_items",
+    "record_arrays",
+    "split_key_tokens",
+    "walk_positions",
+]
