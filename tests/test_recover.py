@@ -128,7 +128,7 @@ def patch(path: Path, pos: int, data: bytes) -> None:
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    code = "import sys; from commands import main; sys.argv[0] = 'rmqstore'; main()"
+    code = "import sys; from rmqstore.cli import main; sys.argv[0] = 'rmqstore'; main()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=REPO,
