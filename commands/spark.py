@@ -253,8 +253,9 @@ def find_command(
 ) -> None:
     """Find messages by key, tag, property or body text across stores, without the index files.
 
-    Every commit log record of every store is read; different options must all match, the
-    values of one repeated --key, --tag or --topic any. Rows are those of rmqstore dump
+    Every commit log file of every store is walked; keys, topics and the time range are checked
+    on the record headers and property bytes before bodies are read. Different options must all
+    match, the values of one repeated --key, --tag or --topic any. Rows are those of rmqstore dump
     commitlog (RocketMQ field names in json/ndjson/csv) with the store they came from.
     """
     from rmqstore.spark import jobs
