@@ -1,13 +1,14 @@
 """The one output renderer: rows and mappings in every ``--format``, and messages on stderr.
 
 Record bytes are data, never markup or formulas:
-- table: a rich table whose cells are ``Text`` (never parsed as markup), control characters escaped;
+- table: a boxed table drawn by tabulate (which never reads markup), control characters escaped;
 - plain: aligned columns, control characters escaped (``\\n``, ``\\t``, ``\\0``, ``\\xNN``, as text
   bodies show bytes that are not UTF-8), so one row is always one line;
 - csv: RFC 4180 quoting, and a cell that a spreadsheet would run as a formula (a text starting
   with ``=``, ``+``, ``-``, ``@``, tab or carriage return) gets a leading ``'`` (OWASP's advice);
 - json, ndjson: JSON strings, escaped by JSON itself.
-rich is imported only when a table or a progress bar is drawn (a one-shot call starts faster).
+tabulate draws the terminal table, rich only progress bars; both are imported when first needed, and plain
+output needs neither, so a one-shot call in a script starts fast.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def _numeric_columns(items: list[dict[str, Any]], cols: list[str]) -> list[bool]
 
 
 def _plain_table(items: list[dict[str, Any]], cols: list[str], out: Any) -> None:
+    """Aligned columns for scripts and pipes: no import beyond the standard library (a one-shot call starts fast)."""
     cells = [[text_cell(r.get(c)) for c in cols] for r in items]
     right = _numeric_columns(items, cols)
     widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(cols)]
@@ -116,17 +118,22 @@ def _plain_table(items: list[dict[str, Any]], cols: list[str], out: Any) -> None
         out.write(line(row))
 
 
-def _rich_table(items: list[dict[str, Any]], cols: list[str], title: str | None, out: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+def _boxed_table(items: list[dict[str, Any]], cols: list[str], title: str | None, out: Any) -> None:
+    """The terminal table, drawn by tabulate, which never reads markup; cells are escaped text."""
+    import tabulate
 
-    t = Table(title=Text(escape(title)) if title else None, show_lines=False, header_style="bold")
-    for c, right in zip(cols, _numeric_columns(items, cols), strict=True):
-        t.add_column(Text(escape(c)), overflow="fold", justify="right" if right else "left")
-    for row in items:
-        t.add_row(*(Text(text_cell(row.get(c))) for c in cols))
-    Console(file=out, highlight=False, markup=False, emoji=False).print(t)
+    tabulate.PRESERVE_WHITESPACE = True  # a cell shows its data as it is, spaces included
+    align = ["right" if r else "left" for r in _numeric_columns(items, cols)]
+    text = tabulate.tabulate(
+        [[text_cell(r.get(c)) for c in cols] for r in items],
+        headers=[escape(c) for c in cols],
+        tablefmt="rounded_outline",
+        disable_numparse=True,  # "007" is a key, not the number 7
+        colalign=align or None,
+    )
+    if title:
+        out.write(escape(title) + "\n")
+    out.write(text + "\n")
 
 
 def render_rows(
@@ -170,9 +177,9 @@ def render_rows(
         return n
     cols = list(columns) if columns else (list(items[0].keys()) if items else [])
     if fmt is Format.table:
-        _rich_table(items, cols, title, out)
-        return n
-    _plain_table(items, cols, out)
+        _boxed_table(items, cols, title, out)
+    else:
+        _plain_table(items, cols, out)
     return n
 
 
