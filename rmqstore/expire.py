@@ -40,7 +40,7 @@ from .errors import ConfigError, CorruptData, ExpireRunning, InputError, Rmqstor
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
 from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
-from .store import Store, is_zero_header, lock_holder_pid, open_store
+from .store import Store, is_zero_header, lock_holder_pid, locked_error, open_store
 from .timeparse import format_time_ms
 
 # Exit codes of `rmqstore expire` (the project-wide codes plus two of its own).
@@ -780,18 +780,22 @@ def open_for_expire(
     hint = "; a running broker deletes expired files itself (deleteWhen, diskMaxUsedSpaceRatio)"
     with open_store(root, broker_config=broker_config, broker=broker):
         pass  # a store at all (StoreNotFound, UnsupportedStore) before anything is created in it
-    with expire_lock(Path(root), create=not dry_run):
-        try:
-            with open_store(root, broker_config=broker_config, broker=broker, writable=not dry_run) as st:
-                if dry_run:
-                    pid = lock_holder_pid(st.config.lock_path)
-                    if pid is not None:
-                        raise StoreLocked(f"{st.config.lock_path}: held by a running broker (pid {pid}){hint}")
+    if dry_run:  # probes only: a dry run creates nothing in the store
+        with expire_lock(Path(root), create=False), open_store(root, broker_config=broker_config, broker=broker) as st:
+            pid = lock_holder_pid(st.config.lock_path)
+            if pid is not None:
+                raise locked_error(st.config.lock_path, pid, hint)
+            yield st
+        return
+    try:
+        # the broker's lock first: a refused run creates nothing (not even the expire lock)
+        with open_store(root, broker_config=broker_config, broker=broker, writable=True) as st:
+            with expire_lock(Path(root), create=True):
                 yield st
-        except StoreLocked as e:
-            if hint in str(e):
-                raise
-            raise StoreLocked(f"{e}{hint}") from None
+    except StoreLocked as e:
+        if hint in str(e):
+            raise
+        raise StoreLocked(f"{e}{hint}") from None
 
 
 __all__ = [

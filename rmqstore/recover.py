@@ -22,13 +22,11 @@ in the broker's memory only and are recomputed from the files at every start: no
 
 from __future__ import annotations
 
-import datetime as dt
 import errno
-import hashlib
 import json
 import os
+import shlex
 import shutil
-import signal
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -59,9 +57,10 @@ from .commitlog import (
 )
 from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
-from .errors import ChecksumMismatch, CorruptData, InputError, UnsupportedStore
-from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
+from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
+from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
+from .safety import Journal, Quarantine, StepFailed, StepHook, default_quarantine_base
 from .store import Store, map_file
 
 JOURNAL_NAME = "recover.journal.json"
@@ -74,9 +73,6 @@ _HEAD = struct.Struct(">ii")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
-# Test-only: SIGKILL this process after (or in the middle of) the step with this number.
-KILL_AFTER_ENV = "RMQSTORE_TEST_KILL_AFTER_STEP"
-KILL_IN_ENV = "RMQSTORE_TEST_KILL_IN_STEP"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1036,11 +1032,9 @@ def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
 
 def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
     """What the broker's shutdown flush leaves: the three timestamps over the old page (§6)."""
-    page = bytearray(before if before is not None else bytes(cpmod.FILE_SIZE))
-    struct.pack_into(
-        ">qqq", page, 0, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
+    return cpmod.encode_timestamps(
+        before, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
     )
-    return bytes(page)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1048,10 +1042,8 @@ def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
 
 
 def default_quarantine(root: Path, now_ms: int) -> Path:
-    """``<store parent>/<store name>.quarantine/<UTC time>-recover``."""
-    t = dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC)
-    r = Path(root).resolve()
-    return r.parent / f"{r.name}.quarantine" / (t.strftime("%Y%m%dT%H%M%S") + f"{now_ms % 1000:03d}Z-recover")
+    """``<store parent>/<store name>.quarantine``; each run gets a fresh ``recover-<UTC time>`` folder inside."""
+    return default_quarantine_base(root)
 
 
 def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
@@ -1600,39 +1592,10 @@ def pending_plan(root: Path) -> RecoverPlan | None:
         raise CorruptData(
             f"recover journal unreadable ({e}); remove it only if no recovery is half done", path=p, pos=0
         ) from None
-    if data.get("format") != JOURNAL_FORMAT:
-        raise CorruptData(f"recover journal format {data.get('format')!r} is not {JOURNAL_FORMAT}", path=p, pos=0)
+    if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT:
+        fmt = data.get("format") if isinstance(data, dict) else None
+        raise CorruptData(f"recover journal format {fmt!r} is not {JOURNAL_FORMAT}", path=p, pos=0)
     return RecoverPlan.from_json(data["plan"])
-
-
-class _Journal:
-    def __init__(self, path: Path, data: dict[str, Any]):
-        self.path = path
-        self.data = data
-
-    @property
-    def state(self) -> dict[str, Any]:
-        return self.data["state"]
-
-    def done(self, step: str) -> bool:
-        return step in self.data["done"]
-
-    def mark(self, step: str) -> None:
-        self.data["done"].append(step)
-        self.save()
-
-    def set(self, **kw: Any) -> None:
-        self.state.update(kw)
-        self.save()
-
-    def save(self) -> None:
-        atomic_write(self.path, json.dumps(self.data, indent=1).encode())
-
-
-def _maybe_kill(env: str, n: int) -> None:
-    """Test hook: SIGKILL ourselves at step ``n`` (see KILL_AFTER_ENV / KILL_IN_ENV)."""
-    if os.environ.get(env) == str(n):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -1644,6 +1607,8 @@ class RecoverResult:
     rebuild: dict[str, Any] | None = None
     checkpoint: dict[str, int] | None = None
     quarantine_dir: str | None = None
+
+    exit_code = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -1663,10 +1628,14 @@ def apply_recover(
     *,
     clock: Callable[[], int] | None = None,
     progress: Callable[[int], None] | None = None,
+    on_step: StepHook | None = None,
 ) -> RecoverResult:
     """Carry out ``plan`` on a store opened writable; resumes the journal of an interrupted run.
 
     ``clock`` (epoch ms) names index files the re-dispatch creates, as the broker's clock does.
+    ``on_step`` is called with ``recover:<step>`` after each step is durable (and with
+    ``recover:<step>#1`` once inside the long steps). A step that fails leaves the journal, with
+    the failure recorded, so the next run finishes once the obstacle is gone.
     """
     root = Path(st.root)
     if not st.writable:
@@ -1674,45 +1643,32 @@ def apply_recover(
     if Path(plan.root).resolve() != root.resolve():
         raise InputError(f"the plan is for {plan.root}, not {root}")
     jp = journal_path(root)
-    resumed = jp.exists()
-    if resumed:
-        data = json.loads(jp.read_text())
-        if data["plan"] != plan.to_json():
+    journal = Journal.load(jp, on_step)
+    resumed = journal is not None
+    if journal is not None:
+        if journal.data.get("plan") != plan.to_json():
             raise InputError(f"{jp}: an interrupted recovery with another plan is pending; resume that one first")
     else:
-        data = {"format": JOURNAL_FORMAT, "plan": plan.to_json(), "done": [], "state": {}}
-    journal = _Journal(jp, data)
+        journal = Journal(jp, {"format": JOURNAL_FORMAT, "operation": "recover", "plan": plan.to_json()}, on_step)
     steps = plan.steps()
     if not steps:
         return RecoverResult(plan, False, [])
-    jp.parent.mkdir(parents=True, exist_ok=True)
     journal.save()
-    qdir = Path(plan.quarantine_dir) if plan.quarantine_dir else None
-    for n, step in enumerate(steps, 1):
+    hook = journal.hook
+    for step in steps:
         if journal.done(step):
             continue
-        if step == "quarantine":
-            assert qdir is not None
-            _step_quarantine(st, plan, qdir, n)
-        elif step in ("cq-recover", "index-delete", "commitlog-truncate"):
-            _step_remove(st, plan, step, n)
-        elif step == "cq-truncate":
-            _step_cq_truncate(st, plan, n)
-        elif step == "dispatch":
-            _step_dispatch(st, plan, journal, n, clock, progress)
-        elif step == "rebuild":
-            _step_rebuild(st, plan, journal, n, clock, progress)
-        elif step == "swap":
-            _step_swap(st, plan, journal, qdir)
-        elif step == "checkpoint":
-            journal.set(checkpoint=_step_checkpoint(st, plan, journal))
-        elif step == "abort":
-            if _unlink(st.config.abort_path):
-                fsync_dir(st.config.abort_path.parent)
+        try:
+            _run_step(st, plan, journal, step, clock, progress)
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                raise
+            journal.fail(step, e)
+            raise _stopped(root, step, e) from None
         journal.mark(step)
-        _maybe_kill(KILL_AFTER_ENV, n)
     state = dict(journal.state)
     _finish(root)
+    hook("recover:finished")
     return RecoverResult(
         plan,
         resumed,
@@ -1720,8 +1676,47 @@ def apply_recover(
         state.get("dispatch"),
         state.get("rebuild"),
         state.get("checkpoint"),
-        plan.quarantine_dir,
+        state.get("quarantine"),
     )
+
+
+def _stopped(root: Path, step: str, e: Exception) -> RmqstoreError:
+    """The error of a failed step, saying that the journal lets a re-run finish."""
+    base: RmqstoreError = from_os_error(e) if isinstance(e, OSError) else e  # type: ignore[assignment]
+    if not isinstance(base, RmqstoreError):
+        base = RmqstoreError(f"{type(e).__name__}: {e}")
+    return StepFailed(
+        f"recover stopped at step {step}: {base}; the steps before it are done and journaled: remove the "
+        f"obstacle and run `rmqstore recover {shlex.quote(str(root))}` again to finish",
+        exit_code=base.exit_code,
+    )
+
+
+def _run_step(
+    st: Store,
+    plan: RecoverPlan,
+    journal: Journal,
+    step: str,
+    clock: Callable[[], int] | None,
+    progress: Callable[[int], None] | None,
+) -> None:
+    if step == "quarantine":
+        _step_quarantine(st, plan, journal)
+    elif step in ("cq-recover", "index-delete", "commitlog-truncate"):
+        _step_remove(st, plan, step, journal.hook)
+    elif step == "cq-truncate":
+        _step_cq_truncate(st, plan, journal.hook)
+    elif step == "dispatch":
+        _step_dispatch(st, plan, journal, clock, progress)
+    elif step == "rebuild":
+        _step_rebuild(st, plan, journal, clock, progress)
+    elif step == "swap":
+        _step_swap(st, plan, journal)
+    elif step == "checkpoint":
+        journal.set(checkpoint=_step_checkpoint(st, plan, journal))
+    elif step == "abort":
+        if _unlink(st.config.abort_path):
+            fsync_dir(st.config.abort_path.parent)
 
 
 def _finish(root: Path) -> None:
@@ -1736,128 +1731,58 @@ def _finish(root: Path) -> None:
     fsync_dir(root)
 
 
-def _safe_rel(rel: str) -> str:
-    return rel.lstrip("/") if rel.startswith("/") else rel
+def _run_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> Quarantine | None:
+    """This run's quarantine folder: a fresh one inside the plan's folder, kept in the journal."""
+    if plan.quarantine_dir is None:
+        return None
+    folder = journal.state.get("quarantine")
+    if folder:
+        return Quarantine.resume(folder, "recover", st.root)
+    q = Quarantine.fresh(plan.quarantine_dir, "recover", st.root, plan.created_ms)
+    journal.set(quarantine=str(q.folder))
+    return q
 
 
-def _link_or_copy(src: Path, dst: Path, *, link: bool) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    _unlink(dst)
-    try:
-        if not link:
-            raise OSError(errno.EPERM, "copy asked")
-        os.link(src, dst)  # same file system: the deleted file lives on in the quarantine, no copy
-    except OSError:
-        tmp = dst.with_name(dst.name + ".partial")
-        shutil.copyfile(src, tmp)
-        fsync_file(tmp)
-        os.replace(tmp, dst)
-
-
-def _step_quarantine(st: Store, plan: RecoverPlan, qdir: Path, n: int) -> None:
+def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     """Save every byte range and file the later steps remove, and a manifest to restore them."""
     root = Path(st.root)
-    qdir.mkdir(parents=True, exist_ok=True)
-    items: list[dict[str, Any]] = []
+    q = _run_quarantine(st, plan, journal)
+    assert q is not None
     for i, a in enumerate(plan.actions):
         src = _abs(root, a.path)
         if a.verb == "delete":
-            saved = Path("files") / _safe_rel(a.path)
             if src.exists():
                 # Commit log and index files are never written before their deletion step: a hard
                 # link is enough. Consume queue files may be, by the re-dispatch: copy them.
-                _link_or_copy(src, qdir / saved, link=a.kind != "consumequeue")
-            items.append(
-                {
-                    "kind": "file",
-                    "path": str(src),
-                    "size": a.size,
-                    "saved": str(saved),
-                    "why": a.why,
-                    "restore": f"cp --sparse=always '{qdir / saved}' '{src}'",
-                }
-            )
+                q.save_file(src, a.why, link=a.kind != "consumequeue")
         else:
-            saved = Path("ranges") / f"{_safe_rel(a.path)}.{a.from_pos}-{a.to_pos}"
-            dst = qdir / saved
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            digest = hashlib.sha256()
-            tmp = dst.with_name(dst.name + ".partial")
-            with open(tmp, "wb") as f:
-                for chunk in _read_range(src, a.from_pos, a.to_pos):
-                    digest.update(chunk)
-                    f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, dst)
-            items.append(
-                {
-                    "kind": "range",
-                    "path": str(src),
-                    "from": a.from_pos,
-                    "to": a.to_pos,
-                    "saved": str(saved),
-                    "sha256": digest.hexdigest(),
-                    "why": a.why,
-                    "restore": f"dd if='{qdir / saved}' of='{src}' bs=1M seek={a.from_pos} oflag=seek_bytes "
-                    "conv=notrunc",
-                }
-            )
+            q.save_range(src, a.from_pos, a.to_pos, a.why)
         if i == 0:
-            _maybe_kill(KILL_IN_ENV, n)
+            journal.hook("recover:quarantine#1")
     cp_path = st.config.checkpoint_path
     if plan.write_checkpoint and cp_path.exists():
-        saved = Path("files") / "checkpoint"
-        (qdir / saved).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(qdir / saved, cp_path.read_bytes())
-        items.append(
-            {
-                "kind": "file",
-                "path": str(cp_path),
-                "size": cp_path.stat().st_size,
-                "saved": str(saved),
-                "why": "rewritten with the values the broker writes at shutdown",
-                "restore": f"cp '{qdir / saved}' '{cp_path}'",
-            }
-        )
+        q.save_file(cp_path, "rewritten with the values the broker writes at shutdown")
     for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
         if on:
             live = root / part
-            items.append(
+            saved = q.folder / "files" / part
+            q._add(
                 {
                     "kind": "directory",
-                    "path": str(live),
-                    "saved": f"files/{part}",
+                    "path": str(live.absolute()),
+                    "saved": str(saved),
                     "why": "replaced by the one rebuilt from the commit log",
-                    "restore": f"rm -rf '{live}' && mv '{qdir / 'files' / part}' '{live}'",
+                    "restore": f"rm -rf {shlex.quote(str(live.absolute()))} && mv {shlex.quote(str(saved))} "
+                    f"{shlex.quote(str(live.absolute()))}",
                 }
             )
     if plan.remove_abort:
-        items.append(
-            {
-                "kind": "marker",
-                "path": str(st.config.abort_path),
-                "why": "removed: the store is consistent again",
-                "restore": f"touch '{st.config.abort_path}'",
-            }
-        )
-    manifest = {
-        "tool": "rmqstore recover",
-        "store": str(root),
-        "createdAt": plan.created_ms,
-        "processOffset": plan.process_offset,
-        "howToRestore": (
-            "Stop the broker, then run the 'restore' command of every item, in order, to put the store back as "
-            "it was before recovery. 'saved' paths are relative to this folder."
-        ),
-        "items": items,
-    }
-    atomic_write(qdir / "manifest.json", json.dumps(manifest, indent=2).encode())
-    for d in sorted({p.parent for p in qdir.rglob("*") if p.is_file()}):
-        fsync_dir(d)
+        ab = st.config.abort_path.absolute()
+        q.note(ab, "removed: the store is consistent again", f"touch {shlex.quote(str(ab))}")
+    q.write_manifest(processOffset=plan.process_offset)
 
 
-def _step_remove(st: Store, plan: RecoverPlan, step: str, n: int) -> None:
+def _step_remove(st: Store, plan: RecoverPlan, step: str, hook: StepHook) -> None:
     """Zero the planned ranges and delete the planned files of ``step``."""
     root = Path(st.root)
     dirs: set[Path] = set()
@@ -1869,12 +1794,12 @@ def _step_remove(st: Store, plan: RecoverPlan, step: str, n: int) -> None:
         elif p.exists():
             _zero_range(p, a.from_pos, a.to_pos)
         if i == 0:
-            _maybe_kill(KILL_IN_ENV, n)
+            hook(f"recover:{step}#1")
     for d in dirs:
         fsync_dir(d)
 
 
-def _step_cq_truncate(st: Store, plan: RecoverPlan, n: int) -> None:
+def _step_cq_truncate(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
     """``truncateDirtyLogicFiles`` after the re-dispatch: whatever was appended after a cut goes too."""
     root = Path(st.root)
     dirs: set[Path] = set()
@@ -1890,7 +1815,7 @@ def _step_cq_truncate(st: Store, plan: RecoverPlan, n: int) -> None:
                 if s.base_offset > int(p.name) and _unlink(s.path):
                     dirs.add(p.parent)
         if i == 0:
-            _maybe_kill(KILL_IN_ENV, n)
+            hook("recover:cq-truncate#1")
     for d in dirs:
         fsync_dir(d)
 
@@ -1899,7 +1824,7 @@ def _snapshot_path(root: Path) -> Path:
     return scratch_dir(root, "recover") / "index-snapshot.bin"
 
 
-def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: _Journal) -> None:
+def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     """Undo a re-dispatch that was killed half way: back to the files as the steps before left them."""
     cfg = st.config
     root = Path(st.root)
@@ -1994,8 +1919,7 @@ def _fsync_dispatch_dirs(root: Path, stats: DispatchStats) -> None:
 def _step_dispatch(
     st: Store,
     plan: RecoverPlan,
-    journal: _Journal,
-    n: int,
+    journal: Journal,
     clock: Callable[[], int] | None,
     progress: Callable[[int], None] | None,
 ) -> None:
@@ -2023,7 +1947,7 @@ def _step_dispatch(
                 dispatcher.dispatch_columns(cols)
                 if first:
                     first = False
-                    _maybe_kill(KILL_IN_ENV, n)
+                    journal.hook("recover:dispatch#1")
         else:
             from .dispatch import iter_requests
 
@@ -2047,8 +1971,7 @@ def _build_root(root: Path) -> Path:
 def _step_rebuild(
     st: Store,
     plan: RecoverPlan,
-    journal: _Journal,
-    n: int,
+    journal: Journal,
     clock: Callable[[], int] | None,
     progress: Callable[[int], None] | None,
 ) -> None:
@@ -2067,7 +1990,7 @@ def _step_rebuild(
             dispatcher.dispatch_columns(cols)
             if first:
                 first = False
-                _maybe_kill(KILL_IN_ENV, n)
+                journal.hook("recover:rebuild#1")
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
@@ -2109,9 +2032,11 @@ def _move_dir(src: Path, dst: Path) -> None:
     fsync_dir(src.parent)
 
 
-def _step_swap(st: Store, plan: RecoverPlan, journal: _Journal, qdir: Path | None) -> None:
+def _step_swap(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     """Old directories to the quarantine (or away), rebuilt ones in; each half journaled."""
     root = Path(st.root)
+    q = _run_quarantine(st, plan, journal)
+    qdir = q.folder if q is not None else None
     build = _build_root(root)
     for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
         if not on:
@@ -2132,7 +2057,7 @@ def _step_swap(st: Store, plan: RecoverPlan, journal: _Journal, qdir: Path | Non
         fsync_dir(root)
 
 
-def _step_checkpoint(st: Store, plan: RecoverPlan, journal: _Journal) -> dict[str, int]:
+def _step_checkpoint(st: Store, plan: RecoverPlan, journal: Journal) -> dict[str, int]:
     after = dict(plan.checkpoint_after)
     state = journal.state
     if plan.checkpoint_index_from_dispatch and "indexMsgTimestamp" in state:
