@@ -21,7 +21,6 @@ import datetime as dt
 import mmap
 import os
 import re
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,6 @@ import numpy as np
 from . import indexfile as ix
 from .commitlog import (
     BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -44,12 +41,12 @@ from .commitlog import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Record,
-    cal_msg_length,
     decode_record,
     parse_properties,
+    read_head,
     version_tuple,
 )
-from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
+from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix, write_entry
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
@@ -150,11 +147,6 @@ def request_from_record(rec: Record, cfg: StoreConfig, *, path: str = "<buffer>"
 # ---------------------------------------------------------------------------------------------
 # Fast scan of one commit log file into dispatch requests (the dispatcher reads without CRC).
 
-_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # up to BODYLENGTH, both hosts IPv4 (88 bytes)
-_HEAD = struct.Struct(">ii")
-_B = struct.Struct(">b")
-_H = struct.Struct(">h")
-
 
 @dataclass(slots=True)
 class ScanStop:
@@ -185,112 +177,25 @@ def scan_requests(
     reqs: list[DispatchRequest] = [] if out is None else out
     append = reqs.append
     size = len(buf) if end_pos is None else end_pos
-    levels = cfg.delay_levels_ms()
-    broker = cfg.broker
-    old_parser = version_tuple(broker) < (4, 9, 1)
     path = str(seg.path)
-    base = seg.base_offset
-    unpack_fixed = _FIXED_V4.unpack_from
-    unpack_head = _HEAD.unpack_from
     pos = start_pos
     while pos + 8 <= size:
-        total, magic = unpack_head(buf, pos)
+        total, magic = read_head(buf, pos)
         if magic == BLANK_MAGIC:
             return reqs, ScanStop(pos, "blank")
         if total == 0 and magic == 0:
             return reqs, ScanStop(pos, "end")
-        if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= 0 or pos + total > size:
-            try:
-                decode_record(buf, pos, path=path, file_from=base, end=size)
-            except CorruptData as e:
-                return reqs, ScanStop(pos, "invalid", e)
-            return reqs, ScanStop(pos, "invalid", CorruptData("invalid record", path=path, pos=pos))
-        fixed = unpack_fixed(buf, pos)
-        sys_flag = fixed[7]
-        if sys_flag & 0x30 or magic == MAGIC_V2 or check_crc:
-            # IPv6 hosts, V2 records and CRC checks take the general decoder.
-            try:
-                rec = decode_record(buf, pos, path=path, file_from=base, end=size, check_crc=check_crc, broker=broker)
-            except CorruptData as e:
-                if skip_size_mismatch and isinstance(e, RecordSizeMismatch):
-                    pos += total
-                    continue
-                return reqs, ScanStop(pos, "invalid", e)
+        try:
+            rec = decode_record(
+                buf, pos, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
+            )
             assert isinstance(rec, Record)
-            try:
-                append(request_from_record(rec, cfg, path=path))
-            except CorruptData as e:
+            append(request_from_record(rec, cfg, path=path))
+        except RecordSizeMismatch as e:
+            if not skip_size_mismatch:
                 return reqs, ScanStop(pos, "invalid", e)
-            pos += total
-            continue
-        body_len = fixed[16]
-        p = pos + 88 + (body_len if body_len > 0 else 0)
-        # reads are bounded by the buffer, not by TOTALSIZE (an overrun is a size mismatch)
-        topic_len = _B.unpack_from(buf, p)[0] if p + 3 <= size else -1
-        if topic_len < 0 or p + 1 + topic_len + 2 > size:
-            try:
-                decode_record(buf, pos, path=path, file_from=base, end=size)
-                err = CorruptData("invalid record", path=path, pos=pos)
-            except CorruptData as e:
-                if skip_size_mismatch and isinstance(e, RecordSizeMismatch):
-                    pos += total
-                    continue
-                err = e
-            return reqs, ScanStop(pos, "invalid", err)
-        topic = buf[p + 1 : p + 1 + topic_len].decode("utf-8", "replace")
-        p += 1 + topic_len
-        props_len = _H.unpack_from(buf, p)[0]
-        p += 2
-        if props_len > 0 and p + props_len > size:
-            return reqs, ScanStop(
-                pos, "invalid", CorruptData(f"PROPERTIESLENGTH {props_len} runs past the file end", path=path, pos=pos)
-            )
-        if cal_msg_length(sys_flag, body_len, topic_len, props_len) != total:
-            if skip_size_mismatch:
-                pos += total
-                continue
-            return reqs, ScanStop(pos, "invalid", CorruptData("record size mismatch", path=path, pos=pos))
-        raw = buf[p : p + props_len].decode("utf-8", "replace") if props_len > 0 else ""
-        store_ts = fixed[11]
-        phy = fixed[6]
-        # Inline of request_from_fields for the common case (4.4.0-style parse, no delay).
-        if old_parser and raw:
-            props = {}
-            for item in raw.split("\x02"):
-                kv = item.split("\x01")
-                if len(kv) == 2:
-                    if kv[1]:  # Java's split drops the trailing empty string: "K\x01" is one part
-                        props[kv[0]] = kv[1]
-                elif len(kv) > 2:
-                    while kv and kv[-1] == "":
-                        kv.pop()
-                    if len(kv) == 2:
-                        props[kv[0]] = kv[1]
-        else:
-            props = parse_properties(raw, broker=broker)
-        tags = props.get(PROP_TAGS)
-        tags_code = java_hash(tags) if tags else 0
-        if topic == SCHEDULE_TOPIC and PROP_DELAY in props:
-            try:
-                tags_code = delivery_tags_code(props[PROP_DELAY], store_ts, levels, tags_code)
-            except ValueError:
-                return reqs, ScanStop(
-                    pos, "invalid", CorruptData("DELAY property is not a number", path=path, pos=pos, phy_offset=phy)
-                )
-        append(
-            DispatchRequest(
-                topic,
-                fixed[3],
-                phy,
-                total,
-                tags_code,
-                store_ts,
-                fixed[5],
-                props.get(PROP_KEYS) if raw else "",
-                props.get(PROP_UNIQ_KEY),
-                sys_flag,
-            )
-        )
+        except CorruptData as e:
+            return reqs, ScanStop(pos, "invalid", e)
         pos += total
     return reqs, ScanStop(pos, "end")
 
@@ -423,7 +328,7 @@ class _QueueWriter:
         if self.end < base:
             self.end = base
         pos = self.end - base
-        struct.pack_into(">qiq", m, pos, phy, size, tags)
+        write_entry(m, pos, phy, size, tags)
         self.end += ENTRY_SIZE
         self.max_phy = phy + (0 if self.old_dup_rule else size)
         self.last_ts = ts
@@ -504,7 +409,7 @@ class _IndexWriter:
         self.created.append(p)
         self._open(p)
         assert self._map is not None
-        ix.HEADER.pack_into(self._map, 0, *_header_tuple(ix.new_index_header_after(prev)))
+        ix.write_header(self._map, ix.new_index_header_after(prev))
 
     def end_phy_offset(self) -> int:
         h = self.header()
@@ -599,17 +504,6 @@ class _IndexWriter:
                 self._map.flush()
             self._map.close()
             self._map = None
-
-
-def _header_tuple(h: ix.IndexHeader) -> tuple[int, int, int, int, int, int]:
-    return (
-        h.begin_timestamp_ms,
-        h.end_timestamp_ms,
-        h.begin_phy_offset,
-        h.end_phy_offset,
-        h.hash_slot_count,
-        h.index_count,
-    )
 
 
 def _select(c: Any, rec_mask: np.ndarray) -> Any:
