@@ -4,7 +4,8 @@
 ``rocketmq_consumequeue`` (consume queue entries), ``jobs`` the bulk jobs (export, stats, find),
 ``redispatch`` the Spark engine of ``rmqstore redispatch`` and ``session`` the SparkSession set-up.
 Everything here needs ``pip install 'rmqstore[spark]'`` and a Java runtime; the core never imports
-this package (only ``rmqstore.redispatch`` does, lazily, for ``--engine spark``).
+this package: importing ``redispatch`` registers the Spark engine in ``rmqstore.redispatch.ENGINES``
+(the ``redispatch`` command does that for ``--engine spark``).
 """
 
 from __future__ import annotations
