@@ -310,6 +310,136 @@ def _decode_in_worker(
         m.close()
 
 
+_MAX_LAYOUTS = 256  # more distinct property layouts in a batch: the generic splitter
+
+
+def _property_values_by_layout(
+    mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
+) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """Like ``_property_values_generic`` for batches whose rows share a few separator layouts.
+
+    Producers write the same properties in the same order, so most rows have their 0x01/0x02
+    bytes at the same places: the items of a layout are found once, then every row of it has
+    its names compared at those places. None when the batch has too many layouts.
+    """
+    m, width = mat.shape
+    packed = np.packbits(marks, axis=1)
+    key = np.zeros((m, 8 + (-(-packed.shape[1] // 8)) * 8), np.uint8)
+    key[:, :4] = lens.astype(">u4").view(np.uint8).reshape(m, 4)
+    key[:, 8 : 8 + packed.shape[1]] = packed
+    words = key.view(np.uint64)
+    h = words[:, 0].copy()
+    for j in range(1, words.shape[1]):  # a hash of the layout; rows are compared with their representative below
+        h = h * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
+    uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if len(uniq) > _MAX_LAYOUTS:
+        return None
+    inv = inv.ravel()
+    if not (key == key[first][inv]).all():
+        return None  # two layouts with one hash: the generic splitter
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+    found: dict[bytes, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in _TARGETS}
+    for u, r in enumerate(first.tolist()):
+        rows = order[bounds[u] : bounds[u + 1]]
+        row = mat[r, : int(lens[r])].tobytes()
+        at, items = 0, []
+        for item in row.split(b"\x02"):
+            items.append((at, at + len(item), item))
+            at += len(item) + 1
+        value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in _TARGETS}
+        for start, end, item in items:
+            if not item:
+                continue
+            k = item.find(b"\x01")
+            if item.count(b"\x01") != 1 or not 0 < k < len(item) - 1:
+                bad_rec[rows] = True
+                break
+            if k not in (4, 8):
+                continue
+            names = mat[rows, start : start + k]
+            for target in _TARGETS:
+                if len(target) == k:
+                    hit = (names == np.frombuffer(target, np.uint8)).all(axis=1)
+                    if hit.any():
+                        value_at[target].append((hit, start + k + 1, end - start - k - 1))
+        else:
+            for target in _TARGETS:
+                # the later item wins, as in a map put
+                sel = np.full(len(rows), -1, np.int64)
+                vlen = np.zeros(len(rows), np.int64)
+                for hit, vstart, n in value_at[target]:
+                    sel[hit] = vstart
+                    vlen[hit] = n
+                has = sel >= 0
+                if has.any():
+                    found[target].append((rows[has], pstart[rows[has]] + sel[has], vlen[has]))
+    values = {}
+    for target, parts in found.items():
+        if parts:
+            rr = np.concatenate([q[0] for q in parts])
+            o = np.argsort(rr, kind="stable")
+            values[target] = tuple(np.concatenate([q[i] for q in parts])[o] for i in range(3))
+        else:
+            z = np.zeros(0, np.int64)
+            values[target] = (z, z, z)
+    return values  # type: ignore[return-value]
+
+
+def _property_values_generic(
+    u8: np.ndarray, mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
+) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """TAGS, KEYS and UNIQ_KEY value ranges of each row (the matrix's 0x01/0x02 marks numbered in row order)."""
+    m, width = mat.shape
+    values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    at = np.flatnonzero(marks)  # row-major: rows, and marks within a row, in file order
+    r, c = np.divmod(at, width)
+    is2 = mat.ravel()[at] == 2
+    r2, c2 = r[is2], c[is2]
+    # Items: a row's first starts at 0, one more after each 0x02; item k of a row ends at the
+    # 0x02 that starts item k+1, the last one at the row's end.
+    cnt2 = np.bincount(r2, minlength=m)
+    n_items = m + len(r2)
+    item_row = np.repeat(np.arange(m), cnt2 + 1)
+    item_start = np.zeros(n_items, dtype=np.int64)
+    item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
+    item_end = np.empty(n_items, dtype=np.int64)
+    item_end[:-1] = item_start[1:] - 1
+    row_last = np.ones(n_items, dtype=bool)
+    row_last[:-1] = item_row[1:] != item_row[:-1]
+    item_end[row_last] = lens[item_row[row_last]]
+    # The item of each 0x01: its row's first item plus the 0x02 before it in that row.
+    e1 = np.flatnonzero(~is2)
+    item1 = r[e1] + np.cumsum(is2)[e1]
+    c1 = c[e1]
+    cnt1 = np.bincount(item1, minlength=n_items)
+    sep = np.full(n_items, -1, dtype=np.int64)
+    if len(item1):
+        first1 = np.ones(len(item1), dtype=bool)
+        first1[1:] = item1[1:] != item1[:-1]
+        sep[item1[first1]] = c1[first1]
+    nonempty = item_end > item_start
+    good_item = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
+    bad_rec[item_row[~good_item]] = True
+    key_len = sep - item_start
+    cand = np.flatnonzero(nonempty & good_item & ((key_len == 4) | (key_len == 8)))
+    name = _gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
+    for target in _TARGETS:
+        L = len(target)
+        word = int.from_bytes(target, "little")
+        masked = name if L == 8 else name & np.uint64((1 << (8 * L)) - 1)
+        hit = cand[(key_len[cand] == L) & (masked == np.uint64(word))]
+        if len(hit):  # the later item wins, as in a map put
+            recs = item_row[hit]
+            last = np.ones(len(hit), dtype=bool)
+            last[:-1] = recs[1:] != recs[:-1]
+            hit = hit[last]
+        rows = item_row[hit]
+        vs = pstart[rows] + sep[hit] + 1
+        values[target] = (rows, vs, item_end[hit] - sep[hit] - 1)
+    return values
+
+
 def decode_batch(
     buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
 ) -> tuple[Columns | None, ScanStop | None]:
@@ -410,51 +540,8 @@ def decode_batch(
         marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
         if not (lens == width).all():
             marks &= np.arange(width, dtype=np.int32) < lens[:, None]
-        at = np.flatnonzero(marks)  # row-major: rows, and marks within a row, in file order
-        r, c = np.divmod(at, width)
-        is2 = mat.ravel()[at] == 2
-        r2, c2 = r[is2], c[is2]
-        # Items: a row's first starts at 0, one more after each 0x02; item k of a row ends at the
-        # 0x02 that starts item k+1, the last one at the row's end.
-        cnt2 = np.bincount(r2, minlength=m)
-        n_items = m + len(r2)
-        item_row = np.repeat(np.arange(m), cnt2 + 1)
-        item_start = np.zeros(n_items, dtype=np.int64)
-        item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
-        item_end = np.empty(n_items, dtype=np.int64)
-        item_end[:-1] = item_start[1:] - 1
-        row_last = np.ones(n_items, dtype=bool)
-        row_last[:-1] = item_row[1:] != item_row[:-1]
-        item_end[row_last] = lens[item_row[row_last]]
-        # The item of each 0x01: its row's first item plus the 0x02 before it in that row.
-        e1 = np.flatnonzero(~is2)
-        item1 = r[e1] + np.cumsum(is2)[e1]
-        c1 = c[e1]
-        cnt1 = np.bincount(item1, minlength=n_items)
-        sep = np.full(n_items, -1, dtype=np.int64)
-        if len(item1):
-            first1 = np.ones(len(item1), dtype=bool)
-            first1[1:] = item1[1:] != item1[:-1]
-            sep[item1[first1]] = c1[first1]
-        nonempty = item_end > item_start
-        good_item = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
-        bad_rec[item_row[~good_item]] = True
-        key_len = sep - item_start
-        cand = np.flatnonzero(nonempty & good_item & ((key_len == 4) | (key_len == 8)))
-        name = _gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
-        for target in _TARGETS:
-            L = len(target)
-            word = int.from_bytes(target, "little")
-            masked = name if L == 8 else name & np.uint64((1 << (8 * L)) - 1)
-            hit = cand[(key_len[cand] == L) & (masked == np.uint64(word))]
-            if len(hit):  # the later item wins, as in a map put
-                recs = item_row[hit]
-                last = np.ones(len(hit), dtype=bool)
-                last[:-1] = recs[1:] != recs[:-1]
-                hit = hit[last]
-            rows = item_row[hit]
-            vs = pstart[rows] + sep[hit] + 1
-            values[target] = (rows, vs, item_end[hit] - sep[hit] - 1)
+        layout = _property_values_by_layout(mat, marks, lens, pstart, bad_rec)
+        values = layout if layout is not None else _property_values_generic(u8, mat, marks, lens, pstart, bad_rec)
     else:
         z = np.zeros(0, np.int64)
         values = {t: (z, z, z) for t in _TARGETS}

@@ -50,6 +50,7 @@ from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, v
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
+from .safety import queue_dir, record_place
 
 _INT_MAX = 0x7FFFFFFF
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -581,10 +582,13 @@ class Dispatcher:
         self._index: _IndexWriter | None = None
         self.stats = DispatchStats()
 
-    def _queue(self, topic: str, qid: int) -> _QueueWriter:
+    def _queue(self, topic: str, qid: int, phy_offset: int) -> _QueueWriter:
         w = self._queues.get((topic, qid))
         if w is None:
-            w = _QueueWriter(self.root / "consumequeue" / topic / str(qid), self.cfg.cq_file_size, self.old_dup_rule)
+            # a topic from record bytes becomes a path only if the broker could have accepted it
+            where = record_place(self.cfg.commitlog_dir, self.cfg.commitlog_file_size, phy_offset)
+            qdir = queue_dir(self.root, topic, qid, where=where)
+            w = _QueueWriter(qdir, self.cfg.cq_file_size, self.old_dup_rule)
             self._queues[(topic, qid)] = w
         return w
 
@@ -639,7 +643,7 @@ class Dispatcher:
                 if not len(part):
                     continue
                 key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
-                w = self._queue(*key)
+                w = self._queue(*key, int(c.phy[part[0]]))
                 before = w.written
                 w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
                 if w.written > before:
@@ -670,7 +674,7 @@ class Dispatcher:
         last_ts = 0
         last_phy = -1
         for key, g in groups.items():
-            w = self._queue(*key)
+            w = self._queue(*key, g[0].phy_offset)
             before = w.written
             w.put(
                 np.fromiter((r.phy_offset for r in g), np.int64, len(g)),

@@ -38,6 +38,7 @@ import numpy as np
 
 from . import checkpoint as cpmod
 from . import indexfile as ix
+from . import walk
 from .columnar import iter_columns, walk_positions
 from .commitlog import (
     BLANK_MAGIC,
@@ -60,8 +61,9 @@ from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
-from .safety import Journal, Quarantine, StepFailed, StepHook, default_quarantine_base
+from .safety import Journal, Quarantine, StepFailed, StepHook, default_quarantine_base, sha256_file
 from .store import Store, map_file
+from .walk import FusedFile, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
 
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
@@ -72,7 +74,6 @@ _CHASE_BATCH = 1 << 18  # records validated per numpy batch
 _HEAD = struct.Struct(">ii")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1075,6 +1076,18 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
 
 
+def _fused_file_walk(seg: Segment, f: FusedFile, topics: _Topics) -> _FileWalk:
+    """The recovery walk's arrays from a fused walk's dispatch columns (the same records)."""
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(c, name) for c in f.batches]) if f.batches else np.zeros(0, np.int64)
+
+    tids = [np.array([topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id] for c in f.batches]
+    tid = np.concatenate(tids) if tids else np.zeros(0, np.int64)
+    cols = [cat(n) for n in ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")]
+    return _FileWalk(seg, 0, f.positions, *cols, tid, f.stop_pos, f.reason, None)
+
+
 def _walk_commitlog(
     segs: list[Segment],
     start_idx: int,
@@ -1083,16 +1096,43 @@ def _walk_commitlog(
     check_crc: bool,
     topics: _Topics,
     progress: Callable[[int], None] | None,
+    dispatch_columns: list[Any] | None = None,
 ) -> Iterator[_FileWalk]:
-    """The recovery walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file."""
-    for i in range(start_idx, len(segs)):
-        with map_file(segs[i].path) as buf:
-            w = _walk_file(buf, segs[i], cfg, rules, topics, start_pos=0, check_crc=check_crc)
-        if progress:
-            progress(w.stop_pos)
-        yield w
-        if w.reason != "blank":
-            return
+    """The recovery walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file.
+
+    Large files are checked by worker processes over byte ranges, which also decode the records'
+    dispatch columns into ``dispatch_columns`` (cleared when any file needed the exact walk).
+    """
+    pool = None
+    fused_all = True
+    try:
+        for i in range(start_idx, len(segs)):
+            seg = segs[i]
+            fused = None
+            if fused_all and seg.size > walk.PART_SIZE:
+                pool = pool or worker_pool()
+                fused = recovery_walk_file(
+                    pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
+                )
+            if fused is not None:
+                w = _fused_file_walk(seg, fused, topics)
+                if dispatch_columns is not None:
+                    dispatch_columns += fused.batches
+            else:
+                fused_all = False
+                if dispatch_columns is not None:
+                    dispatch_columns.clear()
+                with map_file(seg.path) as buf:
+                    w = _walk_file(buf, seg, cfg, rules, topics, start_pos=0, check_crc=check_crc)
+            if progress:
+                progress(w.stop_pos)
+            yield w
+            if w.reason != "blank":
+                return
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
 
 
 def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
@@ -1387,7 +1427,8 @@ def plan_recover(
     last_cq_ts_after_cq = 0
     not_indexed = 0
     last_reason = "end"
-    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress) if segs else ():
+    fused_columns: list[Any] = []
+    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, fused_columns) if segs else ():
         records += len(w.pos)
         tt = w.sys_flag & TRANSACTION_MASK
         not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
@@ -1430,6 +1471,8 @@ def plan_recover(
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
         elif rules.normal_dispatch_beyond_cq:
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
+    if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
+        keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)
 
     if dispatch is not None and dispatch.index and kept:
         # The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
@@ -1663,6 +1706,9 @@ def apply_recover(
         except BaseException as e:
             if not isinstance(e, Exception):
                 raise
+            # Bad data will not change by running again: undo what was done, from the quarantine.
+            if isinstance(e, CorruptData) and _roll_back(st, plan, journal):
+                raise StepFailed(f"{e}; recover rolled back every change it had made", exit_code=e.exit_code) from None
             journal.fail(step, e)
             raise _stopped(root, step, e) from None
         journal.mark(step)
@@ -1717,6 +1763,42 @@ def _run_step(
     elif step == "abort":
         if _unlink(st.config.abort_path):
             fsync_dir(st.config.abort_path.parent)
+
+
+def _roll_back(st: Store, plan: RecoverPlan, journal: Journal) -> bool:
+    """Put back every byte the steps done so far changed, from this run's quarantine; False when
+    that cannot be done (no quarantine, or the swap of rebuilt directories has begun)."""
+    root = Path(st.root)
+    folder = journal.state.get("quarantine")
+    if not journal.done("quarantine"):
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        _finish(root)
+        return True
+    if not folder or journal.done("swap") or any(k.startswith("old:") for k in journal.state):
+        return False
+    if journal.state.get("dispatchStarted"):
+        _rollback_dispatch(st, plan, journal)
+    shutil.rmtree(_build_root(root), ignore_errors=True)
+    items = json.loads((Path(folder) / "manifest.json").read_text())["items"]
+    for item in reversed(items):
+        path = Path(item["path"])
+        if item["kind"] == "range":
+            data = Path(item["saved"]).read_bytes()
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, int(item["from"]))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elif item["kind"] == "file" and (not path.exists() or sha256_file(path) != item["sha256"]):
+            atomic_write(path, Path(item["saved"]).read_bytes(), tmp_dir=scratch_dir(root, "tmp"))
+        elif item["kind"] == "marker" and not path.exists():
+            path.touch()
+            fsync_dir(path.parent)
+    shutil.rmtree(folder, ignore_errors=True)
+    _finish(root)
+    return True
 
 
 def _finish(root: Path) -> None:
@@ -1873,6 +1955,12 @@ def _column_batches(st: Store, from_phy: int, to_phy: int, progress: Callable[[i
     """Dispatch batches of the records in [from_phy, to_phy), as the dispatcher reads them (§9.2)."""
     segs, _ = st.commitlog_segments()
     segs = [s for s in segs if s.size == st.config.commitlog_file_size]
+    kept = take_dispatch_columns(Path(st.root), segs, from_phy, to_phy)  # the plan's walk decoded them
+    if kept is not None:
+        if progress:
+            progress(to_phy - from_phy)
+        yield from kept
+        return
     end_seen = from_phy
     for seg, item in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):
         if not isinstance(item, ScanStop):

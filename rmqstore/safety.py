@@ -401,9 +401,9 @@ def move(src: Path, dst: Path) -> None:
 
 # -- topic names from record bytes -----------------------------------------------------------
 
-# TopicValidator (4.x and 5.x): letters, digits, '%', '|', '_', '-'; at most 127 characters
+# TopicValidator (4.x and 5.x): letters, digits, "%", "|", "_", "-"
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-TOPIC_MAX_LENGTH = 127
+TOPIC_MAX_LENGTH = 255  # 4.x clients allowed 255 (later 127); longer is no file name (NAME_MAX)
 
 
 def check_topic_name(topic: str) -> str | None:
@@ -413,7 +413,7 @@ def check_topic_name(topic: str) -> str | None:
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"the topic is {len(topic)} characters long, more than {TOPIC_MAX_LENGTH}"
     if not _TOPIC_RE.match(topic):
-        return "the topic holds characters other than letters, digits, %|_-"
+        return "only letters, digits and %|_- are allowed"
     return None
 
 
@@ -428,7 +428,7 @@ class BadTopic(CorruptData):
     def __init__(self, topic: str, why: str, *, path: Path | str, pos: int, phy_offset: int | None):
         self.topic = topic
         super().__init__(
-            f"record topic '{shown(topic)}' is not a topic name ({why}); not dispatched",
+            f"record topic '{shown(topic)}' is not a topic name the broker accepts ({why})",
             path=path,
             pos=pos,
             phy_offset=phy_offset,

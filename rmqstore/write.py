@@ -66,11 +66,14 @@ import binascii
 import bisect
 import datetime as dt
 import gc
+import hashlib
 import json
 import mmap
 import operator
 import os
+import pickle
 import re
+import shlex
 import shutil
 import struct
 import threading
@@ -117,12 +120,14 @@ from .commitlog import (
 )
 from .consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchRequest, DispatchStats, delivery_tags_code, scan_requests
-from .errors import ConfigError, CorruptData, InputError, RmqstoreError, UnsafePlan, UnsupportedStore
+from .errors import ConfigError, CorruptData, InputError, RmqstoreError, UnsafePlan, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from .indexfile import decode_header as decode_index_header
 from .javahash import java_hash, java_hash_batch
 from .layout import Segment, StoreConfig, file_name, list_segments
+from .safety import BadTopic, Quarantine, StepHook, default_quarantine_base, no_step, record_place
+from .safety import check_topic_name as topic_problem
 from .store import Store, map_file
 
 __all__ = [
@@ -2274,6 +2279,7 @@ class RollbackReport:
     started_ms: int | None
     files_removed: tuple[Path, ...]
     ranges_zeroed: int
+    committed: bool = False  # the write had committed: it was finished, not undone
 
 
 def _save_range(root: Path, path: Path, pos: int, length: int, tag: str) -> str:
@@ -2523,9 +2529,108 @@ def rollback_pending(st: Store) -> RollbackReport | None:
         return None
     if not st.writable:
         raise UnsafePlan(f"{st.root}: an interrupted write must be rolled back; open the store writable")
+    if j.get("committed"):  # killed after its commit point: every byte is in place, only clean up
+        _record_committed(st.root, j["committed"])
+        _finish_journal(st.root)
+        return RollbackReport(_journal_path(st.root), j.get("pid"), j.get("startedMs"), (), 0, committed=True)
     report = _rollback(st.root, j)
     _finish_journal(st.root)
     return report
+
+
+LAST_WRITE = "write.last.json"
+
+
+def _record_committed(root: Path, committed: dict[str, Any]) -> None:
+    """Keep the input digest and offsets of the last write, so a re-run of the same input can tell."""
+    atomic_write(Path(root, SCRATCH_DIR, LAST_WRITE), json.dumps(committed).encode(), tmp_dir=scratch_dir(root))
+
+
+def last_write(root: Path | str) -> dict[str, Any] | None:
+    """What the last finished write recorded (input digest, phy offsets, messages), or None."""
+    try:
+        data = json.loads(Path(root, SCRATCH_DIR, LAST_WRITE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def input_digest(messages: Sequence[Message] | MessageBatch) -> str:
+    """sha256 of the input messages (not of the encoded records: times and UNIQ_KEYs differ per run)."""
+    if isinstance(messages, MessageBatch):
+        cols = (messages.topic, messages.body, messages.queue_id, messages.tags, messages.keys)
+        return hashlib.sha256(pickle.dumps(cols, protocol=5)).hexdigest()
+    return hashlib.sha256(pickle.dumps(list(messages), protocol=5)).hexdigest()
+
+
+def _refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
+    if not plan.records:
+        return
+    if digest is not None:
+        _refuse_repeat(st.root, digest, plan)
+    for r in plan.catch_up if plan.dispatch else ():
+        why = topic_problem(r.topic)
+        if why is not None:
+            where = record_place(st.config.commitlog_dir, st.config.commitlog_file_size, r.phy_offset)
+            raise BadTopic(r.topic, why, path=where[0], pos=where[1], phy_offset=r.phy_offset)
+    _refuse_damage(st, plan)
+    _refuse_damaged_index(st, plan)
+
+
+def _refuse_repeat(root: Path, digest: str, plan: WritePlan) -> None:
+    last = last_write(root)
+    if last is None or last.get("inputDigest") != digest or last.get("endPhyOffset") != plan.start_phy:
+        return
+    raise UnsafePlan(
+        f"{root}: this input was already written by the last write ({last.get('messages')} messages at phy offsets "
+        f"[{last.get('startPhyOffset')}, {last.get('endPhyOffset')})); nothing was written: --again writes it a "
+        "second time"
+    )
+
+
+def _refuse_damage(st: Store, plan: WritePlan) -> None:
+    """The broker's recovery must keep every record before the append point, else it drops the new ones."""
+    from .recover import plan_recover
+
+    if plan.start_phy == 0:
+        return
+    rp = plan_recover(st, now_ms=0, use_quarantine=False)
+    if rp.process_offset >= plan.start_phy:
+        return
+    fs = st.config.commitlog_file_size
+    base = rp.process_offset - rp.process_offset % fs
+    raise CorruptData(
+        f"damaged commit log: the broker's recovery stops here ({rp.stop}) and would drop everything after it, "
+        f"the new messages included (they would go at {plan.start_phy}); run `rmqstore recover "
+        f"{shlex.quote(str(st.root))}` first",
+        path=st.config.commitlog_dir / f"{base:020d}",
+        pos=rp.process_offset - base,
+        phy_offset=rp.process_offset,
+    )
+
+
+def _refuse_damaged_index(st: Store, plan: WritePlan) -> None:
+    """The dispatch appends to the last index file: its header must be one the broker could have written."""
+    from .recover import _index_header_problem
+
+    if not (plan.dispatch and st.config.message_index_enable):
+        return
+    files, _ = st.index_files()
+    if not files:
+        return
+    last = files[-1]
+    with open(last, "rb") as f:
+        head = f.read(INDEX_HEADER_SIZE)
+    why = "shorter than its header" if len(head) < INDEX_HEADER_SIZE else None
+    if why is None:
+        why = _index_header_problem(decode_index_header(head, path=str(last)), st.config)
+    if why is not None:
+        raise CorruptData(
+            f"damaged index file ({why}): the write refuses to append to it; rebuild the index first "
+            f"(`rmqstore redispatch --only index {shlex.quote(str(st.root))}`)",
+            path=last,
+            pos=0,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2561,37 +2666,24 @@ class WriteResult:
         return out
 
 
-def default_quarantine_dir(root: Path, now_ms: int) -> Path:
-    stamp = dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    return root.parent / f"{root.name}.quarantine" / stamp
+def default_quarantine_dir(root: Path, now_ms: int | None = None) -> Path:
+    """The base folder; each write that zeroes bytes gets a fresh ``write-<UTC time>`` folder inside."""
+    return default_quarantine_base(root)
 
 
-def _quarantine(plan: WritePlan, qdir: Path, now_ms: int) -> None:
+def _quarantine(plan: WritePlan, base: Path, root: Path, now_ms: int) -> Path:
     s = plan.stale
     assert s is not None
-    qdir.mkdir(parents=True, exist_ok=True)
-    name = f"{s.path.name}@{s.pos}"
-    with open(s.path, "rb") as f:
-        f.seek(s.pos)
-        data = f.read(s.length)
-    atomic_write(qdir / name, data, tmp_dir=qdir)
-    manifest = {
-        "operation": "write",
-        "createdMs": now_ms,
-        "items": [
-            {
-                "file": name,
-                "original": str(s.path),
-                "pos": s.pos,
-                "length": s.length,
-                "phyOffset": s.phy_offset,
-                "why": "bytes after the end of valid commit log records, zeroed before appending",
-                "restore": f"write these bytes back at byte {s.pos} of {s.path} (e.g. dd conv=notrunc seek={s.pos} "
-                "oflag=seek_bytes) with the broker stopped; the messages appended there are then lost",
-            }
-        ],
-    }
-    atomic_write(qdir / "manifest.json", json.dumps(manifest, indent=2).encode(), tmp_dir=qdir)
+    q = Quarantine.fresh(base, "write", root, now_ms)
+    q.save_range(
+        s.path,
+        s.pos,
+        s.pos + s.length,
+        f"bytes after the end of valid commit log records (phy offset {s.phy_offset}), zeroed before appending; "
+        "restoring them overwrites the messages this write appended there",
+    )
+    q.write_manifest()
+    return q.folder
 
 
 def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
@@ -2696,8 +2788,15 @@ def apply_write(
     use_quarantine: bool = True,
     index_clock: Callable[[], int] | None = None,
     now_ms: int | None = None,
+    on_step: StepHook | None = None,
+    digest: str | None = None,
 ) -> WriteResult:
     """Carry out ``plan`` on the store it was made for (open writable), atomically.
+
+    Journaled: the journal is written first and a kill before the commit point is rolled back by the
+    next write; at the commit point the journal records the input ``digest`` and the offsets written,
+    so a kill after it is finished (never undone, never written twice). ``on_step`` is called with
+    ``write:journal``, ``write:data``, ``write:checkpoint``, ``write:commit`` and ``write:finished``.
 
     ``flush="sync"`` msyncs every changed file and directory before returning, ``"async"`` leaves
     write-back to the OS (a crash of the machine may then lose the tail, as with an async broker).
@@ -2723,15 +2822,16 @@ def apply_write(
     root = st.root
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     sync = flush == "sync"
+    hook = on_step or no_step
     qdir = None
     if plan.stale is not None and not plan.stale.padding and use_quarantine:
-        qdir = quarantine or default_quarantine_dir(root, now)
-        _quarantine(plan, qdir, now)
+        qdir = _quarantine(plan, quarantine or default_quarantine_dir(root), root, now)
     scratch_dir(root)
     journal = _build_journal(st, plan)
     atomic_write(_journal_path(root), json.dumps(journal).encode(), tmp_dir=Path(root, SCRATCH_DIR))
     abort_existed = cfg.abort_path.exists()
     try:
+        hook("write:journal")
         # the dispatch reads the plan, not the commit log: the commit log is written (and fsynced)
         # by a second thread meanwhile; pwrite and fsync release the GIL
         writer = _Background(_apply_commitlog, plan, cfg, sync)
@@ -2742,6 +2842,7 @@ def apply_write(
         finally:
             writer.join()  # never roll back under a running writer
         writer.result()
+        hook("write:data")
         if plan.new_topics:
             _, cf = _load_topics(cfg)
             data = cf.data if isinstance(cf.data, dict) else {}
@@ -2771,19 +2872,33 @@ def apply_write(
         if sync:
             _fsync_created_dirs(cfg, stats)
             fsync_dir(root)
+        hook("write:checkpoint")
+        journal["committed"] = {
+            "inputDigest": digest,
+            "startPhyOffset": plan.start_phy,
+            "endPhyOffset": plan.end_phy,
+            "messages": len(plan.records),
+            "finishedMs": now,
+        }
+        # the commit point: from here a re-run finishes this write instead of undoing it
+        atomic_write(_journal_path(root), json.dumps(journal).encode(), tmp_dir=Path(root, SCRATCH_DIR))
     except BaseException as e:
         j = pending_journal(root)
         if j is not None:
             _rollback(root, j)
             _finish_journal(root)
-        if qdir is not None and quarantine is None:
+        if qdir is not None:
             shutil.rmtree(qdir, ignore_errors=True)  # the bytes are back in place
         if isinstance(e, RmqstoreError):
             raise
         if isinstance(e, OSError):
-            raise RmqstoreError(f"write failed ({e.strerror or e}); the store was rolled back") from e
+            fe = from_os_error(e)
+            raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
         raise
+    hook("write:commit")
+    _record_committed(root, journal["committed"])
     _finish_journal(root)
+    hook("write:finished")
     return WriteResult(plan, stats, cp, abort_created, qdir, None, flush)
 
 
@@ -2806,14 +2921,18 @@ def write_messages(
     quarantine: Path | None = None,
     use_quarantine: bool = True,
     dry_run: bool = False,
+    again: bool = False,
+    on_step: StepHook | None = None,
 ) -> WriteResult:
-    """Open ``root`` writable (the broker's lock), roll back an interrupted write, plan and apply.
+    """Open ``root`` writable (the broker's lock), finish or roll back an interrupted write, plan and apply.
 
     ``dry_run`` opens the store read-only (still refusing one a broker holds) and only plans.
-    See :func:`plan_write` and :func:`apply_write` for the other parameters.
+    Refused before anything is written: damage the broker's recovery would cut before the append
+    point (CorruptData, run recover first), a damaged last index file, a record waiting for dispatch
+    whose topic the broker never accepts, and the same input as the last write when nothing was
+    written since (UnsafePlan unless ``again``). See :func:`plan_write` and :func:`apply_write`.
     """
-    from .errors import StoreLocked
-    from .store import open_store
+    from .store import locked_error, open_store
 
     if flush not in ("sync", "async"):
         raise InputError(f"flush must be sync or async, not {flush!r}")
@@ -2828,11 +2947,12 @@ def write_messages(
         "topic_queue_nums": topic_queue_nums,
     }
     if dry_run:
-        with open_store(root, broker_config=broker_config, broker=broker, create=False) as st:
+        with open_store(root, broker_config=broker_config, broker=broker, create=False, operation="write") as st:
             pid = st.lock_holder()
             if pid is not None:
-                raise StoreLocked(f"{st.config.lock_path}: held by a running broker (pid {pid}); stop it first")
+                raise locked_error(st.config.lock_path, pid)
             plan = plan_write(st, messages, **plan_kw)
+            _refuse_unsafe(st, plan, None if again else input_digest(messages))
         return WriteResult(plan, None, None, False, None, None, flush, dry_run=True)
     new_root = Path(root)
     created = create and not new_root.exists()
@@ -2842,6 +2962,8 @@ def write_messages(
         ) as st:
             rolled = rollback_pending(st)
             plan = plan_write(st, messages, **plan_kw)
+            digest = input_digest(messages)
+            _refuse_unsafe(st, plan, None if again else digest)
             res = apply_write(
                 st,
                 plan,
@@ -2850,6 +2972,8 @@ def write_messages(
                 use_quarantine=use_quarantine,
                 index_clock=clock,
                 now_ms=clock() if clock else None,
+                on_step=on_step,
+                digest=digest,
             )
     except BaseException:
         if created:

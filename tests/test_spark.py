@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+import rmqstore.spark.redispatch  # noqa: E402, F401  # registers the spark engine
 from commands import app  # noqa: E402
 from rmqstore import redispatch as local_redispatch  # noqa: E402
-import rmqstore.spark.redispatch  # noqa: E402, F401  # registers the spark engine
 from rmqstore.commitlog import MAGIC_V1, MAGIC_V2, Record, decode_record  # noqa: E402
 from rmqstore.errors import CorruptData, MissingExtra, UnsafePlan  # noqa: E402
 from rmqstore.store import iter_commitlog, open_store  # noqa: E402
