@@ -13,6 +13,7 @@ from rmqstore.describe import human_size
 from rmqstore.errors import ProblemsFound
 from rmqstore.info import StoreInfo, store_info
 from rmqstore.problems import Problem
+from rmqstore.safety import pending_journals
 from rmqstore.store import open_store
 from rmqstore.timeparse import format_time_ms
 
@@ -23,6 +24,8 @@ from ._common import (
     QuietOpt,
     StorePath,
     default_format,
+    err,
+    escape,
     progress_bar,
     render_mapping,
     render_rows,
@@ -64,13 +67,21 @@ def info_command(
         # the walk covers about one commit log file
         with progress_bar(st.config.commitlog_file_size, "walking the commit log end", quiet=quiet) as advance:
             info = store_info(st, progress=advance)
+    pending = pending_journals(info.root)
     if fmt is InfoFormat.json:
-        sys.stdout.write(json.dumps(info.to_json(), ensure_ascii=False, indent=2) + "\n")
+        doc = info.to_json()
+        if pending:
+            doc["pendingOperations"] = [p.to_json() for p in pending]
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     else:
         _render_text(info, default_format(None if fmt is None else Format(fmt.value)))
+        for p in pending:
+            err.print(escape(f"pending: {p}; run `rmqstore {p.operation} {info.root}` to finish it"))
     errors = info.errors()
     if errors:
         raise ProblemsFound(f"{len(errors)} error(s) found; the first: {errors[0]}")
+    if pending:
+        raise ProblemsFound(f"{pending[0]}; every other modifying command refuses the store until it is finished")
 
 
 def _time(ms: int | None) -> str:

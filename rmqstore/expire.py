@@ -24,9 +24,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import re
+import shlex
 import shutil
 import struct
 import time
@@ -37,9 +37,10 @@ from pathlib import Path
 from .commitlog import version_tuple
 from .consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from .errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
-from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
+from .fsutil import SCRATCH_DIR, fsync_dir, fsync_file, scratch_dir
 from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
+from .safety import Journal, Quarantine, StepHook, journal_file
 from .store import Store, is_zero_header, lock_holder_pid, locked_error, open_store
 from .timeparse import format_time_ms
 
@@ -645,32 +646,29 @@ def _move(src: Path, dest: Path) -> None:
     fsync_dir(dest.parent)
 
 
-def _manifest(plan: ExpirePlan) -> bytes:
-    doc = {
-        "tool": "rmqstore expire",
-        "store": os.path.abspath(plan.store_root),
-        "createdAt": format_time_ms(int(time.time() * 1000)),
-        "now": format_time_ms(plan.now_ms),
-        "minPhyOffset": plan.min_phy_offset,
-        "newMinPhyOffset": plan.new_min_phy_offset,
-        "restore": (
-            "Stop the broker, then move every file listed back from 'quarantined' (relative to this folder) to "
-            "'path', e.g. mv -n <folder>/<quarantined> <path>; mv keeps the mtime. Files missing here were not "
-            "moved yet when the run stopped and are still in the store."
-        ),
-        "files": [
+def _quarantine(plan: ExpirePlan, base: Path) -> Quarantine:
+    """A fresh ``expire-<UTC time>`` folder and its manifest, written before the first file moves."""
+    q = Quarantine.fresh(base, "expire", plan.store_root, int(time.time() * 1000))
+    for a in plan.actions:
+        src, saved = Path(os.path.abspath(a.path)), q.folder / a.rel_path
+        q._add(
             {
-                "path": os.path.abspath(a.path),
-                "quarantined": a.rel_path,
-                "kind": a.kind,
+                "kind": "file",
+                "path": str(src),
+                "saved": str(saved),
                 "size": a.size,
                 "mtimeMs": a.mtime_ms,
-                "reason": a.why,
+                "why": a.why,
+                "restore": f"mv -n {shlex.quote(str(saved))} {shlex.quote(str(src))}",  # mv keeps the mtime
             }
-            for a in plan.actions
-        ],
-    }
-    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+        )
+    q.write_manifest(
+        now=format_time_ms(plan.now_ms),
+        minPhyOffset=plan.min_phy_offset,
+        newMinPhyOffset=plan.new_min_phy_offset,
+        note="files missing here were not moved yet when the run stopped and are still in the store",
+    )
+    return q
 
 
 def apply_expire(
@@ -679,45 +677,80 @@ def apply_expire(
     quarantine: Path | None = None,
     config: StoreConfig | None = None,
     on_action: Callable[[FileAction], None] | None = None,
+    on_step: StepHook | None = None,
 ) -> ExpireResult:
-    """Delete (or move to ``quarantine``/<time>/) exactly the plan's files, oldest first.
+    """Delete (or move to a fresh folder inside ``quarantine``) exactly the plan's files, oldest first.
 
     Commit log files go first, then consume queue files, then index files; each removal is made
-    durable (directory fsync) before the next, so a crash never leaves a hole. A file already gone
-    (a re-run after a crash) is skipped.
+    durable (directory fsync) before the next, so a crash never leaves a hole. The plan's files are
+    journaled first: a run killed midway is finished by the next run (:func:`finish_pending`), which
+    removes exactly the files this plan chose. ``on_step`` is called with ``expire:<path>`` after each.
     """
-    run_dir: Path | None = None
-    if quarantine is not None and plan.actions:
+    if not plan.actions:
+        return ExpireResult(())
+    q = None
+    if quarantine is not None:
         _check_quarantine(plan, config, quarantine)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        run_dir = Path(quarantine) / f"expire-{stamp}"
-        n = 1
-        while run_dir.exists():
-            n += 1
-            run_dir = Path(quarantine) / f"expire-{stamp}-{n}"
-        run_dir.mkdir(parents=True)
-        atomic_write(run_dir / "manifest.json", _manifest(plan))
+        q = _quarantine(plan, Path(quarantine))
+    journal = Journal(
+        journal_file(plan.store_root, "expire"),
+        {
+            "operation": "expire",
+            "quarantine": str(q.folder) if q else None,
+            "files": [[str(a.path), a.rel_path, a.size] for a in plan.actions],
+        },
+        on_step,
+    )
+    journal.save()
+    journal.hook("expire:journal")
+    return _run(journal, {str(a.path): a for a in plan.actions}, on_action)
+
+
+def finish_pending(root: Path, *, on_step: StepHook | None = None) -> ExpireResult | None:
+    """Finish the files of an expire run that was killed midway, if its journal is there."""
+    journal = Journal.load(journal_file(root, "expire"), on_step)
+    return None if journal is None else _run(journal, {}, None)
+
+
+def _run(
+    journal: Journal, actions: dict[str, FileAction], on_action: Callable[[FileAction], None] | None
+) -> ExpireResult:
+    run_dir = Path(journal.data["quarantine"]) if journal.data.get("quarantine") else None
     done: list[FileAction] = []
     skipped: list[FileAction] = []
-    for a in plan.actions:
+    freed = 0
+    for path_s, rel, size in journal.data["files"]:
+        path = Path(path_s)
+        a = actions.get(path_s) or FileAction("file", path, rel, size, 0, "planned by the interrupted run")
+        if journal.done(rel):
+            continue
         try:
             if run_dir is not None:
-                _move(a.path, run_dir / a.rel_path)
+                _move(path, run_dir / rel)
             else:
-                os.unlink(a.path)
+                os.unlink(path)
         except FileNotFoundError:
             skipped.append(a)
+            journal.mark(rel)
             continue
         except OSError as e:
             raise RmqstoreError(
-                f"{a.path}: cannot {'move' if run_dir else 'delete'}: {e.strerror}; "
-                f"{len(done)} file(s) done before it, the store is consistent (re-run to continue)"
+                f"{path}: cannot {'move' if run_dir else 'delete'}: {e.strerror}; "
+                f"{len(done)} file(s) done before it, the store is consistent (re-run to finish the plan)"
             ) from None
-        fsync_dir(a.path.parent)
+        fsync_dir(path.parent)
         done.append(a)
+        freed += size
+        journal.mark(rel)
         if on_action is not None:
             on_action(a)
-    return ExpireResult(tuple(done), run_dir, sum(a.size for a in done), tuple(skipped))
+    journal.remove()
+    try:
+        journal.path.parent.rmdir()  # the scratch directory, when nothing else uses it
+    except OSError:
+        pass
+    journal.hook("expire:finished")
+    return ExpireResult(tuple(done), run_dir, freed, tuple(skipped))
 
 
 def over_forced_ratio(plan: ExpirePlan, config: StoreConfig, disk_usage: DiskUsage) -> tuple[float, bool]:
@@ -789,7 +822,7 @@ def open_for_expire(
         return
     try:
         # the broker's lock first: a refused run creates nothing (not even the expire lock)
-        with open_store(root, broker_config=broker_config, broker=broker, writable=True) as st:
+        with open_store(root, broker_config=broker_config, broker=broker, writable=True, operation="expire") as st:
             with expire_lock(Path(root), create=True):
                 yield st
     except StoreLocked as e:
