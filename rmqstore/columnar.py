@@ -23,7 +23,6 @@ position, and the caller accepts a range only where the previous range's walk re
 from __future__ import annotations
 
 import os
-import struct
 from array import array
 from collections import deque
 from collections.abc import Iterator
@@ -32,14 +31,25 @@ from typing import Any
 
 import numpy as np
 
-from .commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, SCHEDULE_TOPIC, decode_record
+from .codec.columnar import be, decode_heads, gather, head_column
+from .codec.commitlog import (
+    BLANK_MAGIC,
+    HEAD_V4_SIZE,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    OFFSETS_V4,
+    SCHEDULE_TOPIC,
+    decode_record,
+    read_head,
+)
 from .dispatch import DispatchRequest, ScanStop, request_from_record
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash, java_hash
 from .layout import Segment, StoreConfig
 
-_HEAD = struct.Struct(">ii")
 _M32 = np.uint64(0xFFFFFFFF)
+_PHY_END = OFFSETS_V4["phy_offset"] + 8  # PHYSICALOFFSET is bytes 28-35 of every record
 _TARGETS = (b"TAGS", b"KEYS", b"UNIQ_KEY")
 _MAX_PROPS_FAST = 512  # wider property strings take the per-record path
 BATCH = 1 << 18
@@ -65,26 +75,6 @@ class Columns:
 
     def __len__(self) -> int:
         return len(self.phy)
-
-
-def _gather(u8: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
-    """Rows of ``width`` bytes starting at each ``idx`` (bytes past the buffer end read as 0)."""
-    limit = len(u8) - width
-    if len(idx) == 0 or int(idx.max()) <= limit:
-        return np.lib.stride_tricks.sliding_window_view(u8, width)[idx]
-    out = np.zeros((len(idx), width), dtype=np.uint8)
-    ok = idx <= limit
-    if limit >= 0:
-        out[ok] = np.lib.stride_tricks.sliding_window_view(u8, width)[idx[ok]]
-    for k in np.flatnonzero(~ok).tolist():  # the few rows that run past the end
-        tail = u8[int(idx[k]) :]
-        out[k, : len(tail)] = tail
-    return out
-
-
-def _be(u8: np.ndarray, idx: np.ndarray, dtype: str) -> np.ndarray:
-    w = np.dtype(dtype).itemsize
-    return _gather(u8, idx, w).view(dtype).ravel().astype(np.int64)
 
 
 def _next_at_or_after(marks: np.ndarray, q: np.ndarray, default: int) -> np.ndarray:
@@ -123,7 +113,7 @@ def _pow31(n: int) -> np.ndarray:
 def _range_matrix(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     """The byte ranges as rows of one matrix, zero after each range's length."""
     width = int(length.max())
-    mat = _gather(u8, start, width)
+    mat = gather(u8, start, width)
     if not (length == width).all():
         mat = mat * (np.arange(width, dtype=np.int32) < length[:, None]).astype(np.uint8)
     return mat
@@ -200,7 +190,7 @@ def walk_positions(buf: Any, start_pos: int, end: int, until: int | None = None)
     pos = start_pos
     out = array("q")
     append = out.append
-    unpack = _HEAD.unpack_from
+    unpack = read_head
     limit = end if until is None else min(until, end)
     reason = "end"
     while pos + 8 <= end:
@@ -239,10 +229,10 @@ def find_record_start(u8: np.ndarray, base_offset: int, lo: int, hi: int) -> int
         m = (w[:-3] == 0xDA) & (w[1:-2] == 0xA3) & (w[2:-1] == 0x20) & ((w[3:] == 0xA7) | (w[3:] == 0xAB))
         for c in np.flatnonzero(m).tolist():
             pos = at + c
-            if pos + 36 > n:
+            if pos + _PHY_END > n:
                 return None
             total = int.from_bytes(u8[pos : pos + 4].tobytes(), "big", signed=True)
-            phy = int.from_bytes(u8[pos + 28 : pos + 36].tobytes(), "big", signed=True)
+            phy = int.from_bytes(u8[pos + _PHY_END - 8 : pos + _PHY_END].tobytes(), "big", signed=True)
             if phy == base_offset + pos and 0 < total <= n - pos:
                 return pos
         at = stop
@@ -423,7 +413,7 @@ def _property_values_generic(
     bad_rec[item_row[~good_item]] = True
     key_len = sep - item_start
     cand = np.flatnonzero(nonempty & good_item & ((key_len == 4) | (key_len == 8)))
-    name = _gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
+    name = gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
     for target in _TARGETS:
         L = len(target)
         word = int.from_bytes(target, "little")
@@ -450,28 +440,27 @@ def decode_batch(
     Used by the local scanner and by the Spark redispatch executors.
     """
     n = len(p)
-    head = _gather(u8, p, 88)  # every fixed field of an IPv4/IPv4 record, one gather
+    head = decode_heads(u8, p)  # every head field of an IPv4/IPv4 record, one gather
 
-    def field(off: int, dtype: str) -> np.ndarray:
-        w = np.dtype(dtype).itemsize
-        return np.ascontiguousarray(head[:, off : off + w]).view(dtype).ravel().astype(np.int64)
+    def field(name: str) -> np.ndarray:
+        return head_column(head, name)
 
-    total = field(0, ">i4")
-    magic = field(4, ">i4")
-    sys_flag = field(36, ">i4")
+    total = field("total_size")
+    magic = field("magic")
+    sys_flag = field("sys_flag")
     fast = (magic == MAGIC_V1) & ((sys_flag & 0x30) == 0)
     # Reads are bounded by the buffer (the broker's ByteBuffer), not by TOTALSIZE.
-    bl = field(84, ">i4")
+    bl = field("body_len")
     bl0 = np.maximum(bl, 0)
-    tpos = p + 88 + bl0
-    ok_t = (total >= 88) & (tpos + 3 <= end)
+    tpos = p + HEAD_V4_SIZE + bl0
+    ok_t = (total >= HEAD_V4_SIZE) & (tpos + 3 <= end)
     tlen = u8[np.minimum(tpos, end - 1)].astype(np.int8).astype(np.int64)
     ppos = tpos + 1 + np.maximum(tlen, 0)
     ok_p = ok_t & (tlen >= 0) & (ppos + 2 <= end)
-    plen = np.where(ok_p, _be(u8, np.minimum(ppos, end - 2), ">i2"), 0)
+    plen = np.where(ok_p, be(u8, np.minimum(ppos, end - 2), ">i2"), 0)
     pl0 = np.maximum(plen, 0)
     bounds_ok = ok_p & (ppos + 2 + pl0 <= end)
-    mismatch = bounds_ok & (91 + bl0 + tlen + pl0 != total)
+    mismatch = bounds_ok & (MIN_RECORD_SIZE_V1 + bl0 + tlen + pl0 != total)
     # A record the broker cannot parse (exception) stops the dispatcher; a size mismatch is skipped.
     invalid = fast & ~bounds_ok
     stop: ScanStop | None = None
@@ -536,7 +525,7 @@ def decode_batch(
     if m:
         lens = pl0[ridx]
         width = max(int(lens.max()), 1)
-        mat = _gather(u8, pstart, width)
+        mat = gather(u8, pstart, width)
         marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
         if not (lens == width).all():
             marks &= np.arange(width, dtype=np.int32) < lens[:, None]
@@ -607,10 +596,10 @@ def decode_batch(
             keep[k:] = False
             break
         slow_reqs.append((int(k), req))
-    phy = field(28, ">i8")
-    qid = field(12, ">i4")
-    qoff = field(20, ">i8")
-    ts = field(56, ">i8")
+    phy = field("phy_offset")
+    qid = field("queue_id")
+    qoff = field("queue_offset")
+    ts = field("store_timestamp_ms")
     for k, req in slow_reqs:
         if req.topic not in topics:
             topics.append(req.topic)

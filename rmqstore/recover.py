@@ -39,12 +39,17 @@ import numpy as np
 from . import checkpoint as cpmod
 from . import indexfile as ix
 from . import walk
+from .codec.columnar import be, decode_heads, gather, head_column
 from .columnar import iter_columns, walk_positions
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
+    HEAD_OFFSETS,
+    HEAD_V4_SIZE,
     MAGIC_V1,
     MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    OFFSETS_V4,
     SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
@@ -54,6 +59,7 @@ from .commitlog import (
     Record,
     decode_record,
     offset_msg_id,
+    read_head,
     version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
@@ -71,7 +77,6 @@ LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
 _CHUNK = 8 << 20
 _ZEROS = bytes(_CHUNK)
 _CHASE_BATCH = 1 << 18  # records validated per numpy batch
-_HEAD = struct.Struct(">ii")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -555,31 +560,8 @@ class _Topics:
         return i
 
 
-def _gather(u8: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
-    """``width`` bytes at each ``idx`` as an (n, width) array; bytes past the buffer read as zeros."""
-    n = len(u8)
-    outside = (idx < 0) | (idx > n - width)
-    if n >= width and not outside.any():
-        return np.lib.stride_tricks.sliding_window_view(u8, width)[idx]
-    rows = np.zeros((len(idx), width), dtype=np.uint8)
-    inside = np.flatnonzero(~outside)
-    if inside.size:
-        rows[inside] = np.lib.stride_tricks.sliding_window_view(u8, width)[idx[inside]]
-    for i in np.flatnonzero(outside).tolist():
-        a = int(idx[i])
-        if 0 <= a < n:
-            rows[i, : n - a] = u8[a:]
-    return rows
-
-
-def _be(u8: np.ndarray, idx: np.ndarray, dtype: str) -> np.ndarray:
-    w = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(_gather(u8, idx, w)).view(dtype).ravel().astype(np.int64)
-
-
-def _field(head: np.ndarray, off: int, dtype: str) -> np.ndarray:
-    w = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(head[:, off : off + w]).view(dtype).ravel().astype(np.int64)
+def _field(head: np.ndarray, name: str) -> np.ndarray:
+    return head_column(head, name)
 
 
 def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: _Topics) -> np.ndarray:
@@ -590,7 +572,7 @@ def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: _T
         if tl == 0:
             out[sel] = topics.id("")
             continue
-        rows = np.ascontiguousarray(_gather(u8, start[sel], tl))
+        rows = np.ascontiguousarray(gather(u8, start[sel], tl))
         h = np.zeros(len(sel), dtype=np.uint64)
         for j in range(tl):  # FNV-style mix; every row is compared with its representative below
             h = (h ^ rows[:, j].astype(np.uint64)) * np.uint64(1099511628211)
@@ -632,22 +614,22 @@ def _walk_file(
     for b0 in range(0, len(positions), _CHASE_BATCH):
         p = positions[b0 : b0 + _CHASE_BATCH]
         n = len(p)
-        head = _gather(u8, p, 88)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
-        total = _field(head, 0, ">i4")
-        magic = _field(head, 4, ">i4")
-        crc = _field(head, 8, ">i4")
-        sys_flag = _field(head, 36, ">i4")
+        head = decode_heads(u8, p)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
+        total = _field(head, "total_size")
+        magic = _field(head, "magic")
+        crc = _field(head, "body_crc")
+        sys_flag = _field(head, "sys_flag")
         # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
         simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
-        body_len = _field(head, 84, ">i4")
+        body_len = _field(head, "body_len")
         bl = np.maximum(body_len, 0)
-        ok = simple & (total >= 91) & (88 + bl + 3 <= total)
-        tpos = np.where(ok, p + 88 + bl, p)
-        topic_len = _be(u8, tpos, ">i1")
-        ok &= (topic_len >= 0) & (88 + bl + 1 + topic_len + 2 <= total)
-        ppos = np.where(ok, p + 89 + bl + topic_len, p)
-        props_len = _be(u8, ppos, ">i2")
-        ok &= 91 + bl + topic_len + np.maximum(props_len, 0) == total
+        ok = simple & (total >= MIN_RECORD_SIZE_V1) & (MIN_RECORD_SIZE_V1 + bl <= total)
+        tpos = np.where(ok, p + HEAD_V4_SIZE + bl, p)
+        topic_len = be(u8, tpos, ">i1")
+        ok &= (topic_len >= 0) & (MIN_RECORD_SIZE_V1 + bl + topic_len <= total)
+        ppos = np.where(ok, tpos + 1 + topic_len, p)
+        props_len = be(u8, ppos, ">i2")
+        ok &= MIN_RECORD_SIZE_V1 + bl + topic_len + np.maximum(props_len, 0) == total
         # First record the simple checks reject or that needs the exact decoder.
         rest = np.flatnonzero(~ok)
         limit = n
@@ -685,8 +667,8 @@ def _walk_file(
             try:
                 zc = zlib.crc32
                 sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
-                starts = (p[sel] + 88).tolist()
-                ends = (p[sel] + 88 + body_len[sel]).tolist()
+                starts = (p[sel] + HEAD_V4_SIZE).tolist()
+                ends = (p[sel] + HEAD_V4_SIZE + body_len[sel]).tolist()
                 got = np.fromiter((zc(mv[a:e]) for a, e in zip(starts, ends, strict=True)), np.int64, len(sel))
             finally:
                 mv.release()
@@ -705,11 +687,11 @@ def _walk_file(
         tid = np.empty(limit, dtype=np.int64)
         s_idx = np.flatnonzero(simple[:limit])
         if s_idx.size:
-            tid[s_idx] = _topic_ids(u8, p[s_idx] + 89 + bl[s_idx], topic_len[s_idx], topics)
-        store_ts = _field(head[:limit], 56, ">i8")
-        phy = _field(head[:limit], 28, ">i8")
-        qid = _field(head[:limit], 12, ">i4")
-        qoff = _field(head[:limit], 20, ">i8")
+            tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + bl[s_idx], topic_len[s_idx], topics)
+        store_ts = _field(head[:limit], "store_timestamp_ms")
+        phy = _field(head[:limit], "phy_offset")
+        qid = _field(head[:limit], "queue_id")
+        qoff = _field(head[:limit], "queue_offset")
         for i, rec in exact.items():
             if i < limit:
                 tid[i] = topics.id(rec.topic)
@@ -770,19 +752,20 @@ def _walk_file(
 
 def _partial_record(buf: Any, pos: int, end: int, base: int) -> LostRecord | None:
     """Whatever a torn record's fixed header still says (queue, offsets, time, store host)."""
-    if end - pos < 72:
+    at = OFFSETS_V4
+    if end - pos < at["store_port"] + 4:
         return None
-    total, magic = _HEAD.unpack_from(buf, pos)
+    total, magic = read_head(buf, pos)
     if magic not in (MAGIC_V1, MAGIC_V2):
         return None
-    (sys_flag,) = _I32.unpack_from(buf, pos + 36)
+    (sys_flag,) = _I32.unpack_from(buf, pos + at["sys_flag"])
     if sys_flag & 0x30:
         return None
-    (qid,) = _I32.unpack_from(buf, pos + 12)
-    (qoff,) = _I64.unpack_from(buf, pos + 20)
-    (ts,) = _I64.unpack_from(buf, pos + 56)
-    addr = bytes(buf[pos + 64 : pos + 68])
-    (port,) = _I32.unpack_from(buf, pos + 68)
+    (qid,) = _I32.unpack_from(buf, pos + at["queue_id"])
+    (qoff,) = _I64.unpack_from(buf, pos + at["queue_offset"])
+    (ts,) = _I64.unpack_from(buf, pos + at["store_timestamp_ms"])
+    addr = bytes(buf[pos + at["store_addr"] : pos + at["store_port"]])
+    (port,) = _I32.unpack_from(buf, pos + at["store_port"])
     return LostRecord(base + pos, total, None, qid, qoff, None, None, offset_msg_id(addr, port, base + pos), ts, True)
 
 
@@ -806,7 +789,7 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
     count = 0
     pos = start
     while pos + 8 <= end:
-        total, magic = _HEAD.unpack_from(buf, pos)
+        total, magic = read_head(buf, pos)
         if total == 0 and magic == 0:
             return out, count, 0
         if magic == BLANK_MAGIC:
@@ -826,7 +809,7 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
             count += 1
             pos += rec.total_size
             continue
-        if magic not in (MAGIC_V1, MAGIC_V2) or total < 91 or pos + total > end:
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE_V1 or pos + total > end:
             return out, count, end - pos
         count += 1
         pos += total
@@ -1066,11 +1049,12 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
         with map_file(segs[i].path) as buf:
             if len(buf) < 76:
                 continue
-            magic = _I32.unpack_from(buf, 4)[0]
+            magic = read_head(buf, 0)[1]
             if magic != MAGIC_V1 and not (rules.v2_magic and magic == MAGIC_V2):
                 continue
-            sys_flag = _I32.unpack_from(buf, 36)[0]
-            ts = _I64.unpack_from(buf, 68 if rules.ipv6_hosts and sys_flag & BORNHOST_V6_FLAG else 56)[0]
+            sys_flag = _I32.unpack_from(buf, OFFSETS_V4["sys_flag"])[0]
+            layout = HEAD_OFFSETS[(sys_flag & BORNHOST_V6_FLAG) >> 4 if rules.ipv6_hosts else 0]
+            ts = _I64.unpack_from(buf, layout["store_timestamp_ms"])[0]
         if ts != 0 and ts <= limit:
             return i, f"its first record was stored at {ts} <= checkpoint {what} {limit}"
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"

@@ -17,10 +17,15 @@ import numpy as np
 
 from ..errors import CorruptData, RecordSizeMismatch
 from .commitlog import (
+    BORNHOST_V6_FLAG,
+    HEAD_OFFSETS,
     HEAD_STRUCTS,
+    HEAD_V4_SIZE,
     MAGIC_V1,
     MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
     RECORD_HEAD,
+    STOREHOSTADDRESS_V6_FLAG,
     head_codes,
 )
 from .fields import dtype_of
@@ -28,6 +33,9 @@ from .fields import dtype_of
 # One dtype per host-width combination, indexed like ``commitlog.HEAD_STRUCTS``.
 HEAD_DTYPES: tuple[np.dtype, ...] = tuple(dtype_of(RECORD_HEAD, head_codes(v << 4)) for v in range(4))
 HEAD_V4_DTYPE = HEAD_DTYPES[0]
+_AT = HEAD_OFFSETS[0]
+_V6_EXTRA = HEAD_OFFSETS[1]["store_timestamp_ms"] - _AT["store_timestamp_ms"]  # 12: a 16-byte address
+_CAND_BLOCK = 1 << 15  # candidate record starts checked per numpy step
 _INT_FIELDS = tuple(f.name for f in RECORD_HEAD if f.code != "addr")
 
 
@@ -223,3 +231,66 @@ def decode_records(buf: Any, positions: np.ndarray, *, path: str = "<buffer>") -
         _slices(buf, ppos + 2, np.maximum(plen, 0)),
         v2,
     )
+
+
+def _strided(head: np.ndarray, pos: int, dtype: str) -> np.ndarray:
+    """One fixed field of gathered 88-byte record heads, as a strided view (no copy)."""
+    return np.ndarray((len(head),), dtype=dtype, buffer=head, offset=pos, strides=(HEAD_V4_SIZE,))
+
+
+def well_formed_records(buf: Any, size: int, file_from: int, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates ``s`` (sorted record starts) that ``decode_record`` accepts and whose stored
+    PHYSICALOFFSET is ``file_from + s``; returns (starts, ends). For resynchronising on damaged files."""
+    s = s[s <= size - MIN_RECORD_SIZE_V1]
+    if not s.size:
+        return s, s
+    # Each candidate's first 88 bytes (every fixed field up to BODYLENGTH with IPv4 hosts) are
+    # gathered at once; the fields are strided views of that block.
+    heads = np.ndarray((size - HEAD_V4_SIZE + 1,), dtype=f"V{HEAD_V4_SIZE}", buffer=buf, strides=(1,))
+    be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
+    be16 = np.ndarray((size - 1,), dtype=">i2", buffer=buf, strides=(1,))
+    i8 = np.ndarray((size,), dtype="i1", buffer=buf, strides=(1,))
+    starts, ends = [], []
+    try:
+        # Blocks keep the temporaries in cache: a few dozen passes over each block.
+        for b0 in range(0, len(s), _CAND_BLOCK):
+            c = s[b0 : b0 + _CAND_BLOCK]
+            head = heads[c]
+            total = _strided(head, _AT["total_size"], ">i4").astype(np.int64)
+            ok = (
+                (total >= MIN_RECORD_SIZE_V1)
+                & (total <= size - c)
+                & (_strided(head, _AT["phy_offset"], ">i8") == c + file_from)
+            )
+            if not ok.all():
+                c, total, head = c[ok], total[ok], head[ok]
+            end = c + total
+            v2 = _strided(head, _AT["magic"], ">i4") == MAGIC_V2
+            v6 = _strided(head, _AT["sys_flag"], ">i4") & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+            body_len = _strided(head, _AT["body_len"], ">i4")
+            bl_pos = c + _AT["body_len"]
+            if v6.any():
+                # BODYLENGTH sits 12 bytes later for each IPv6 host (§3.1). Reads past a record
+                # only happen for records that fail the final length check, so they are clamped.
+                bl_pos = (
+                    bl_pos
+                    + np.where(v6 & BORNHOST_V6_FLAG, _V6_EXTRA, 0)
+                    + np.where(v6 & STOREHOSTADDRESS_V6_FLAG, _V6_EXTRA, 0)
+                )
+                body_len = np.where(v6 != 0, be32[np.minimum(bl_pos, size - 4)], body_len)
+            t_pos = bl_pos + 4 + np.maximum(body_len, 0)
+            if v2.any():
+                topic_len = np.where(v2, be16[np.minimum(t_pos, size - 2)], i8[np.minimum(t_pos, size - 1)])
+                p_pos = t_pos + np.where(v2, 2, 1) + np.maximum(topic_len, 0)
+            else:
+                topic_len = i8[np.minimum(t_pos, size - 1)]
+                p_pos = t_pos + 1 + np.maximum(topic_len, 0)
+            props_len = be16[np.minimum(p_pos, size - 2)]
+            # calMsgLength (§3.1) is exactly the bytes the fields take, so it equals TOTALSIZE iff
+            # the fields end where the record ends.
+            ok = (topic_len >= 0) & (p_pos + 2 + np.maximum(props_len, 0) == end)
+            starts.append(c[ok])
+            ends.append(end[ok])
+        return np.concatenate(starts), np.concatenate(ends)
+    finally:
+        del heads, be32, be16, i8
