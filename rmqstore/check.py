@@ -46,8 +46,11 @@ from . import checkpoint as cpmod
 from . import config as cfgjson
 from .commitlog import (
     BLANK_MAGIC,
+    HEAD_V4,
     MAGIC_V1,
     MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    OFFSETS_V4,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -77,11 +80,7 @@ from .store import Store, map_file
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
 _MAGIC_BYTES = {m: struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC)}
-_PHY_FIELD = struct.Struct(">q")  # PHYSICALOFFSET at byte 28 of a record
-# §3.1 up to BODYLENGTH when both hosts are IPv4 (88 bytes): TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID,
-# FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, (born host), STORETIMESTAMP,
-# (store host), RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODYLENGTH
-_V4_FIXED = struct.Struct(">iiiiiqqiq8xq8xiqi")
+_PHY_AT = OFFSETS_V4["phy_offset"]
 _V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
@@ -343,7 +342,10 @@ class _Walker:
         total, _ = read_head(buf, pos)
         if magic == BLANK_MAGIC:
             return total == n - pos
-        if pos + 36 > n or _PHY_FIELD.unpack_from(buf, pos + 28)[0] != seg.base_offset + pos:
+        if (
+            pos + _PHY_AT + 8 > n
+            or int.from_bytes(buf[pos + _PHY_AT : pos + _PHY_AT + 8], "big", signed=True) != seg.base_offset + pos
+        ):
             return False
         try:
             decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
@@ -386,26 +388,35 @@ class _Walker:
         with map_file(seg.path) as buf, memoryview(buf) as view:
             n = len(buf)
             pos = 0
-            unpack = _V4_FIXED.unpack_from
+            unpack = HEAD_V4.unpack_from
             while True:
                 if pos - reported >= _CHUNK and self.progress is not None:
                     self.progress(pos - reported)
                     reported = pos
-                if n - pos >= _V4_FIXED.size:
+                if n - pos >= HEAD_V4.size:
                     # Fast path: a V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly
                     # what decode_record accepts for such a record; anything else goes through it.
-                    total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, store_ts, _, _, body_len = unpack(buf, pos)
-                    if magic == MAGIC_V1 and not sys_flag & _V6_FLAGS and 91 <= total <= n - pos and body_len >= 0:
+                    (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
+                     body_len) = unpack(buf, pos)  # fmt: skip
+                    if (
+                        magic == MAGIC_V1
+                        and not sys_flag & _V6_FLAGS
+                        and MIN_RECORD_SIZE_V1 <= total <= n - pos
+                        and body_len >= 0
+                    ):
                         end = pos + total
-                        p = pos + _V4_FIXED.size + body_len
+                        p = pos + HEAD_V4.size + body_len
                         if p < end:
                             topic_len = buf[p]
                             q = p + 1 + topic_len
                             if topic_len < 128 and q + 2 <= end:
                                 props_len = (buf[q] << 8) | buf[q + 1]
-                                if props_len < 0x8000 and 91 + body_len + topic_len + props_len == total:
+                                if (
+                                    props_len < 0x8000
+                                    and MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len == total
+                                ):
                                     if body_len:
-                                        start = pos + _V4_FIXED.size
+                                        start = pos + HEAD_V4.size
                                         computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
                                         if computed != crc:
                                             self._crc_problem(path, pos, base + pos, crc, computed)

@@ -126,10 +126,14 @@ class Store:
         return out
 
     def queue_dir(self, topic: str, queue_id: int) -> Path:
-        """``consumequeue/<topic>/<queueId>``; a topic the broker would refuse never becomes a path."""
-        from .safety import queue_dir
+        """``consumequeue/<topic>/<queueId>`` for reading. A topic the broker would refuse never becomes
+        a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse
+        such a topic before this, naming the record)."""
+        from .safety import check_topic_name
 
-        return queue_dir(self.config.consumequeue_dir.parent, topic, queue_id)
+        if check_topic_name(topic) is not None:
+            return self.config.consumequeue_dir / ".refused-topic" / str(int(queue_id))
+        return self.config.consumequeue_dir / topic / str(int(queue_id))
 
     def cq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
         return list_segments(self.queue_dir(topic, queue_id), self.config.cq_file_size)

@@ -89,9 +89,10 @@ import numpy as np
 
 from . import checkpoint as cpmod
 from . import config as cfgmod
+from .codec.columnar import HEAD_V4_DTYPE
+from .codec.commitlog import HEAD_V4, encode_blank
 from .columnar import Columns, range_hashes, topic_key_hashes
 from .commitlog import (
-    BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     INNER_BATCH_FLAG,
     MAGIC_V1,
@@ -181,30 +182,10 @@ DLQ_PREFIX = "%DLQ%"
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator
 
-# Everything up to BODYLENGTH of a V1 record with IPv4 hosts (88 bytes, §3.1).
-_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
-# The same as a numpy record, for encoding many records at once.
-_HEADER_V4 = np.dtype(
-    [
-        ("size", ">i4"),
-        ("magic", ">i4"),
-        ("crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("phy", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_ts", ">i8"),
-        ("born_addr", ">u4"),
-        ("born_port", ">i4"),
-        ("store_ts", ">i8"),
-        ("store_addr", ">u4"),
-        ("store_port", ">i4"),
-        ("reconsume", ">i4"),
-        ("prepared", ">i8"),
-        ("body_len", ">i4"),
-    ]
-)
+# Everything up to BODYLENGTH of a V1 record with IPv4 hosts (88 bytes, §3.1): the codec's struct,
+# and its numpy record for encoding many records at once.
+_FIXED_V4 = HEAD_V4
+_HEADER_V4 = HEAD_V4_DTYPE
 _SHORTS = [i.to_bytes(2, "big") for i in range(_PROPS_MAX + 1)]  # PROPERTIESLENGTH fields
 _TRUE = "true"
 # Message fields a plain message leaves as the broker chooses them (the fast lane's condition).
@@ -228,7 +209,6 @@ _FAST_BLOCK = 32768  # messages classified at a time
 _FAST_MIN_RUN = 8  # shorter runs of plain messages go one by one
 _CLOCK_EVERY = 8  # plain messages per clock reading (a few microseconds apart)
 _SHORT = struct.Struct(">h")
-_BLANK_HEAD = struct.Struct(">ii")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 
 
@@ -1642,7 +1622,7 @@ def _plan_write(
         nonlocal chunk, pos
         remaining = fs - pos
         if remaining >= 8:
-            chunk += _BLANK_HEAD.pack(remaining, BLANK_MAGIC)
+            chunk += encode_blank(remaining)
             blanks.append((base + pos, remaining))
         flush_chunk(base + fs)
         pos = 0
@@ -2112,16 +2092,16 @@ def _plan_write(
             if j > i0:
                 phy[i0:j] = base + ends[: j - i0] - size[i0:j]
                 h = np.zeros(j - i0, dtype=_HEADER_V4)
-                h["size"] = size[i0:j]
+                h["total_size"] = size[i0:j]
                 h["magic"] = MAGIC_V1
-                h["crc"] = crc[i0:j]
+                h["body_crc"] = crc[i0:j]
                 h["queue_id"] = qv[i0:j]
                 h["queue_offset"] = qoff[i0:j]
-                h["phy"] = phy[i0:j]
-                h["born_ts"] = ts[i0:j]
+                h["phy_offset"] = phy[i0:j]
+                h["born_timestamp_ms"] = ts[i0:j]
                 h["born_addr"] = born_ip0
                 h["born_port"] = born_port0
-                h["store_ts"] = ts[i0:j]
+                h["store_timestamp_ms"] = ts[i0:j]
                 h["store_addr"] = store_ip0
                 h["store_port"] = store_port0
                 h["body_len"] = blen[i0:j]

@@ -362,6 +362,40 @@ def render_body(data: bytes, mode: str) -> str:
 read_head = _HEAD.unpack_from
 
 
+def checked_size(buf: Any, pos: int, end: int) -> int | None:
+    """TOTALSIZE of the V1/V2 record at ``pos`` if its structure is valid, else None.
+
+    The broker's check without CRC and without copying anything (§3.11 steps 2-7): the same
+    verdict as :func:`decode_record`, which callers use to explain a failure. It runs once per
+    record of a walk, so it reads only the four length fields.
+    """
+    if end - pos < MIN_RECORD_SIZE_V1:
+        return None
+    total, magic = _HEAD.unpack_from(buf, pos)
+    if (magic != MAGIC_V1 and magic != MAGIC_V2) or total < MIN_RECORD_SIZE_V1 or total > end - pos:
+        return None
+    (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
+    stop = pos + total
+    p = pos + HEAD_OFFSETS[(sys_flag >> 4) & 3]["body_len"]
+    if p + 4 > stop:
+        return None
+    (body_len,) = _INT.unpack_from(buf, p)
+    p += 4 + (body_len if body_len > 0 else 0)
+    v2 = magic == MAGIC_V2
+    if p + (4 if v2 else 3) > stop:
+        return None
+    (topic_len,) = (_SHORT if v2 else _BYTE).unpack_from(buf, p)
+    if topic_len < 0:
+        return None
+    p += (2 if v2 else 1) + topic_len
+    if p + 2 > stop:
+        return None
+    (props_len,) = _SHORT.unpack_from(buf, p)
+    if props_len > 0 and p + 2 + props_len > stop:
+        return None
+    return total if cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=v2) == total else None
+
+
 def decode_record(
     buf: Any,
     pos: int,
