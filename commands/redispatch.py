@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from rmqstore import redispatch as op
-from rmqstore.store import open_store
+from rmqstore.store import locked_error, open_store
 
 from ._common import (
     BrokerConfigOpt,
@@ -102,6 +102,8 @@ def redispatch_command(
         broker=broker_version,
         operation="redispatch",
     ) as st:
+        if dry_run and st.lock_holder() is not None:  # as every dry run: the plan of a store in use is not one
+            raise locked_error(st.config.lock_path, st.lock_holder())
         pending = op.pending_journal(st.root)
         if pending is not None and not dry_run:
             q = op.finish(st.root, pending, on_step=step_hook())

@@ -65,7 +65,6 @@ from .commitlog import (
     parse_properties,
     read_head,
     store_timestamp_at,
-    version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
 from .errors import ConfigError, CorruptData, RecordSizeMismatch
@@ -75,6 +74,7 @@ from .javahash import index_key_hash_batch, tags_code
 from .layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from .offsets import commitlog_min_phy, queue_range, range_from_files, read_consumer_offsets
 from .problems import ERROR, INFO, WARNING, Problem
+from .rules import rules_for
 from .store import Store, map_file
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
@@ -310,7 +310,7 @@ class _Walker:
         self.broker = st.config.broker
         self.out = out
         self.progress = progress
-        self.v2_ok = version_tuple(self.broker) >= (5, 1)
+        self.v2_ok = rules_for(self.broker).v2_magic
         self.magics = [MAGIC_V1, MAGIC_V2] if self.v2_ok else [MAGIC_V1]
         try:
             self.levels = st.config.delay_levels_ms()
@@ -1363,9 +1363,9 @@ def _forecast(
     cp: Any,
 ) -> RecoveryForecast:
     cfg = st.config
-    broker = version_tuple(cfg.broker)
+    rules = rules_for(cfg.broker)
     abort = st.abort_exists()
-    offset_plus_size = broker >= (4, 5, 1)
+    offset_plus_size = rules.cq_max_includes_size
     ends = [q.last_end if offset_plus_size else q.last_phy for q in queues if q.last_phy >= 0]
     cq_max = max(ends) if ends else -1
     segs = loaded_segments(segs, cfg.commitlog_file_size, cfg.broker)
@@ -1374,7 +1374,7 @@ def _forecast(
             not abort, "normal" if not abort else "abnormal", None, 0, "no commit log files", 0, 0, (), (), cq_max, 0, 0
         )
     if abort:
-        magics = [MAGIC_V1, MAGIC_V2] if broker >= (5,) else [MAGIC_V1]
+        magics = [MAGIC_V1, MAGIC_V2] if rules.five else [MAGIC_V1]
         limit = 0
         if cp is not None:
             safe = cfg.message_index_enable and cfg.message_index_safe
@@ -1389,7 +1389,7 @@ def _forecast(
     else:
         mode = "normal"
         start = max(0, len(segs) - 3)
-        if broker >= (5, 3, 2):
+        if rules.normal_start_from_cq_max:
             start = 0
             for i in range(len(segs) - 1, -1, -1):
                 if segs[i].base_offset <= cq_max:
@@ -1418,7 +1418,7 @@ def _forecast(
     truncated = 0
     if cq_max >= stop:
         truncated = sum(1 for q in queues if q.last_phy >= stop)
-    if broker >= (5,):
+    if rules.restart_dispatches_from_stop:
         dispatch_from = stop
     elif offset_plus_size:
         dispatch_from = max(segs[0].base_offset, cq_max)
@@ -1426,7 +1426,7 @@ def _forecast(
         dispatch_from = stop
     if abort:
         dispatch_from = min(dispatch_from, start_phy)
-    elif broker >= (5, 3, 2):
+    elif rules.normal_dispatch_beyond_cq:
         dispatch_from = min(dispatch_from, max(cq_max, start_phy))
     return RecoveryForecast(
         last_exit_ok=not abort,
@@ -1446,15 +1446,14 @@ def _forecast(
 
 def _loads_prefix_only(broker: str) -> bool:
     """4.4.0 (and older) and 4.9.2 stop loading at a file of the wrong size; the others fail (§2.4)."""
-    v = version_tuple(broker)
-    return v < (4, 5, 1) or v[:3] == (4, 9, 2)
+    return rules_for(broker).loads_prefix_only
 
 
 def loaded_segments(segs: Sequence[Segment], file_size: int, broker: str) -> list[Segment]:
     """The commit log files a broker of this version loads (§2.4): 5.1.3+ deletes an empty last
     file; 4.4.0 and 4.9.2 stop at the first file of the wrong size (the others refuse to start)."""
     segs = list(segs)
-    if segs and segs[-1].size == 0 and version_tuple(broker) >= (5, 1, 3):
+    if segs and segs[-1].size == 0 and rules_for(broker).deletes_empty_last_file:
         segs.pop()
     bad = next((i for i, s in enumerate(segs) if s.size != file_size), None)
     if bad is not None and _loads_prefix_only(broker):
@@ -1539,7 +1538,7 @@ def check_store(
     counts: Counter[str] = Counter(dict.fromkeys(COUNT_KEYS, 0))
     cfg = st.config
     segs, seg_problems = st.commitlog_segments()
-    if segs and segs[-1].size == 0 and version_tuple(cfg.broker) >= (5, 1, 3):
+    if segs and segs[-1].size == 0 and rules_for(cfg.broker).deletes_empty_last_file:
         last = str(segs[-1].path)
         seg_problems = [p for p in seg_problems if str(p.path) != last or not p.what.startswith("file is ")]
         out.add(last, 0, "empty last file: the broker deletes it when it loads the store", INFO)

@@ -44,12 +44,12 @@ from .commitlog import (
     decode_record,
     parse_properties,
     read_head,
-    version_tuple,
 )
 from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix, write_entry
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
+from .rules import rules_for
 from .safety import queue_dir, record_place
 
 _INT_MAX = 0x7FFFFFFF
@@ -576,7 +576,7 @@ class Dispatcher:
         self.build_cq = consume_queue
         self.build_index = cfg.message_index_enable if index is None else index
         self.topics = topics
-        self.old_dup_rule = version_tuple(cfg.broker) < (4, 5, 1)
+        self.old_dup_rule = not rules_for(cfg.broker).cq_max_includes_size
         self._queues: dict[tuple[str, int], _QueueWriter] = {}
         self._clock = clock or (lambda: int(dt.datetime.now().timestamp() * 1000))
         self._index: _IndexWriter | None = None

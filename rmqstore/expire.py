@@ -34,12 +34,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .commitlog import version_tuple
 from .consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from .errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
 from .fsutil import SCRATCH_DIR, fsync_dir, fsync_file, scratch_dir
 from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
+from .rules import rules_for
 from .safety import Journal, Quarantine, StepHook, journal_file
 from .store import Store, is_zero_header, lock_holder_pid, locked_error, open_store
 from .timeparse import format_time_ms
@@ -70,21 +70,6 @@ _LONG = struct.Struct(">q")
 
 
 # -- settings -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Rules:
-    """What differs between broker versions in the clean services (the one version switch)."""
-
-    ratio_rounds_up: bool  # 5.x: used/(used+usable) rounded up to a whole percent, like df
-    forced_level_triggers: bool  # 5.x: crossing the forced/warning level alone triggers deletion
-    levels_in_config: bool  # 5.x: diskSpace*Ratio are broker.conf keys (percent), clamped
-    batch_max_in_config: bool  # 5.x: deleteFileBatchMax key; 4.x hard-codes 10
-
-
-def _rules(broker: str) -> _Rules:
-    five = version_tuple(broker) >= (5,)
-    return _Rules(five, five, five, five)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +147,7 @@ def expire_settings(
     broker.conf keys on 5.x.
     """
     broker = broker or cfg.broker
-    rules = _rules(broker)
+    rules = rules_for(broker)
     notes: list[str] = []
     src = cfg.source or "broker.conf"
     when = cfg.delete_when if delete_when is None else delete_when
@@ -179,7 +164,7 @@ def expire_settings(
         cfg.clean_file_forcibly_enable if clean_file_forcibly_enable is None else clean_file_forcibly_enable
     )
 
-    if rules.batch_max_in_config:
+    if rules.expire_batch_max_in_config:
         batch = cfg.delete_file_batch_max
     else:
         batch = 10  # MappedFileQueue.DELETE_FILES_BATCH_MAX
@@ -189,7 +174,7 @@ def expire_settings(
         batch = delete_file_batch_max
 
     warning, forcibly = 0.90, 0.85  # 4.x system property defaults; 5.x key defaults 90 / 85
-    if rules.levels_in_config:  # 5.x keys are int percents
+    if rules.expire_levels_in_config:  # 5.x keys are int percents
         if "diskSpaceWarningLevelRatio" in cfg.explicit:
             warning = cfg.disk_space_warning_level_ratio / 100.0
         if "diskSpaceCleanForciblyRatio" in cfg.explicit:
@@ -205,7 +190,7 @@ def expire_settings(
         warning = _fraction(disk_space_warning_level_ratio)
     if disk_space_clean_forcibly_ratio is not None:
         forcibly = _fraction(disk_space_clean_forcibly_ratio)
-    if rules.levels_in_config:
+    if rules.expire_levels_in_config:
         warning = min(max(warning, 0.35), 0.90)
         forcibly = min(max(forcibly, 0.30), 0.85)
     return ExpireSettings(
@@ -235,7 +220,7 @@ def partition_used_ratio(path: Path, broker: str) -> float:
     if total <= 0:
         return -1.0
     used = total - sv.f_bfree * sv.f_frsize
-    if not _rules(broker).ratio_rounds_up:
+    if not rules_for(broker).expire_ratio_rounds_up:
         return used / total
     entire = used + sv.f_bavail * sv.f_frsize
     if entire <= 0:
@@ -292,7 +277,7 @@ def space_to_delete(settings: ExpireSettings, physic: float, logics: float) -> t
     max_ratio = settings.disk_max_used_space_ratio / 100.0
     warning, forcibly = settings.disk_space_warning_level_ratio, settings.disk_space_clean_forcibly_ratio
     clean_now = disk_full = False
-    if _rules(settings.broker).forced_level_triggers:
+    if rules_for(settings.broker).expire_forced_level_triggers:
         for r in (physic, logics):
             if r > warning:
                 return True, True, True

@@ -38,16 +38,15 @@ from .commitlog import (
     decode_record,
     read_head,
     store_timestamp_at,
-    version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
 from .errors import CorruptData, RmqstoreError
 from .indexfile import HEADER_SIZE, IndexHeader, decode_header
 from .layout import Segment
 from .problems import ERROR, INFO, WARNING, Problem
+from .rules import rules_for
 from .store import Store, map_file
 
-_HEAD = struct.Struct(">ii")
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _MIN_SCAN_CHUNK = 4096  # entries read at a time when looking for the first live CQ entry
@@ -295,7 +294,7 @@ def _first_is_zero(seg: Segment) -> bool:
     if seg.size < 8:
         return True
     with map_file(seg.path) as buf:
-        return _HEAD.unpack_from(buf, 0) == (0, 0)
+        return read_head(buf, 0) == (0, 0)
 
 
 def _first_store_timestamp(seg: Segment) -> int | None:
@@ -398,7 +397,7 @@ def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tup
     else:
         last_size = last_entry[1]
         last_end = last_entry[0] + last_entry[1]
-        max_physic = last_end if version_tuple(cfg.broker) >= (4, 5, 1) else last_entry[0]
+        max_physic = last_end if rules_for(cfg.broker).cq_max_includes_size else last_entry[0]
     return (
         QueueInfo(topic, queue_id, len(segs), min_logic // ENTRY_SIZE, max_offset, max_physic, last_end, last_size),
         problems,

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from . import config as cfgjson
-from .commitlog import version_tuple
 from .consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
 from .errors import ConfigError, InputError, UnsafePlan
 from .layout import Segment
 from .query import offset_by_time
+from .rules import rules_for
 from .store import Store, map_file
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
@@ -107,7 +107,7 @@ def range_from_files(
             min_offset = (segs[0].base_offset + int(hits[0]) * ENTRY_SIZE) // ENTRY_SIZE
             found = True
         del arr, phys
-    if not found and version_tuple(broker) >= (5,):
+    if not found and rules_for(broker).empty_queue_min_is_max:
         min_offset = max_offset  # 5.x: every entry is below the commit log: the queue is empty
     return QueueRange(topic, queue_id, min_offset, max_offset, last_phy, last_end)
 

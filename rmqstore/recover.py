@@ -60,13 +60,13 @@ from .commitlog import (
     decode_record,
     offset_msg_id,
     read_head,
-    version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
+from .rules import BrokerRules, rules_for
 from .safety import Journal, Quarantine, StepFailed, StepHook, default_quarantine_base, sha256_file
 from .store import Store, map_file
 from .walk import FusedFile, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
@@ -85,32 +85,9 @@ _I64 = struct.Struct(">q")
 # Version differences (§8.6), decided in one place.
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerRules:
-    broker: str
-    cq_max_includes_size: bool  # 4.5.1+: a queue's maxPhysicOffset is offset + size, not offset
-    v2_magic: bool  # 5.1.0+ reads 0xDAA320AB records; older brokers see corruption
-    ipv6_hosts: bool  # 4.6.0+: store timestamp at 68 when the born host is IPv6
-    normal_start_from_cq_max: bool  # 5.3.2+: normal recovery starts at the last file <= CQ max
-    normal_dispatch_beyond_cq: bool  # 5.3.2+: normal recovery dispatches records past the CQ max
-    start_catches_up: bool  # 4.5.1-4.9.x: start() re-dispatches from the CQ maximum
-    normal_destroys_logics: bool  # normal recovery with no commit log file deletes every CQ
-
-
 def broker_rules(broker: str) -> BrokerRules:
-    v = version_tuple(broker)
-    return BrokerRules(
-        broker=broker,
-        cq_max_includes_size=v >= (4, 5, 1),
-        v2_magic=v >= (5, 1, 0),
-        ipv6_hosts=v >= (4, 6, 0),
-        normal_start_from_cq_max=v >= (5, 3, 2),
-        normal_dispatch_beyond_cq=v >= (5, 3, 2),
-        start_catches_up=(4, 5, 1) <= v < (5, 0, 0),
-        # 4.4.0's recoverNormally has no branch for an empty commit log; later 4.x and 5.x destroy
-        # the CQs there too (the first version with the branch is not pinned down: 4.5.1 assumed).
-        normal_destroys_logics=v >= (4, 5, 1),
-    )
+    """The version-dependent decisions of recovery (see :mod:`rmqstore.rules`)."""
+    return rules_for(broker)
 
 
 # ---------------------------------------------------------------------------------------------

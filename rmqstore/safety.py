@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import CorruptData, RmqstoreError
+from .errors import CorruptData, RmqstoreError, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
 
 __all__ = [
@@ -122,6 +122,8 @@ class Journal:
 
     def fail(self, step: str, error: BaseException) -> None:
         """Keep what stopped the run, so ``check`` and ``info`` can show it."""
+        if isinstance(error, OSError):
+            error = from_os_error(error)
         self.data["failed"] = {"step": step, "error": str(error) or type(error).__name__}
         try:
             self.save()
@@ -402,7 +404,7 @@ def move(src: Path, dst: Path) -> None:
 # -- topic names from record bytes -----------------------------------------------------------
 
 # TopicValidator (4.x and 5.x): letters, digits, "%", "|", "_", "-"
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "$" would accept a trailing newline
 TOPIC_MAX_LENGTH = 255  # 4.x clients allowed 255 (later 127); longer is no file name (NAME_MAX)
 
 
@@ -412,7 +414,7 @@ def check_topic_name(topic: str) -> str | None:
         return "the topic is empty"
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"the topic is {len(topic)} characters long, more than {TOPIC_MAX_LENGTH}"
-    if not _TOPIC_RE.match(topic):
+    if not _TOPIC_RE.fullmatch(topic):
         return "only letters, digits and %|_- are allowed"
     return None
 

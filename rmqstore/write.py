@@ -117,7 +117,6 @@ from .commitlog import (
     encode_record,
     offset_msg_id,
     parse_host,
-    version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchRequest, DispatchStats, delivery_tags_code, scan_requests
@@ -127,6 +126,7 @@ from .indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from .indexfile import decode_header as decode_index_header
 from .javahash import java_hash, java_hash_batch
 from .layout import Segment, StoreConfig, file_name, list_segments
+from .rules import rules_for
 from .safety import BadTopic, Quarantine, StepHook, default_quarantine_base, no_step, record_place
 from .safety import check_topic_name as topic_problem
 from .store import Store, map_file
@@ -641,7 +641,7 @@ def topic_for_new(
     """
     if _is_broker_managed(topic, cfg):
         return None
-    five = version_tuple(cfg.broker) >= (5,)
+    five = rules_for(cfg.broker).five
     attrs: dict[str, str] | None = {} if five else None
     if topic.startswith(RETRY_PREFIX):
         return cfgmod.TopicConfig(topic, 1, 1, cfgmod.PERM_READ | cfgmod.PERM_WRITE, attributes=attrs)
@@ -1502,14 +1502,14 @@ def _plan_write(
     if pending_journal(st.root) is not None:
         raise UnsafePlan(f"{st.root}: an interrupted write must be rolled back first (run `rmqstore write` again)")
     now = clock or (lambda: time.time_ns() // 1_000_000)
-    broker = version_tuple(cfg.broker)
-    v6_ok = broker >= (4, 6, 0)
-    v2_ok = broker >= (5, 1, 0)
-    add_cluster = broker >= (4, 6, 0)
-    drop_wait = (4, 9, 1) <= broker < (5,)
-    broker_cap = 128 if broker >= (4, 9, 1) else 16
-    body_limit_only = broker >= (4, 9, 4)
-    record_slack = broker >= (4, 9, 5)
+    rules = rules_for(cfg.broker)
+    v6_ok = rules.ipv6_hosts
+    v2_ok = rules.v2_magic
+    add_cluster = rules.cluster_property
+    drop_wait = rules.drops_wait_property
+    broker_cap = rules.properties_capacity
+    body_limit_only = rules.body_limit_only
+    record_slack = rules.record_slack
     levels = cfg.delay_levels_ms()
     max_level = len(levels)
     fs = cfg.commitlog_file_size

@@ -8,7 +8,6 @@ are big-endian and signed, as Java writes them.
 from __future__ import annotations
 
 import base64
-import functools
 import ipaddress
 import struct
 import zlib
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ChecksumMismatch, CorruptData, MissingExtra, RecordSizeMismatch
+from ..rules import rules_for, version_tuple  # noqa: F401  (version_tuple: old import path)
 from .fields import Field
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -119,19 +119,6 @@ _LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
 _BYTE = struct.Struct(">b")
 
-# Properties parsing changed in 4.9.1 (§3.7); versions are compared as tuples.
-_PARSER_CHANGE = (4, 9, 1)
-
-
-@functools.lru_cache(maxsize=64)
-def version_tuple(broker: str) -> tuple[int, ...]:
-    """``"4.9.7"`` -> ``(4, 9, 7)``; unknown parts count as 0."""
-    out = []
-    for part in broker.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
 
 def host_len(sys_flag: int, v6_flag: int) -> int:
     """Bytes of a host field: 4-byte IPv4 or 16-byte IPv6 address plus a 4-byte int port."""
@@ -158,7 +145,7 @@ def parse_properties(raw: str, *, broker: str = "4.4.0") -> dict[str, str]:
     props: dict[str, str] = {}
     if not raw:
         return props
-    if version_tuple(broker) < _PARSER_CHANGE:
+    if not rules_for(broker).new_properties_parser:
         # Java String.split on each separator: trailing empty strings dropped, 2 parts kept.
         for item in raw.split(PROPERTY_SEPARATOR):
             parts = item.split(NAME_VALUE_SEPARATOR)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptData
-from .commitlog import version_tuple
+from ..rules import rules_for
 from .fields import Field, dtype_of, struct_of
 from .javahash import index_key_hash
 
@@ -89,7 +89,7 @@ def encode_header(h: IndexHeader) -> bytes:
 
 def counts_new_slots_only(broker: str) -> bool:
     """hashSlotCount counts every put up to 4.7.0, only newly used slots since 4.7.1 (§5.2)."""
-    return version_tuple(broker) >= (4, 7, 1)
+    return rules_for(broker).index_counts_new_slots_only
 
 
 def is_time_matched(h: IndexHeader, begin_ms: int, end_ms: int) -> bool:
