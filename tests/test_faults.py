@@ -103,9 +103,9 @@ def assert_accounted(before: dict[Path, bytes], root: Path, qbase: Path, *, appe
                 entries_from = 40 + 4 * 128  # maxHashSlotNum=128 in the real stores' broker.conf
                 n = min(len(old), len(new))
                 changed = np.flatnonzero(np.frombuffer(old[:n], np.uint8) != np.frombuffer(new[:n], np.uint8))
-                assert not len(changed) or changed[0] >= 0 and all(
-                    c < entries_from or old[c] == 0 for c in changed
-                ), f"{path}: index entries rewritten"
+                assert not len(changed) or changed[0] >= 0 and all(c < entries_from or old[c] == 0 for c in changed), (
+                    f"{path}: index entries rewritten"
+                )
             continue
         if any(sha(c) == sha(old) for c in files.get(path.resolve(), []) + files.get(path, [])):
             continue
@@ -189,7 +189,10 @@ TOPIC_COMMANDS = {
     "redispatch": ("clean-2topics", ["redispatch", "{root}", "-q", "--quarantine", "{q}"]),
     "recover": ("crash-midwrite", ["recover", "{root}", "-q", "--quarantine", "{q}"]),
     "recover-rebuild": ("clean-2topics", ["recover", "{root}", "-q", "--rebuild-consumequeue", "--quarantine", "{q}"]),
-    "write-catch-up": ("crash-midwrite", ["write", "{root}", "--topic", "TopicB", "--body", "x", "--quarantine", "{q}"]),
+    "write-catch-up": (
+        "crash-midwrite",
+        ["write", "{root}", "--topic", "TopicB", "--body", "x", "--quarantine", "{q}"],
+    ),
     "redispatch-dry-run": ("clean-2topics", ["redispatch", "{root}", "-q", "--dry-run"]),
 }
 
@@ -464,7 +467,11 @@ def test_locked_store_gets_nothing_written_inside(tmp_path: Path, holder: str) -
             before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tree(root)}
             r = run(tmp_path, root, [a.format(root=root) for a in argv], codes={4}, modifying=True)
             assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tree(root)} == before, argv
-            who = f"another rmqstore run (pid {proc.pid}: rmqstore recover)" if holder == "rmqstore" else "a running broker"
+            who = (
+                f"another rmqstore run (pid {proc.pid}: rmqstore recover)"
+                if holder == "rmqstore"
+                else "a running broker"
+            )
             assert who in r.stderr, (argv, r.stderr)
     finally:
         proc.kill()
