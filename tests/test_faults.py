@@ -532,3 +532,37 @@ def test_made_store_with_an_escaping_topic_and_a_damaged_index(tmp_path: Path) -
 
 def test_fcntl_lock_probe_is_what_brokers_take() -> None:
     assert fcntl.LOCK_EX and hasattr(fcntl, "lockf")  # the broker's FileChannel.tryLock is a POSIX record lock
+
+
+# ----------------------------------- the same OS errors, injected where root cannot provoke them
+
+
+@pytest.mark.parametrize("command", ["redispatch", "recover", "write"])
+def test_permission_denied_on_the_commit_log_is_named(tmp_path: Path, monkeypatch, command: str) -> None:
+    root = copy_real_store("clean-2topics", tmp_path / "s")
+    real = os.listdir
+
+    def listdir(path="."):
+        if Path(path) == root / "commitlog":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    args = [command, str(root)] + (["--topic", "TopicA", "--body", "x"] if command == "write" else ["-q"])
+    r = run(tmp_path, root, args, codes={1}, modifying=True)
+    assert f"error: {root}/commitlog: permission denied" in r.stderr, r.stderr
+
+
+def test_enodev_from_mmap_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    import errno
+    import mmap
+
+    root = copy_real_store("clean-2topics", tmp_path / "s")
+
+    def no_map(*a, **k):
+        raise OSError(errno.ENODEV, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", no_map)
+    for args in (["dump", "commitlog", str(root), "--count"], ["check", str(root)], ["info", str(root)]):
+        r = run(tmp_path, root, args, codes={6, 3}, modifying=False)
+        assert "cannot be memory-mapped" in r.stdout + r.stderr, (args, r.output)
