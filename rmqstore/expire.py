@@ -40,7 +40,7 @@ from .fsutil import SCRATCH_DIR, fsync_dir, fsync_file, scratch_dir
 from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
 from .rules import rules_for
-from .safety import Journal, Quarantine, StepHook, journal_file
+from .safety import Journal, PlannedAction, Quarantine, StepHook, journal_file
 from .store import Store, is_zero_header, lock_holder_pid, locked_error, open_store
 from .timeparse import format_time_ms
 
@@ -654,6 +654,12 @@ def _quarantine(plan: ExpirePlan, base: Path) -> Quarantine:
         note="files missing here were not moved yet when the run stopped and are still in the store",
     )
     return q
+
+
+def planned_actions(plan: ExpirePlan, *, quarantine: bool = False) -> tuple[PlannedAction, ...]:
+    """The deletions in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    verb = "move" if quarantine else "delete"
+    return tuple(PlannedAction("expire", verb, a.path, a.why, size=a.size, kept=quarantine) for a in plan.actions)
 
 
 def apply_expire(

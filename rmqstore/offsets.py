@@ -33,6 +33,7 @@ from .errors import ConfigError, InputError, UnsafePlan
 from .layout import Segment
 from .query import offset_by_time
 from .rules import rules_for
+from .safety import PlannedAction
 from .store import Store, map_file
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
@@ -323,3 +324,9 @@ def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
     if now != plan.source_raw and not (now is not None and plan.source_raw is None and not now):
         raise UnsafePlan(f"{plan.path} changed since the plan was made; plan again")
     cfgjson.write_config(plan.path.parent, plan.path.name, plan.data, broker_version=plan.broker_version)
+
+
+def planned_actions(plan: SetOffsetsPlan) -> tuple[PlannedAction, ...]:
+    """The rewrite in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    why = f"{len(plan.changes)} committed offset(s) set; the previous file is kept as .bak"
+    return (PlannedAction("offsets", "rewrite", plan.path, why),) if plan.changes else ()

@@ -30,7 +30,7 @@ from .errors import InputError, UnsafePlan
 from .fsutil import SCRATCH_DIR, atomic_write, scratch_dir
 from .indexfile import decode_header
 from .layout import StoreConfig
-from .safety import Journal, Quarantine, StepHook, default_quarantine_base, journal_file, move
+from .safety import Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, journal_file, move
 from .store import Store
 
 JOURNAL = "redispatch.journal.json"
@@ -557,3 +557,24 @@ def cfg_summary(cfg: StoreConfig) -> dict[str, Any]:
         "maxIndexNum": cfg.max_index_num,
         "broker": cfg.broker,
     }
+
+
+def planned_actions(plan: RedispatchPlan, *, keep_old: bool = True) -> tuple[PlannedAction, ...]:
+    """The swap in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    if plan.output is not None:
+        return ()
+    out = [
+        PlannedAction("redispatch", "replace", plan.store_root / part, "rebuilt from the commit log", kept=keep_old)
+        for part in _parts(plan)
+    ]
+    if plan.checkpoint_after and plan.checkpoint_after != plan.checkpoint_before:
+        out.append(
+            PlannedAction(
+                "redispatch",
+                "rewrite",
+                plan.store_root / "checkpoint",
+                "timestamps of the rebuilt files",
+                kept=keep_old,
+            )
+        )
+    return tuple(out)
