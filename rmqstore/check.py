@@ -34,6 +34,7 @@ import os
 import re
 import struct
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -73,9 +74,10 @@ from .indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from .javahash import index_key_hash_batch, tags_code
 from .layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from .offsets import commitlog_min_phy, queue_range, range_from_files, read_consumer_offsets
-from .problems import ERROR, INFO, WARNING, Problem
+from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from .rules import rules_for
 from .store import Store, map_file
+from .walk import first_nonzero
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
@@ -84,6 +86,7 @@ _PHY_AT = OFFSETS_V4["phy_offset"]
 _V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
+_KEY_FLUSH = 1 << 16  # index keys hashed at a time
 _CONFIG_SUFFIXES = (".json", ".json.bak")
 _COMPACT_CONFIG = tuple(cfgjson.COMPACT_FILES) + tuple(f"{n}.bak" for n in cfgjson.COMPACT_FILES)
 _TYPED_CONFIG: dict[str, Callable[..., Any]] = {
@@ -251,7 +254,7 @@ class _LogScan:
     topic_ids: dict[str, int] = field(default_factory=dict)
     # one row per record: phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
     # computes, store timestamp, transaction type
-    rows: list[tuple[int, ...]] = field(default_factory=list)
+    rows: array = field(default_factory=lambda: array("q"))  # flat: 8 longs a record
     key_rec: list[np.ndarray] = field(default_factory=list)  # record number of each index key
     key_hash: list[np.ndarray] = field(default_factory=list)  # its index key hash
     stops: list[int] = field(default_factory=list)  # phy offsets where the broker's walk stops
@@ -270,7 +273,9 @@ class _LogScan:
         return tid
 
     def finish(self) -> None:
-        table = np.array(self.rows, dtype=np.int64).reshape(-1, 8)
+        table = (
+            np.frombuffer(self.rows, dtype=np.int64).reshape(-1, 8) if len(self.rows) else np.zeros((0, 8), np.int64)
+        )
         self.a_phy = np.ascontiguousarray(table[:, 0])
         names = ("size", "topic", "qid", "qoff", "tags", "ts", "tx")
         self.arrays = {name: np.ascontiguousarray(table[:, i + 1]) for i, name in enumerate(names)}
@@ -278,7 +283,7 @@ class _LogScan:
         recs = np.concatenate(self.key_rec) if self.key_rec else np.empty(0, np.int64)
         hashes = np.concatenate(self.key_hash) if self.key_hash else np.empty(0, np.int64)
         self.keys_sorted = _sorted_unique((recs.astype(np.int64) << 32) | hashes.astype(np.int64))
-        self.rows = []
+        self.rows = array("q")
         self.key_rec, self.key_hash = [], []
 
     @property
@@ -438,7 +443,7 @@ class _Walker:
                 total, magic = read_head(buf, pos)
                 if total == 0 and magic == 0:
                     self._stop(base + pos)
-                    nz = _first_nonzero(buf, pos, n)
+                    nz = first_nonzero(buf, pos, n, path=seg.path)
                     # a record's TOTALSIZE has a non-zero byte among its first four
                     nxt = None if nz is None else self._resync(buf, max(pos, nz - 3), seg)
                     if nxt is None:
@@ -577,8 +582,8 @@ class _Walker:
                 group="tx queue offset",
             )
         rows = self.scan.rows
-        number = len(rows)
-        rows.append((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
+        number = len(rows) // 8
+        rows.extend((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
         if tx != TRANSACTION_ROLLBACK_TYPE and props and not self.light:  # §5.3: rollback is not indexed
             uniq = props.get(PROP_UNIQ_KEY)
             if uniq:
@@ -590,6 +595,8 @@ class _Walker:
                     if token:
                         self._key_strs.append(f"{name}#{token}")
                         self._key_recs.append(number)
+            if len(self._key_strs) >= _KEY_FLUSH:  # hash in bounded batches: memory stays flat
+                self._flush_keys()
 
     def _report_shifts(self, seg: Segment, run: _FileRun, shifts: list[tuple[int, int]]) -> None:
         if not shifts:
@@ -653,20 +660,6 @@ def _sorted_unique(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _first_nonzero(buf: Any, start: int, end: int) -> int | None:
-    """Position of the first non-zero byte in ``buf[start:end]``, reading in chunks."""
-    pos = start
-    while pos < end:
-        stop = min(end, pos + _CHUNK)
-        chunk = np.frombuffer(buf, dtype=np.uint8, count=stop - pos, offset=pos)
-        nz = np.flatnonzero(chunk)
-        del chunk
-        if nz.size:
-            return pos + int(nz[0])
-        pos = stop
-    return None
-
-
 def _classify_tails(scan: _LogScan, out: _Problems) -> None:
     """File ends: BLANKs between files, dirty tails, preallocated files (§2.3, §3.4, §8.5)."""
     runs = scan.runs
@@ -708,7 +701,7 @@ def _fix_segment_problems(problems: Iterable[Problem], segs: Sequence[Segment], 
     sizes = {str(s.path): s.size for s in segs}
     out = []
     for p in problems:
-        if p.pos is None and str(p.path) in sizes and p.what.startswith("file is "):
+        if p.pos is None and str(p.path) in sizes and p.kind is ProblemKind.WRONG_SIZE:
             p = Problem(p.path, min(sizes[str(p.path)], expected), p.what, p.severity, p.phy_offset)
         out.append(p)
     return out
@@ -1540,7 +1533,7 @@ def check_store(
     segs, seg_problems = st.commitlog_segments()
     if segs and segs[-1].size == 0 and rules_for(cfg.broker).deletes_empty_last_file:
         last = str(segs[-1].path)
-        seg_problems = [p for p in seg_problems if str(p.path) != last or not p.what.startswith("file is ")]
+        seg_problems = [p for p in seg_problems if str(p.path) != last or p.kind is not ProblemKind.WRONG_SIZE]
         out.add(last, 0, "empty last file: the broker deletes it when it loads the store", INFO)
     out.extend(_fix_segment_problems(seg_problems, segs, cfg.commitlog_file_size))
     counts["commitlogFiles"] = len(segs)

@@ -49,6 +49,7 @@ from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, v
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
+from .problems import ProblemKind
 from .rules import rules_for
 from .safety import queue_dir, record_place
 
@@ -213,7 +214,7 @@ class _QueueWriter:
         self.file_size = file_size
         self.old_dup_rule = broker_4_4
         self.segs, problems = list_segments(directory, file_size)
-        bad = [p for p in problems if "configured size" in p.what or "20-digit" in p.what]
+        bad = [p for p in problems if p.kind in (ProblemKind.WRONG_SIZE, ProblemKind.BAD_NAME)]
         if bad:
             raise CorruptData(bad[0].what, path=bad[0].path, pos=0)
         self.first_created_here = not self.segs

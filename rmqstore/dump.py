@@ -65,6 +65,7 @@ from .javahash import index_key_hash
 from .layout import Segment, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
 from .store import Store, map_file
+from .walk import first_nonzero, zero_tail_start
 
 Progress = Callable[[int], None]
 
@@ -72,7 +73,6 @@ _PORT = struct.Struct(">i")
 _BLANK_BYTES = struct.pack(">i", BLANK_MAGIC)
 _WINDOW = 64 << 20  # record starts are indexed 64 MiB of a file at a time
 _SEARCH_CHUNK = 1 << 20  # bytes compared per numpy step (stays in cache)
-_ZERO_CHUNK = 1 << 22
 BODY_MODES = ("base64", "hex", "text", "none")
 
 
@@ -141,27 +141,6 @@ class _FileIndex:
                 return int(starts[i])
             w += 1
         return None
-
-
-def _first_nonzero(buf: Any, start: int, end: int) -> int | None:
-    for c0 in range(start, end, _ZERO_CHUNK):
-        chunk = buf[c0 : min(c0 + _ZERO_CHUNK, end)]
-        rest = chunk.lstrip(b"\0")
-        if rest:
-            return c0 + len(chunk) - len(rest)
-    return None
-
-
-def _zero_tail_start(buf: Any, start: int, end: int) -> int:
-    """Where the run of zero bytes that ends at ``end`` begins (``end`` if the last byte is not 0)."""
-    c1 = end
-    while c1 > start:
-        c0 = max(start, c1 - _ZERO_CHUNK)
-        chunk = buf[c0:c1].rstrip(b"\0")
-        if chunk:
-            return c0 + len(chunk)
-        c1 = c0
-    return start
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,7 +228,7 @@ def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | 
             yield Span("blank", seg.path, base + pos, pos, size - pos)
             return
         if total == 0 and magic == 0:
-            if _first_nonzero(buf, pos, size) is None:
+            if first_nonzero(buf, pos, size, path=seg.path) is None:
                 yield Span("end", seg.path, base + pos, pos, size - pos)
                 return
             why = "zero bytes where a record should start, with data after them"
@@ -264,7 +243,7 @@ def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | 
                 # A BLANK with a wrong TOTALSIZE and nothing valid after it: still the file's end.
                 yield Span("blank", seg.path, base + pos, pos, size - pos, why)
                 return
-            z = _zero_tail_start(buf, pos, size)
+            z = zero_tail_start(buf, pos, size, path=seg.path)
             yield Span("corrupt", seg.path, base + pos, pos, z - pos, why)
             if z < size:
                 yield Span("end", seg.path, base + z, z, size - z)

@@ -66,8 +66,17 @@ from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
+from .problems import LOAD_FAILURES
 from .rules import BrokerRules, rules_for
-from .safety import Journal, Quarantine, StepFailed, StepHook, default_quarantine_base, sha256_file
+from .safety import (
+    Journal,
+    PlannedAction,
+    Quarantine,
+    StepFailed,
+    StepHook,
+    default_quarantine_base,
+    sha256_file,
+)
 from .store import Store, map_file
 from .walk import FusedFile, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
 
@@ -826,7 +835,7 @@ class _QueueState:
 def _recover_queue(topic: str, qid: int, qdir: Path, cfg: StoreConfig, rules: BrokerRules) -> _QueueState:
     segs, problems = list_segments(qdir, cfg.cq_file_size)
     for p in problems:
-        if "configured size" in p.what or "20-digit" in p.what or "sub-directory" in p.what or "hidden" in p.what:
+        if p.kind in LOAD_FAILURES:
             raise CorruptData(
                 f"{p.what}: the broker would not load this consume queue; fix mappedFileSizeConsumeQueue "
                 "or move the file away",
@@ -1290,7 +1299,7 @@ def plan_recover(
     for p in problems:
         if empty_last is not None and p.path == empty_last.path:
             continue
-        if any(w in p.what for w in ("configured size", "20-digit", "sub-directory", "hidden")):
+        if p.kind in LOAD_FAILURES:
             raise CorruptData(
                 f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
                 "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
@@ -1579,6 +1588,33 @@ def _losses(
 
 # ---------------------------------------------------------------------------------------------
 # Applying: a journal of steps, each idempotent
+
+
+def planned_actions(plan: RecoverPlan) -> tuple[PlannedAction, ...]:
+    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    root = Path(plan.root)
+    kept = plan.quarantine_dir is not None
+    out = [
+        PlannedAction(
+            "recover",
+            "delete" if a.verb == "delete" else "zero",
+            _abs(root, a.path),
+            a.why,
+            None if a.verb == "delete" else a.from_pos,
+            None if a.verb == "delete" else a.to_pos,
+            a.size,
+            kept,
+        )
+        for a in plan.actions
+    ]
+    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
+        if on:
+            out.append(PlannedAction("recover", "replace", root / part, "rebuilt from the commit log", kept=kept))
+    if plan.write_checkpoint:
+        out.append(PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept))
+    if plan.remove_abort:
+        out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
+    return tuple(out)
 
 
 def journal_path(root: Path) -> Path:

@@ -12,6 +12,7 @@ process (``take_dispatch_columns``), so a recovery reads the records once.
 from __future__ import annotations
 
 import enum
+import errno
 import mmap
 import os
 import time
@@ -236,3 +237,85 @@ def take_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy
     if last is None or int(last.phy[-1] + last.size[-1]) != to_phy:
         return None
     return kept.batches
+
+
+# ---------------------------------------------------------------------------------------------
+# Zeros: the end of the data without mapping it all. A broker creates its files sparse, so the
+# zeros after the data are usually holes that SEEK_DATA skips; zero bytes that are really on
+# disk are read a chunk at a time and their pages released behind the scan.
+
+_ZERO_CHUNK = 4 << 20
+
+
+def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
+    """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return [(start, end)]
+    out = []
+    pos = start
+    try:
+        while pos < end:
+            try:
+                d = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # only a hole from here on
+                    break
+                raise
+            if d >= end:
+                break
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            out.append((d, min(h, end)))
+            pos = h
+    except (AttributeError, OSError):
+        return [(start, end)]
+    finally:
+        os.close(fd)
+    return out
+
+
+def _release(buf: Any, lo: int, hi: int) -> None:
+    """Drop the mapped pages of ``buf[lo:hi]`` (page-aligned inside) from this process."""
+    madvise = getattr(buf, "madvise", None)
+    a = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+    b = hi - hi % mmap.PAGESIZE
+    if madvise is not None and b > a:
+        madvise(mmap.MADV_DONTNEED, a, b - a)
+
+
+def first_nonzero(buf: Any, start: int, end: int, *, path: Path | str | None = None) -> int | None:
+    """Position of the first non-zero byte of ``buf[start:end]``, or None; holes of ``path`` are skipped."""
+    for a, b in data_extents(path, start, end) if path is not None else [(start, end)]:
+        for c0 in range(a, b, _ZERO_CHUNK):
+            c1 = min(c0 + _ZERO_CHUNK, b)
+            chunk = np.frombuffer(buf, np.uint8, count=c1 - c0, offset=c0)
+            nz = np.flatnonzero(chunk)
+            del chunk
+            if nz.size:
+                return c0 + int(nz[0])
+            _release(buf, c0, c1)
+    return None
+
+
+def zero_tail_start(buf: Any, start: int, end: int, *, path: Path | str | None = None) -> int:
+    """Where the run of zero bytes that ends at ``end`` begins (``end`` if the last byte is not 0)."""
+    extents = data_extents(path, start, end) if path is not None else [(start, end)]
+    if not extents:
+        return start
+    if extents[-1][1] < end:
+        end_data = extents[-1][1]  # a hole runs to ``end``: only the data before it can end the run
+    else:
+        end_data = end
+    for a, b in reversed(extents):
+        c1 = min(b, end_data)
+        while c1 > a:
+            c0 = max(a, c1 - _ZERO_CHUNK)
+            chunk = np.frombuffer(buf, np.uint8, count=c1 - c0, offset=c0)
+            nz = np.flatnonzero(chunk)
+            del chunk
+            _release(buf, c0, c1)
+            if nz.size:
+                return c0 + int(nz[-1]) + 1
+            c1 = c0
+    return start

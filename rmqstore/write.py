@@ -127,7 +127,7 @@ from .indexfile import decode_header as decode_index_header
 from .javahash import java_hash, java_hash_batch
 from .layout import Segment, StoreConfig, file_name, list_segments
 from .rules import rules_for
-from .safety import BadTopic, Quarantine, StepHook, default_quarantine_base, no_step, record_place
+from .safety import BadTopic, PlannedAction, Quarantine, StepHook, default_quarantine_base, no_step, record_place
 from .safety import check_topic_name as topic_problem
 from .store import Store, map_file
 
@@ -2230,6 +2230,23 @@ def _journal_path(root: Path) -> Path:
 
 def _journal_dir(root: Path) -> Path:
     return Path(root, SCRATCH_DIR, JOURNAL_NAME + ".d")
+
+
+def planned_actions(plan: WritePlan) -> tuple[PlannedAction, ...]:
+    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    out = []
+    if plan.stale is not None and not plan.stale.padding:
+        s = plan.stale
+        out.append(
+            PlannedAction(
+                "write", "zero", s.path, "stale bytes after the last valid record", s.pos, s.pos + s.length, kept=True
+            )
+        )
+    for w in plan.writes:
+        size = sum(len(p) for p in w.pieces)
+        why = "new file" if w.create else "records appended"
+        out.append(PlannedAction("write", "append", w.path, why, w.pos, w.pos + size))
+    return tuple(out)
 
 
 def pending_journal(root: Path | str) -> dict[str, Any] | None:
