@@ -41,6 +41,7 @@ from .codec.commitlog import (
     OFFSETS_V4,
     SCHEDULE_TOPIC,
     decode_record,
+    explain_invalid,
     read_head,
 )
 from .dispatch import DispatchRequest, ScanStop, request_from_record
@@ -257,11 +258,7 @@ def scan_columns(
     positions, stop_pos, reason = walk_positions(buf, start_pos, end)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
-        try:
-            decode_record(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-            stop.error = CorruptData("invalid record", path=seg.path, pos=stop_pos)
-        except CorruptData as e:
-            stop.error = e
+        stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     chunks = [positions[i : i + BATCH] for i in range(0, len(positions), BATCH)]
     if workers > 1 and len(chunks) > 1:
         import multiprocessing as mp
@@ -467,11 +464,7 @@ def decode_batch(
     if invalid.any():
         k = int(np.flatnonzero(invalid)[0])
         pos = int(p[k])
-        try:
-            decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-            err = CorruptData("invalid record", path=seg.path, pos=pos)
-        except CorruptData as e:
-            err = e
+        err = explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
         stop = ScanStop(pos, "invalid", err)
         n = k
         p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head = (
@@ -708,11 +701,7 @@ def _scan_part(
     positions, stop_pos, reason = walk_positions(buf, sync, end, until=hi)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
-        try:
-            decode_record(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-            stop.error = CorruptData("invalid record", path=seg.path, pos=stop_pos)
-        except CorruptData as e:
-            stop.error = e
+        stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     batches: list[Columns] = []
     for i in range(0, len(positions), BATCH):
         cols, bad = decode_batch(buf, u8, positions[i : i + BATCH], seg, cfg, end)

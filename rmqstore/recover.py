@@ -58,6 +58,7 @@ from .commitlog import (
     Blank,
     Record,
     decode_record,
+    explain_invalid,
     offset_msg_id,
     read_head,
 )
@@ -78,7 +79,7 @@ from .safety import (
     sha256_file,
 )
 from .store import Store, map_file
-from .walk import FusedFile, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
+from .walk import FusedFile, data_extents, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
 
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
@@ -427,28 +428,6 @@ def _abs(root: Path, rel: str) -> Path:
     return Path(root) / rel  # an absolute ``rel`` stays absolute
 
 
-def _data_extents(fd: int, start: int, end: int) -> list[tuple[int, int]]:
-    """Ranges of [start, end) that hold data (holes of a sparse file skipped)."""
-    out = []
-    pos = start
-    try:
-        while pos < end:
-            try:
-                d = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as e:
-                if e.errno == errno.ENXIO:
-                    break
-                raise
-            if d >= end:
-                break
-            h = os.lseek(fd, d, os.SEEK_HOLE)
-            out.append((d, min(h, end)))
-            pos = h
-    except (AttributeError, OSError):
-        return [(start, end)]
-    return out
-
-
 def data_end(path: Path, start: int, end: int | None = None) -> int:
     """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
     fd = os.open(path, os.O_RDONLY)
@@ -457,7 +436,7 @@ def data_end(path: Path, start: int, end: int | None = None) -> int:
             end = os.fstat(fd).st_size
         if end <= start:
             return start
-        for a, b in reversed(_data_extents(fd, start, end)):
+        for a, b in reversed(data_extents(path, start, end)):
             hi = b
             while hi > a:
                 lo = max(a, hi - _CHUNK)
@@ -640,13 +619,9 @@ def _walk_file(
             assert isinstance(rec, Record)
             exact[i] = rec
         if limit < n and error is None and simple[limit]:
-            try:
-                decode_record(
-                    buf, int(p[limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-                )
-                error = CorruptData("invalid record", path=path, pos=int(p[limit]))
-            except CorruptData as e:
-                error = e
+            error = explain_invalid(
+                buf, int(p[limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+            )
         # Body CRC of the simple records before the limit.
         if check_crc and limit:
             mv = memoryview(buf)
@@ -709,11 +684,7 @@ def _walk_file(
         stop_pos, reason = bad_at, "invalid"
     elif reason == "invalid":
         # The size chain itself ended on bytes that are neither a record, zeros nor a blank.
-        try:
-            decode_record(buf, stop_pos, path=path, file_from=seg.base_offset, broker=cfg.broker)
-            error = CorruptData("invalid record", path=path, pos=stop_pos)
-        except CorruptData as e:
-            error = e
+        error = explain_invalid(buf, stop_pos, path=path, file_from=seg.base_offset, broker=cfg.broker)
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
     return _FileWalk(
         seg,

@@ -131,7 +131,7 @@ def run(
 ):
     """Run one command line on a fault and check what every run must satisfy."""
     before_tree, before = tree(tmp), data_bytes(root)
-    dry_dirs = set(Path(tempfile.gettempdir()).glob("rmqstore-*"))
+    dry_dirs = set(Path(tempfile.gettempdir()).glob("rmqstore-redispatch-dry-run-*"))
     r = runner.invoke(app, args)
     out = r.stdout + r.stderr
     assert r.exit_code in codes, (args, r.exit_code, out)
@@ -143,7 +143,7 @@ def run(
     allowed = [root] + ([qbase] if qbase is not None else [])
     for p in tree(tmp) - before_tree:
         assert any(p == a or a in p.parents for a in allowed), f"created outside the store: {p}"
-    assert set(Path(tempfile.gettempdir()).glob("rmqstore-*")) == dry_dirs  # a dry run's build is gone
+    assert set(Path(tempfile.gettempdir()).glob("rmqstore-redispatch-dry-run-*")) == dry_dirs  # a dry run's build is gone
     if modifying:
         if r.exit_code in (0, 9) and "--dry-run" not in args:
             assert qbase is not None

@@ -490,6 +490,24 @@ def decode_record(
     )
 
 
+def explain_invalid(
+    buf: Any,
+    pos: int,
+    *,
+    path: str = "<buffer>",
+    file_from: int = 0,
+    end: int | None = None,
+    check_crc: bool = False,
+    broker: str = "4.4.0",
+) -> CorruptData:
+    """Why the record at ``pos`` stops a walk: the decoder's own error for it (the one explanation)."""
+    try:
+        decode_record(buf, pos, path=path, file_from=file_from, end=end, check_crc=check_crc, broker=broker)
+    except CorruptData as e:
+        return e
+    return CorruptData("invalid record", path=path, pos=pos, phy_offset=file_from + pos)
+
+
 def encode_record(
     *,
     topic: str,
