@@ -27,7 +27,6 @@ import fcntl
 import os
 import re
 import shlex
-import shutil
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -36,11 +35,11 @@ from pathlib import Path
 
 from .consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from .errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
-from .fsutil import SCRATCH_DIR, fsync_dir, fsync_file, scratch_dir
+from .fsutil import SCRATCH_DIR, fsync_dir, scratch_dir
 from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
 from .rules import rules_for
-from .safety import Journal, PlannedAction, Quarantine, StepHook, journal_file
+from .safety import Journal, PlannedAction, Quarantine, StepHook, journal_file, move
 from .store import Store, is_zero_header, lock_holder_pid, locked_error, open_store
 from .timeparse import format_time_ms
 
@@ -618,19 +617,6 @@ def _check_quarantine(plan: ExpirePlan, config: StoreConfig | None, qdir: Path) 
                 raise InputError(f"--quarantine {qdir} is inside {d}: the broker would try to load files from it")
 
 
-def _move(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(src, dest)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        shutil.copy2(src, dest)  # another file system: copy (keeping mtime), make it durable, then remove
-        fsync_file(dest)
-        os.unlink(src)
-    fsync_dir(dest.parent)
-
-
 def _quarantine(plan: ExpirePlan, base: Path) -> Quarantine:
     """A fresh ``expire-<UTC time>`` folder and its manifest, written before the first file moves."""
     q = Quarantine.fresh(base, "expire", plan.store_root, int(time.time() * 1000))
@@ -717,7 +703,7 @@ def _run(
             continue
         try:
             if run_dir is not None:
-                _move(path, run_dir / rel)
+                move(path, run_dir / rel)
             else:
                 os.unlink(path)
         except FileNotFoundError:

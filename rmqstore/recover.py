@@ -22,7 +22,6 @@ in the broker's memory only and are recomputed from the files at every start: no
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shlex
@@ -76,10 +75,11 @@ from .safety import (
     StepFailed,
     StepHook,
     default_quarantine_base,
+    move,
     sha256_file,
 )
 from .store import Store, map_file
-from .walk import FusedFile, data_extents, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
+from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
 
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
@@ -426,28 +426,6 @@ def _rel(root: Path, path: Path) -> str:
 
 def _abs(root: Path, rel: str) -> Path:
     return Path(root) / rel  # an absolute ``rel`` stays absolute
-
-
-def data_end(path: Path, start: int, end: int | None = None) -> int:
-    """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if end is None:
-            end = os.fstat(fd).st_size
-        if end <= start:
-            return start
-        for a, b in reversed(data_extents(path, start, end)):
-            hi = b
-            while hi > a:
-                lo = max(a, hi - _CHUNK)
-                data = os.pread(fd, hi - lo, lo)
-                arr = np.frombuffer(data, dtype=np.uint8)
-                if arr.any():
-                    return lo + int(np.flatnonzero(arr)[-1]) + 1
-                hi = lo
-        return start
-    finally:
-        os.close(fd)
 
 
 def _zero_range(path: Path, start: int, end: int) -> None:
@@ -2068,24 +2046,8 @@ def _step_rebuild(
 
 
 def _move_dir(src: Path, dst: Path) -> None:
-    """Rename ``src`` to ``dst`` (copy then delete across file systems); a no-op once done."""
-    if not src.exists():
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        shutil.rmtree(dst)  # an earlier copy that did not finish
-    try:
-        os.replace(src, dst)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        tmp = dst.with_name(dst.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
-        os.replace(tmp, dst)
-        shutil.rmtree(src)
-    fsync_dir(dst.parent)
-    fsync_dir(src.parent)
+    """Rename ``src`` to ``dst``; a no-op once done."""
+    move(src, dst, missing_ok=True)
 
 
 def _step_swap(st: Store, plan: RecoverPlan, journal: Journal) -> None:

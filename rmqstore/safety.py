@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
@@ -377,13 +378,18 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def move(src: Path, dst: Path) -> None:
-    """Rename ``src`` to ``dst`` durably (copy then delete across file systems)."""
+def move(src: Path, dst: Path, *, missing_ok: bool = False) -> None:
+    """Rename a file or directory ``src`` to ``dst`` durably (copy, keeping mtimes, then delete across
+    file systems). A directory left at ``dst`` by an earlier copy that did not finish is replaced.
+    A missing ``src`` raises FileNotFoundError, or does nothing with ``missing_ok`` (a re-run)."""
+    if missing_ok and not os.path.lexists(src):
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_dir() and not dst.is_symlink():
+        shutil.rmtree(dst)
     try:
         os.replace(src, dst)
     except OSError as e:
-        import errno
-
         if e.errno != errno.EXDEV:
             raise
         tmp = dst.with_name(dst.name + ".partial")

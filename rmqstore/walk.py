@@ -319,3 +319,25 @@ def zero_tail_start(buf: Any, start: int, end: int, *, path: Path | str | None =
                 return c0 + int(nz[-1]) + 1
             c1 = c0
     return start
+
+
+def data_end(path: Path, start: int, end: int | None = None) -> int:
+    """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if end is None:
+            end = os.fstat(fd).st_size
+        if end <= start:
+            return start
+        for a, b in reversed(data_extents(path, start, end)):
+            hi = b
+            while hi > a:
+                lo = max(a, hi - _ZERO_CHUNK)
+                data = os.pread(fd, hi - lo, lo)
+                arr = np.frombuffer(data, dtype=np.uint8)
+                if arr.any():
+                    return lo + int(np.flatnonzero(arr)[-1]) + 1
+                hi = lo
+        return start
+    finally:
+        os.close(fd)

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from commands import app
 from rmqstore import write as wr
+from rmqstore.append_point import find_append_point
 from rmqstore.commitlog import (
     BORNHOST_V6_FLAG,
     MAGIC_V2,
@@ -269,7 +270,7 @@ def test_reproduces_real_store_byte_for_byte(real_case: str, tmp_path: Path) -> 
     assert _cq_files(root) == _cq_files(real)
     assert _index_files(root) == _index_files(real)
     with open_store(root) as st:
-        end = wr._find_append_point(st).end_phy
+        end = find_append_point(st).end_phy
     assert end == load_truth(real_case)["maxPhyOffset"]
 
 
