@@ -358,7 +358,7 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        raise CorruptData(f"cannot open: {e.strerror}", path=path, pos=0) from None
+        raise from_os_error(e, path, doing="open it for reading" if not write else "open it for writing") from None
     try:
         size = os.fstat(fd).st_size
         if size == 0:

@@ -143,7 +143,9 @@ def run(
     allowed = [root] + ([qbase] if qbase is not None else [])
     for p in tree(tmp) - before_tree:
         assert any(p == a or a in p.parents for a in allowed), f"created outside the store: {p}"
-    assert set(Path(tempfile.gettempdir()).glob("rmqstore-redispatch-dry-run-*")) == dry_dirs  # a dry run's build is gone
+    assert (
+        set(Path(tempfile.gettempdir()).glob("rmqstore-redispatch-dry-run-*")) == dry_dirs
+    )  # a dry run's build is gone
     if modifying:
         if r.exit_code in (0, 9) and "--dry-run" not in args:
             assert qbase is not None
@@ -566,3 +568,19 @@ def test_enodev_from_mmap_is_one_line(tmp_path: Path, monkeypatch) -> None:
     for args in (["dump", "commitlog", str(root), "--count"], ["check", str(root)], ["info", str(root)]):
         r = run(tmp_path, root, args, codes={6, 3}, modifying=False)
         assert "cannot be memory-mapped" in r.stdout + r.stderr, (args, r.output)
+
+
+def test_unreadable_commitlog_file_is_named(tmp_path: Path, monkeypatch) -> None:
+    root = copy_real_store("clean-2topics", tmp_path / "s")
+    victim = sorted((root / "commitlog").iterdir())[0]
+    real = os.open
+
+    def deny(path, flags, *a, **k):
+        if Path(path) == victim:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "open", deny)
+    for args in (["redispatch", str(root), "-q"], ["dump", "commitlog", str(root), "--count"]):
+        r = run(tmp_path, root, args, codes={1}, modifying=args[0] == "redispatch")
+        assert f"error: {victim}: permission denied" in r.stderr, r.stderr
