@@ -128,7 +128,7 @@ from .layout import StoreConfig, file_name, list_segments
 from .messages import Message, MessageBatch, message_from_json, read_ndjson
 from .messages import paused_gc as _paused_gc
 from .rules import rules_for
-from .safety import BadTopic, PlannedAction, Quarantine, StepHook, default_quarantine_base, no_step, record_place
+from .safety import BadTopic, Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, record_place
 from .safety import check_topic_name as topic_problem
 from .store import Store
 from .walk import data_end as _nonzero_end
@@ -2233,16 +2233,15 @@ def apply_write(
     root = st.root
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     sync = flush == "sync"
-    hook = on_step or no_step
     qdir = None
     if plan.stale is not None and not plan.stale.padding and use_quarantine:
         qdir = _quarantine(plan, quarantine or default_quarantine_dir(root), root, now)
     scratch_dir(root)
-    journal = _build_journal(st, plan)
-    atomic_write(_journal_path(root), json.dumps(journal).encode(), tmp_dir=Path(root, SCRATCH_DIR))
+    journal = Journal(_journal_path(root), {"operation": "write", **_build_journal(st, plan)}, on_step)
+    journal.save()
     abort_existed = cfg.abort_path.exists()
     try:
-        hook("write:journal")
+        journal.mark("journal")
         # the dispatch reads the plan, not the commit log: the commit log is written (and fsynced)
         # by a second thread meanwhile; pwrite and fsync release the GIL
         writer = _Background(_apply_commitlog, plan, cfg, sync)
@@ -2253,7 +2252,7 @@ def apply_write(
         finally:
             writer.join()  # never roll back under a running writer
         writer.result()
-        hook("write:data")
+        journal.mark("data")
         if plan.new_topics:
             _, cf = _load_topics(cfg)
             data = cf.data if isinstance(cf.data, dict) else {}
@@ -2283,8 +2282,8 @@ def apply_write(
         if sync:
             _fsync_created_dirs(cfg, stats)
             fsync_dir(root)
-        hook("write:checkpoint")
-        journal["committed"] = {
+        journal.mark("checkpoint")
+        journal.data["committed"] = {
             "inputDigest": digest,
             "startPhyOffset": plan.start_phy,
             "endPhyOffset": plan.end_phy,
@@ -2292,7 +2291,7 @@ def apply_write(
             "finishedMs": now,
         }
         # the commit point: from here a re-run finishes this write instead of undoing it
-        atomic_write(_journal_path(root), json.dumps(journal).encode(), tmp_dir=Path(root, SCRATCH_DIR))
+        journal.save()
     except BaseException as e:
         j = pending_journal(root)
         if j is not None:
@@ -2306,10 +2305,10 @@ def apply_write(
             fe = from_os_error(e)
             raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
         raise
-    hook("write:commit")
-    _record_committed(root, journal["committed"])
+    journal.hook("write:commit")
+    _record_committed(root, journal.data["committed"])
     _finish_journal(root)
-    hook("write:finished")
+    journal.hook("write:finished")
     return WriteResult(plan, stats, cp, abort_created, qdir, None, flush)
 
 
