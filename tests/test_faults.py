@@ -584,3 +584,21 @@ def test_unreadable_commitlog_file_is_named(tmp_path: Path, monkeypatch) -> None
     for args in (["redispatch", str(root), "-q"], ["dump", "commitlog", str(root), "--count"]):
         r = run(tmp_path, root, args, codes={1}, modifying=args[0] == "redispatch")
         assert f"error: {victim}: permission denied" in r.stderr, r.stderr
+
+
+DRY_RUNS = [
+    ("crash-midwrite", ["recover", "{root}", "-q", "--dry-run"]),
+    ("clean-2topics", ["redispatch", "{root}", "-q", "--dry-run"]),
+    ("clean-2topics", ["write", "{root}", "--topic", "TopicA", "--body", "x", "--dry-run"]),
+    ("clean-2topics", ["expire", "{root}", "--force", "--dry-run"]),
+    ("clean-2topics", ["offsets", "set", "{root}", "--group", "G", "--topic", "TopicA", "--queue", "0",
+                       "--offset", "0", "--dry-run"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "argv"), DRY_RUNS, ids=[a[0] for _, a in DRY_RUNS])
+def test_dry_run_writes_nothing_in_the_store(tmp_path: Path, case: str, argv: list[str]) -> None:
+    root = copy_real_store(case, tmp_path / "s")
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tree(root)}
+    run(tmp_path, root, [a.format(root=root) for a in argv], codes={0, 9}, modifying=True)
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tree(root)} == before
