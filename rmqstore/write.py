@@ -1939,7 +1939,7 @@ def rollback_pending(st: Store) -> RollbackReport | None:
     if not st.writable:
         raise UnsafePlan(f"{st.root}: an interrupted write must be rolled back; open the store writable")
     if j.get("committed"):  # killed after its commit point: every byte is in place, only clean up
-        _record_committed(st.root, j["committed"])
+        _record_committed(st.root, j["committed"], st.config.commitlog_dir)
         _finish_journal(st.root)
         return RollbackReport(_journal_path(st.root), j.get("pid"), j.get("startedMs"), (), 0, committed=True)
     report = _rollback(st.root, j)
@@ -1950,9 +1950,24 @@ def rollback_pending(st: Store) -> RollbackReport | None:
 LAST_WRITE = "write.last.json"
 
 
-def _record_committed(root: Path, committed: dict[str, Any]) -> None:
-    """Keep the input digest and offsets of the last write, so a re-run of the same input can tell."""
-    atomic_write(Path(root, SCRATCH_DIR, LAST_WRITE), json.dumps(committed).encode(), tmp_dir=scratch_dir(root))
+def _record_committed(root: Path, committed: dict[str, Any], commitlog_dir: Path) -> None:
+    """Keep the input digest and offsets of the last write, so a re-run of the same input can tell, and
+    the commit log files as this write left them (its records were checked before it appended)."""
+    data = {**committed, "commitlogAsLeft": _commitlog_fingerprint(commitlog_dir)}
+    atomic_write(Path(root, SCRATCH_DIR, LAST_WRITE), json.dumps(data).encode(), tmp_dir=scratch_dir(root))
+
+
+def _commitlog_fingerprint(commitlog_dir: Path) -> list[list[Any]]:
+    """Name, size and mtime (ns) of every commit log file: any other writer (a broker, a tool) changes it."""
+    try:
+        names = sorted(n for n in os.listdir(commitlog_dir) if n.isdigit())
+    except OSError:
+        return []
+    out: list[list[Any]] = []
+    for n in names:
+        st = os.stat(Path(commitlog_dir, n))
+        out.append([n, st.st_size, st.st_mtime_ns])
+    return out
 
 
 def last_write(root: Path | str) -> dict[str, Any] | None:
@@ -2005,6 +2020,13 @@ def _refuse_damage(st: Store, plan: WritePlan) -> None:
 
     if plan.start_phy == 0:
         return
+    last = last_write(st.root)
+    if (
+        last is not None
+        and last.get("endPhyOffset") == plan.start_phy
+        and last.get("commitlogAsLeft") == _commitlog_fingerprint(st.config.commitlog_dir)
+    ):
+        return  # the files are as the last write left them, after it checked them: no need to walk again
     rp = plan_recover(st, now_ms=0, use_quarantine=False)
     if rp.process_offset >= plan.start_phy:
         return
@@ -2306,7 +2328,7 @@ def apply_write(
             raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
         raise
     journal.hook("write:commit")
-    _record_committed(root, journal.data["committed"])
+    _record_committed(root, journal.data["committed"], cfg.commitlog_dir)
     _finish_journal(root)
     journal.hook("write:finished")
     return WriteResult(plan, stats, cp, abort_created, qdir, None, flush)

@@ -602,3 +602,14 @@ def test_dry_run_writes_nothing_in_the_store(tmp_path: Path, case: str, argv: li
     before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tree(root)}
     run(tmp_path, root, [a.format(root=root) for a in argv], codes={0, 9}, modifying=True)
     assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tree(root)} == before
+
+
+def test_write_checks_again_when_the_files_changed_since_the_last_write(tmp_path: Path) -> None:
+    root = copy_real_store("clean-2topics", tmp_path / "s")
+    q = tmp_path / "q"
+    run(tmp_path, root, ["write", str(root), "--topic", "TopicA", "--body", "one"], codes={0}, modifying=True, qbase=q)
+    last = max(m["commitLogOffset"] for m in messages("clean-2topics"))
+    f, pos = record_file(root, last)
+    patch(f, pos + 88, bytes([f.read_bytes()[pos + 88] ^ 0x10]))  # a bit of the last message's body
+    r = run(tmp_path, root, ["write", str(root), "--topic", "TopicA", "--body", "two"], codes={6}, modifying=True)
+    assert f"phy offset {last}" in r.stderr and "run `rmqstore recover" in r.stderr
