@@ -762,6 +762,7 @@ def expire_lock(root: Path, *, create: bool = True) -> Iterator[None]:
     if fd is None:
         yield
         return
+    acquired = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -769,8 +770,14 @@ def expire_lock(root: Path, *, create: bool = True) -> Iterator[None]:
             if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise ExpireRunning(f"{path}: another rmqstore expire run is working on this store") from None
             raise
+        acquired = True
         yield
     finally:
+        if acquired and create:
+            # a real run holds the broker's lock around this one: no other run can be waiting on the file
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only when nothing else uses the scratch directory
         os.close(fd)  # closing releases the flock
 
 
