@@ -181,7 +181,8 @@ EXIT_CODES: dict[int, str] = {
     6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
     "(a directory where a file belongs, a symlink loop)",
     7: "unsupported store (DLedger commit log, RocksDB consume queue, batch consume queue)",
-    8: "unsafe plan refused: the operation would lose data; see --force",
+    8: "unsafe plan refused: the operation would lose data, or write the same input twice; see --force "
+    "(write: --again)",
     9: "expire: files were deleted (a dry run: files would be deleted)",
     11: "expire: another rmqstore expire run holds this store's expire lock",
 }
