@@ -804,15 +804,15 @@ def open_for_expire(
                 raise locked_error(st.config.lock_path, pid, hint)
             yield st
         return
-    try:
-        # the broker's lock first: a refused run creates nothing (not even the expire lock)
-        with open_store(root, broker_config=broker_config, broker=broker, writable=True, operation="expire") as st:
-            with expire_lock(Path(root), create=True):
-                yield st
-    except StoreLocked as e:
-        if hint in str(e):
-            raise
-        raise StoreLocked(f"{e}{hint}") from None
+    with contextlib.ExitStack() as stack:
+        try:  # the broker's lock first: a refused run creates nothing (not even the expire lock)
+            st = stack.enter_context(
+                open_store(root, broker_config=broker_config, broker=broker, writable=True, operation="expire")
+            )
+        except StoreLocked as e:
+            raise StoreLocked(f"{e}{hint}") from None
+        stack.enter_context(expire_lock(Path(root), create=True))
+        yield st
 
 
 __all__ = [
