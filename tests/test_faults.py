@@ -484,7 +484,7 @@ def test_locked_store_gets_nothing_written_inside(tmp_path: Path, holder: str) -
 
 
 def test_manifest_restore_commands_work_from_anywhere(tmp_path: Path) -> None:
-    work = tmp_path / "work"
+    work = tmp_path / "it's a work dir"  # a space and a quote: the restore commands quote their paths
     root = copy_real_store("crash-midwrite", work)
     original = {p.relative_to(root): p.read_bytes() for p in (root / "commitlog").iterdir()}
     cp = (root / "checkpoint").read_bytes()
@@ -613,3 +613,10 @@ def test_write_checks_again_when_the_files_changed_since_the_last_write(tmp_path
     patch(f, pos + 88, bytes([f.read_bytes()[pos + 88] ^ 0x10]))  # a bit of the last message's body
     r = run(tmp_path, root, ["write", str(root), "--topic", "TopicA", "--body", "two"], codes={6}, modifying=True)
     assert f"phy offset {last}" in r.stderr and "run `rmqstore recover" in r.stderr
+
+
+def test_fresh_quarantine_folders_never_collide(tmp_path: Path) -> None:
+    from rmqstore.safety import Quarantine
+
+    folders = {Quarantine.fresh(tmp_path / "q", "recover", tmp_path, 1_795_400_000_000).folder for _ in range(3)}
+    assert len(folders) == 3 and all(f.parent == tmp_path / "q" and f.is_dir() for f in folders)
