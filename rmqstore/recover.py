@@ -1677,9 +1677,13 @@ def _stopped(root: Path, step: str, e: Exception) -> RmqstoreError:
     base: RmqstoreError = from_os_error(e) if isinstance(e, OSError) else e  # type: ignore[assignment]
     if not isinstance(base, RmqstoreError):
         base = RmqstoreError(f"{type(e).__name__}: {e}")
+    again = f"`rmqstore recover {shlex.quote(str(root))}`"
+    if isinstance(base, CorruptData):  # bad data with no quarantine to roll back from
+        then = f"they cannot be undone without a quarantine: repair the data named, then run {again} again"
+    else:
+        then = f"remove the obstacle and run {again} again to finish"
     return StepFailed(
-        f"recover stopped at step {step}: {base}; the steps before it are done and journaled: remove the "
-        f"obstacle and run `rmqstore recover {shlex.quote(str(root))}` again to finish",
+        f"recover stopped at step {step}: {base}; the steps before it are done and journaled: {then}",
         exit_code=base.exit_code,
     )
 
