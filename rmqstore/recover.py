@@ -1798,7 +1798,7 @@ def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
         if on:
             live = root / part
             saved = q.folder / "files" / part
-            q._add(
+            q.add(
                 {
                     "kind": "directory",
                     "path": str(live.absolute()),
