@@ -1200,6 +1200,34 @@ def _commitlog_cut_actions(
     return out
 
 
+def _index_files_kept(st: Store, abort: bool, cp: cpmod.Checkpoint) -> tuple[list[Path], list[tuple[Path, str, bool]]]:
+    """Index files the broker keeps, and those it destroys (file, why, not an index file at all) (§5.5).
+
+    An abnormal exit destroys those newer than the checkpoint's indexMsgTimestamp.
+    """
+    cfg = st.config
+    index_files, _ = st.index_files()
+    kept: list[Path] = []
+    dropped: list[tuple[Path, str, bool]] = []
+    for p in index_files:
+        size = p.stat().st_size
+        if size != cfg.index_file_size():
+            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
+            dropped.append((p, why, True))
+            continue
+        with map_file(p) as buf:
+            h = ix.decode_header(buf, path=str(p))
+        bad = _index_header_problem(h, cfg)
+        if bad:
+            dropped.append((p, f"not an index file: {bad}", True))
+        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
+            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
+            dropped.append((p, why, False))
+        else:
+            kept.append(p)
+    return kept, dropped
+
+
 def plan_recover(
     st: Store,
     *,
@@ -1258,25 +1286,7 @@ def plan_recover(
         notes.append("no checkpoint file: the broker creates a zeroed one")
 
     # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
-    index_files, _ = st.index_files()
-    kept: list[Path] = []
-    dropped_index: list[tuple[Path, str, bool]] = []  # (file, why, garbage)
-    for p in index_files:
-        size = p.stat().st_size
-        if size != cfg.index_file_size():
-            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
-            dropped_index.append((p, why, True))
-            continue
-        with map_file(p) as buf:
-            h = ix.decode_header(buf, path=str(p))
-        bad = _index_header_problem(h, cfg)
-        if bad:
-            dropped_index.append((p, f"not an index file: {bad}", True))
-        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
-            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
-            dropped_index.append((p, why, False))
-        else:
-            kept.append(p)
+    kept, dropped_index = _index_files_kept(st, abort, cp)
     if not rebuild_index:
         for p, why, _garbage in dropped_index:
             actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
