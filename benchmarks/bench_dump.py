@@ -114,7 +114,7 @@ def main() -> None:
             print(f"generated {store}: {n} records in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     files = sorted(str(p) for p in (store / "commitlog").iterdir() if p.name.isdigit())
     size = sum(os.path.getsize(f) for f in files)
-    rmq = ["rmqstore"] if shutil.which("rmqstore") else [sys.executable, "-c", "from commands import main; main()"]
+    rmq = ["rmqstore"] if shutil.which("rmqstore") else [sys.executable, "-c", "from rmqstore.cli import main; main()"]
     subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     out = subprocess.run(
         [*rmq, "dump", "commitlog", str(store), "--count", "--format", "json", "--quiet"],

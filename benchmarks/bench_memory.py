@@ -12,7 +12,16 @@ processes:
 Each Python run reports its peak RSS (``ru_maxrss``); the scan must stay under 200 MB. The data
 written is deleted afterwards unless --keep is given.
 
-Usage: python3 benchmarks/bench_memory.py [--store DIR] [--size-mib 1024] [--keep]
+Two more stores check that scans stop at the end of the data, whatever the file holds (each
+command must stay under 300 MB):
+
+* ``mostly-zero``: a 1 GiB commit log file holding 53 MB of records, then zeros (a hole, as a
+  broker leaves a preallocated file);
+* ``sparse``: a stray 2 GiB sparse file (no data at all) where a commit log file is expected;
+
+on which ``rmqstore dump commitlog --count`` and ``rmqstore check`` run as separate processes.
+
+Usage: python3 benchmarks/bench_memory.py [--store DIR] [--size-mib 1024] [--keep] [--only-empty-space]
 """
 
 from __future__ import annotations
@@ -131,6 +140,49 @@ def write_commitlog(path: Path, file_size: int) -> int:
     return count
 
 
+EMPTY_SPACE_LIMIT_MB = 300
+
+
+def make_empty_space_stores(root: Path) -> dict[str, Path]:
+    """The ``mostly-zero`` and ``sparse`` stores under ``root``."""
+    mostly = root / "mostly-zero" / "store" / "commitlog"
+    mostly.mkdir(parents=True)
+    f = mostly / "00000000000000000000"
+    n = write_commitlog(f, 53 << 20)
+    with open(f, "r+b") as fh:
+        fh.seek(n * RECORD_SIZE)
+        fh.write(bytes(8))  # no BLANK: the records simply end, zeros follow
+        fh.truncate(1 << 30)
+    sparse = root / "sparse" / "store" / "commitlog"
+    sparse.mkdir(parents=True)
+    with open(sparse / "00000000000000000000", "wb") as fh:
+        fh.truncate(2 << 30)
+    return {"mostly-zero": mostly.parent, "sparse": sparse.parent}
+
+
+def run_cli(args: list[str]) -> tuple[float, float, int]:
+    """Run ``rmqstore ARGS``; returns (seconds, peak RSS in MB, exit code) of that process alone."""
+    exe = Path(sys.executable).with_name("rmqstore")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from rmqstore.cli import main; main()"]
+    t = time.perf_counter()
+    proc = subprocess.Popen([*cmd, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t, usage.ru_maxrss / 1024, proc.returncode
+
+
+def empty_space_cases(root: Path) -> bool:
+    ok = True
+    for name, store in make_empty_space_stores(root).items():
+        for args in (["dump", "commitlog", str(store), "--count"], ["check", str(store)]):
+            secs, rss, code = run_cli(args)
+            ok &= rss < EMPTY_SPACE_LIMIT_MB
+            print(f"{name}: rmqstore {args[0]}{' --count' if '--count' in args else ''}: peak RSS {rss:.0f} MB, "
+                  f"{secs:.2f} s, exit {code}")  # fmt: skip
+    print(("OK" if ok else "FAIL") + f": limit {EMPTY_SPACE_LIMIT_MB} MB on empty space")
+    return ok
+
+
 def run_python(code: str, store: Path) -> dict:
     out = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(out.stdout)
@@ -141,7 +193,15 @@ def main() -> int:
     ap.add_argument("--store", type=Path, help="scan this store instead of generating one")
     ap.add_argument("--size-mib", type=int, default=1024, help="size of the generated commit log file")
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
+    ap.add_argument("--only-empty-space", action="store_true", help="run only the mostly-zero and sparse cases")
     args = ap.parse_args()
+    space = Path(tempfile.mkdtemp(prefix="rmqstore-bench-space-", dir="/tmp"))
+    try:
+        space_ok = empty_space_cases(space)
+    finally:
+        shutil.rmtree(space, ignore_errors=True)
+    if args.only_empty_space:
+        return 0 if space_ok else 1
 
     tmp = None
     if args.store:
@@ -182,7 +242,7 @@ def main() -> int:
             f"store_info: max phy offset {info['maxPhyOffset']} in {info['seconds']:.2f} s "
             f"({info['seconds'] / cat_s:.1f}x cat), peak RSS {info['maxrss_kb'] / 1024:.1f} MB"
         )
-        ok = scan["maxrss_kb"] / 1024 < LIMIT_MB and info["maxrss_kb"] / 1024 < LIMIT_MB
+        ok = space_ok and scan["maxrss_kb"] / 1024 < LIMIT_MB and info["maxrss_kb"] / 1024 < LIMIT_MB
         print(("OK" if ok else "FAIL") + f": limit {LIMIT_MB} MB")
         return 0 if ok else 1
     finally:

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 DEFAULT_STORE = Path("/tmp/rmqstore-bench/1g-200b")
-RMQSTORE = [sys.executable, "-c", "import sys; from commands import main; sys.argv[0] = 'rmqstore'; main()"]
+RMQSTORE = [sys.executable, "-c", "import sys; from rmqstore.cli import main; sys.argv[0] = 'rmqstore'; main()"]
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, object]:

@@ -15,7 +15,7 @@ import typer
 import typer.main
 from typer.core import TyperCommand
 
-from rmqstore.errors import RmqstoreError
+from rmqstore.errors import RmqstoreError, from_os_error
 
 from ._render import Format, err, escape, render_mapping, render_rows
 
@@ -141,6 +141,18 @@ def set_traceback(on: bool) -> None:
     _TRACEBACK["on"] = on or _TRACEBACK["on"]
 
 
+_STEP_HOOK: list[Callable[[str], None] | None] = [None]
+
+
+def set_step_hook(hook: Callable[[str], None] | None) -> None:
+    """Inject the step callback modifying commands hand to the library (crash tests kill there)."""
+    _STEP_HOOK[0] = hook
+
+
+def step_hook() -> Callable[[str], None] | None:
+    return _STEP_HOOK[0]
+
+
 def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn library errors into one line on stderr and their documented exit code."""
 
@@ -158,6 +170,12 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except BrokenPipeError:
             _quiet_broken_pipe()
             raise typer.Exit(0) from None
+        except OSError as e:  # a path the operation needs: one line naming it, never "internal error"
+            if _TRACEBACK["on"]:
+                raise
+            fe = from_os_error(e)
+            err.error(str(fe))
+            raise typer.Exit(fe.exit_code) from None
         except Exception as e:  # a bug: one line, traceback only on request
             if _TRACEBACK["on"]:
                 raise

@@ -13,6 +13,7 @@ from rmqstore.check import PER_KIND_LIMIT, CheckReport, check_store
 from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.lostqueues import with_lost_queues
 from rmqstore.problems import ERROR, INFO, WARNING
+from rmqstore.safety import PendingJournal, pending_journals
 from rmqstore.store import open_store
 
 from . import _stores as stores
@@ -81,6 +82,11 @@ def check_command(
         return "." if path == root else path[len(root) + 1 :] if path.startswith(root + "/") else path
 
     rows = [{**p.to_json(), "path": rel(str(p.path))} for p in report.problems]
+    pending = pending_journals(report.store)
+    rows += [
+        {"severity": "error", "path": rel(str(p.path)), "pos": None, "phyOffset": None, "what": _pending_what(p)}
+        for p in pending
+    ]
     if fmt is Format.json:
         sys.stdout.write(json.dumps({"summary": report.summary(), "problems": rows}, indent=2) + "\n")
     elif fmt is Format.ndjson:
@@ -96,6 +102,8 @@ def check_command(
             render_rows(rows, fmt, columns=COLUMNS, title="problems")
     if not report.clean:
         raise ProblemsFound(report.one_line())
+    if pending:
+        raise ProblemsFound(_pending_what(pending[0]))
 
 
 def _check_one(
@@ -149,3 +157,8 @@ def _check_many(
     render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else SUMMARY_COLUMNS, title="stores")
     if worst:
         raise typer.Exit(worst)
+
+
+def _pending_what(p: PendingJournal) -> str:
+    blocked = f"; it stopped at step {p.failed_step}: {p.error}" if p.failed_step else ""
+    return f"an interrupted `rmqstore {p.operation}` is pending (steps done: {len(p.steps_done)}){blocked}"

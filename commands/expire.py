@@ -27,6 +27,7 @@ from ._common import (
     parse_time_ms,
     render_rows,
     reports_errors,
+    step_hook,
 )
 
 app = typer.Typer()
@@ -205,6 +206,10 @@ def expire_command(
             disk_space_clean_forcibly_ratio=disk_space_clean_forcibly_ratio,
         )
         disk = (lambda _p: disk_used_ratio) if disk_used_ratio is not None else op.measured_disk_usage(settings.broker)
+        if not dry_run:
+            finished = op.finish_pending(st.root, on_step=step_hook())
+            if finished is not None:
+                err.print(escape(f"finished an interrupted expire run: {len(finished.done)} file(s) removed"))
         plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
         for w in plan.warnings:
             err.warning(w)
@@ -230,7 +235,9 @@ def expire_command(
                 on_action(a)
             result = None
         else:
-            result = op.apply_expire(plan, quarantine=quarantine, config=st.config, on_action=on_action)
+            result = op.apply_expire(
+                plan, quarantine=quarantine, config=st.config, on_action=on_action, on_step=step_hook()
+            )
             done = result.done
         ratio_after, over = op.over_forced_ratio(plan, st.config, disk)
     code = op.exit_code(plan, over_forced=over)

@@ -14,6 +14,7 @@ from rmqstore.describe import human_size
 from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.info import StoreInfo, store_info
 from rmqstore.problems import Problem
+from rmqstore.safety import pending_journals
 from rmqstore.store import open_store
 
 from . import _stores as stores
@@ -24,6 +25,7 @@ from ._common import (
     Format,
     QuietOpt,
     default_format,
+    err,
     format_time_ms,
     progress_bar,
     render_mapping,
@@ -75,13 +77,21 @@ def info_command(
         _info_many(targets, broker_config, broker_version, fmt, quiet)
         return
     info = _info_one(targets[0], broker_config, broker_version, quiet)
+    pending = pending_journals(info.root)
     if fmt is InfoFormat.json:
-        sys.stdout.write(json.dumps(info.to_json(), ensure_ascii=False, indent=2) + "\n")
+        doc = info.to_json()
+        if pending:
+            doc["pendingOperations"] = [p.to_json() for p in pending]
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     else:
         _render_text(info, default_format(None if fmt is None else Format(fmt.value)))
+        for p in pending:
+            err.print(f"pending: {p}; run `rmqstore {p.operation} {info.root}` to finish it")
     errors = info.errors()
     if errors:
         raise ProblemsFound(f"{len(errors)} error(s) found; the first: {errors[0]}")
+    if pending:
+        raise ProblemsFound(f"{pending[0]}; every other modifying command refuses the store until it is finished")
 
 
 def _info_one(path: Path, broker_config: Path | None, broker_version: str, quiet: bool) -> StoreInfo:

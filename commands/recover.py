@@ -11,8 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from rmqstore import recover as rec
-from rmqstore.errors import InputError, StoreLocked
-from rmqstore.store import open_store
+from rmqstore.errors import InputError
+from rmqstore.store import locked_error, open_store
 
 from ._common import (
     BrokerConfigOpt,
@@ -29,6 +29,7 @@ from ._common import (
     render_mapping,
     render_rows,
     reports_errors,
+    step_hook,
 )
 
 app = typer.Typer()
@@ -76,9 +77,7 @@ def recover_command(
         store, broker_config=broker_config, writable=not dry_run, broker=broker_version, operation="recover"
     ) as st:
         if dry_run and st.lock_holder() is not None:
-            raise StoreLocked(
-                f"{st.config.lock_path}: held by a running broker (pid {st.lock_holder()}); stop it first"
-            )
+            raise locked_error(st.config.lock_path, st.lock_holder())
         plan = rec.pending_plan(st.root)
         resuming = plan is not None
         if plan is None:
@@ -102,7 +101,7 @@ def recover_command(
             return
         total = (plan.dispatch.to_phy - plan.dispatch.from_phy) if plan.dispatch else 0
         with progress_bar(total, "re-dispatching", quiet=quiet) as advance:
-            result = rec.apply_recover(st, plan, progress=advance)
+            result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
         _render(plan, result, fmt)
         if not quiet:
             what = "resumed and finished" if resuming else "recovered"

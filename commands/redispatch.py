@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from rmqstore import redispatch as op
-from rmqstore.store import open_store
+from rmqstore.store import locked_error, open_store
 
 from ._common import (
     BrokerConfigOpt,
@@ -26,6 +26,7 @@ from ._common import (
     render_mapping,
     render_rows,
     reports_errors,
+    step_hook,
 )
 
 app = typer.Typer()
@@ -75,6 +76,10 @@ def redispatch_command(
     no_quarantine: Annotated[
         bool, typer.Option("--no-quarantine", help="Delete the replaced directories instead of keeping them.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Swap in a rebuild that holds far fewer consume queue entries than the store."),
+    ] = False,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
@@ -83,10 +88,14 @@ def redispatch_command(
 
     The rebuild is written to a scratch directory, compared with the current files (per queue:
     entries missing, extra, different) and then swapped in by directory renames; the replaced
-    directories are moved to a quarantine folder. A run killed midway is finished by re-running.
-    Refuses a store whose lock a running broker holds (exit 4).
+    directories are moved to a fresh folder of the quarantine. A run killed midway is finished by
+    re-running. Refuses a store whose lock a running broker holds (exit 4), and a rebuild holding
+    far fewer consume queue entries than the store has now unless --force (exit 8). A dry run builds
+    in a temporary folder outside the store and writes nothing in it.
     """
     fmt = default_format(fmt)
+    if engine is Engine.spark:
+        import rmqstore.spark.redispatch  # noqa: F401  # registers the spark engine
     with open_store(
         store,
         broker_config=broker_config,
@@ -94,9 +103,11 @@ def redispatch_command(
         broker=broker_version,
         operation="redispatch",
     ) as st:
+        if dry_run and st.lock_holder() is not None:  # as every dry run: the plan of a store in use is not one
+            raise locked_error(st.config.lock_path, st.lock_holder())
         pending = op.pending_journal(st.root)
         if pending is not None and not dry_run:
-            q = op.finish(st.root, pending)
+            q = op.finish(st.root, pending, on_step=step_hook())
             err.print(f"finished an interrupted redispatch; replaced files are in {q}")
             return
         segs, _ = st.commitlog_segments()
@@ -111,6 +122,7 @@ def redispatch_command(
                 engine=engine.value,
                 progress=advance,
                 spark_master=master,
+                dry_run=dry_run,
             )
         if fmt in (Format.json, Format.ndjson):
             render_mapping(plan.to_json(), fmt)
@@ -124,6 +136,8 @@ def redispatch_command(
             )
             for note in plan.notes:
                 err.print(f"note: {note}")
+            if plan.refusal:
+                err.print(f"refused without --force: {plan.refusal}")
             rows = [d.to_json() for d in plan.queue_diffs if d.missing or d.extra or d.different]
             if rows:
                 render_rows(rows, fmt, title="queues that differ from the current files")
@@ -143,6 +157,8 @@ def redispatch_command(
         if output is not None:
             err.print(f"built into {output}; the store was not changed")
             return
-        q = op.apply_redispatch(plan, st, quarantine=quarantine, keep_old=not no_quarantine)
+        q = op.apply_redispatch(
+            plan, st, quarantine=quarantine, keep_old=not no_quarantine, force=force, on_step=step_hook()
+        )
         if q is not None:
             err.print(f"swapped in; replaced files are in {q}")

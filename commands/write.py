@@ -23,6 +23,7 @@ from ._common import (
     render_mapping,
     render_rows,
     reports_errors,
+    step_hook,
 )
 
 app = typer.Typer()
@@ -149,6 +150,10 @@ def write_command(
         Path | None, typer.Option("--quarantine", help="Where zeroed stale bytes are copied (default beside STORE).")
     ] = None,
     no_quarantine: Annotated[bool, typer.Option("--no-quarantine", help="Do not keep a copy of zeroed bytes.")] = False,
+    again: Annotated[
+        bool,
+        typer.Option("--again", help="Write the input even if the last write wrote the same input (a second copy)."),
+    ] = False,
     dry_run: DryRunOpt = False,
     fmt: Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")] = None,
 ) -> None:
@@ -196,13 +201,20 @@ def write_command(
         quarantine=quarantine,
         use_quarantine=not no_quarantine,
         dry_run=dry_run,
+        again=again,
+        on_step=step_hook(),
     )
     _report(result, default_format(fmt))
 
 
 def _report(result: op.WriteResult, fmt: Format) -> None:
     if result.rolled_back is not None:
-        err.print(f"note: rolled back an interrupted write first ({str(result.rolled_back.journal)})")
+        done = (
+            "finished an interrupted write that had committed"
+            if result.rolled_back.committed
+            else "rolled back an interrupted write first"
+        )
+        err.print(f"note: {done} ({result.rolled_back.journal})")
     if result.quarantine is not None:
         err.print(f"note: stale bytes after the end of the commit log copied to {str(result.quarantine)}")
     if result.abort_created:

@@ -34,6 +34,7 @@ import os
 import re
 import struct
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,8 +47,11 @@ from . import checkpoint as cpmod
 from . import config as cfgjson
 from .commitlog import (
     BLANK_MAGIC,
+    HEAD_V4,
     MAGIC_V1,
     MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    OFFSETS_V4,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -62,7 +66,6 @@ from .commitlog import (
     parse_properties,
     read_head,
     store_timestamp_at,
-    version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
 from .errors import ConfigError, CorruptData, RecordSizeMismatch
@@ -71,20 +74,19 @@ from .indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from .javahash import index_key_hash_batch, tags_code
 from .layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from .offsets import commitlog_min_phy, queue_range, range_from_files, read_consumer_offsets
-from .problems import ERROR, INFO, WARNING, Problem
+from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
+from .rules import rules_for
 from .store import Store, map_file
+from .walk import first_nonzero
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
 _MAGIC_BYTES = {m: struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC)}
-_PHY_FIELD = struct.Struct(">q")  # PHYSICALOFFSET at byte 28 of a record
-# §3.1 up to BODYLENGTH when both hosts are IPv4 (88 bytes): TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID,
-# FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, (born host), STORETIMESTAMP,
-# (store host), RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODYLENGTH
-_V4_FIXED = struct.Struct(">iiiiiqqiq8xq8xiqi")
+_PHY_AT = OFFSETS_V4["phy_offset"]
 _V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
+_KEY_FLUSH = 1 << 16  # index keys hashed at a time
 _CONFIG_SUFFIXES = (".json", ".json.bak")
 _COMPACT_CONFIG = tuple(cfgjson.COMPACT_FILES) + tuple(f"{n}.bak" for n in cfgjson.COMPACT_FILES)
 _TYPED_CONFIG: dict[str, Callable[..., Any]] = {
@@ -252,7 +254,7 @@ class _LogScan:
     topic_ids: dict[str, int] = field(default_factory=dict)
     # one row per record: phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
     # computes, store timestamp, transaction type
-    rows: list[tuple[int, ...]] = field(default_factory=list)
+    rows: array = field(default_factory=lambda: array("q"))  # flat: 8 longs a record
     key_rec: list[np.ndarray] = field(default_factory=list)  # record number of each index key
     key_hash: list[np.ndarray] = field(default_factory=list)  # its index key hash
     stops: list[int] = field(default_factory=list)  # phy offsets where the broker's walk stops
@@ -271,7 +273,9 @@ class _LogScan:
         return tid
 
     def finish(self) -> None:
-        table = np.array(self.rows, dtype=np.int64).reshape(-1, 8)
+        table = (
+            np.frombuffer(self.rows, dtype=np.int64).reshape(-1, 8) if len(self.rows) else np.zeros((0, 8), np.int64)
+        )
         self.a_phy = np.ascontiguousarray(table[:, 0])
         names = ("size", "topic", "qid", "qoff", "tags", "ts", "tx")
         self.arrays = {name: np.ascontiguousarray(table[:, i + 1]) for i, name in enumerate(names)}
@@ -279,7 +283,7 @@ class _LogScan:
         recs = np.concatenate(self.key_rec) if self.key_rec else np.empty(0, np.int64)
         hashes = np.concatenate(self.key_hash) if self.key_hash else np.empty(0, np.int64)
         self.keys_sorted = _sorted_unique((recs.astype(np.int64) << 32) | hashes.astype(np.int64))
-        self.rows = []
+        self.rows = array("q")
         self.key_rec, self.key_hash = [], []
 
     @property
@@ -311,7 +315,7 @@ class _Walker:
         self.broker = st.config.broker
         self.out = out
         self.progress = progress
-        self.v2_ok = version_tuple(self.broker) >= (5, 1)
+        self.v2_ok = rules_for(self.broker).v2_magic
         self.magics = [MAGIC_V1, MAGIC_V2] if self.v2_ok else [MAGIC_V1]
         try:
             self.levels = st.config.delay_levels_ms()
@@ -343,7 +347,10 @@ class _Walker:
         total, _ = read_head(buf, pos)
         if magic == BLANK_MAGIC:
             return total == n - pos
-        if pos + 36 > n or _PHY_FIELD.unpack_from(buf, pos + 28)[0] != seg.base_offset + pos:
+        if (
+            pos + _PHY_AT + 8 > n
+            or int.from_bytes(buf[pos + _PHY_AT : pos + _PHY_AT + 8], "big", signed=True) != seg.base_offset + pos
+        ):
             return False
         try:
             decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
@@ -386,26 +393,35 @@ class _Walker:
         with map_file(seg.path) as buf, memoryview(buf) as view:
             n = len(buf)
             pos = 0
-            unpack = _V4_FIXED.unpack_from
+            unpack = HEAD_V4.unpack_from
             while True:
                 if pos - reported >= _CHUNK and self.progress is not None:
                     self.progress(pos - reported)
                     reported = pos
-                if n - pos >= _V4_FIXED.size:
+                if n - pos >= HEAD_V4.size:
                     # Fast path: a V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly
                     # what decode_record accepts for such a record; anything else goes through it.
-                    total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, store_ts, _, _, body_len = unpack(buf, pos)
-                    if magic == MAGIC_V1 and not sys_flag & _V6_FLAGS and 91 <= total <= n - pos and body_len >= 0:
+                    (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
+                     body_len) = unpack(buf, pos)  # fmt: skip
+                    if (
+                        magic == MAGIC_V1
+                        and not sys_flag & _V6_FLAGS
+                        and MIN_RECORD_SIZE_V1 <= total <= n - pos
+                        and body_len >= 0
+                    ):
                         end = pos + total
-                        p = pos + _V4_FIXED.size + body_len
+                        p = pos + HEAD_V4.size + body_len
                         if p < end:
                             topic_len = buf[p]
                             q = p + 1 + topic_len
                             if topic_len < 128 and q + 2 <= end:
                                 props_len = (buf[q] << 8) | buf[q + 1]
-                                if props_len < 0x8000 and 91 + body_len + topic_len + props_len == total:
+                                if (
+                                    props_len < 0x8000
+                                    and MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len == total
+                                ):
                                     if body_len:
-                                        start = pos + _V4_FIXED.size
+                                        start = pos + HEAD_V4.size
                                         computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
                                         if computed != crc:
                                             self._crc_problem(path, pos, base + pos, crc, computed)
@@ -427,7 +443,7 @@ class _Walker:
                 total, magic = read_head(buf, pos)
                 if total == 0 and magic == 0:
                     self._stop(base + pos)
-                    nz = _first_nonzero(buf, pos, n)
+                    nz = first_nonzero(buf, pos, n, path=seg.path)
                     # a record's TOTALSIZE has a non-zero byte among its first four
                     nxt = None if nz is None else self._resync(buf, max(pos, nz - 3), seg)
                     if nxt is None:
@@ -566,8 +582,8 @@ class _Walker:
                 group="tx queue offset",
             )
         rows = self.scan.rows
-        number = len(rows)
-        rows.append((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
+        number = len(rows) // 8
+        rows.extend((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
         if tx != TRANSACTION_ROLLBACK_TYPE and props and not self.light:  # §5.3: rollback is not indexed
             uniq = props.get(PROP_UNIQ_KEY)
             if uniq:
@@ -579,6 +595,8 @@ class _Walker:
                     if token:
                         self._key_strs.append(f"{name}#{token}")
                         self._key_recs.append(number)
+            if len(self._key_strs) >= _KEY_FLUSH:  # hash in bounded batches: memory stays flat
+                self._flush_keys()
 
     def _report_shifts(self, seg: Segment, run: _FileRun, shifts: list[tuple[int, int]]) -> None:
         if not shifts:
@@ -642,20 +660,6 @@ def _sorted_unique(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _first_nonzero(buf: Any, start: int, end: int) -> int | None:
-    """Position of the first non-zero byte in ``buf[start:end]``, reading in chunks."""
-    pos = start
-    while pos < end:
-        stop = min(end, pos + _CHUNK)
-        chunk = np.frombuffer(buf, dtype=np.uint8, count=stop - pos, offset=pos)
-        nz = np.flatnonzero(chunk)
-        del chunk
-        if nz.size:
-            return pos + int(nz[0])
-        pos = stop
-    return None
-
-
 def _classify_tails(scan: _LogScan, out: _Problems) -> None:
     """File ends: BLANKs between files, dirty tails, preallocated files (§2.3, §3.4, §8.5)."""
     runs = scan.runs
@@ -697,7 +701,7 @@ def _fix_segment_problems(problems: Iterable[Problem], segs: Sequence[Segment], 
     sizes = {str(s.path): s.size for s in segs}
     out = []
     for p in problems:
-        if p.pos is None and str(p.path) in sizes and p.what.startswith("file is "):
+        if p.pos is None and str(p.path) in sizes and p.kind is ProblemKind.WRONG_SIZE:
             p = Problem(p.path, min(sizes[str(p.path)], expected), p.what, p.severity, p.phy_offset)
         out.append(p)
     return out
@@ -1352,9 +1356,9 @@ def _forecast(
     cp: Any,
 ) -> RecoveryForecast:
     cfg = st.config
-    broker = version_tuple(cfg.broker)
+    rules = rules_for(cfg.broker)
     abort = st.abort_exists()
-    offset_plus_size = broker >= (4, 5, 1)
+    offset_plus_size = rules.cq_max_includes_size
     ends = [q.last_end if offset_plus_size else q.last_phy for q in queues if q.last_phy >= 0]
     cq_max = max(ends) if ends else -1
     segs = loaded_segments(segs, cfg.commitlog_file_size, cfg.broker)
@@ -1363,7 +1367,7 @@ def _forecast(
             not abort, "normal" if not abort else "abnormal", None, 0, "no commit log files", 0, 0, (), (), cq_max, 0, 0
         )
     if abort:
-        magics = [MAGIC_V1, MAGIC_V2] if broker >= (5,) else [MAGIC_V1]
+        magics = [MAGIC_V1, MAGIC_V2] if rules.five else [MAGIC_V1]
         limit = 0
         if cp is not None:
             safe = cfg.message_index_enable and cfg.message_index_safe
@@ -1378,7 +1382,7 @@ def _forecast(
     else:
         mode = "normal"
         start = max(0, len(segs) - 3)
-        if broker >= (5, 3, 2):
+        if rules.normal_start_from_cq_max:
             start = 0
             for i in range(len(segs) - 1, -1, -1):
                 if segs[i].base_offset <= cq_max:
@@ -1407,7 +1411,7 @@ def _forecast(
     truncated = 0
     if cq_max >= stop:
         truncated = sum(1 for q in queues if q.last_phy >= stop)
-    if broker >= (5,):
+    if rules.restart_dispatches_from_stop:
         dispatch_from = stop
     elif offset_plus_size:
         dispatch_from = max(segs[0].base_offset, cq_max)
@@ -1415,7 +1419,7 @@ def _forecast(
         dispatch_from = stop
     if abort:
         dispatch_from = min(dispatch_from, start_phy)
-    elif broker >= (5, 3, 2):
+    elif rules.normal_dispatch_beyond_cq:
         dispatch_from = min(dispatch_from, max(cq_max, start_phy))
     return RecoveryForecast(
         last_exit_ok=not abort,
@@ -1435,15 +1439,14 @@ def _forecast(
 
 def _loads_prefix_only(broker: str) -> bool:
     """4.4.0 (and older) and 4.9.2 stop loading at a file of the wrong size; the others fail (§2.4)."""
-    v = version_tuple(broker)
-    return v < (4, 5, 1) or v[:3] == (4, 9, 2)
+    return rules_for(broker).loads_prefix_only
 
 
 def loaded_segments(segs: Sequence[Segment], file_size: int, broker: str) -> list[Segment]:
     """The commit log files a broker of this version loads (§2.4): 5.1.3+ deletes an empty last
     file; 4.4.0 and 4.9.2 stop at the first file of the wrong size (the others refuse to start)."""
     segs = list(segs)
-    if segs and segs[-1].size == 0 and version_tuple(broker) >= (5, 1, 3):
+    if segs and segs[-1].size == 0 and rules_for(broker).deletes_empty_last_file:
         segs.pop()
     bad = next((i for i, s in enumerate(segs) if s.size != file_size), None)
     if bad is not None and _loads_prefix_only(broker):
@@ -1528,9 +1531,9 @@ def check_store(
     counts: Counter[str] = Counter(dict.fromkeys(COUNT_KEYS, 0))
     cfg = st.config
     segs, seg_problems = st.commitlog_segments()
-    if segs and segs[-1].size == 0 and version_tuple(cfg.broker) >= (5, 1, 3):
+    if segs and segs[-1].size == 0 and rules_for(cfg.broker).deletes_empty_last_file:
         last = str(segs[-1].path)
-        seg_problems = [p for p in seg_problems if str(p.path) != last or not p.what.startswith("file is ")]
+        seg_problems = [p for p in seg_problems if str(p.path) != last or p.kind is not ProblemKind.WRONG_SIZE]
         out.add(last, 0, "empty last file: the broker deletes it when it loads the store", INFO)
     out.extend(_fix_segment_problems(seg_problems, segs, cfg.commitlog_file_size))
     counts["commitlogFiles"] = len(segs)

@@ -23,7 +23,6 @@ position, and the caller accepts a range only where the previous range's walk re
 from __future__ import annotations
 
 import os
-import struct
 from array import array
 from collections import deque
 from collections.abc import Iterator
@@ -32,14 +31,26 @@ from typing import Any
 
 import numpy as np
 
-from .commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, SCHEDULE_TOPIC, decode_record
+from .codec.columnar import be, decode_heads, gather, head_column
+from .codec.commitlog import (
+    BLANK_MAGIC,
+    HEAD_V4_SIZE,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    OFFSETS_V4,
+    SCHEDULE_TOPIC,
+    decode_record,
+    explain_invalid,
+    read_head,
+)
 from .dispatch import DispatchRequest, ScanStop, request_from_record
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash, java_hash
 from .layout import Segment, StoreConfig
 
-_HEAD = struct.Struct(">ii")
 _M32 = np.uint64(0xFFFFFFFF)
+_PHY_END = OFFSETS_V4["phy_offset"] + 8  # PHYSICALOFFSET is bytes 28-35 of every record
 _TARGETS = (b"TAGS", b"KEYS", b"UNIQ_KEY")
 _MAX_PROPS_FAST = 512  # wider property strings take the per-record path
 BATCH = 1 << 18
@@ -65,26 +76,6 @@ class Columns:
 
     def __len__(self) -> int:
         return len(self.phy)
-
-
-def _gather(u8: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
-    """Rows of ``width`` bytes starting at each ``idx`` (bytes past the buffer end read as 0)."""
-    limit = len(u8) - width
-    if len(idx) == 0 or int(idx.max()) <= limit:
-        return np.lib.stride_tricks.sliding_window_view(u8, width)[idx]
-    out = np.zeros((len(idx), width), dtype=np.uint8)
-    ok = idx <= limit
-    if limit >= 0:
-        out[ok] = np.lib.stride_tricks.sliding_window_view(u8, width)[idx[ok]]
-    for k in np.flatnonzero(~ok).tolist():  # the few rows that run past the end
-        tail = u8[int(idx[k]) :]
-        out[k, : len(tail)] = tail
-    return out
-
-
-def _be(u8: np.ndarray, idx: np.ndarray, dtype: str) -> np.ndarray:
-    w = np.dtype(dtype).itemsize
-    return _gather(u8, idx, w).view(dtype).ravel().astype(np.int64)
 
 
 def _next_at_or_after(marks: np.ndarray, q: np.ndarray, default: int) -> np.ndarray:
@@ -123,7 +114,7 @@ def _pow31(n: int) -> np.ndarray:
 def _range_matrix(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     """The byte ranges as rows of one matrix, zero after each range's length."""
     width = int(length.max())
-    mat = _gather(u8, start, width)
+    mat = gather(u8, start, width)
     if not (length == width).all():
         mat = mat * (np.arange(width, dtype=np.int32) < length[:, None]).astype(np.uint8)
     return mat
@@ -200,7 +191,7 @@ def walk_positions(buf: Any, start_pos: int, end: int, until: int | None = None)
     pos = start_pos
     out = array("q")
     append = out.append
-    unpack = _HEAD.unpack_from
+    unpack = read_head
     limit = end if until is None else min(until, end)
     reason = "end"
     while pos + 8 <= end:
@@ -239,10 +230,10 @@ def find_record_start(u8: np.ndarray, base_offset: int, lo: int, hi: int) -> int
         m = (w[:-3] == 0xDA) & (w[1:-2] == 0xA3) & (w[2:-1] == 0x20) & ((w[3:] == 0xA7) | (w[3:] == 0xAB))
         for c in np.flatnonzero(m).tolist():
             pos = at + c
-            if pos + 36 > n:
+            if pos + _PHY_END > n:
                 return None
             total = int.from_bytes(u8[pos : pos + 4].tobytes(), "big", signed=True)
-            phy = int.from_bytes(u8[pos + 28 : pos + 36].tobytes(), "big", signed=True)
+            phy = int.from_bytes(u8[pos + _PHY_END - 8 : pos + _PHY_END].tobytes(), "big", signed=True)
             if phy == base_offset + pos and 0 < total <= n - pos:
                 return pos
         at = stop
@@ -267,11 +258,7 @@ def scan_columns(
     positions, stop_pos, reason = walk_positions(buf, start_pos, end)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
-        try:
-            decode_record(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-            stop.error = CorruptData("invalid record", path=seg.path, pos=stop_pos)
-        except CorruptData as e:
-            stop.error = e
+        stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     chunks = [positions[i : i + BATCH] for i in range(0, len(positions), BATCH)]
     if workers > 1 and len(chunks) > 1:
         import multiprocessing as mp
@@ -310,62 +297,144 @@ def _decode_in_worker(
         m.close()
 
 
-def decode_batch(
-    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
-) -> tuple[Columns | None, ScanStop | None]:
-    """Decode the records starting at positions ``p`` of one segment buffer into columns.
+_MAX_LAYOUTS = 256  # more distinct property layouts in a batch: the generic splitter
 
-    ``u8`` is a uint8 view of ``buf``, ``end`` the end of valid data in it. Returns the columns of
-    the records before the first one the broker's check would stop at, and that stop (or None).
-    Used by the local scanner and by the Spark redispatch executors.
+
+def _property_values_by_layout(
+    mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
+) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """Like ``_property_values_generic`` for batches whose rows share a few separator layouts.
+
+    Producers write the same properties in the same order, so most rows have their 0x01/0x02
+    bytes at the same places: the items of a layout are found once, then every row of it has
+    its names compared at those places. None when the batch has too many layouts.
     """
-    n = len(p)
-    head = _gather(u8, p, 88)  # every fixed field of an IPv4/IPv4 record, one gather
+    m, width = mat.shape
+    packed = np.packbits(marks, axis=1)
+    key = np.zeros((m, 8 + (-(-packed.shape[1] // 8)) * 8), np.uint8)
+    key[:, :4] = lens.astype(">u4").view(np.uint8).reshape(m, 4)
+    key[:, 8 : 8 + packed.shape[1]] = packed
+    words = key.view(np.uint64)
+    h = words[:, 0].copy()
+    for j in range(1, words.shape[1]):  # a hash of the layout; rows are compared with their representative below
+        h = h * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
+    uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if len(uniq) > _MAX_LAYOUTS:
+        return None
+    inv = inv.ravel()
+    if not (key == key[first][inv]).all():
+        return None  # two layouts with one hash: the generic splitter
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+    found: dict[bytes, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in _TARGETS}
+    for u, r in enumerate(first.tolist()):
+        rows = order[bounds[u] : bounds[u + 1]]
+        row = mat[r, : int(lens[r])].tobytes()
+        at, items = 0, []
+        for item in row.split(b"\x02"):
+            items.append((at, at + len(item), item))
+            at += len(item) + 1
+        value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in _TARGETS}
+        for start, end, item in items:
+            if not item:
+                continue
+            k = item.find(b"\x01")
+            if item.count(b"\x01") != 1 or not 0 < k < len(item) - 1:
+                bad_rec[rows] = True
+                break
+            if k not in (4, 8):
+                continue
+            names = mat[rows, start : start + k]
+            for target in _TARGETS:
+                if len(target) == k:
+                    hit = (names == np.frombuffer(target, np.uint8)).all(axis=1)
+                    if hit.any():
+                        value_at[target].append((hit, start + k + 1, end - start - k - 1))
+        else:
+            for target in _TARGETS:
+                # the later item wins, as in a map put
+                sel = np.full(len(rows), -1, np.int64)
+                vlen = np.zeros(len(rows), np.int64)
+                for hit, vstart, n in value_at[target]:
+                    sel[hit] = vstart
+                    vlen[hit] = n
+                has = sel >= 0
+                if has.any():
+                    found[target].append((rows[has], pstart[rows[has]] + sel[has], vlen[has]))
+    values = {}
+    for target, parts in found.items():
+        if parts:
+            rr = np.concatenate([q[0] for q in parts])
+            o = np.argsort(rr, kind="stable")
+            values[target] = tuple(np.concatenate([q[i] for q in parts])[o] for i in range(3))
+        else:
+            z = np.zeros(0, np.int64)
+            values[target] = (z, z, z)
+    return values  # type: ignore[return-value]
 
-    def field(off: int, dtype: str) -> np.ndarray:
-        w = np.dtype(dtype).itemsize
-        return np.ascontiguousarray(head[:, off : off + w]).view(dtype).ravel().astype(np.int64)
 
-    total = field(0, ">i4")
-    magic = field(4, ">i4")
-    sys_flag = field(36, ">i4")
-    fast = (magic == MAGIC_V1) & ((sys_flag & 0x30) == 0)
-    # Reads are bounded by the buffer (the broker's ByteBuffer), not by TOTALSIZE.
-    bl = field(84, ">i4")
-    bl0 = np.maximum(bl, 0)
-    tpos = p + 88 + bl0
-    ok_t = (total >= 88) & (tpos + 3 <= end)
-    tlen = u8[np.minimum(tpos, end - 1)].astype(np.int8).astype(np.int64)
-    ppos = tpos + 1 + np.maximum(tlen, 0)
-    ok_p = ok_t & (tlen >= 0) & (ppos + 2 <= end)
-    plen = np.where(ok_p, _be(u8, np.minimum(ppos, end - 2), ">i2"), 0)
-    pl0 = np.maximum(plen, 0)
-    bounds_ok = ok_p & (ppos + 2 + pl0 <= end)
-    mismatch = bounds_ok & (91 + bl0 + tlen + pl0 != total)
-    # A record the broker cannot parse (exception) stops the dispatcher; a size mismatch is skipped.
-    invalid = fast & ~bounds_ok
-    stop: ScanStop | None = None
-    if invalid.any():
-        k = int(np.flatnonzero(invalid)[0])
-        pos = int(p[k])
-        try:
-            decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-            err = CorruptData("invalid record", path=seg.path, pos=pos)
-        except CorruptData as e:
-            err = e
-        stop = ScanStop(pos, "invalid", err)
-        n = k
-        p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head = (
-            a[:k] for a in (p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head)
-        )
-    keep = ~(fast & mismatch)
-    tstart = ppos - np.maximum(tlen, 0)
+def _property_values_generic(
+    u8: np.ndarray, mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
+) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """TAGS, KEYS and UNIQ_KEY value ranges of each row (the matrix's 0x01/0x02 marks numbered in row order)."""
+    m, width = mat.shape
+    values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    at = np.flatnonzero(marks)  # row-major: rows, and marks within a row, in file order
+    r, c = np.divmod(at, width)
+    is2 = mat.ravel()[at] == 2
+    r2, c2 = r[is2], c[is2]
+    # Items: a row's first starts at 0, one more after each 0x02; item k of a row ends at the
+    # 0x02 that starts item k+1, the last one at the row's end.
+    cnt2 = np.bincount(r2, minlength=m)
+    n_items = m + len(r2)
+    item_row = np.repeat(np.arange(m), cnt2 + 1)
+    item_start = np.zeros(n_items, dtype=np.int64)
+    item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
+    item_end = np.empty(n_items, dtype=np.int64)
+    item_end[:-1] = item_start[1:] - 1
+    row_last = np.ones(n_items, dtype=bool)
+    row_last[:-1] = item_row[1:] != item_row[:-1]
+    item_end[row_last] = lens[item_row[row_last]]
+    # The item of each 0x01: its row's first item plus the 0x02 before it in that row.
+    e1 = np.flatnonzero(~is2)
+    item1 = r[e1] + np.cumsum(is2)[e1]
+    c1 = c[e1]
+    cnt1 = np.bincount(item1, minlength=n_items)
+    sep = np.full(n_items, -1, dtype=np.int64)
+    if len(item1):
+        first1 = np.ones(len(item1), dtype=bool)
+        first1[1:] = item1[1:] != item1[:-1]
+        sep[item1[first1]] = c1[first1]
+    nonempty = item_end > item_start
+    good_item = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
+    bad_rec[item_row[~good_item]] = True
+    key_len = sep - item_start
+    cand = np.flatnonzero(nonempty & good_item & ((key_len == 4) | (key_len == 8)))
+    name = gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
+    for target in _TARGETS:
+        L = len(target)
+        word = int.from_bytes(target, "little")
+        masked = name if L == 8 else name & np.uint64((1 << (8 * L)) - 1)
+        hit = cand[(key_len[cand] == L) & (masked == np.uint64(word))]
+        if len(hit):  # the later item wins, as in a map put
+            recs = item_row[hit]
+            last = np.ones(len(hit), dtype=bool)
+            last[:-1] = recs[1:] != recs[:-1]
+            hit = hit[last]
+        rows = item_row[hit]
+        vs = pstart[rows] + sep[hit] + 1
+        values[target] = (rows, vs, item_end[hit] - sep[hit] - 1)
+    return values
 
-    # Topics: exact grouping by bytes; ASCII topics only on the fast path.
+
+def _fast_topics(
+    buf: Any, u8: np.ndarray, fast: np.ndarray, tlen: np.ndarray, tstart: np.ndarray
+) -> tuple[list[str], dict[bytes, int], np.ndarray]:
+    """Topic ids of the fast records, grouped exactly by their bytes; clears ``fast`` for non-ASCII topics."""
     fast_idx = np.flatnonzero(fast)
     topics: list[str] = []
     topic_index: dict[bytes, int] = {}
-    topic_id = np.full(n, -1, dtype=np.int64)
+    topic_id = np.full(len(fast), -1, dtype=np.int64)
     if len(fast_idx):
         flen = tlen[fast_idx]
         fstart = tstart[fast_idx]
@@ -391,12 +460,17 @@ def decode_batch(
         if collided.any():
             fast[fast_idx[collided]] = False
         fast[fast_idx[~topic_ascii]] = False
-    sched = topic_index.get(SCHEDULE_TOPIC.encode())
-    if sched is not None:
-        fast &= topic_id != sched
+    return topics, topic_index, topic_id
 
-    # Properties of fast records, as one matrix (a row per record): every 0x01 and 0x02 is found
-    # with one compare, and items and their name/value separators are numbered in row order.
+
+def _fast_property_values(
+    u8: np.ndarray, fast: np.ndarray, ppos: np.ndarray, pl0: np.ndarray
+) -> tuple[np.ndarray, dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
+    """TAGS, KEYS and UNIQ_KEY value ranges of the fast records (``ridx``), and which of them turn out bad.
+
+    The property strings form one matrix (a row per record): every 0x01 and 0x02 is found with one
+    compare, and items and their name/value separators are numbered in row order.
+    """
     fast &= pl0 <= _MAX_PROPS_FAST
     ridx = np.flatnonzero(fast)
     m = len(ridx)
@@ -406,59 +480,107 @@ def decode_batch(
     if m:
         lens = pl0[ridx]
         width = max(int(lens.max()), 1)
-        mat = _gather(u8, pstart, width)
+        mat = gather(u8, pstart, width)
         marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
         if not (lens == width).all():
             marks &= np.arange(width, dtype=np.int32) < lens[:, None]
-        at = np.flatnonzero(marks)  # row-major: rows, and marks within a row, in file order
-        r, c = np.divmod(at, width)
-        is2 = mat.ravel()[at] == 2
-        r2, c2 = r[is2], c[is2]
-        # Items: a row's first starts at 0, one more after each 0x02; item k of a row ends at the
-        # 0x02 that starts item k+1, the last one at the row's end.
-        cnt2 = np.bincount(r2, minlength=m)
-        n_items = m + len(r2)
-        item_row = np.repeat(np.arange(m), cnt2 + 1)
-        item_start = np.zeros(n_items, dtype=np.int64)
-        item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
-        item_end = np.empty(n_items, dtype=np.int64)
-        item_end[:-1] = item_start[1:] - 1
-        row_last = np.ones(n_items, dtype=bool)
-        row_last[:-1] = item_row[1:] != item_row[:-1]
-        item_end[row_last] = lens[item_row[row_last]]
-        # The item of each 0x01: its row's first item plus the 0x02 before it in that row.
-        e1 = np.flatnonzero(~is2)
-        item1 = r[e1] + np.cumsum(is2)[e1]
-        c1 = c[e1]
-        cnt1 = np.bincount(item1, minlength=n_items)
-        sep = np.full(n_items, -1, dtype=np.int64)
-        if len(item1):
-            first1 = np.ones(len(item1), dtype=bool)
-            first1[1:] = item1[1:] != item1[:-1]
-            sep[item1[first1]] = c1[first1]
-        nonempty = item_end > item_start
-        good_item = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
-        bad_rec[item_row[~good_item]] = True
-        key_len = sep - item_start
-        cand = np.flatnonzero(nonempty & good_item & ((key_len == 4) | (key_len == 8)))
-        name = _gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
-        for target in _TARGETS:
-            L = len(target)
-            word = int.from_bytes(target, "little")
-            masked = name if L == 8 else name & np.uint64((1 << (8 * L)) - 1)
-            hit = cand[(key_len[cand] == L) & (masked == np.uint64(word))]
-            if len(hit):  # the later item wins, as in a map put
-                recs = item_row[hit]
-                last = np.ones(len(hit), dtype=bool)
-                last[:-1] = recs[1:] != recs[:-1]
-                hit = hit[last]
-            rows = item_row[hit]
-            vs = pstart[rows] + sep[hit] + 1
-            values[target] = (rows, vs, item_end[hit] - sep[hit] - 1)
+        layout = _property_values_by_layout(mat, marks, lens, pstart, bad_rec)
+        values = layout if layout is not None else _property_values_generic(u8, mat, marks, lens, pstart, bad_rec)
     else:
         z = np.zeros(0, np.int64)
         values = {t: (z, z, z) for t in _TARGETS}
 
+    return ridx, values, bad_rec
+
+
+def _slow_requests(
+    buf: Any, p: np.ndarray, slow: np.ndarray, keep: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
+) -> tuple[list[tuple[int, DispatchRequest]], ScanStop | None]:
+    """Records off the fast path through the per-record decoder; ``keep`` loses skipped size mismatches
+    and everything from the first invalid record (the returned stop) on."""
+    out: list[tuple[int, DispatchRequest]] = []
+    for k in slow.tolist():
+        pos = int(p[k])
+        try:
+            rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=cfg.broker)
+            req = request_from_record(rec, cfg, path=str(seg.path))  # type: ignore[arg-type]
+        except RecordSizeMismatch:
+            keep[k] = False
+            continue
+        except CorruptData as e:
+            keep[k:] = False
+            return out, ScanStop(pos, "invalid", e)
+        out.append((k, req))
+    return out, None
+
+
+def _request_keys(req: DispatchRequest) -> tuple[list[int], list[int]]:
+    """Index key hashes of one request in put order (UNIQ_KEY first, then each KEYS token) and their sequence."""
+    hashes, seqs = [], []
+    if req.uniq_key is not None:
+        hashes.append(index_key_hash(f"{req.topic}#{req.uniq_key}"))
+        seqs.append(0)
+    seq = 1
+    for tok in req.keys.split(" ") if req.keys else ():
+        if tok:
+            hashes.append(index_key_hash(f"{req.topic}#{tok}"))
+            seqs.append(seq)
+            seq += 1
+    return hashes, seqs
+
+
+def decode_batch(
+    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
+) -> tuple[Columns | None, ScanStop | None]:
+    """Decode the records starting at positions ``p`` of one segment buffer into columns.
+
+    ``u8`` is a uint8 view of ``buf``, ``end`` the end of valid data in it. Returns the columns of
+    the records before the first one the broker's check would stop at, and that stop (or None).
+    Used by the local scanner and by the Spark redispatch executors.
+    """
+    n = len(p)
+    head = decode_heads(u8, p)  # every head field of an IPv4/IPv4 record, one gather
+
+    def field(name: str) -> np.ndarray:
+        return head_column(head, name)
+
+    total = field("total_size")
+    magic = field("magic")
+    sys_flag = field("sys_flag")
+    fast = (magic == MAGIC_V1) & ((sys_flag & 0x30) == 0)
+    # Reads are bounded by the buffer (the broker's ByteBuffer), not by TOTALSIZE.
+    bl = field("body_len")
+    bl0 = np.maximum(bl, 0)
+    tpos = p + HEAD_V4_SIZE + bl0
+    ok_t = (total >= HEAD_V4_SIZE) & (tpos + 3 <= end)
+    tlen = u8[np.minimum(tpos, end - 1)].astype(np.int8).astype(np.int64)
+    ppos = tpos + 1 + np.maximum(tlen, 0)
+    ok_p = ok_t & (tlen >= 0) & (ppos + 2 <= end)
+    plen = np.where(ok_p, be(u8, np.minimum(ppos, end - 2), ">i2"), 0)
+    pl0 = np.maximum(plen, 0)
+    bounds_ok = ok_p & (ppos + 2 + pl0 <= end)
+    mismatch = bounds_ok & (MIN_RECORD_SIZE_V1 + bl0 + tlen + pl0 != total)
+    # A record the broker cannot parse (exception) stops the dispatcher; a size mismatch is skipped.
+    invalid = fast & ~bounds_ok
+    stop: ScanStop | None = None
+    if invalid.any():
+        k = int(np.flatnonzero(invalid)[0])
+        pos = int(p[k])
+        err = explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
+        stop = ScanStop(pos, "invalid", err)
+        n = k
+        p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head = (
+            a[:k] for a in (p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head)
+        )
+    keep = ~(fast & mismatch)
+    tstart = ppos - np.maximum(tlen, 0)
+
+    topics, topic_index, topic_id = _fast_topics(buf, u8, fast, tlen, tstart)
+    sched = topic_index.get(SCHEDULE_TOPIC.encode())
+    if sched is not None:
+        fast &= topic_id != sched
+
+    ridx, values, bad_rec = _fast_property_values(u8, fast, ppos, pl0)
     tags_code = np.zeros(n, dtype=np.int64)
     # TAGS
     trec, tstart_v, tlen_v = values[b"TAGS"]
@@ -505,25 +627,12 @@ def decode_batch(
         )
 
     # Per-record path for everything not on the fast path (and not a skipped size mismatch).
-    slow = np.flatnonzero(~fast & keep)
-    slow_reqs: list[tuple[int, DispatchRequest]] = []
-    for k in slow:
-        pos = int(p[k])
-        try:
-            rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=cfg.broker)
-            req = request_from_record(rec, cfg, path=str(seg.path))  # type: ignore[arg-type]
-        except RecordSizeMismatch:
-            keep[k] = False
-            continue
-        except CorruptData as e:
-            stop = ScanStop(pos, "invalid", e)
-            keep[k:] = False
-            break
-        slow_reqs.append((int(k), req))
-    phy = field(28, ">i8")
-    qid = field(12, ">i4")
-    qoff = field(20, ">i8")
-    ts = field(56, ">i8")
+    slow_reqs, slow_stop = _slow_requests(buf, p, np.flatnonzero(~fast & keep), keep, seg, cfg, end)
+    stop = slow_stop or stop
+    phy = field("phy_offset")
+    qid = field("queue_id")
+    qoff = field("queue_offset")
+    ts = field("store_timestamp_ms")
     for k, req in slow_reqs:
         if req.topic not in topics:
             topics.append(req.topic)
@@ -537,18 +646,7 @@ def decode_batch(
             req.sys_flag,
         )
         total[k] = req.size
-        seq = 0
-        extra_h, extra_s = [], []
-        if req.uniq_key is not None:
-            extra_h.append(index_key_hash(f"{req.topic}#{req.uniq_key}"))
-            extra_s.append(seq)
-        seq = 1
-        if req.keys:
-            for tok in req.keys.split(" "):
-                if tok:
-                    extra_h.append(index_key_hash(f"{req.topic}#{tok}"))
-                    extra_s.append(seq)
-                    seq += 1
+        extra_h, extra_s = _request_keys(req)
         key_rec_parts.append(np.full(len(extra_h), k, np.int64))
         key_hash_parts.append(np.array(extra_h, np.int64))
         key_seq_parts.append(np.array(extra_s, np.int64))
@@ -632,11 +730,7 @@ def _scan_part(
     positions, stop_pos, reason = walk_positions(buf, sync, end, until=hi)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
-        try:
-            decode_record(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-            stop.error = CorruptData("invalid record", path=seg.path, pos=stop_pos)
-        except CorruptData as e:
-            stop.error = e
+        stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     batches: list[Columns] = []
     for i in range(0, len(positions), BATCH):
         cols, bad = decode_batch(buf, u8, positions[i : i + BATCH], seg, cfg, end)
@@ -824,7 +918,7 @@ class RecordArrays:
 
 def record_arrays(u8: np.ndarray, pos: np.ndarray, end: int) -> RecordArrays:
     """Every field of the records starting at ``pos`` (sorted) of a buffer whose data ends at ``end``."""
-    head = _gather(u8, pos, HEAD_V4)
+    head = gather(u8, pos, HEAD_V4)
 
     def field(off: int, dtype: str) -> np.ndarray:
         w = np.dtype(dtype).itemsize
@@ -836,10 +930,10 @@ def record_arrays(u8: np.ndarray, pos: np.ndarray, end: int) -> RecordArrays:
     body_start = pos + HEAD_V4
     at = np.where(plain, body_start + np.maximum(bl, 0), 0)  # TOPICLENGTH
     at = np.minimum(at, max(end - 2, 0))
-    tlen = np.where(v2, _be(u8, at, ">i2"), u8[at].astype(np.int8).astype(np.int64))
+    tlen = np.where(v2, be(u8, at, ">i2"), u8[at].astype(np.int8).astype(np.int64))
     topic_start = at + 1 + v2
     pat = np.minimum(topic_start + np.maximum(tlen, 0), max(end - 2, 0))  # PROPERTIESLENGTH
-    plen = _be(u8, pat, ">i2")
+    plen = be(u8, pat, ">i2")
     props_start = pat + 2
     ok = (
         plain
@@ -905,7 +999,7 @@ def property_items(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> Pro
         return PropertyItems(z, z, z, z, z, bad, np.zeros(m, bool))
     lens = np.where(bad, 0, length)
     width = max(int(lens.max()), 1)
-    mat = _gather(u8, start, width)
+    mat = gather(u8, start, width)
     inside = np.arange(width, dtype=np.int32) < lens[:, None]
     high = ((mat >= 0x80) & inside).any(axis=1)
     marks = ((mat - np.uint8(1)) <= np.uint8(1)) & inside  # 0x01 or 0x02
@@ -947,10 +1041,10 @@ def named(u8: np.ndarray, items: PropertyItems, name: bytes) -> np.ndarray:
         return cand
     if width in (1, 2, 4, 8):  # compare whole words
         dt = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}[width]
-        words = _gather(u8, items.name_start[cand], width).view(dt).ravel()
+        words = gather(u8, items.name_start[cand], width).view(dt).ravel()
         hit = cand[words == np.frombuffer(name, dtype=dt)[0]]
     else:
-        mat = _gather(u8, items.name_start[cand], width)
+        mat = gather(u8, items.name_start[cand], width)
         hit = cand[(mat == np.frombuffer(name, np.uint8)).all(axis=1)]
     last = np.ones(len(hit), dtype=bool)
     last[:-1] = items.row[hit][1:] != items.row[hit][:-1]

@@ -29,9 +29,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from .commitlog import version_tuple
 from .errors import ConfigError, InputError
 from .fsutil import atomic_write, fsync_dir
+from .rules import rules_for
 
 __all__ = [
     "PERM_INHERIT",
@@ -547,7 +547,7 @@ def write_config(
             old: bytes | None = main.read_bytes()
         except FileNotFoundError:
             mode, old = 0o644, None
-        if version_tuple(broker_version) < (5, 1):
+        if rules_for(broker_version).config_write_via_tmp:
             tmp = main.with_name(name + ".tmp")  # the broker's own temp name
             try:
                 _write_synced(tmp, payload, mode)
@@ -681,7 +681,7 @@ _TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH (4.4.0 clients allowe
 
 
 def _is_5x(broker_version: str) -> bool:
-    return version_tuple(broker_version) >= (5,)
+    return rules_for(broker_version).five
 
 
 def auto_create_topic(

@@ -1,73 +1,7 @@
-"""Consume queue entries (store-format.md §4.1-§4.4): 20 bytes, big-endian, signed."""
+"""Old import path of :mod:`rmqstore.codec.consumequeue` (the same module object)."""
 
-from __future__ import annotations
+import sys
 
-import math
-import struct
-from dataclasses import dataclass
-from typing import Any
+from .codec import consumequeue as _codec
 
-import numpy as np
-
-from .errors import CorruptData
-
-_ENTRY = struct.Struct(">qiq")  # commit log offset, record size, tagsCode
-ENTRY_SIZE = _ENTRY.size  # 20
-FILLER_SIZE = 0x7FFFFFFF  # fillPreBlank entries: offset 0, size Integer.MAX_VALUE, tagsCode 0
-# numpy view of a run of entries
-ENTRY_DTYPE = np.dtype([("phy_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
-EXT_ADDR_MAX = -2147483649  # tagsCode <= this is a ConsumeQueueExt address (§4.2)
-
-
-@dataclass(frozen=True, slots=True)
-class CqEntry:
-    """One consume queue slot."""
-
-    phy_offset: int  # PHYSICALOFFSET of the record
-    size: int  # its TOTALSIZE
-    tags_code: int  # tag hash, delivery time or ext address (§4.2)
-
-    @property
-    def ends_queue(self) -> bool:
-        """§4.4: offset < 0 or size <= 0 ends the valid data."""
-        return self.phy_offset < 0 or self.size <= 0
-
-    @property
-    def is_filler(self) -> bool:
-        return self.phy_offset == 0 and self.size == FILLER_SIZE and self.tags_code == 0
-
-
-def effective_file_size(configured: int) -> int:
-    """The getter rounds the configured size up to a multiple of 20 (§2.2)."""
-    return math.ceil(configured / 20.0) * 20
-
-
-def decode_entry(buf: Any, pos: int, *, path: str = "<buffer>") -> CqEntry:
-    if len(buf) - pos < ENTRY_SIZE:
-        raise CorruptData("truncated consume queue entry", path=path, pos=pos)
-    return CqEntry(*_ENTRY.unpack_from(buf, pos))
-
-
-def encode_entry(phy_offset: int, size: int, tags_code: int) -> bytes:
-    for name, v, bits in (("phy_offset", phy_offset, 64), ("size", size, 32), ("tags_code", tags_code, 64)):
-        if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
-            raise ValueError(f"{name} {v} does not fit a signed {bits}-bit field")
-    return _ENTRY.pack(phy_offset, size, tags_code)
-
-
-def filler_entry() -> bytes:
-    return _ENTRY.pack(0, FILLER_SIZE, 0)
-
-
-def entries_array(buf: Any, start: int = 0, end: int | None = None) -> np.ndarray:
-    """Zero-copy structured view of the whole entries between ``start`` and ``end``."""
-    stop = len(buf) if end is None else end
-    count = (stop - start) // ENTRY_SIZE
-    return np.frombuffer(buf, dtype=ENTRY_DTYPE, count=count, offset=start)
-
-
-def valid_prefix(arr: np.ndarray) -> int:
-    """Number of leading entries that are valid (offset >= 0 and size > 0), as recovery counts."""
-    bad = (arr["phy_offset"] < 0) | (arr["size"] <= 0)
-    idx = np.flatnonzero(bad)
-    return int(idx[0]) if idx.size else len(arr)
+sys.modules[__name__] = _codec

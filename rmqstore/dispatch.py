@@ -21,7 +21,6 @@ import datetime as dt
 import mmap
 import os
 import re
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +31,6 @@ import numpy as np
 from . import indexfile as ix
 from .commitlog import (
     BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -44,15 +41,17 @@ from .commitlog import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Record,
-    cal_msg_length,
     decode_record,
     parse_properties,
-    version_tuple,
+    read_head,
 )
-from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
+from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix, write_entry
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
+from .problems import ProblemKind
+from .rules import rules_for
+from .safety import queue_dir, record_place
 
 _INT_MAX = 0x7FFFFFFF
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -150,11 +149,6 @@ def request_from_record(rec: Record, cfg: StoreConfig, *, path: str = "<buffer>"
 # ---------------------------------------------------------------------------------------------
 # Fast scan of one commit log file into dispatch requests (the dispatcher reads without CRC).
 
-_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # up to BODYLENGTH, both hosts IPv4 (88 bytes)
-_HEAD = struct.Struct(">ii")
-_B = struct.Struct(">b")
-_H = struct.Struct(">h")
-
 
 @dataclass(slots=True)
 class ScanStop:
@@ -185,112 +179,25 @@ def scan_requests(
     reqs: list[DispatchRequest] = [] if out is None else out
     append = reqs.append
     size = len(buf) if end_pos is None else end_pos
-    levels = cfg.delay_levels_ms()
-    broker = cfg.broker
-    old_parser = version_tuple(broker) < (4, 9, 1)
     path = str(seg.path)
-    base = seg.base_offset
-    unpack_fixed = _FIXED_V4.unpack_from
-    unpack_head = _HEAD.unpack_from
     pos = start_pos
     while pos + 8 <= size:
-        total, magic = unpack_head(buf, pos)
+        total, magic = read_head(buf, pos)
         if magic == BLANK_MAGIC:
             return reqs, ScanStop(pos, "blank")
         if total == 0 and magic == 0:
             return reqs, ScanStop(pos, "end")
-        if (magic != MAGIC_V1 and magic != MAGIC_V2) or total <= 0 or pos + total > size:
-            try:
-                decode_record(buf, pos, path=path, file_from=base, end=size)
-            except CorruptData as e:
-                return reqs, ScanStop(pos, "invalid", e)
-            return reqs, ScanStop(pos, "invalid", CorruptData("invalid record", path=path, pos=pos))
-        fixed = unpack_fixed(buf, pos)
-        sys_flag = fixed[7]
-        if sys_flag & 0x30 or magic == MAGIC_V2 or check_crc:
-            # IPv6 hosts, V2 records and CRC checks take the general decoder.
-            try:
-                rec = decode_record(buf, pos, path=path, file_from=base, end=size, check_crc=check_crc, broker=broker)
-            except CorruptData as e:
-                if skip_size_mismatch and isinstance(e, RecordSizeMismatch):
-                    pos += total
-                    continue
-                return reqs, ScanStop(pos, "invalid", e)
+        try:
+            rec = decode_record(
+                buf, pos, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
+            )
             assert isinstance(rec, Record)
-            try:
-                append(request_from_record(rec, cfg, path=path))
-            except CorruptData as e:
+            append(request_from_record(rec, cfg, path=path))
+        except RecordSizeMismatch as e:
+            if not skip_size_mismatch:
                 return reqs, ScanStop(pos, "invalid", e)
-            pos += total
-            continue
-        body_len = fixed[16]
-        p = pos + 88 + (body_len if body_len > 0 else 0)
-        # reads are bounded by the buffer, not by TOTALSIZE (an overrun is a size mismatch)
-        topic_len = _B.unpack_from(buf, p)[0] if p + 3 <= size else -1
-        if topic_len < 0 or p + 1 + topic_len + 2 > size:
-            try:
-                decode_record(buf, pos, path=path, file_from=base, end=size)
-                err = CorruptData("invalid record", path=path, pos=pos)
-            except CorruptData as e:
-                if skip_size_mismatch and isinstance(e, RecordSizeMismatch):
-                    pos += total
-                    continue
-                err = e
-            return reqs, ScanStop(pos, "invalid", err)
-        topic = buf[p + 1 : p + 1 + topic_len].decode("utf-8", "replace")
-        p += 1 + topic_len
-        props_len = _H.unpack_from(buf, p)[0]
-        p += 2
-        if props_len > 0 and p + props_len > size:
-            return reqs, ScanStop(
-                pos, "invalid", CorruptData(f"PROPERTIESLENGTH {props_len} runs past the file end", path=path, pos=pos)
-            )
-        if cal_msg_length(sys_flag, body_len, topic_len, props_len) != total:
-            if skip_size_mismatch:
-                pos += total
-                continue
-            return reqs, ScanStop(pos, "invalid", CorruptData("record size mismatch", path=path, pos=pos))
-        raw = buf[p : p + props_len].decode("utf-8", "replace") if props_len > 0 else ""
-        store_ts = fixed[11]
-        phy = fixed[6]
-        # Inline of request_from_fields for the common case (4.4.0-style parse, no delay).
-        if old_parser and raw:
-            props = {}
-            for item in raw.split("\x02"):
-                kv = item.split("\x01")
-                if len(kv) == 2:
-                    if kv[1]:  # Java's split drops the trailing empty string: "K\x01" is one part
-                        props[kv[0]] = kv[1]
-                elif len(kv) > 2:
-                    while kv and kv[-1] == "":
-                        kv.pop()
-                    if len(kv) == 2:
-                        props[kv[0]] = kv[1]
-        else:
-            props = parse_properties(raw, broker=broker)
-        tags = props.get(PROP_TAGS)
-        tags_code = java_hash(tags) if tags else 0
-        if topic == SCHEDULE_TOPIC and PROP_DELAY in props:
-            try:
-                tags_code = delivery_tags_code(props[PROP_DELAY], store_ts, levels, tags_code)
-            except ValueError:
-                return reqs, ScanStop(
-                    pos, "invalid", CorruptData("DELAY property is not a number", path=path, pos=pos, phy_offset=phy)
-                )
-        append(
-            DispatchRequest(
-                topic,
-                fixed[3],
-                phy,
-                total,
-                tags_code,
-                store_ts,
-                fixed[5],
-                props.get(PROP_KEYS) if raw else "",
-                props.get(PROP_UNIQ_KEY),
-                sys_flag,
-            )
-        )
+        except CorruptData as e:
+            return reqs, ScanStop(pos, "invalid", e)
         pos += total
     return reqs, ScanStop(pos, "end")
 
@@ -307,7 +214,7 @@ class _QueueWriter:
         self.file_size = file_size
         self.old_dup_rule = broker_4_4
         self.segs, problems = list_segments(directory, file_size)
-        bad = [p for p in problems if "configured size" in p.what or "20-digit" in p.what]
+        bad = [p for p in problems if p.kind in (ProblemKind.WRONG_SIZE, ProblemKind.BAD_NAME)]
         if bad:
             raise CorruptData(bad[0].what, path=bad[0].path, pos=0)
         self.first_created_here = not self.segs
@@ -423,7 +330,7 @@ class _QueueWriter:
         if self.end < base:
             self.end = base
         pos = self.end - base
-        struct.pack_into(">qiq", m, pos, phy, size, tags)
+        write_entry(m, pos, phy, size, tags)
         self.end += ENTRY_SIZE
         self.max_phy = phy + (0 if self.old_dup_rule else size)
         self.last_ts = ts
@@ -504,7 +411,7 @@ class _IndexWriter:
         self.created.append(p)
         self._open(p)
         assert self._map is not None
-        ix.HEADER.pack_into(self._map, 0, *_header_tuple(ix.new_index_header_after(prev)))
+        ix.write_header(self._map, ix.new_index_header_after(prev))
 
     def end_phy_offset(self) -> int:
         h = self.header()
@@ -601,17 +508,6 @@ class _IndexWriter:
             self._map = None
 
 
-def _header_tuple(h: ix.IndexHeader) -> tuple[int, int, int, int, int, int]:
-    return (
-        h.begin_timestamp_ms,
-        h.end_timestamp_ms,
-        h.begin_phy_offset,
-        h.end_phy_offset,
-        h.hash_slot_count,
-        h.index_count,
-    )
-
-
 def _select(c: Any, rec_mask: np.ndarray) -> Any:
     """The records of ``c`` where ``rec_mask`` holds, with their index keys."""
     keep = np.flatnonzero(rec_mask)
@@ -681,16 +577,19 @@ class Dispatcher:
         self.build_cq = consume_queue
         self.build_index = cfg.message_index_enable if index is None else index
         self.topics = topics
-        self.old_dup_rule = version_tuple(cfg.broker) < (4, 5, 1)
+        self.old_dup_rule = not rules_for(cfg.broker).cq_max_includes_size
         self._queues: dict[tuple[str, int], _QueueWriter] = {}
         self._clock = clock or (lambda: int(dt.datetime.now().timestamp() * 1000))
         self._index: _IndexWriter | None = None
         self.stats = DispatchStats()
 
-    def _queue(self, topic: str, qid: int) -> _QueueWriter:
+    def _queue(self, topic: str, qid: int, phy_offset: int) -> _QueueWriter:
         w = self._queues.get((topic, qid))
         if w is None:
-            w = _QueueWriter(self.root / "consumequeue" / topic / str(qid), self.cfg.cq_file_size, self.old_dup_rule)
+            # a topic from record bytes becomes a path only if the broker could have accepted it
+            where = record_place(self.cfg.commitlog_dir, self.cfg.commitlog_file_size, phy_offset)
+            qdir = queue_dir(self.root, topic, qid, where=where)
+            w = _QueueWriter(qdir, self.cfg.cq_file_size, self.old_dup_rule)
             self._queues[(topic, qid)] = w
         return w
 
@@ -745,7 +644,7 @@ class Dispatcher:
                 if not len(part):
                     continue
                 key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
-                w = self._queue(*key)
+                w = self._queue(*key, int(c.phy[part[0]]))
                 before = w.written
                 w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
                 if w.written > before:
@@ -776,7 +675,7 @@ class Dispatcher:
         last_ts = 0
         last_phy = -1
         for key, g in groups.items():
-            w = self._queue(*key)
+            w = self._queue(*key, g[0].phy_offset)
             before = w.written
             w.put(
                 np.fromiter((r.phy_offset for r in g), np.int64, len(g)),

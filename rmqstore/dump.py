@@ -37,12 +37,15 @@ import numpy as np
 
 from . import config as cfgmod
 from . import indexfile as ix
+from .codec.columnar import well_formed_records
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
+    HEAD_V4,
     MAGIC_V1,
     MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
@@ -52,6 +55,7 @@ from .commitlog import (
     decode_record,
     host_str,
     parse_properties,
+    read_head,
     render_body,
 )
 from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
@@ -61,19 +65,14 @@ from .javahash import index_key_hash
 from .layout import Segment, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
 from .store import Store, map_file
+from .walk import first_nonzero, zero_tail_start
 
 Progress = Callable[[int], None]
 
-MIN_RECORD_SIZE = 91  # calMsgLength of a V1 record with IPv4 hosts and no body, topic or properties
-_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
-_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # every field up to BODYLENGTH, both hosts IPv4 (88 bytes)
 _PORT = struct.Struct(">i")
 _BLANK_BYTES = struct.pack(">i", BLANK_MAGIC)
 _WINDOW = 64 << 20  # record starts are indexed 64 MiB of a file at a time
 _SEARCH_CHUNK = 1 << 20  # bytes compared per numpy step (stays in cache)
-_ZERO_CHUNK = 1 << 22
-_CAND_BLOCK = 1 << 15  # candidate record starts checked per numpy step
-_HEAD_BYTES = 88  # fixed fields up to BODYLENGTH with IPv4 hosts; fewer than MIN_RECORD_SIZE
 BODY_MODES = ("base64", "hex", "text", "none")
 
 
@@ -103,63 +102,6 @@ def _magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
-def _fields(head: np.ndarray, pos: int, dtype: str) -> np.ndarray:
-    """One fixed field of gathered 88-byte record heads, as a strided view (no copy)."""
-    return np.ndarray((len(head),), dtype=dtype, buffer=head, offset=pos, strides=(_HEAD_BYTES,))
-
-
-def _valid_records(buf: Any, size: int, file_from: int, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The candidates ``s`` (sorted record starts) that ``decode_record`` accepts and whose stored
-    PHYSICALOFFSET is ``file_from + s``; returns (starts, ends)."""
-    s = s[s <= size - MIN_RECORD_SIZE]
-    if not s.size:
-        return s, s
-    # Each candidate's first 88 bytes (every fixed field up to BODYLENGTH with IPv4 hosts) are
-    # gathered at once; the fields are strided views of that block.
-    heads = np.ndarray((size - _HEAD_BYTES + 1,), dtype=f"V{_HEAD_BYTES}", buffer=buf, strides=(1,))
-    be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
-    be16 = np.ndarray((size - 1,), dtype=">i2", buffer=buf, strides=(1,))
-    i8 = np.ndarray((size,), dtype="i1", buffer=buf, strides=(1,))
-    starts, ends = [], []
-    try:
-        # Blocks keep the temporaries in cache: a few dozen passes over each block.
-        for b0 in range(0, len(s), _CAND_BLOCK):
-            c = s[b0 : b0 + _CAND_BLOCK]
-            head = heads[c]
-            total = _fields(head, 0, ">i4").astype(np.int64)
-            ok = (total >= MIN_RECORD_SIZE) & (total <= size - c) & (_fields(head, 28, ">i8") == c + file_from)
-            if not ok.all():
-                c, total, head = c[ok], total[ok], head[ok]
-            end = c + total
-            v2 = _fields(head, 4, ">i4") == MAGIC_V2
-            v6 = _fields(head, 36, ">i4") & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-            body_len = _fields(head, 84, ">i4")
-            bl_pos = c + 84
-            if v6.any():
-                # BODYLENGTH sits 12 bytes later for each IPv6 host (§3.1). Reads past a record
-                # only happen for records that fail the final length check, so they are clamped.
-                bl_pos = (
-                    bl_pos + np.where(v6 & BORNHOST_V6_FLAG, 12, 0) + np.where(v6 & STOREHOSTADDRESS_V6_FLAG, 12, 0)
-                )
-                body_len = np.where(v6 != 0, be32[np.minimum(bl_pos, size - 4)], body_len)
-            t_pos = bl_pos + 4 + np.maximum(body_len, 0)
-            if v2.any():
-                topic_len = np.where(v2, be16[np.minimum(t_pos, size - 2)], i8[np.minimum(t_pos, size - 1)])
-                p_pos = t_pos + np.where(v2, 2, 1) + np.maximum(topic_len, 0)
-            else:
-                topic_len = i8[np.minimum(t_pos, size - 1)]
-                p_pos = t_pos + 1 + np.maximum(topic_len, 0)
-            props_len = be16[np.minimum(p_pos, size - 2)]
-            # calMsgLength (§3.1) is exactly the bytes the fields take, so it equals TOTALSIZE iff
-            # the fields end where the record ends.
-            ok = (topic_len >= 0) & (p_pos + 2 + np.maximum(props_len, 0) == end)
-            starts.append(c[ok])
-            ends.append(end[ok])
-        return np.concatenate(starts), np.concatenate(ends)
-    finally:
-        del heads, be32, be16, i8
-
-
 class _FileIndex:
     """Valid record starts of one file, computed a window at a time."""
 
@@ -174,7 +116,7 @@ class _FileIndex:
                 self._windows.pop(min(self._windows))
             lo, hi = w * _WINDOW, min((w + 1) * _WINDOW, self.size)
             starts = _magic_positions(self.buf, self.size, lo + 4, hi + 4) - 4
-            starts, ends = _valid_records(self.buf, self.size, self.file_from, starts)
+            starts, ends = well_formed_records(self.buf, self.size, self.file_from, starts)
             breaks = np.flatnonzero(ends[:-1] != starts[1:])  # the chain does not go on after these
             got = self._windows[w] = (starts, ends, breaks)
         return got
@@ -199,27 +141,6 @@ class _FileIndex:
                 return int(starts[i])
             w += 1
         return None
-
-
-def _first_nonzero(buf: Any, start: int, end: int) -> int | None:
-    for c0 in range(start, end, _ZERO_CHUNK):
-        chunk = buf[c0 : min(c0 + _ZERO_CHUNK, end)]
-        rest = chunk.lstrip(b"\0")
-        if rest:
-            return c0 + len(chunk) - len(rest)
-    return None
-
-
-def _zero_tail_start(buf: Any, start: int, end: int) -> int:
-    """Where the run of zero bytes that ends at ``end`` begins (``end`` if the last byte is not 0)."""
-    c1 = end
-    while c1 > start:
-        c0 = max(start, c1 - _ZERO_CHUNK)
-        chunk = buf[c0:c1].rstrip(b"\0")
-        if chunk:
-            return c0 + len(chunk)
-        c1 = c0
-    return start
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,7 +196,7 @@ def _next_blank(buf: Any, pos: int, size: int, limit: int) -> int | None:
         if m < 0:
             return None
         q = m - 4
-        if q > pos and _HEAD.unpack_from(buf, q)[0] == size - q:
+        if q > pos and read_head(buf, q)[0] == size - q:
             return q
         at = m + 1
 
@@ -288,7 +209,7 @@ def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | 
     base = seg.base_offset
     pos = 0
     while pos < stop:
-        run = idx.run_at(pos) if size - pos >= MIN_RECORD_SIZE else None
+        run = idx.run_at(pos) if size - pos >= MIN_RECORD_SIZE_V1 else None
         if run is not None:
             yield Run(seg, run[0], run[1])
             pos = run[1]
@@ -302,12 +223,12 @@ def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | 
                     "corrupt", seg.path, base + pos, pos, size - pos, f"{size - pos} bytes, too short for a record"
                 )
             return
-        total, magic = _HEAD.unpack_from(buf, pos)
+        total, magic = read_head(buf, pos)
         if magic == BLANK_MAGIC and total == size - pos:
             yield Span("blank", seg.path, base + pos, pos, size - pos)
             return
         if total == 0 and magic == 0:
-            if _first_nonzero(buf, pos, size) is None:
+            if first_nonzero(buf, pos, size, path=seg.path) is None:
                 yield Span("end", seg.path, base + pos, pos, size - pos)
                 return
             why = "zero bytes where a record should start, with data after them"
@@ -322,7 +243,7 @@ def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | 
                 # A BLANK with a wrong TOTALSIZE and nothing valid after it: still the file's end.
                 yield Span("blank", seg.path, base + pos, pos, size - pos, why)
                 return
-            z = _zero_tail_start(buf, pos, size)
+            z = zero_tail_start(buf, pos, size, path=seg.path)
             yield Span("corrupt", seg.path, base + pos, pos, z - pos, why)
             if z < size:
                 yield Span("end", seg.path, base + z, z, size - z)
@@ -632,7 +553,7 @@ class NdjsonFormatter:
         opts, flt = self.opts, self.opts.filter
         lines: list[bytes] = []
         bad: list[CrcMismatch] = []
-        unpack = _FIXED_V4.unpack_from
+        unpack = HEAD_V4.unpack_from
         hosts, topics = self._hosts, self._topics
         filtering = flt.active
         topic_b, queue_id_f, since, until = self._topic_b, flt.queue_id, flt.since_ms, flt.until_ms
@@ -661,7 +582,7 @@ class NdjsonFormatter:
                 if limit is not None and len(lines) >= limit:
                     break
                 continue
-            p = pos + 88
+            p = pos + HEAD_V4.size
             body_end = p + body_len if body_len > 0 else p
             t0 = body_end + 1
             pp = t0 + buf[body_end]  # TOPICLENGTH, a signed byte the index proved >= 0

@@ -7,6 +7,7 @@ Exit codes are part of the command-line contract and documented in README.md and
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -126,6 +127,43 @@ class ExpireRunning(RmqstoreError):
     exit_code = 11
 
 
+class FileAccessError(RmqstoreError):
+    """A file or directory the operation needs cannot be used as one (an ``OSError``, explained).
+
+    A wrong file type (a directory where a file belongs, a symlink loop, a file that cannot be mapped)
+    is damage to the store layout: exit 6. Permissions, a missing path, a full or read-only disk: exit 1.
+    """
+
+    def __init__(self, message: str, *, path: Path | str | None, errno_: int | None, exit_code: int):
+        super().__init__(message)
+        self.path = Path(path) if path is not None else None
+        self.errno = errno_
+        self.exit_code = exit_code
+
+
+_EXPECTED = {
+    errno.EISDIR: ("is a directory; a regular file was expected", 6),
+    errno.ENOTDIR: ("is not a directory (or a parent is a file); a directory was expected", 6),
+    errno.ELOOP: ("is a symbolic link loop; a file or directory was expected", 6),
+    errno.ENODEV: ("cannot be memory-mapped; a regular file was expected", 6),
+    errno.EACCES: ("permission denied; read (and, to modify, write) access is needed", 1),
+    errno.EPERM: ("operation not permitted; read (and, to modify, write) access is needed", 1),
+    errno.ENOENT: ("does not exist", 1),
+    errno.ENOSPC: ("no space left on the device", 1),
+    errno.EROFS: ("is on a read-only file system; write access is needed", 1),
+    errno.EMFILE: ("too many open files (raise ulimit -n)", 1),
+}
+
+
+def from_os_error(e: OSError, path: Path | str | None = None, *, doing: str | None = None) -> FileAccessError:
+    """One line naming the path and what was expected there, with a documented exit code."""
+    where = path if path is not None else (e.filename if e.filename is not None else None)
+    what, code = _EXPECTED.get(e.errno or 0, (f"{e.strerror or e}", 1))
+    head = f"{where}: " if where is not None else ""
+    during = f" (while trying to {doing})" if doing else ""
+    return FileAccessError(f"{head}{what}{during}", path=where, errno_=e.errno, exit_code=code)
+
+
 class MissingExtra(RmqstoreError):
     """An optional dependency (the ``spark`` extra, Java) is not installed."""
 
@@ -134,14 +172,17 @@ class MissingExtra(RmqstoreError):
 
 EXIT_CODES: dict[int, str] = {
     0: "success (a dry run included)",
-    1: "error: bad input, bad configuration, missing optional dependency, or an internal error",
+    1: "error: bad input, bad configuration, a missing optional dependency, a file that cannot be read or "
+    "written (permission, missing path, full disk: the message names the path), or an internal error",
     2: "usage error (unknown option, missing argument)",
     3: "problems found: the scan or check finished and reported problems",
     4: "store locked: a running broker holds store/lock; nothing was changed",
     5: "not a store: the path is missing or is not a RocketMQ store root",
-    6: "corrupt data: a file is damaged where the operation needed it intact",
+    6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
+    "(a directory where a file belongs, a symlink loop)",
     7: "unsupported store (DLedger commit log, RocksDB consume queue, batch consume queue)",
-    8: "unsafe plan refused: the operation would lose data; see --force",
+    8: "unsafe plan refused: the operation would lose data, or write the same input twice; see --force "
+    "(write: --again)",
     9: "expire `--detailed-exitcode` only: files were deleted (a dry run: would be); without the option a successful run exits 0",
     11: "expire: another rmqstore expire run holds this store's expire lock",
 }

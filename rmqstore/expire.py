@@ -24,23 +24,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import re
-import shutil
+import shlex
 import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .commitlog import version_tuple
 from .consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from .errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
-from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
+from .fsutil import SCRATCH_DIR, fsync_dir, scratch_dir
 from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
-from .store import Store, is_zero_header, lock_holder_pid, open_store
+from .rules import rules_for
+from .safety import Journal, PlannedAction, Quarantine, StepHook, journal_file, move
+from .store import Store, is_zero_header, lock_holder_pid, locked_error, open_store
 from .timeparse import format_time_ms
 
 # Exit codes of `rmqstore expire` (the project-wide codes plus two of its own).
@@ -69,21 +69,6 @@ _LONG = struct.Struct(">q")
 
 
 # -- settings -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Rules:
-    """What differs between broker versions in the clean services (the one version switch)."""
-
-    ratio_rounds_up: bool  # 5.x: used/(used+usable) rounded up to a whole percent, like df
-    forced_level_triggers: bool  # 5.x: crossing the forced/warning level alone triggers deletion
-    levels_in_config: bool  # 5.x: diskSpace*Ratio are broker.conf keys (percent), clamped
-    batch_max_in_config: bool  # 5.x: deleteFileBatchMax key; 4.x hard-codes 10
-
-
-def _rules(broker: str) -> _Rules:
-    five = version_tuple(broker) >= (5,)
-    return _Rules(five, five, five, five)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +146,7 @@ def expire_settings(
     broker.conf keys on 5.x.
     """
     broker = broker or cfg.broker
-    rules = _rules(broker)
+    rules = rules_for(broker)
     notes: list[str] = []
     src = cfg.source or "broker.conf"
     when = cfg.delete_when if delete_when is None else delete_when
@@ -178,7 +163,7 @@ def expire_settings(
         cfg.clean_file_forcibly_enable if clean_file_forcibly_enable is None else clean_file_forcibly_enable
     )
 
-    if rules.batch_max_in_config:
+    if rules.expire_batch_max_in_config:
         batch = cfg.delete_file_batch_max
     else:
         batch = 10  # MappedFileQueue.DELETE_FILES_BATCH_MAX
@@ -188,7 +173,7 @@ def expire_settings(
         batch = delete_file_batch_max
 
     warning, forcibly = 0.90, 0.85  # 4.x system property defaults; 5.x key defaults 90 / 85
-    if rules.levels_in_config:  # 5.x keys are int percents
+    if rules.expire_levels_in_config:  # 5.x keys are int percents
         if "diskSpaceWarningLevelRatio" in cfg.explicit:
             warning = cfg.disk_space_warning_level_ratio / 100.0
         if "diskSpaceCleanForciblyRatio" in cfg.explicit:
@@ -204,7 +189,7 @@ def expire_settings(
         warning = _fraction(disk_space_warning_level_ratio)
     if disk_space_clean_forcibly_ratio is not None:
         forcibly = _fraction(disk_space_clean_forcibly_ratio)
-    if rules.levels_in_config:
+    if rules.expire_levels_in_config:
         warning = min(max(warning, 0.35), 0.90)
         forcibly = min(max(forcibly, 0.30), 0.85)
     return ExpireSettings(
@@ -234,7 +219,7 @@ def partition_used_ratio(path: Path, broker: str) -> float:
     if total <= 0:
         return -1.0
     used = total - sv.f_bfree * sv.f_frsize
-    if not _rules(broker).ratio_rounds_up:
+    if not rules_for(broker).expire_ratio_rounds_up:
         return used / total
     entire = used + sv.f_bavail * sv.f_frsize
     if entire <= 0:
@@ -291,7 +276,7 @@ def space_to_delete(settings: ExpireSettings, physic: float, logics: float) -> t
     max_ratio = settings.disk_max_used_space_ratio / 100.0
     warning, forcibly = settings.disk_space_warning_level_ratio, settings.disk_space_clean_forcibly_ratio
     clean_now = disk_full = False
-    if _rules(settings.broker).forced_level_triggers:
+    if rules_for(settings.broker).expire_forced_level_triggers:
         for r in (physic, logics):
             if r > warning:
                 return True, True, True
@@ -632,45 +617,35 @@ def _check_quarantine(plan: ExpirePlan, config: StoreConfig | None, qdir: Path) 
                 raise InputError(f"--quarantine {qdir} is inside {d}: the broker would try to load files from it")
 
 
-def _move(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(src, dest)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        shutil.copy2(src, dest)  # another file system: copy (keeping mtime), make it durable, then remove
-        fsync_file(dest)
-        os.unlink(src)
-    fsync_dir(dest.parent)
-
-
-def _manifest(plan: ExpirePlan) -> bytes:
-    doc = {
-        "tool": "rmqstore expire",
-        "store": os.path.abspath(plan.store_root),
-        "createdAt": format_time_ms(int(time.time() * 1000)),
-        "now": format_time_ms(plan.now_ms),
-        "minPhyOffset": plan.min_phy_offset,
-        "newMinPhyOffset": plan.new_min_phy_offset,
-        "restore": (
-            "Stop the broker, then move every file listed back from 'quarantined' (relative to this folder) to "
-            "'path', e.g. mv -n <folder>/<quarantined> <path>; mv keeps the mtime. Files missing here were not "
-            "moved yet when the run stopped and are still in the store."
-        ),
-        "files": [
+def _quarantine(plan: ExpirePlan, base: Path) -> Quarantine:
+    """A fresh ``expire-<UTC time>`` folder and its manifest, written before the first file moves."""
+    q = Quarantine.fresh(base, "expire", plan.store_root, int(time.time() * 1000))
+    for a in plan.actions:
+        src, saved = Path(os.path.abspath(a.path)), q.folder / a.rel_path
+        q.add(
             {
-                "path": os.path.abspath(a.path),
-                "quarantined": a.rel_path,
-                "kind": a.kind,
+                "kind": "file",
+                "path": str(src),
+                "saved": str(saved),
                 "size": a.size,
                 "mtimeMs": a.mtime_ms,
-                "reason": a.why,
+                "why": a.why,
+                "restore": f"mv -n {shlex.quote(str(saved))} {shlex.quote(str(src))}",  # mv keeps the mtime
             }
-            for a in plan.actions
-        ],
-    }
-    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+        )
+    q.write_manifest(
+        now=format_time_ms(plan.now_ms),
+        minPhyOffset=plan.min_phy_offset,
+        newMinPhyOffset=plan.new_min_phy_offset,
+        note="files missing here were not moved yet when the run stopped and are still in the store",
+    )
+    return q
+
+
+def planned_actions(plan: ExpirePlan, *, quarantine: bool = False) -> tuple[PlannedAction, ...]:
+    """The deletions in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    verb = "move" if quarantine else "delete"
+    return tuple(PlannedAction("expire", verb, a.path, a.why, size=a.size, kept=quarantine) for a in plan.actions)
 
 
 def apply_expire(
@@ -679,45 +654,80 @@ def apply_expire(
     quarantine: Path | None = None,
     config: StoreConfig | None = None,
     on_action: Callable[[FileAction], None] | None = None,
+    on_step: StepHook | None = None,
 ) -> ExpireResult:
-    """Delete (or move to ``quarantine``/<time>/) exactly the plan's files, oldest first.
+    """Delete (or move to a fresh folder inside ``quarantine``) exactly the plan's files, oldest first.
 
     Commit log files go first, then consume queue files, then index files; each removal is made
-    durable (directory fsync) before the next, so a crash never leaves a hole. A file already gone
-    (a re-run after a crash) is skipped.
+    durable (directory fsync) before the next, so a crash never leaves a hole. The plan's files are
+    journaled first: a run killed midway is finished by the next run (:func:`finish_pending`), which
+    removes exactly the files this plan chose. ``on_step`` is called with ``expire:<path>`` after each.
     """
-    run_dir: Path | None = None
-    if quarantine is not None and plan.actions:
+    if not plan.actions:
+        return ExpireResult(())
+    q = None
+    if quarantine is not None:
         _check_quarantine(plan, config, quarantine)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        run_dir = Path(quarantine) / f"expire-{stamp}"
-        n = 1
-        while run_dir.exists():
-            n += 1
-            run_dir = Path(quarantine) / f"expire-{stamp}-{n}"
-        run_dir.mkdir(parents=True)
-        atomic_write(run_dir / "manifest.json", _manifest(plan))
+        q = _quarantine(plan, Path(quarantine))
+    journal = Journal(
+        journal_file(plan.store_root, "expire"),
+        {
+            "operation": "expire",
+            "quarantine": str(q.folder) if q else None,
+            "files": [[str(a.path), a.rel_path, a.size] for a in plan.actions],
+        },
+        on_step,
+    )
+    journal.save()
+    journal.hook("expire:journal")
+    return _run(journal, {str(a.path): a for a in plan.actions}, on_action)
+
+
+def finish_pending(root: Path, *, on_step: StepHook | None = None) -> ExpireResult | None:
+    """Finish the files of an expire run that was killed midway, if its journal is there."""
+    journal = Journal.load(journal_file(root, "expire"), on_step)
+    return None if journal is None else _run(journal, {}, None)
+
+
+def _run(
+    journal: Journal, actions: dict[str, FileAction], on_action: Callable[[FileAction], None] | None
+) -> ExpireResult:
+    run_dir = Path(journal.data["quarantine"]) if journal.data.get("quarantine") else None
     done: list[FileAction] = []
     skipped: list[FileAction] = []
-    for a in plan.actions:
+    freed = 0
+    for path_s, rel, size in journal.data["files"]:
+        path = Path(path_s)
+        a = actions.get(path_s) or FileAction("file", path, rel, size, 0, "planned by the interrupted run")
+        if journal.done(rel):
+            continue
         try:
             if run_dir is not None:
-                _move(a.path, run_dir / a.rel_path)
+                move(path, run_dir / rel)
             else:
-                os.unlink(a.path)
+                os.unlink(path)
         except FileNotFoundError:
             skipped.append(a)
+            journal.mark(rel)
             continue
         except OSError as e:
             raise RmqstoreError(
-                f"{a.path}: cannot {'move' if run_dir else 'delete'}: {e.strerror}; "
-                f"{len(done)} file(s) done before it, the store is consistent (re-run to continue)"
+                f"{path}: cannot {'move' if run_dir else 'delete'}: {e.strerror}; "
+                f"{len(done)} file(s) done before it, the store is consistent (re-run to finish the plan)"
             ) from None
-        fsync_dir(a.path.parent)
+        fsync_dir(path.parent)
         done.append(a)
+        freed += size
+        journal.mark(rel)
         if on_action is not None:
             on_action(a)
-    return ExpireResult(tuple(done), run_dir, sum(a.size for a in done), tuple(skipped))
+    journal.remove()
+    try:
+        journal.path.parent.rmdir()  # the scratch directory, when nothing else uses it
+    except OSError:
+        pass
+    journal.hook("expire:finished")
+    return ExpireResult(tuple(done), run_dir, freed, tuple(skipped))
 
 
 def over_forced_ratio(plan: ExpirePlan, config: StoreConfig, disk_usage: DiskUsage) -> tuple[float, bool]:
@@ -752,6 +762,7 @@ def expire_lock(root: Path, *, create: bool = True) -> Iterator[None]:
     if fd is None:
         yield
         return
+    acquired = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -759,8 +770,14 @@ def expire_lock(root: Path, *, create: bool = True) -> Iterator[None]:
             if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise ExpireRunning(f"{path}: another rmqstore expire run is working on this store") from None
             raise
+        acquired = True
         yield
     finally:
+        if acquired and create:
+            # a real run holds the broker's lock around this one: no other run can be waiting on the file
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only when nothing else uses the scratch directory
         os.close(fd)  # closing releases the flock
 
 
@@ -780,18 +797,22 @@ def open_for_expire(
     hint = "; a running broker deletes expired files itself (deleteWhen, diskMaxUsedSpaceRatio)"
     with open_store(root, broker_config=broker_config, broker=broker):
         pass  # a store at all (StoreNotFound, UnsupportedStore) before anything is created in it
-    with expire_lock(Path(root), create=not dry_run):
-        try:
-            with open_store(root, broker_config=broker_config, broker=broker, writable=not dry_run) as st:
-                if dry_run:
-                    pid = lock_holder_pid(st.config.lock_path)
-                    if pid is not None:
-                        raise StoreLocked(f"{st.config.lock_path}: held by a running broker (pid {pid}){hint}")
-                yield st
+    if dry_run:  # probes only: a dry run creates nothing in the store
+        with expire_lock(Path(root), create=False), open_store(root, broker_config=broker_config, broker=broker) as st:
+            pid = lock_holder_pid(st.config.lock_path)
+            if pid is not None:
+                raise locked_error(st.config.lock_path, pid, hint)
+            yield st
+        return
+    with contextlib.ExitStack() as stack:
+        try:  # the broker's lock first: a refused run creates nothing (not even the expire lock)
+            st = stack.enter_context(
+                open_store(root, broker_config=broker_config, broker=broker, writable=True, operation="expire")
+            )
         except StoreLocked as e:
-            if hint in str(e):
-                raise
             raise StoreLocked(f"{e}{hint}") from None
+        stack.enter_context(expire_lock(Path(root), create=True))
+        yield st
 
 
 __all__ = [

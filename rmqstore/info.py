@@ -30,27 +30,23 @@ from . import config as configjson
 from .checkpoint import Checkpoint
 from .commitlog import (
     BLANK_MAGIC,
-    BORNHOST_V6_FLAG,
-    MAGIC_V1,
-    MAGIC_V2,
-    STOREHOSTADDRESS_V6_FLAG,
+    OFFSETS_V4,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    cal_msg_length,
+    checked_size,
     decode_record,
+    read_head,
     store_timestamp_at,
-    version_tuple,
 )
 from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
 from .errors import CorruptData, RmqstoreError
 from .indexfile import HEADER_SIZE, IndexHeader, decode_header
 from .layout import Segment
 from .problems import ERROR, INFO, WARNING, Problem
+from .rules import rules_for
 from .store import Store, map_file
 
-_HEAD = struct.Struct(">ii")
-_FIXED = struct.Struct(">ii28xi44xi")  # TOTALSIZE, MAGICCODE, SYSFLAG (@36), BODYLENGTH (@84 with IPv4 hosts)
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _MIN_SCAN_CHUNK = 4096  # entries read at a time when looking for the first live CQ entry
@@ -214,48 +210,6 @@ class StoreInfo:
 # ------------------------------------------------------------------------------------------ commit log
 
 
-def _message_size(buf: Any, pos: int, size: int) -> int | None:
-    """TOTALSIZE of the message record at ``pos`` if its structure is valid, else None.
-
-    The broker's check without CRC and without copying anything (§3.11 steps 2-7): the same
-    verdict as :func:`decode_record`, which is only called to explain a failure. Written for
-    speed: it runs once per record of the walked file.
-    """
-    if size - pos < 91:
-        return None
-    total, magic, sys_flag, body_len = _FIXED.unpack_from(buf, pos)
-    if (magic != MAGIC_V1 and magic != MAGIC_V2) or total < 91 or total > size - pos:
-        return None
-    p = pos + 84
-    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):  # 20-byte hosts move BODYLENGTH (§3.1)
-        p += (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
-        if p + 4 > pos + total:
-            return None
-        (body_len,) = _INT.unpack_from(buf, p)
-    end = pos + total
-    p += 4 + (body_len if body_len > 0 else 0)
-    if magic == MAGIC_V1:
-        if p + 3 > end:
-            return None
-        topic_len = buf[p]
-        if topic_len > 127:  # a signed byte: negative
-            return None
-        p += 1 + topic_len
-    else:
-        if p + 4 > end:
-            return None
-        (topic_len,) = _SHORT.unpack_from(buf, p)
-        if topic_len < 0:
-            return None
-        p += 2 + topic_len
-    if p + 2 > end:
-        return None
-    (props_len,) = _SHORT.unpack_from(buf, p)
-    if props_len > 0 and p + 2 + props_len > end:
-        return None
-    return total if cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=magic == MAGIC_V2) == total else None
-
-
 @dataclass(slots=True)
 class _Walk:
     end_phy: int
@@ -283,17 +237,17 @@ def _walk_to_end(
             last = -1
             blank = False
             while pos + 8 <= size:
-                total, magic = _HEAD.unpack_from(buf, pos)
+                total, magic = read_head(buf, pos)
                 if magic == BLANK_MAGIC:
                     blank = True
                     break
-                n = _message_size(buf, pos, size)
+                n = checked_size(buf, pos, size)
                 if n is None:
                     if total or magic:  # all zeros is the normal end of the data
                         walk.stop = _explain(buf, pos, seg, size, broker)
                     break
                 if seg.base_offset + pos >= count_from_phy:
-                    (sys_flag,) = _INT.unpack_from(buf, pos + 36)
+                    (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
                     if sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
                         walk.queued_after += 1
                 last = pos
@@ -340,12 +294,12 @@ def _first_is_zero(seg: Segment) -> bool:
     if seg.size < 8:
         return True
     with map_file(seg.path) as buf:
-        return _HEAD.unpack_from(buf, 0) == (0, 0)
+        return read_head(buf, 0) == (0, 0)
 
 
 def _first_store_timestamp(seg: Segment) -> int | None:
     with map_file(seg.path) as buf:
-        if len(buf) >= 8 and _message_size(buf, 0, len(buf)) is not None:
+        if len(buf) >= 8 and checked_size(buf, 0, len(buf)) is not None:
             return store_timestamp_at(buf, 0)
     return None
 
@@ -443,7 +397,7 @@ def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tup
     else:
         last_size = last_entry[1]
         last_end = last_entry[0] + last_entry[1]
-        max_physic = last_end if version_tuple(cfg.broker) >= (4, 5, 1) else last_entry[0]
+        max_physic = last_end if rules_for(cfg.broker).cq_max_includes_size else last_entry[0]
     return (
         QueueInfo(topic, queue_id, len(segs), min_logic // ENTRY_SIZE, max_offset, max_physic, last_end, last_size),
         problems,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .consumequeue import effective_file_size
 from .errors import ConfigError, CorruptData
-from .problems import Problem
+from .problems import Problem, ProblemKind
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -388,22 +388,36 @@ def list_segments(directory: Path, expected_size: int | None) -> tuple[list[Segm
     except FileNotFoundError:
         return [], []
     except OSError as e:
-        return [], [Problem(directory, None, f"cannot list: {e.strerror}")]
+        return [], [Problem(directory, None, f"cannot list: {e.strerror}", kind=ProblemKind.UNLISTABLE)]
     for name in names:
         p = Path(directory, name)
         if name.startswith("."):
-            problems.append(Problem(p, None, "hidden file in a segment directory (the broker would try to load it)"))
+            problems.append(
+                Problem(
+                    p,
+                    None,
+                    "hidden file in a segment directory (the broker would try to load it)",
+                    kind=ProblemKind.HIDDEN_FILE,
+                )
+            )
             continue
         if p.is_dir():
-            problems.append(Problem(p, None, "sub-directory in a segment directory"))
+            problems.append(Problem(p, None, "sub-directory in a segment directory", kind=ProblemKind.SUB_DIRECTORY))
             continue
         if not NAME_RE.match(name):
-            problems.append(Problem(p, None, "file name is not a 20-digit offset: the broker fails to load"))
+            problems.append(
+                Problem(
+                    p,
+                    None,
+                    "file name is not a 20-digit offset: the broker fails to load",
+                    kind=ProblemKind.BAD_NAME,
+                )
+            )
             continue
         try:
             size = p.stat().st_size
         except OSError as e:
-            problems.append(Problem(p, None, f"cannot stat: {e.strerror}"))
+            problems.append(Problem(p, None, f"cannot stat: {e.strerror}", kind=ProblemKind.UNSTATABLE))
             continue
         segs.append(Segment(p, int(name), size))
     for i, s in enumerate(segs):
@@ -415,10 +429,18 @@ def list_segments(directory: Path, expected_size: int | None) -> tuple[list[Segm
                     None,
                     f"file is {s.size} bytes, configured size is {expected_size}"
                     + (" (empty last file)" if last and s.size == 0 else ""),
+                    kind=ProblemKind.WRONG_SIZE,
                 )
             )
         if expected_size and s.base_offset % expected_size:
-            problems.append(Problem(s.path, None, f"name {s.base_offset} is not a multiple of the file size"))
+            problems.append(
+                Problem(
+                    s.path,
+                    None,
+                    f"name {s.base_offset} is not a multiple of the file size",
+                    kind=ProblemKind.MISALIGNED_NAME,
+                )
+            )
         if i and expected_size is not None and s.base_offset != segs[i - 1].base_offset + expected_size:
             problems.append(
                 Problem(
@@ -426,6 +448,7 @@ def list_segments(directory: Path, expected_size: int | None) -> tuple[list[Segm
                     None,
                     f"gap: previous file ends at {segs[i - 1].base_offset + expected_size}, this one starts at "
                     f"{s.base_offset}",
+                    kind=ProblemKind.GAP,
                 )
             )
     return segs, problems

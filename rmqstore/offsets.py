@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from . import config as cfgjson
-from .commitlog import version_tuple
 from .consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
 from .errors import ConfigError, InputError, UnsafePlan
 from .layout import Segment
 from .query import offset_by_time
+from .rules import rules_for
+from .safety import PlannedAction
 from .store import Store, map_file
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
@@ -107,7 +108,7 @@ def range_from_files(
             min_offset = (segs[0].base_offset + int(hits[0]) * ENTRY_SIZE) // ENTRY_SIZE
             found = True
         del arr, phys
-    if not found and version_tuple(broker) >= (5,):
+    if not found and rules_for(broker).empty_queue_min_is_max:
         min_offset = max_offset  # 5.x: every entry is below the commit log: the queue is empty
     return QueueRange(topic, queue_id, min_offset, max_offset, last_phy, last_end)
 
@@ -323,6 +324,12 @@ def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
     if now != plan.source_raw and not (now is not None and plan.source_raw is None and not now):
         raise UnsafePlan(f"{plan.path} changed since the plan was made; plan again")
     cfgjson.write_config(plan.path.parent, plan.path.name, plan.data, broker_version=plan.broker_version)
+
+
+def planned_actions(plan: SetOffsetsPlan) -> tuple[PlannedAction, ...]:
+    """The rewrite in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    why = f"{len(plan.changes)} committed offset(s) set; the previous file is kept as .bak"
+    return (PlannedAction("offsets", "rewrite", plan.path, why),) if plan.changes else ()
 
 
 # ------------------------------------------------------- last consumed time, reset over many pairs

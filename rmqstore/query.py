@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .codec.commitlog import read_head
 from .commitlog import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -72,7 +73,6 @@ from .store import Store, map_file
 
 JAVA_LONG_MAX = (1 << 63) - 1
 KEY_QUERY_MAX_NUM = 64  # mqadmin queryMsgByKey asks for 64
-_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _MIN_RECORD_SIZE = 91  # V1 record with IPv4 hosts and empty body, topic and properties
 _PROGRESS_STEP = 8 << 20  # report scan progress every 8 MiB
 _SEARCH_WINDOW = 1 << 20  # bytes searched for the key ahead of the record walk
@@ -409,7 +409,7 @@ def scan_records(
         ended_by_blank = False
         try:
             while pos + 8 <= size:
-                total_size, magic = _HEAD.unpack_from(buf, pos)
+                total_size, magic = read_head(buf, pos)
                 if magic == BLANK_MAGIC:
                     ended_by_blank = True
                     break
@@ -1049,7 +1049,7 @@ def _record_after(reader: CommitLogReader, phy_offset: int) -> bool:
         buf = reader.buffer(seg)
         if pos + 8 > len(buf):
             return False
-        total_size, magic = _HEAD.unpack_from(buf, pos)
+        total_size, magic = read_head(buf, pos)
         if magic != BLANK_MAGIC:
             return magic in (MAGIC_V1, MAGIC_V2) and total_size >= _MIN_RECORD_SIZE
         phy_offset = seg.base_offset + len(buf)

@@ -22,15 +22,11 @@ in the broker's memory only and are recomputed from the files at every start: no
 
 from __future__ import annotations
 
-import datetime as dt
-import errno
-import hashlib
 import json
 import os
+import shlex
 import shutil
-import signal
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,12 +36,18 @@ import numpy as np
 
 from . import checkpoint as cpmod
 from . import indexfile as ix
+from . import walk
+from .codec.columnar import be, body_crcs, decode_heads, gather, head_column
 from .columnar import iter_columns, walk_positions
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
+    HEAD_OFFSETS,
+    HEAD_V4_SIZE,
     MAGIC_V1,
     MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    OFFSETS_V4,
     SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
@@ -54,15 +56,29 @@ from .commitlog import (
     Blank,
     Record,
     decode_record,
+    explain_invalid,
     offset_msg_id,
-    version_tuple,
+    read_head,
 )
 from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
-from .errors import ChecksumMismatch, CorruptData, InputError, UnsupportedStore
-from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
+from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
+from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
+from .problems import LOAD_FAILURES
+from .rules import BrokerRules, rules_for
+from .safety import (
+    Journal,
+    PlannedAction,
+    Quarantine,
+    StepFailed,
+    StepHook,
+    default_quarantine_base,
+    move,
+    sha256_file,
+)
 from .store import Store, map_file
+from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
 
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
@@ -70,45 +86,17 @@ LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
 _CHUNK = 8 << 20
 _ZEROS = bytes(_CHUNK)
 _CHASE_BATCH = 1 << 18  # records validated per numpy batch
-_HEAD = struct.Struct(">ii")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
-# Test-only: SIGKILL this process after (or in the middle of) the step with this number.
-KILL_AFTER_ENV = "RMQSTORE_TEST_KILL_AFTER_STEP"
-KILL_IN_ENV = "RMQSTORE_TEST_KILL_IN_STEP"
 
 
 # ---------------------------------------------------------------------------------------------
 # Version differences (§8.6), decided in one place.
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerRules:
-    broker: str
-    cq_max_includes_size: bool  # 4.5.1+: a queue's maxPhysicOffset is offset + size, not offset
-    v2_magic: bool  # 5.1.0+ reads 0xDAA320AB records; older brokers see corruption
-    ipv6_hosts: bool  # 4.6.0+: store timestamp at 68 when the born host is IPv6
-    normal_start_from_cq_max: bool  # 5.3.2+: normal recovery starts at the last file <= CQ max
-    normal_dispatch_beyond_cq: bool  # 5.3.2+: normal recovery dispatches records past the CQ max
-    start_catches_up: bool  # 4.5.1-4.9.x: start() re-dispatches from the CQ maximum
-    normal_destroys_logics: bool  # normal recovery with no commit log file deletes every CQ
-
-
 def broker_rules(broker: str) -> BrokerRules:
-    v = version_tuple(broker)
-    return BrokerRules(
-        broker=broker,
-        cq_max_includes_size=v >= (4, 5, 1),
-        v2_magic=v >= (5, 1, 0),
-        ipv6_hosts=v >= (4, 6, 0),
-        normal_start_from_cq_max=v >= (5, 3, 2),
-        normal_dispatch_beyond_cq=v >= (5, 3, 2),
-        start_catches_up=(4, 5, 1) <= v < (5, 0, 0),
-        # 4.4.0's recoverNormally has no branch for an empty commit log; later 4.x and 5.x destroy
-        # the CQs there too (the first version with the branch is not pinned down: 4.5.1 assumed).
-        normal_destroys_logics=v >= (4, 5, 1),
-    )
+    """The version-dependent decisions of recovery (see :mod:`rmqstore.rules`)."""
+    return rules_for(broker)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,50 +427,6 @@ def _abs(root: Path, rel: str) -> Path:
     return Path(root) / rel  # an absolute ``rel`` stays absolute
 
 
-def _data_extents(fd: int, start: int, end: int) -> list[tuple[int, int]]:
-    """Ranges of [start, end) that hold data (holes of a sparse file skipped)."""
-    out = []
-    pos = start
-    try:
-        while pos < end:
-            try:
-                d = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as e:
-                if e.errno == errno.ENXIO:
-                    break
-                raise
-            if d >= end:
-                break
-            h = os.lseek(fd, d, os.SEEK_HOLE)
-            out.append((d, min(h, end)))
-            pos = h
-    except (AttributeError, OSError):
-        return [(start, end)]
-    return out
-
-
-def data_end(path: Path, start: int, end: int | None = None) -> int:
-    """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if end is None:
-            end = os.fstat(fd).st_size
-        if end <= start:
-            return start
-        for a, b in reversed(_data_extents(fd, start, end)):
-            hi = b
-            while hi > a:
-                lo = max(a, hi - _CHUNK)
-                data = os.pread(fd, hi - lo, lo)
-                arr = np.frombuffer(data, dtype=np.uint8)
-                if arr.any():
-                    return lo + int(np.flatnonzero(arr)[-1]) + 1
-                hi = lo
-        return start
-    finally:
-        os.close(fd)
-
-
 def _zero_range(path: Path, start: int, end: int) -> None:
     if end <= start:
         return
@@ -558,31 +502,8 @@ class _Topics:
         return i
 
 
-def _gather(u8: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
-    """``width`` bytes at each ``idx`` as an (n, width) array; bytes past the buffer read as zeros."""
-    n = len(u8)
-    outside = (idx < 0) | (idx > n - width)
-    if n >= width and not outside.any():
-        return np.lib.stride_tricks.sliding_window_view(u8, width)[idx]
-    rows = np.zeros((len(idx), width), dtype=np.uint8)
-    inside = np.flatnonzero(~outside)
-    if inside.size:
-        rows[inside] = np.lib.stride_tricks.sliding_window_view(u8, width)[idx[inside]]
-    for i in np.flatnonzero(outside).tolist():
-        a = int(idx[i])
-        if 0 <= a < n:
-            rows[i, : n - a] = u8[a:]
-    return rows
-
-
-def _be(u8: np.ndarray, idx: np.ndarray, dtype: str) -> np.ndarray:
-    w = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(_gather(u8, idx, w)).view(dtype).ravel().astype(np.int64)
-
-
-def _field(head: np.ndarray, off: int, dtype: str) -> np.ndarray:
-    w = np.dtype(dtype).itemsize
-    return np.ascontiguousarray(head[:, off : off + w]).view(dtype).ravel().astype(np.int64)
+def _field(head: np.ndarray, name: str) -> np.ndarray:
+    return head_column(head, name)
 
 
 def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: _Topics) -> np.ndarray:
@@ -593,7 +514,7 @@ def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: _T
         if tl == 0:
             out[sel] = topics.id("")
             continue
-        rows = np.ascontiguousarray(_gather(u8, start[sel], tl))
+        rows = np.ascontiguousarray(gather(u8, start[sel], tl))
         h = np.zeros(len(sel), dtype=np.uint64)
         for j in range(tl):  # FNV-style mix; every row is compared with its representative below
             h = (h ^ rows[:, j].astype(np.uint64)) * np.uint64(1099511628211)
@@ -635,22 +556,22 @@ def _walk_file(
     for b0 in range(0, len(positions), _CHASE_BATCH):
         p = positions[b0 : b0 + _CHASE_BATCH]
         n = len(p)
-        head = _gather(u8, p, 88)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
-        total = _field(head, 0, ">i4")
-        magic = _field(head, 4, ">i4")
-        crc = _field(head, 8, ">i4")
-        sys_flag = _field(head, 36, ">i4")
+        head = decode_heads(u8, p)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
+        total = _field(head, "total_size")
+        magic = _field(head, "magic")
+        crc = _field(head, "body_crc")
+        sys_flag = _field(head, "sys_flag")
         # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
         simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
-        body_len = _field(head, 84, ">i4")
+        body_len = _field(head, "body_len")
         bl = np.maximum(body_len, 0)
-        ok = simple & (total >= 91) & (88 + bl + 3 <= total)
-        tpos = np.where(ok, p + 88 + bl, p)
-        topic_len = _be(u8, tpos, ">i1")
-        ok &= (topic_len >= 0) & (88 + bl + 1 + topic_len + 2 <= total)
-        ppos = np.where(ok, p + 89 + bl + topic_len, p)
-        props_len = _be(u8, ppos, ">i2")
-        ok &= 91 + bl + topic_len + np.maximum(props_len, 0) == total
+        ok = simple & (total >= MIN_RECORD_SIZE_V1) & (MIN_RECORD_SIZE_V1 + bl <= total)
+        tpos = np.where(ok, p + HEAD_V4_SIZE + bl, p)
+        topic_len = be(u8, tpos, ">i1")
+        ok &= (topic_len >= 0) & (MIN_RECORD_SIZE_V1 + bl + topic_len <= total)
+        ppos = np.where(ok, tpos + 1 + topic_len, p)
+        props_len = be(u8, ppos, ">i2")
+        ok &= MIN_RECORD_SIZE_V1 + bl + topic_len + np.maximum(props_len, 0) == total
         # First record the simple checks reject or that needs the exact decoder.
         rest = np.flatnonzero(~ok)
         limit = n
@@ -675,44 +596,29 @@ def _walk_file(
             assert isinstance(rec, Record)
             exact[i] = rec
         if limit < n and error is None and simple[limit]:
-            try:
-                decode_record(
-                    buf, int(p[limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-                )
-                error = CorruptData("invalid record", path=path, pos=int(p[limit]))
-            except CorruptData as e:
-                error = e
+            error = explain_invalid(
+                buf, int(p[limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+            )
         # Body CRC of the simple records before the limit.
         if check_crc and limit:
-            mv = memoryview(buf)
-            try:
-                zc = zlib.crc32
-                sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
-                starts = (p[sel] + 88).tolist()
-                ends = (p[sel] + 88 + body_len[sel]).tolist()
-                got = np.fromiter((zc(mv[a:e]) for a, e in zip(starts, ends, strict=True)), np.int64, len(sel))
-            finally:
-                mv.release()
-            bad = np.flatnonzero((got & 0x7FFFFFFF) != crc[sel])
+            sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
+            got = body_crcs(buf, p[sel] + HEAD_V4_SIZE, body_len[sel])
+            bad = np.flatnonzero(got != crc[sel])
             if bad.size:
-                i = int(sel[bad[0]])
-                limit = i
+                limit = i = int(sel[bad[0]])
+                at = int(p[i])
                 error = ChecksumMismatch(
-                    path=path,
-                    pos=int(p[i]),
-                    phy_offset=seg.base_offset + int(p[i]),
-                    stored=int(crc[i]),
-                    computed=int(got[bad[0]] & 0x7FFFFFFF),
+                    path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
                 )
         # Topics, then the DELAY check of SCHEDULE_TOPIC_XXXX records (a non-numeric level is invalid).
         tid = np.empty(limit, dtype=np.int64)
         s_idx = np.flatnonzero(simple[:limit])
         if s_idx.size:
-            tid[s_idx] = _topic_ids(u8, p[s_idx] + 89 + bl[s_idx], topic_len[s_idx], topics)
-        store_ts = _field(head[:limit], 56, ">i8")
-        phy = _field(head[:limit], 28, ">i8")
-        qid = _field(head[:limit], 12, ">i4")
-        qoff = _field(head[:limit], 20, ">i8")
+            tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + bl[s_idx], topic_len[s_idx], topics)
+        store_ts = _field(head[:limit], "store_timestamp_ms")
+        phy = _field(head[:limit], "phy_offset")
+        qid = _field(head[:limit], "queue_id")
+        qoff = _field(head[:limit], "queue_offset")
         for i, rec in exact.items():
             if i < limit:
                 tid[i] = topics.id(rec.topic)
@@ -744,11 +650,7 @@ def _walk_file(
         stop_pos, reason = bad_at, "invalid"
     elif reason == "invalid":
         # The size chain itself ended on bytes that are neither a record, zeros nor a blank.
-        try:
-            decode_record(buf, stop_pos, path=path, file_from=seg.base_offset, broker=cfg.broker)
-            error = CorruptData("invalid record", path=path, pos=stop_pos)
-        except CorruptData as e:
-            error = e
+        error = explain_invalid(buf, stop_pos, path=path, file_from=seg.base_offset, broker=cfg.broker)
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
     return _FileWalk(
         seg,
@@ -773,19 +675,20 @@ def _walk_file(
 
 def _partial_record(buf: Any, pos: int, end: int, base: int) -> LostRecord | None:
     """Whatever a torn record's fixed header still says (queue, offsets, time, store host)."""
-    if end - pos < 72:
+    at = OFFSETS_V4
+    if end - pos < at["store_port"] + 4:
         return None
-    total, magic = _HEAD.unpack_from(buf, pos)
+    total, magic = read_head(buf, pos)
     if magic not in (MAGIC_V1, MAGIC_V2):
         return None
-    (sys_flag,) = _I32.unpack_from(buf, pos + 36)
+    (sys_flag,) = _I32.unpack_from(buf, pos + at["sys_flag"])
     if sys_flag & 0x30:
         return None
-    (qid,) = _I32.unpack_from(buf, pos + 12)
-    (qoff,) = _I64.unpack_from(buf, pos + 20)
-    (ts,) = _I64.unpack_from(buf, pos + 56)
-    addr = bytes(buf[pos + 64 : pos + 68])
-    (port,) = _I32.unpack_from(buf, pos + 68)
+    (qid,) = _I32.unpack_from(buf, pos + at["queue_id"])
+    (qoff,) = _I64.unpack_from(buf, pos + at["queue_offset"])
+    (ts,) = _I64.unpack_from(buf, pos + at["store_timestamp_ms"])
+    addr = bytes(buf[pos + at["store_addr"] : pos + at["store_port"]])
+    (port,) = _I32.unpack_from(buf, pos + at["store_port"])
     return LostRecord(base + pos, total, None, qid, qoff, None, None, offset_msg_id(addr, port, base + pos), ts, True)
 
 
@@ -809,7 +712,7 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
     count = 0
     pos = start
     while pos + 8 <= end:
-        total, magic = _HEAD.unpack_from(buf, pos)
+        total, magic = read_head(buf, pos)
         if total == 0 and magic == 0:
             return out, count, 0
         if magic == BLANK_MAGIC:
@@ -829,7 +732,7 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
             count += 1
             pos += rec.total_size
             continue
-        if magic not in (MAGIC_V1, MAGIC_V2) or total < 91 or pos + total > end:
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE_V1 or pos + total > end:
             return out, count, end - pos
         count += 1
         pos += total
@@ -869,7 +772,7 @@ class _QueueState:
 def _recover_queue(topic: str, qid: int, qdir: Path, cfg: StoreConfig, rules: BrokerRules) -> _QueueState:
     segs, problems = list_segments(qdir, cfg.cq_file_size)
     for p in problems:
-        if "configured size" in p.what or "20-digit" in p.what or "sub-directory" in p.what or "hidden" in p.what:
+        if p.kind in LOAD_FAILURES:
             raise CorruptData(
                 f"{p.what}: the broker would not load this consume queue; fix mappedFileSizeConsumeQueue "
                 "or move the file away",
@@ -1036,11 +939,9 @@ def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
 
 def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
     """What the broker's shutdown flush leaves: the three timestamps over the old page (§6)."""
-    page = bytearray(before if before is not None else bytes(cpmod.FILE_SIZE))
-    struct.pack_into(
-        ">qqq", page, 0, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
+    return cpmod.encode_timestamps(
+        before, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
     )
-    return bytes(page)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1048,10 +949,8 @@ def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
 
 
 def default_quarantine(root: Path, now_ms: int) -> Path:
-    """``<store parent>/<store name>.quarantine/<UTC time>-recover``."""
-    t = dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC)
-    r = Path(root).resolve()
-    return r.parent / f"{r.name}.quarantine" / (t.strftime("%Y%m%dT%H%M%S") + f"{now_ms % 1000:03d}Z-recover")
+    """``<store parent>/<store name>.quarantine``; each run gets a fresh ``recover-<UTC time>`` folder inside."""
+    return default_quarantine_base(root)
 
 
 def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
@@ -1073,14 +972,27 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
         with map_file(segs[i].path) as buf:
             if len(buf) < 76:
                 continue
-            magic = _I32.unpack_from(buf, 4)[0]
+            magic = read_head(buf, 0)[1]
             if magic != MAGIC_V1 and not (rules.v2_magic and magic == MAGIC_V2):
                 continue
-            sys_flag = _I32.unpack_from(buf, 36)[0]
-            ts = _I64.unpack_from(buf, 68 if rules.ipv6_hosts and sys_flag & BORNHOST_V6_FLAG else 56)[0]
+            sys_flag = _I32.unpack_from(buf, OFFSETS_V4["sys_flag"])[0]
+            layout = HEAD_OFFSETS[(sys_flag & BORNHOST_V6_FLAG) >> 4 if rules.ipv6_hosts else 0]
+            ts = _I64.unpack_from(buf, layout["store_timestamp_ms"])[0]
         if ts != 0 and ts <= limit:
             return i, f"its first record was stored at {ts} <= checkpoint {what} {limit}"
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
+
+
+def _fused_file_walk(seg: Segment, f: FusedFile, topics: _Topics) -> _FileWalk:
+    """The recovery walk's arrays from a fused walk's dispatch columns (the same records)."""
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(c, name) for c in f.batches]) if f.batches else np.zeros(0, np.int64)
+
+    tids = [np.array([topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id] for c in f.batches]
+    tid = np.concatenate(tids) if tids else np.zeros(0, np.int64)
+    cols = [cat(n) for n in ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")]
+    return _FileWalk(seg, 0, f.positions, *cols, tid, f.stop_pos, f.reason, None)
 
 
 def _walk_commitlog(
@@ -1091,16 +1003,43 @@ def _walk_commitlog(
     check_crc: bool,
     topics: _Topics,
     progress: Callable[[int], None] | None,
+    dispatch_columns: list[Any] | None = None,
 ) -> Iterator[_FileWalk]:
-    """The recovery walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file."""
-    for i in range(start_idx, len(segs)):
-        with map_file(segs[i].path) as buf:
-            w = _walk_file(buf, segs[i], cfg, rules, topics, start_pos=0, check_crc=check_crc)
-        if progress:
-            progress(w.stop_pos)
-        yield w
-        if w.reason != "blank":
-            return
+    """The recovery walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file.
+
+    Large files are checked by worker processes over byte ranges, which also decode the records'
+    dispatch columns into ``dispatch_columns`` (cleared when any file needed the exact walk).
+    """
+    pool = None
+    fused_all = True
+    try:
+        for i in range(start_idx, len(segs)):
+            seg = segs[i]
+            fused = None
+            if fused_all and seg.size > walk.PART_SIZE:
+                pool = pool or worker_pool()
+                fused = recovery_walk_file(
+                    pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
+                )
+            if fused is not None:
+                w = _fused_file_walk(seg, fused, topics)
+                if dispatch_columns is not None:
+                    dispatch_columns += fused.batches
+            else:
+                fused_all = False
+                if dispatch_columns is not None:
+                    dispatch_columns.clear()
+                with map_file(seg.path) as buf:
+                    w = _walk_file(buf, seg, cfg, rules, topics, start_pos=0, check_crc=check_crc)
+            if progress:
+                progress(w.stop_pos)
+            yield w
+            if w.reason != "blank":
+                return
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
 
 
 def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
@@ -1261,6 +1200,80 @@ def _commitlog_cut_actions(
     return out
 
 
+def _index_files_kept(st: Store, abort: bool, cp: cpmod.Checkpoint) -> tuple[list[Path], list[tuple[Path, str, bool]]]:
+    """Index files the broker keeps, and those it destroys (file, why, not an index file at all) (§5.5).
+
+    An abnormal exit destroys those newer than the checkpoint's indexMsgTimestamp.
+    """
+    cfg = st.config
+    index_files, _ = st.index_files()
+    kept: list[Path] = []
+    dropped: list[tuple[Path, str, bool]] = []
+    for p in index_files:
+        size = p.stat().st_size
+        if size != cfg.index_file_size():
+            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
+            dropped.append((p, why, True))
+            continue
+        with map_file(p) as buf:
+            h = ix.decode_header(buf, path=str(p))
+        bad = _index_header_problem(h, cfg)
+        if bad:
+            dropped.append((p, f"not an index file: {bad}", True))
+        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
+            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
+            dropped.append((p, why, False))
+        else:
+            kept.append(p)
+    return kept, dropped
+
+
+def _walk_start(
+    segs: list[Segment], abort: bool, cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules, max_cq: int
+) -> tuple[int, str]:
+    """The commit log file recovery walks from, and why (§8.2, §8.3)."""
+    if not segs:
+        return 0, "no commit log file"
+    if abort:
+        return _abnormal_start(segs, cp, cfg, rules)
+    if rules.normal_start_from_cq_max:
+        idx = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base_offset <= max_cq), 0)
+        return idx, f"the last file starting at or before the consume queue maximum {max_cq}"
+    return max(0, len(segs) - 3), "the third file from the end"
+
+
+@dataclass
+class RecoveryEnd:
+    """Where recovery's walk ends (processOffset) and what it saw on the way, file by file."""
+
+    process_offset: int
+    stop: str = "no commit log file"
+    reason: str = "end"  # of the last file walked: "blank" | "end" | "invalid"
+    records: int = 0
+    last_cq_ts: int = 0  # store time of the last record a consume queue gets
+    last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
+    not_indexed: int = 0  # records past the last index file's end that the index would get
+
+    def add(self, w: _FileWalk, last_index_end: int, max_cq: int) -> None:
+        self.records += len(w.pos)
+        tt = w.sys_flag & TRANSACTION_MASK
+        self.not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
+        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        if ci.size:
+            self.last_cq_ts = int(w.store_ts[ci[-1]])
+            after = ci[w.phy[ci] > max_cq]
+            if after.size:
+                self.last_cq_ts_after_cq = int(w.store_ts[after[-1]])
+        self.process_offset = w.seg.base_offset + w.stop_pos
+        self.reason = w.reason
+        if w.reason == "blank":
+            self.stop = f"blank record at {self.process_offset}, the end of the last file"
+        elif w.reason == "end":
+            self.stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
+        else:
+            self.stop = f"invalid record: {w.error}" if w.error else "invalid record"
+
+
 def plan_recover(
     st: Store,
     *,
@@ -1297,7 +1310,7 @@ def plan_recover(
     for p in problems:
         if empty_last is not None and p.path == empty_last.path:
             continue
-        if any(w in p.what for w in ("configured size", "20-digit", "sub-directory", "hidden")):
+        if p.kind in LOAD_FAILURES:
             raise CorruptData(
                 f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
                 "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
@@ -1319,25 +1332,7 @@ def plan_recover(
         notes.append("no checkpoint file: the broker creates a zeroed one")
 
     # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
-    index_files, _ = st.index_files()
-    kept: list[Path] = []
-    dropped_index: list[tuple[Path, str, bool]] = []  # (file, why, garbage)
-    for p in index_files:
-        size = p.stat().st_size
-        if size != cfg.index_file_size():
-            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
-            dropped_index.append((p, why, True))
-            continue
-        with map_file(p) as buf:
-            h = ix.decode_header(buf, path=str(p))
-        bad = _index_header_problem(h, cfg)
-        if bad:
-            dropped_index.append((p, f"not an index file: {bad}", True))
-        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
-            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
-            dropped_index.append((p, why, False))
-        else:
-            kept.append(p)
+    kept, dropped_index = _index_files_kept(st, abort, cp)
     if not rebuild_index:
         for p, why, _garbage in dropped_index:
             actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
@@ -1375,45 +1370,18 @@ def plan_recover(
     # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
     path = "abnormal" if abort else "normal"
     reason = "abort file present: the last shutdown was not clean" if abort else "no abort file: clean shutdown"
-    start_idx, start_why = 0, "no commit log file"
-    if segs:
-        if abort:
-            start_idx, start_why = _abnormal_start(segs, cp, cfg, rules)
-        elif rules.normal_start_from_cq_max:
-            start_idx = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base_offset <= max_cq), 0)
-            start_why = f"the last file starting at or before the consume queue maximum {max_cq}"
-        else:
-            start_idx, start_why = max(0, len(segs) - 3), "the third file from the end"
+    start_idx, start_why = _walk_start(segs, abort, cp, cfg, rules, max_cq)
     start_phy = segs[start_idx].base_offset if segs else 0
     min_phy = segs[0].base_offset if segs else 0
-    process_offset = start_phy
-    stop = "no commit log file"
     topics = _Topics()
     cq_check = _CqCheck()
-    records = 0
-    last_cq_ts = 0
-    last_cq_ts_after_cq = 0
-    not_indexed = 0
-    last_reason = "end"
-    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress) if segs else ():
-        records += len(w.pos)
-        tt = w.sys_flag & TRANSACTION_MASK
-        not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
-        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
-        if ci.size:
-            last_cq_ts = int(w.store_ts[ci[-1]])
-            after = ci[w.phy[ci] > max_cq]
-            if after.size:
-                last_cq_ts_after_cq = int(w.store_ts[after[-1]])
+    fused_columns: list[Any] = []
+    end = RecoveryEnd(start_phy)
+    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, fused_columns) if segs else ():
+        end.add(w, last_index_end, max_cq)
         cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
-        process_offset = w.seg.base_offset + w.stop_pos
-        last_reason = w.reason
-        if w.reason == "blank":
-            stop = f"blank record at {process_offset}, the end of the last file"
-        elif w.reason == "end":
-            stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
-        else:
-            stop = f"invalid record: {w.error}" if w.error else "invalid record"
+    process_offset, stop, last_reason, records = end.process_offset, end.stop, end.reason, end.records
+    last_cq_ts, last_cq_ts_after_cq, not_indexed = end.last_cq_ts, end.last_cq_ts_after_cq, end.not_indexed
 
     # truncateDirtyFiles(processOffset) (§8.5).
     short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
@@ -1438,6 +1406,8 @@ def plan_recover(
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
         elif rules.normal_dispatch_beyond_cq:
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
+    if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
+        keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)
 
     if dispatch is not None and dispatch.index and kept:
         # The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
@@ -1585,6 +1555,33 @@ def _losses(
 # Applying: a journal of steps, each idempotent
 
 
+def planned_actions(plan: RecoverPlan) -> tuple[PlannedAction, ...]:
+    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    root = Path(plan.root)
+    kept = plan.quarantine_dir is not None
+    out = [
+        PlannedAction(
+            "recover",
+            "delete" if a.verb == "delete" else "zero",
+            _abs(root, a.path),
+            a.why,
+            None if a.verb == "delete" else a.from_pos,
+            None if a.verb == "delete" else a.to_pos,
+            a.size,
+            kept,
+        )
+        for a in plan.actions
+    ]
+    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
+        if on:
+            out.append(PlannedAction("recover", "replace", root / part, "rebuilt from the commit log", kept=kept))
+    if plan.write_checkpoint:
+        out.append(PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept))
+    if plan.remove_abort:
+        out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
+    return tuple(out)
+
+
 def journal_path(root: Path) -> Path:
     return Path(root) / SCRATCH_DIR / JOURNAL_NAME
 
@@ -1600,39 +1597,10 @@ def pending_plan(root: Path) -> RecoverPlan | None:
         raise CorruptData(
             f"recover journal unreadable ({e}); remove it only if no recovery is half done", path=p, pos=0
         ) from None
-    if data.get("format") != JOURNAL_FORMAT:
-        raise CorruptData(f"recover journal format {data.get('format')!r} is not {JOURNAL_FORMAT}", path=p, pos=0)
+    if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT:
+        fmt = data.get("format") if isinstance(data, dict) else None
+        raise CorruptData(f"recover journal format {fmt!r} is not {JOURNAL_FORMAT}", path=p, pos=0)
     return RecoverPlan.from_json(data["plan"])
-
-
-class _Journal:
-    def __init__(self, path: Path, data: dict[str, Any]):
-        self.path = path
-        self.data = data
-
-    @property
-    def state(self) -> dict[str, Any]:
-        return self.data["state"]
-
-    def done(self, step: str) -> bool:
-        return step in self.data["done"]
-
-    def mark(self, step: str) -> None:
-        self.data["done"].append(step)
-        self.save()
-
-    def set(self, **kw: Any) -> None:
-        self.state.update(kw)
-        self.save()
-
-    def save(self) -> None:
-        atomic_write(self.path, json.dumps(self.data, indent=1).encode())
-
-
-def _maybe_kill(env: str, n: int) -> None:
-    """Test hook: SIGKILL ourselves at step ``n`` (see KILL_AFTER_ENV / KILL_IN_ENV)."""
-    if os.environ.get(env) == str(n):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -1644,6 +1612,8 @@ class RecoverResult:
     rebuild: dict[str, Any] | None = None
     checkpoint: dict[str, int] | None = None
     quarantine_dir: str | None = None
+
+    exit_code = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -1663,10 +1633,14 @@ def apply_recover(
     *,
     clock: Callable[[], int] | None = None,
     progress: Callable[[int], None] | None = None,
+    on_step: StepHook | None = None,
 ) -> RecoverResult:
     """Carry out ``plan`` on a store opened writable; resumes the journal of an interrupted run.
 
     ``clock`` (epoch ms) names index files the re-dispatch creates, as the broker's clock does.
+    ``on_step`` is called with ``recover:<step>`` after each step is durable (and with
+    ``recover:<step>#1`` once inside the long steps). A step that fails leaves the journal, with
+    the failure recorded, so the next run finishes once the obstacle is gone.
     """
     root = Path(st.root)
     if not st.writable:
@@ -1674,45 +1648,35 @@ def apply_recover(
     if Path(plan.root).resolve() != root.resolve():
         raise InputError(f"the plan is for {plan.root}, not {root}")
     jp = journal_path(root)
-    resumed = jp.exists()
-    if resumed:
-        data = json.loads(jp.read_text())
-        if data["plan"] != plan.to_json():
+    journal = Journal.load(jp, on_step)
+    resumed = journal is not None
+    if journal is not None:
+        if journal.data.get("plan") != plan.to_json():
             raise InputError(f"{jp}: an interrupted recovery with another plan is pending; resume that one first")
     else:
-        data = {"format": JOURNAL_FORMAT, "plan": plan.to_json(), "done": [], "state": {}}
-    journal = _Journal(jp, data)
+        journal = Journal(jp, {"format": JOURNAL_FORMAT, "operation": "recover", "plan": plan.to_json()}, on_step)
     steps = plan.steps()
     if not steps:
         return RecoverResult(plan, False, [])
-    jp.parent.mkdir(parents=True, exist_ok=True)
     journal.save()
-    qdir = Path(plan.quarantine_dir) if plan.quarantine_dir else None
-    for n, step in enumerate(steps, 1):
+    hook = journal.hook
+    for step in steps:
         if journal.done(step):
             continue
-        if step == "quarantine":
-            assert qdir is not None
-            _step_quarantine(st, plan, qdir, n)
-        elif step in ("cq-recover", "index-delete", "commitlog-truncate"):
-            _step_remove(st, plan, step, n)
-        elif step == "cq-truncate":
-            _step_cq_truncate(st, plan, n)
-        elif step == "dispatch":
-            _step_dispatch(st, plan, journal, n, clock, progress)
-        elif step == "rebuild":
-            _step_rebuild(st, plan, journal, n, clock, progress)
-        elif step == "swap":
-            _step_swap(st, plan, journal, qdir)
-        elif step == "checkpoint":
-            journal.set(checkpoint=_step_checkpoint(st, plan, journal))
-        elif step == "abort":
-            if _unlink(st.config.abort_path):
-                fsync_dir(st.config.abort_path.parent)
+        try:
+            _run_step(st, plan, journal, step, clock, progress)
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                raise
+            # Bad data will not change by running again: undo what was done, from the quarantine.
+            if isinstance(e, CorruptData) and _roll_back(st, plan, journal):
+                raise StepFailed(f"{e}; recover rolled back every change it had made", exit_code=e.exit_code) from None
+            journal.fail(step, e)
+            raise _stopped(root, step, e) from None
         journal.mark(step)
-        _maybe_kill(KILL_AFTER_ENV, n)
     state = dict(journal.state)
     _finish(root)
+    hook("recover:finished")
     return RecoverResult(
         plan,
         resumed,
@@ -1720,8 +1684,87 @@ def apply_recover(
         state.get("dispatch"),
         state.get("rebuild"),
         state.get("checkpoint"),
-        plan.quarantine_dir,
+        state.get("quarantine"),
     )
+
+
+def _stopped(root: Path, step: str, e: Exception) -> RmqstoreError:
+    """The error of a failed step, saying that the journal lets a re-run finish."""
+    base: RmqstoreError = from_os_error(e) if isinstance(e, OSError) else e  # type: ignore[assignment]
+    if not isinstance(base, RmqstoreError):
+        base = RmqstoreError(f"{type(e).__name__}: {e}")
+    again = f"`rmqstore recover {shlex.quote(str(root))}`"
+    if isinstance(base, CorruptData):  # bad data with no quarantine to roll back from
+        then = f"they cannot be undone without a quarantine: repair the data named, then run {again} again"
+    else:
+        then = f"remove the obstacle and run {again} again to finish"
+    return StepFailed(
+        f"recover stopped at step {step}: {base}; the steps before it are done and journaled: {then}",
+        exit_code=base.exit_code,
+    )
+
+
+def _run_step(
+    st: Store,
+    plan: RecoverPlan,
+    journal: Journal,
+    step: str,
+    clock: Callable[[], int] | None,
+    progress: Callable[[int], None] | None,
+) -> None:
+    if step == "quarantine":
+        _step_quarantine(st, plan, journal)
+    elif step in ("cq-recover", "index-delete", "commitlog-truncate"):
+        _step_remove(st, plan, step, journal.hook)
+    elif step == "cq-truncate":
+        _step_cq_truncate(st, plan, journal.hook)
+    elif step == "dispatch":
+        _step_dispatch(st, plan, journal, clock, progress)
+    elif step == "rebuild":
+        _step_rebuild(st, plan, journal, clock, progress)
+    elif step == "swap":
+        _step_swap(st, plan, journal)
+    elif step == "checkpoint":
+        journal.set(checkpoint=_step_checkpoint(st, plan, journal))
+    elif step == "abort":
+        if _unlink(st.config.abort_path):
+            fsync_dir(st.config.abort_path.parent)
+
+
+def _roll_back(st: Store, plan: RecoverPlan, journal: Journal) -> bool:
+    """Put back every byte the steps done so far changed, from this run's quarantine; False when
+    that cannot be done (no quarantine, or the swap of rebuilt directories has begun)."""
+    root = Path(st.root)
+    folder = journal.state.get("quarantine")
+    if not journal.done("quarantine"):
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        _finish(root)
+        return True
+    if not folder or journal.done("swap") or any(k.startswith("old:") for k in journal.state):
+        return False
+    if journal.state.get("dispatchStarted"):
+        _rollback_dispatch(st, plan, journal)
+    shutil.rmtree(_build_root(root), ignore_errors=True)
+    items = json.loads((Path(folder) / "manifest.json").read_text())["items"]
+    for item in reversed(items):
+        path = Path(item["path"])
+        if item["kind"] == "range":
+            data = Path(item["saved"]).read_bytes()
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, int(item["from"]))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elif item["kind"] == "file" and (not path.exists() or sha256_file(path) != item["sha256"]):
+            atomic_write(path, Path(item["saved"]).read_bytes(), tmp_dir=scratch_dir(root, "tmp"))
+        elif item["kind"] == "marker" and not path.exists():
+            path.touch()
+            fsync_dir(path.parent)
+    shutil.rmtree(folder, ignore_errors=True)
+    _finish(root)
+    return True
 
 
 def _finish(root: Path) -> None:
@@ -1736,128 +1779,58 @@ def _finish(root: Path) -> None:
     fsync_dir(root)
 
 
-def _safe_rel(rel: str) -> str:
-    return rel.lstrip("/") if rel.startswith("/") else rel
+def _run_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> Quarantine | None:
+    """This run's quarantine folder: a fresh one inside the plan's folder, kept in the journal."""
+    if plan.quarantine_dir is None:
+        return None
+    folder = journal.state.get("quarantine")
+    if folder:
+        return Quarantine.resume(folder, "recover", st.root)
+    q = Quarantine.fresh(plan.quarantine_dir, "recover", st.root, plan.created_ms)
+    journal.set(quarantine=str(q.folder))
+    return q
 
 
-def _link_or_copy(src: Path, dst: Path, *, link: bool) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    _unlink(dst)
-    try:
-        if not link:
-            raise OSError(errno.EPERM, "copy asked")
-        os.link(src, dst)  # same file system: the deleted file lives on in the quarantine, no copy
-    except OSError:
-        tmp = dst.with_name(dst.name + ".partial")
-        shutil.copyfile(src, tmp)
-        fsync_file(tmp)
-        os.replace(tmp, dst)
-
-
-def _step_quarantine(st: Store, plan: RecoverPlan, qdir: Path, n: int) -> None:
+def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     """Save every byte range and file the later steps remove, and a manifest to restore them."""
     root = Path(st.root)
-    qdir.mkdir(parents=True, exist_ok=True)
-    items: list[dict[str, Any]] = []
+    q = _run_quarantine(st, plan, journal)
+    assert q is not None
     for i, a in enumerate(plan.actions):
         src = _abs(root, a.path)
         if a.verb == "delete":
-            saved = Path("files") / _safe_rel(a.path)
             if src.exists():
                 # Commit log and index files are never written before their deletion step: a hard
                 # link is enough. Consume queue files may be, by the re-dispatch: copy them.
-                _link_or_copy(src, qdir / saved, link=a.kind != "consumequeue")
-            items.append(
-                {
-                    "kind": "file",
-                    "path": str(src),
-                    "size": a.size,
-                    "saved": str(saved),
-                    "why": a.why,
-                    "restore": f"cp --sparse=always '{qdir / saved}' '{src}'",
-                }
-            )
+                q.save_file(src, a.why, link=a.kind != "consumequeue")
         else:
-            saved = Path("ranges") / f"{_safe_rel(a.path)}.{a.from_pos}-{a.to_pos}"
-            dst = qdir / saved
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            digest = hashlib.sha256()
-            tmp = dst.with_name(dst.name + ".partial")
-            with open(tmp, "wb") as f:
-                for chunk in _read_range(src, a.from_pos, a.to_pos):
-                    digest.update(chunk)
-                    f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, dst)
-            items.append(
-                {
-                    "kind": "range",
-                    "path": str(src),
-                    "from": a.from_pos,
-                    "to": a.to_pos,
-                    "saved": str(saved),
-                    "sha256": digest.hexdigest(),
-                    "why": a.why,
-                    "restore": f"dd if='{qdir / saved}' of='{src}' bs=1M seek={a.from_pos} oflag=seek_bytes "
-                    "conv=notrunc",
-                }
-            )
+            q.save_range(src, a.from_pos, a.to_pos, a.why)
         if i == 0:
-            _maybe_kill(KILL_IN_ENV, n)
+            journal.hook("recover:quarantine#1")
     cp_path = st.config.checkpoint_path
     if plan.write_checkpoint and cp_path.exists():
-        saved = Path("files") / "checkpoint"
-        (qdir / saved).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(qdir / saved, cp_path.read_bytes())
-        items.append(
-            {
-                "kind": "file",
-                "path": str(cp_path),
-                "size": cp_path.stat().st_size,
-                "saved": str(saved),
-                "why": "rewritten with the values the broker writes at shutdown",
-                "restore": f"cp '{qdir / saved}' '{cp_path}'",
-            }
-        )
+        q.save_file(cp_path, "rewritten with the values the broker writes at shutdown")
     for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
         if on:
             live = root / part
-            items.append(
+            saved = q.folder / "files" / part
+            q.add(
                 {
                     "kind": "directory",
-                    "path": str(live),
-                    "saved": f"files/{part}",
+                    "path": str(live.absolute()),
+                    "saved": str(saved),
                     "why": "replaced by the one rebuilt from the commit log",
-                    "restore": f"rm -rf '{live}' && mv '{qdir / 'files' / part}' '{live}'",
+                    "restore": f"rm -rf {shlex.quote(str(live.absolute()))} && mv {shlex.quote(str(saved))} "
+                    f"{shlex.quote(str(live.absolute()))}",
                 }
             )
     if plan.remove_abort:
-        items.append(
-            {
-                "kind": "marker",
-                "path": str(st.config.abort_path),
-                "why": "removed: the store is consistent again",
-                "restore": f"touch '{st.config.abort_path}'",
-            }
-        )
-    manifest = {
-        "tool": "rmqstore recover",
-        "store": str(root),
-        "createdAt": plan.created_ms,
-        "processOffset": plan.process_offset,
-        "howToRestore": (
-            "Stop the broker, then run the 'restore' command of every item, in order, to put the store back as "
-            "it was before recovery. 'saved' paths are relative to this folder."
-        ),
-        "items": items,
-    }
-    atomic_write(qdir / "manifest.json", json.dumps(manifest, indent=2).encode())
-    for d in sorted({p.parent for p in qdir.rglob("*") if p.is_file()}):
-        fsync_dir(d)
+        ab = st.config.abort_path.absolute()
+        q.note(ab, "removed: the store is consistent again", f"touch {shlex.quote(str(ab))}")
+    q.write_manifest(processOffset=plan.process_offset)
 
 
-def _step_remove(st: Store, plan: RecoverPlan, step: str, n: int) -> None:
+def _step_remove(st: Store, plan: RecoverPlan, step: str, hook: StepHook) -> None:
     """Zero the planned ranges and delete the planned files of ``step``."""
     root = Path(st.root)
     dirs: set[Path] = set()
@@ -1869,12 +1842,12 @@ def _step_remove(st: Store, plan: RecoverPlan, step: str, n: int) -> None:
         elif p.exists():
             _zero_range(p, a.from_pos, a.to_pos)
         if i == 0:
-            _maybe_kill(KILL_IN_ENV, n)
+            hook(f"recover:{step}#1")
     for d in dirs:
         fsync_dir(d)
 
 
-def _step_cq_truncate(st: Store, plan: RecoverPlan, n: int) -> None:
+def _step_cq_truncate(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
     """``truncateDirtyLogicFiles`` after the re-dispatch: whatever was appended after a cut goes too."""
     root = Path(st.root)
     dirs: set[Path] = set()
@@ -1890,7 +1863,7 @@ def _step_cq_truncate(st: Store, plan: RecoverPlan, n: int) -> None:
                 if s.base_offset > int(p.name) and _unlink(s.path):
                     dirs.add(p.parent)
         if i == 0:
-            _maybe_kill(KILL_IN_ENV, n)
+            hook("recover:cq-truncate#1")
     for d in dirs:
         fsync_dir(d)
 
@@ -1899,7 +1872,7 @@ def _snapshot_path(root: Path) -> Path:
     return scratch_dir(root, "recover") / "index-snapshot.bin"
 
 
-def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: _Journal) -> None:
+def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     """Undo a re-dispatch that was killed half way: back to the files as the steps before left them."""
     cfg = st.config
     root = Path(st.root)
@@ -1948,6 +1921,12 @@ def _column_batches(st: Store, from_phy: int, to_phy: int, progress: Callable[[i
     """Dispatch batches of the records in [from_phy, to_phy), as the dispatcher reads them (§9.2)."""
     segs, _ = st.commitlog_segments()
     segs = [s for s in segs if s.size == st.config.commitlog_file_size]
+    kept = take_dispatch_columns(Path(st.root), segs, from_phy, to_phy)  # the plan's walk decoded them
+    if kept is not None:
+        if progress:
+            progress(to_phy - from_phy)
+        yield from kept
+        return
     end_seen = from_phy
     for seg, item in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):
         if not isinstance(item, ScanStop):
@@ -1994,8 +1973,7 @@ def _fsync_dispatch_dirs(root: Path, stats: DispatchStats) -> None:
 def _step_dispatch(
     st: Store,
     plan: RecoverPlan,
-    journal: _Journal,
-    n: int,
+    journal: Journal,
     clock: Callable[[], int] | None,
     progress: Callable[[int], None] | None,
 ) -> None:
@@ -2023,7 +2001,7 @@ def _step_dispatch(
                 dispatcher.dispatch_columns(cols)
                 if first:
                     first = False
-                    _maybe_kill(KILL_IN_ENV, n)
+                    journal.hook("recover:dispatch#1")
         else:
             from .dispatch import iter_requests
 
@@ -2047,8 +2025,7 @@ def _build_root(root: Path) -> Path:
 def _step_rebuild(
     st: Store,
     plan: RecoverPlan,
-    journal: _Journal,
-    n: int,
+    journal: Journal,
     clock: Callable[[], int] | None,
     progress: Callable[[int], None] | None,
 ) -> None:
@@ -2067,7 +2044,7 @@ def _step_rebuild(
             dispatcher.dispatch_columns(cols)
             if first:
                 first = False
-                _maybe_kill(KILL_IN_ENV, n)
+                journal.hook("recover:rebuild#1")
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
@@ -2089,29 +2066,15 @@ def _step_rebuild(
 
 
 def _move_dir(src: Path, dst: Path) -> None:
-    """Rename ``src`` to ``dst`` (copy then delete across file systems); a no-op once done."""
-    if not src.exists():
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        shutil.rmtree(dst)  # an earlier copy that did not finish
-    try:
-        os.replace(src, dst)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        tmp = dst.with_name(dst.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
-        os.replace(tmp, dst)
-        shutil.rmtree(src)
-    fsync_dir(dst.parent)
-    fsync_dir(src.parent)
+    """Rename ``src`` to ``dst``; a no-op once done."""
+    move(src, dst, missing_ok=True)
 
 
-def _step_swap(st: Store, plan: RecoverPlan, journal: _Journal, qdir: Path | None) -> None:
+def _step_swap(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     """Old directories to the quarantine (or away), rebuilt ones in; each half journaled."""
     root = Path(st.root)
+    q = _run_quarantine(st, plan, journal)
+    qdir = q.folder if q is not None else None
     build = _build_root(root)
     for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
         if not on:
@@ -2132,7 +2095,7 @@ def _step_swap(st: Store, plan: RecoverPlan, journal: _Journal, qdir: Path | Non
         fsync_dir(root)
 
 
-def _step_checkpoint(st: Store, plan: RecoverPlan, journal: _Journal) -> dict[str, int]:
+def _step_checkpoint(st: Store, plan: RecoverPlan, journal: Journal) -> dict[str, int]:
     after = dict(plan.checkpoint_after)
     state = journal.state
     if plan.checkpoint_index_from_dispatch and "indexMsgTimestamp" in state:

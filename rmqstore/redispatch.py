@@ -1,19 +1,22 @@
 """Re-dispatch: rebuild consume queues and index files from the commit log, then swap them in.
 
 The rebuild is written into ``<root>/.rmqstore/redispatch/build`` (never into the live
-directories), compared with the current files, and swapped in by directory renames under a
-journal: the old directories go to the quarantine folder, so nothing is lost and a run killed
-at any point can be re-run to the same result.
+directories; a dry run builds in a temporary folder outside the store and removes it), compared
+with the current files, and swapped in by directory renames under a journal: the old directories
+go to a fresh folder of the quarantine, so nothing is lost and a run killed at any point can be
+re-run to the same result. A rebuild that would leave far fewer consume queue entries than the
+store has is refused unless forced.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
+import shlex
 import shutil
+import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +27,10 @@ from .columnar import iter_columns
 from .consumequeue import entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop
 from .errors import InputError, UnsafePlan
-from .fsutil import atomic_write, fsync_dir, scratch_dir
+from .fsutil import SCRATCH_DIR, atomic_write, scratch_dir
 from .indexfile import decode_header
 from .layout import StoreConfig
+from .safety import Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, journal_file, move
 from .store import Store
 
 JOURNAL = "redispatch.journal.json"
@@ -72,6 +76,12 @@ class RedispatchPlan:
     checkpoint_after: dict[str, int] | None
     output: Path | None = None
     notes: tuple[str, ...] = field(default=())
+    refusal: str | None = None  # why swapping this rebuild in is unsafe (needs force)
+
+    @property
+    def exit_code(self) -> int:
+        """8 when the swap would be refused without force, else 0."""
+        return 8 if self.refusal else 0
 
     @property
     def changed(self) -> bool:
@@ -100,6 +110,7 @@ class RedispatchPlan:
             "checkpointBefore": self.checkpoint_before,
             "checkpointAfter": self.checkpoint_after,
             "notes": list(self.notes),
+            "refused": self.refusal,
         }
 
 
@@ -195,6 +206,13 @@ def _index_identical(cur_root: Path, new_root: Path) -> bool:
     return True
 
 
+BuildEngine = Callable[..., tuple[DispatchStats, int, str]]
+
+# Engines other than the local one register here when their package is imported (the library
+# itself never imports the Spark package): ``rmqstore.spark.redispatch`` adds "spark".
+ENGINES: dict[str, BuildEngine] = {}
+
+
 def build(
     st: Store,
     build_root: Path,
@@ -218,10 +236,14 @@ def build(
             if wanted and src.is_dir():
                 shutil.copytree(src, build_root / sub, dirs_exist_ok=True)
         start = from_phy
-    if engine == "spark":
-        from .spark.redispatch import spark_redispatch  # the extra "spark" is needed only here
-
-        return spark_redispatch(
+    if engine != "local":
+        fn = ENGINES.get(engine)
+        if fn is None:
+            raise InputError(
+                f"engine {engine!r} is not loaded; use local, or import its package first "
+                "(rmqstore.spark.redispatch for spark, which the command does)"
+            )
+        return fn(
             st,
             build_root,
             from_phy=start,
@@ -230,8 +252,6 @@ def build(
             index=index,
             master=spark_master,
         )
-    if engine != "local":
-        raise InputError(f"unknown engine {engine!r}; use local or spark")
     d = Dispatcher(
         cfg, root=build_root, consume_queue=consume_queue, index=index, topics=set(topics) if topics else None
     )
@@ -251,6 +271,38 @@ def build(
     return stats, end, reason
 
 
+SHRINK_LIMIT = 0.5  # a rebuild keeping less than this share of the current entries is refused
+
+
+def _build_root(st: Store, output: Path | None, dry_run: bool) -> Path:
+    """Where the rebuild goes: ``--output``; for a dry run a temporary folder outside the store (a dry
+    run writes nothing in it); else the store's scratch directory (the broker's lock is held)."""
+    if output is not None:
+        build_root = Path(output)
+        if build_root.exists() and any(build_root.iterdir()):
+            raise UnsafePlan(f"{build_root}: output directory is not empty")
+        build_root.mkdir(parents=True, exist_ok=True)
+        return build_root
+    if dry_run or not st.writable:
+        return Path(tempfile.mkdtemp(prefix="rmqstore-redispatch-dry-run-"))
+    build_root = scratch_dir(st.root, "redispatch") / "build"
+    if build_root.exists():
+        shutil.rmtree(build_root)
+    build_root.mkdir(parents=True)
+    return build_root
+
+
+def _shrink_refusal(diffs: list[QueueDiff]) -> str | None:
+    current = sum(d.current_entries for d in diffs)
+    rebuilt = sum(d.rebuilt_entries for d in diffs)
+    if current and rebuilt < current * SHRINK_LIMIT:
+        return (
+            f"the rebuild holds {rebuilt} consume queue entries where the store has {current} now: the commit log "
+            "it was built from may be unreadable or damaged"
+        )
+    return None
+
+
 def plan_redispatch(
     st: Store,
     *,
@@ -261,8 +313,9 @@ def plan_redispatch(
     engine: str = "local",
     progress: Callable[[int], None] | None = None,
     spark_master: str | None = None,
+    dry_run: bool = False,
 ) -> RedispatchPlan:
-    """Build the rebuild (in a scratch or output directory) and compare it with the current files."""
+    """Build the rebuild (in a scratch, temporary or output directory) and compare it with the current files."""
     if only not in (None, "consumequeue", "index"):
         raise InputError(f"--only takes consumequeue or index, not {only!r}")
     if topics and only == "index":
@@ -272,50 +325,36 @@ def plan_redispatch(
     notes = []
     if topics and only is None:
         notes.append("--topic given: only the consume queues of those topics are rebuilt; index files are kept")
-    if output is not None:
-        build_root = Path(output)
-        if build_root.exists() and any(build_root.iterdir()):
-            raise UnsafePlan(f"{build_root}: output directory is not empty")
-    else:
-        build_root = scratch_dir(st.root, "redispatch") / "build"
-        if build_root.exists():
-            shutil.rmtree(build_root)
-    build_root.mkdir(parents=True, exist_ok=True)
-    stats, end, reason = build(
-        st,
-        build_root,
-        from_phy=from_phy,
-        topics=topics,
-        consume_queue=build_cq,
-        index=build_ix,
-        engine=engine,
-        progress=progress,
-        spark_master=spark_master,
-    )
-    diffs = _diff_queues(st.root, build_root, topics) if build_cq else []
-    sj = stats.to_json()
-    if build_ix:
-        sj["indexChanged"] = not _index_identical(st.root, build_root)
+    build_root = _build_root(st, output, dry_run)
+    try:
+        stats, end, reason = build(
+            st,
+            build_root,
+            from_phy=from_phy,
+            topics=topics,
+            consume_queue=build_cq,
+            index=build_ix,
+            engine=engine,
+            progress=progress,
+            spark_master=spark_master,
+        )
+        diffs = _diff_queues(st.root, build_root, topics) if build_cq else []
+        sj = stats.to_json()
+        if build_ix:
+            sj["indexChanged"] = not _index_identical(st.root, build_root)
+        rebuilt_index = tuple(_index_summary(build_root))
+    except BaseException:
+        if output is None:
+            shutil.rmtree(build_root, ignore_errors=True)
+        raise
     cp = st.read_checkpoint()
     after = None
     if cp is not None:
         after = cp
         if build_cq and stats.logics_msg_timestamp_ms:
-            after = cpmod.Checkpoint(
-                cp.physic_msg_timestamp_ms,
-                stats.logics_msg_timestamp_ms,
-                cp.index_msg_timestamp_ms,
-                cp.master_flushed_offset,
-                cp.confirm_phy_offset,
-            )
+            after = replace(after, logics_msg_timestamp_ms=stats.logics_msg_timestamp_ms)
         if build_ix:
-            after = cpmod.Checkpoint(
-                after.physic_msg_timestamp_ms,
-                after.logics_msg_timestamp_ms,
-                stats.index_msg_timestamp_ms,
-                after.master_flushed_offset,
-                after.confirm_phy_offset,
-            )
+            after = replace(after, index_msg_timestamp_ms=stats.index_msg_timestamp_ms)
     segs, _ = st.commitlog_segments()
     return RedispatchPlan(
         st.root,
@@ -328,95 +367,163 @@ def plan_redispatch(
         sj,
         tuple(diffs),
         tuple(i["name"] for i in _index_summary(st.root)),
-        tuple(_index_summary(build_root)),
+        rebuilt_index,
         reason,
         cp.to_json() if cp else None,
         after.to_json() if after else None,
         output,
         tuple(notes),
+        _shrink_refusal(diffs) if output is None else None,
     )
 
 
 def discard(plan: RedispatchPlan) -> None:
-    """Remove a scratch build (dry run)."""
+    """Remove a scratch or temporary build (dry run, nothing to do, refused)."""
     if plan.output is None and plan.build_root.exists():
         shutil.rmtree(plan.build_root)
+        parent = plan.build_root.parent
+        if parent.name == "redispatch" and parent.parent.name == SCRATCH_DIR:
+            for d in (parent, parent.parent):
+                try:
+                    d.rmdir()  # only when nothing else uses the scratch directory
+                except OSError:
+                    break
 
 
 def default_quarantine(root: Path, now_ms: int | None = None) -> Path:
-    t = dt.datetime.fromtimestamp((now_ms or int(dt.datetime.now().timestamp() * 1000)) / 1000, dt.UTC)
-    return (
-        root.resolve().parent / f"{root.resolve().name}.quarantine" / (t.strftime("%Y%m%dT%H%M%S%fZ") + "-redispatch")
-    )
+    """The base folder; each run gets a fresh ``redispatch-<UTC time>`` folder inside."""
+    return default_quarantine_base(root)
 
 
-def apply_redispatch(plan: RedispatchPlan, st: Store, *, quarantine: Path | None, keep_old: bool = True) -> Path | None:
-    """Swap the rebuilt directories in; old ones go to ``quarantine`` (or are deleted if None
-    and not ``keep_old``). Journaled: re-running after a kill finishes the swap."""
-    if plan.output is not None:
-        return None  # built beside the store: nothing to swap
-    root = st.root
-    journal_path = scratch_dir(root, "redispatch") / JOURNAL
+def _journal_path(root: Path) -> Path:
+    return journal_file(root, "redispatch")
+
+
+def _parts(plan: RedispatchPlan) -> list[str]:
     parts = []
     if plan.build_consumequeue:
-        if plan.topics:
-            parts += [f"consumequeue/{t}" for t in plan.topics]
-        else:
-            parts.append("consumequeue")
+        parts += [f"consumequeue/{t}" for t in plan.topics] if plan.topics else ["consumequeue"]
     if plan.build_index:
         parts.append("index")
-    qdir = quarantine
-    if qdir is None and keep_old:
-        qdir = default_quarantine(root)
-    journal = {
-        "build": str(plan.build_root),
-        "quarantine": str(qdir) if qdir else None,
-        "parts": parts,
-        "checkpoint": plan.checkpoint_after,
-        "done": [],
-    }
-    atomic_write(journal_path, json.dumps(journal, indent=1).encode())
-    return finish(root, journal_path)
+    return parts
 
 
-def finish(root: Path, journal_path: Path) -> Path | None:
+def apply_redispatch(
+    plan: RedispatchPlan,
+    st: Store,
+    *,
+    quarantine: Path | None,
+    keep_old: bool = True,
+    force: bool = False,
+    on_step: StepHook | None = None,
+    now_ms: int | None = None,
+) -> Path | None:
+    """Swap the rebuilt directories in; old ones go to a fresh folder inside ``quarantine`` (or
+    deleted if None and not ``keep_old``). Journaled: re-running after a kill finishes the swap.
+
+    Refused (UnsafePlan, exit 8) when the rebuild would leave far fewer consume queue entries than
+    the store has now, unless ``force``."""
+    if plan.output is not None:
+        return None  # built beside the store: nothing to swap
+    if not st.writable:
+        raise UnsafePlan(f"{st.root}: open the store writable to swap a rebuild in")
+    if plan.refusal and not force:
+        discard(plan)
+        raise UnsafePlan(f"{st.root}: {plan.refusal}; nothing was changed (--force swaps it in anyway)")
+    root = st.root
+    now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    q = None
+    if quarantine is not None or keep_old:
+        q = Quarantine.fresh(quarantine or default_quarantine_base(root), "redispatch", root, now)
+    journal = Journal(
+        _journal_path(root),
+        {
+            "operation": "redispatch",
+            "build": str(plan.build_root),
+            "quarantine": str(q.folder) if q else None,
+            "parts": _parts(plan),
+            "checkpoint": plan.checkpoint_after,
+        },
+        on_step,
+    )
+    journal.save()
+    journal.hook("redispatch:journal")
+    return _finish(root, journal)
+
+
+def finish(root: Path, journal_path: Path, on_step: StepHook | None = None) -> Path | None:
     """Complete (or resume) a journaled swap."""
-    journal = json.loads(journal_path.read_text())
-    build = Path(journal["build"])
-    qdir = Path(journal["quarantine"]) if journal["quarantine"] else None
-    done = set(journal["done"])
+    journal = Journal.load(journal_path, on_step)
+    if journal is None:
+        return None
+    return _finish(Path(root), journal)
 
-    def mark(step: str) -> None:
-        journal["done"].append(step)
-        done.add(step)
-        atomic_write(journal_path, json.dumps(journal, indent=1).encode())
 
-    manifest = []
-    for part in journal["parts"]:
+def _manifest(root: Path, q: Quarantine, parts: list[str], checkpoint: bool) -> None:
+    q.items = []
+    for part in parts:
+        live = (root / part).absolute()
+        saved = q.folder / "files" / part
+        q.add(
+            {
+                "kind": "directory",
+                "path": str(live),
+                "saved": str(saved),
+                "why": "replaced by the one rebuilt from the commit log",
+                "restore": f"rm -rf {shlex.quote(str(live))} && mv {shlex.quote(str(saved))} {shlex.quote(str(live))}",
+            }
+        )
+    if checkpoint:
+        cp, saved = (root / "checkpoint").absolute(), q.folder / "files" / "checkpoint"
+        q.add(
+            {
+                "kind": "file",
+                "path": str(cp),
+                "saved": str(saved),
+                "why": "logicsMsgTimestamp/indexMsgTimestamp rewritten for the rebuilt files",
+                "restore": f"cp {shlex.quote(str(saved))} {shlex.quote(str(cp))}",
+            }
+        )
+    q.write_manifest()
+
+
+def _finish(root: Path, journal: Journal) -> Path | None:
+    data = journal.data
+    build = Path(data["build"])
+    qdir = Path(data["quarantine"]) if data.get("quarantine") else None
+    q = Quarantine.resume(qdir, "redispatch", root) if qdir is not None else None
+    parts: list[str] = data["parts"]
+    cp_path = root / "checkpoint"
+    checkpoint = data.get("checkpoint")
+    if q is not None and not journal.done("manifest"):
+        _manifest(root, q, parts, bool(checkpoint) and cp_path.exists())  # written ahead of the moves
+        journal.mark("manifest")
+    for part in parts:
         live = root / part
         new = build / part
-        if f"old:{part}" not in done:
+        if not journal.done(f"old:{part}"):
             if live.exists():
-                if qdir is not None:
-                    target = qdir / part
+                if q is not None:
+                    target = q.folder / "files" / part
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if not target.exists():
-                        os.replace(live, target)
-                        fsync_dir(target.parent)
+                        move(live, target)
                 else:
                     trash = build.parent / "trash" / part
                     trash.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(live, trash)
-            mark(f"old:{part}")
-        if f"new:{part}" not in done:
+                    move(live, trash)
+            journal.mark(f"old:{part}")
+        if not journal.done(f"new:{part}"):
             if new.exists() and not live.exists():
                 live.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(new, live)
-                fsync_dir(live.parent)
-            mark(f"new:{part}")
-        manifest.append({"path": part, "restore": f"mv {qdir / part if qdir else '(deleted)'} {live}"})
-    if journal.get("checkpoint") and "checkpoint" not in done:
-        c = journal["checkpoint"]
+                move(new, live)
+            journal.mark(f"new:{part}")
+    if checkpoint and not journal.done("checkpoint"):
+        if q is not None and cp_path.exists() and not (q.folder / "files" / "checkpoint").exists():
+            dst = q.folder / "files" / "checkpoint"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(dst, cp_path.read_bytes())
+        c = checkpoint
         cp = cpmod.Checkpoint(
             c["physicMsgTimestamp"],
             c["logicsMsgTimestamp"],
@@ -424,35 +531,22 @@ def finish(root: Path, journal_path: Path) -> Path | None:
             c["masterFlushedOffset"],
             c["confirmPhyOffset"],
         )
-        cp_path = root / "checkpoint"
-        if qdir is not None and cp_path.exists() and not (qdir / "checkpoint").exists():
-            qdir.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(cp_path, qdir / "checkpoint")
-            manifest.append({"path": "checkpoint", "restore": f"cp {qdir / 'checkpoint'} {cp_path}"})
         atomic_write(cp_path, cpmod.encode(cp), tmp_dir=scratch_dir(root, "tmp"))
-        mark("checkpoint")
-    if qdir is not None:
-        qdir.mkdir(parents=True, exist_ok=True)
-        atomic_write(
-            qdir / "manifest.json",
-            json.dumps(
-                {
-                    "store": str(root),
-                    "operation": "redispatch",
-                    "moved": manifest,
-                    "howToRestore": "stop the broker, then run each 'restore' command",
-                },
-                indent=2,
-            ).encode(),
-        )
+        journal.mark("checkpoint")
     shutil.rmtree(build.parent / "trash", ignore_errors=True)
     shutil.rmtree(build, ignore_errors=True)
-    journal_path.unlink()
+    journal.remove()
+    for d in (root / SCRATCH_DIR / "redispatch", root / SCRATCH_DIR / "tmp", root / SCRATCH_DIR):
+        try:
+            d.rmdir()  # only when nothing else uses it
+        except OSError:
+            break
+    journal.hook("redispatch:finished")
     return qdir
 
 
 def pending_journal(root: Path) -> Path | None:
-    p = Path(root) / ".rmqstore" / "redispatch" / JOURNAL
+    p = _journal_path(Path(root))
     return p if p.exists() else None
 
 
@@ -463,3 +557,24 @@ def cfg_summary(cfg: StoreConfig) -> dict[str, Any]:
         "maxIndexNum": cfg.max_index_num,
         "broker": cfg.broker,
     }
+
+
+def planned_actions(plan: RedispatchPlan, *, keep_old: bool = True) -> tuple[PlannedAction, ...]:
+    """The swap in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    if plan.output is not None:
+        return ()
+    out = [
+        PlannedAction("redispatch", "replace", plan.store_root / part, "rebuilt from the commit log", kept=keep_old)
+        for part in _parts(plan)
+    ]
+    if plan.checkpoint_after and plan.checkpoint_after != plan.checkpoint_before:
+        out.append(
+            PlannedAction(
+                "redispatch",
+                "rewrite",
+                plan.store_root / "checkpoint",
+                "timestamps of the rebuilt files",
+                kept=keep_old,
+            )
+        )
+    return tuple(out)

@@ -20,7 +20,15 @@ from pathlib import Path
 
 from . import checkpoint as cpmod
 from .commitlog import Blank, Record, decode_record
-from .errors import CorruptData, StoreLocked, StoreNotFound, UnsafePlan, UnsupportedStore
+from .errors import (
+    CorruptData,
+    FileAccessError,
+    StoreLocked,
+    StoreNotFound,
+    UnsafePlan,
+    UnsupportedStore,
+    from_os_error,
+)
 from .layout import (
     INDEX_NAME_RE,
     Segment,
@@ -118,7 +126,14 @@ class Store:
         return out
 
     def queue_dir(self, topic: str, queue_id: int) -> Path:
-        return self.config.consumequeue_dir / topic / str(queue_id)
+        """``consumequeue/<topic>/<queueId>`` for reading. A topic the broker would refuse never becomes
+        a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse
+        such a topic before this, naming the record)."""
+        from .safety import check_topic_name
+
+        if check_topic_name(topic) is not None:
+            return self.config.consumequeue_dir / ".refused-topic" / str(int(queue_id))
+        return self.config.consumequeue_dir / topic / str(int(queue_id))
 
     def cq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
         return list_segments(self.queue_dir(topic, queue_id), self.config.cq_file_size)
@@ -250,6 +265,8 @@ def open_store(
     if not create and not looks_like_store(root, cfg):
         raise StoreNotFound(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
     _detect_unsupported(root)
+    if writable or operation is not None:
+        check_readable(cfg)
     st = Store(cfg, writable)
     if writable:
         st._lock_fd = _take_lock(cfg.lock_path)
@@ -264,38 +281,74 @@ def open_store(
         st.close()
 
 
-# operation -> its journal under <root>/.rmqstore (each module owns the file's content)
-JOURNALS = {
-    "write": ("write.journal",),
-    "recover": ("recover.journal.json",),
-    "redispatch": ("redispatch", "redispatch.journal.json"),
-}
-
-
 def _refuse_unfinished(root: Path, operation: str | None) -> None:
-    for op, parts in JOURNALS.items():
-        if op != operation and Path(root, ".rmqstore", *parts).exists():
-            raise UnsafePlan(
-                f"{root}: an interrupted `rmqstore {op}` left its journal; run `rmqstore {op} {root}` "
-                "again to finish it first"
-            )
+    from .safety import pending_journals
+
+    for pj in pending_journals(root):
+        if pj.operation != operation:
+            raise UnsafePlan(f"{root}: {pj}; run `rmqstore {pj.operation} {root}` again to finish it first")
+
+
+def describe_holder(pid: int | None) -> str:
+    """Who holds the lock, in words: another rmqstore run (named) or a running broker."""
+    if not pid:
+        return "a running broker"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        argv = []
+    words = [a.decode("utf-8", "replace") for a in argv if a]
+    for i, w in enumerate(words):
+        if Path(w).name == "rmqstore" or w.endswith("rmqstore/__main__.py") or w == "commands":
+            sub = next((x for x in words[i + 1 :] if not x.startswith("-")), "")
+            return f"another rmqstore run (pid {pid}: rmqstore {sub})".replace(" )", ")")
+    return f"a running broker (pid {pid})"
+
+
+def locked_error(lock_path: Path, pid: int | None, hint: str = "") -> StoreLocked:
+    who = describe_holder(pid)
+    then = "wait for it to finish" if who.startswith("another rmqstore") else "stop it first"
+    return StoreLocked(f"{lock_path}: held by {who}; {then}{hint}")
 
 
 def _take_lock(lock_path: Path) -> int:
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise StoreNotFound(f"{lock_path}: cannot open for writing: {e.strerror}") from None
+        raise from_os_error(e, lock_path, doing="open the lock file for writing") from None
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EAGAIN, errno.EACCES):
-            pid = lock_holder_pid(lock_path)
-            who = f" (pid {pid})" if pid else ""
-            raise StoreLocked(f"{lock_path}: held by a running broker{who}; stop it first") from None
+            raise locked_error(lock_path, lock_holder_pid(lock_path)) from None
         raise
     return fd
+
+
+def check_readable(cfg: StoreConfig) -> None:
+    """Every directory an operation reads must be listable: an unreadable one is never "empty"."""
+    for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir):
+        try:
+            if not d.exists():
+                continue
+            if not d.is_dir():
+                raise FileAccessError(
+                    f"{d}: is not a directory; the store's {d.name} directory was expected",
+                    path=d,
+                    errno_=errno.ENOTDIR,
+                    exit_code=6,
+                )
+            os.listdir(d)
+        except OSError as e:
+            raise from_os_error(e, d, doing="list the store's files") from None
+        if not os.access(d, os.R_OK | os.X_OK):
+            raise FileAccessError(
+                f"{d}: permission denied; read access to the directory is needed",
+                path=d,
+                errno_=errno.EACCES,
+                exit_code=1,
+            )
 
 
 @contextlib.contextmanager
@@ -305,7 +358,7 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        raise CorruptData(f"cannot open: {e.strerror}", path=path, pos=0) from None
+        raise from_os_error(e, path, doing="open it for reading" if not write else "open it for writing") from None
     try:
         size = os.fstat(fd).st_size
         if size == 0:

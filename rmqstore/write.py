@@ -61,16 +61,16 @@ back first (:func:`rollback_pending`), so the files are byte for byte as before 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import datetime as dt
-import gc
+import hashlib
 import json
 import mmap
 import operator
 import os
+import pickle
 import re
+import shlex
 import shutil
 import struct
 import threading
@@ -86,9 +86,16 @@ import numpy as np
 
 from . import checkpoint as cpmod
 from . import config as cfgmod
+from .append_point import RECORD_SLACK as _RECORD_SLACK
+from .append_point import StaleRange
+from .append_point import check_supported as _check_supported
+from .append_point import find_append_point as _find_append_point
+from .append_point import index_end_phy as _index_end_phy
+from .append_point import queue_end as _queue_end
+from .codec.columnar import HEAD_V4_DTYPE
+from .codec.commitlog import HEAD_V4, encode_blank
 from .columnar import Columns, range_hashes, topic_key_hashes
 from .commitlog import (
-    BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     INNER_BATCH_FLAG,
     MAGIC_V1,
@@ -105,25 +112,26 @@ from .commitlog import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    Record,
     cal_msg_length,
-    decode_record,
     encode_record,
     offset_msg_id,
     parse_host,
-    version_tuple,
 )
-from .consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
-from .dispatch import Dispatcher, DispatchRequest, DispatchStats, delivery_tags_code, scan_requests
-from .errors import ConfigError, CorruptData, InputError, RmqstoreError, UnsafePlan, UnsupportedStore
+from .consumequeue import ENTRY_SIZE
+from .dispatch import Dispatcher, DispatchRequest, DispatchStats, delivery_tags_code
+from .errors import ConfigError, CorruptData, InputError, RmqstoreError, UnsafePlan, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from .indexfile import decode_header as decode_index_header
 from .javahash import java_hash, java_hash_batch
-from .layout import Segment, StoreConfig, file_name, list_segments
-from .store import Store, map_file
+from .layout import StoreConfig, file_name, list_segments
+from .messages import Message, MessageBatch, message_from_json, read_ndjson
+from .messages import paused_gc as _paused_gc
+from .rules import rules_for
+from .safety import BadTopic, Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, record_place
+from .safety import check_topic_name as topic_problem
+from .store import Store
+from .walk import data_end as _nonzero_end
 
 __all__ = [
     "BROKER_MANAGED_TOPICS",
@@ -153,7 +161,6 @@ _INT_MAX = 0x7FFFFFFF
 _LONG_MAX = (1 << 63) - 1
 _PROPS_MAX = 32767  # Short.MAX_VALUE: PROPERTIES_SIZE_EXCEEDED above it
 _V1_TOPIC_MAX = 127  # TOPICLENGTH is a signed byte in V1
-_RECORD_SLACK = 65536  # 4.9.5+: record may exceed maxMessageSize by this much
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET (4.9.x/5.x; 4.4.0 refuses SCHEDULE_TOPIC_XXXX and TBW102)
 # plus the auto-create template: a producer cannot send to these.
@@ -176,30 +183,10 @@ DLQ_PREFIX = "%DLQ%"
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator
 
-# Everything up to BODYLENGTH of a V1 record with IPv4 hosts (88 bytes, §3.1).
-_FIXED_V4 = struct.Struct(">iiiiiqqiq4siq4siiqi")
-# The same as a numpy record, for encoding many records at once.
-_HEADER_V4 = np.dtype(
-    [
-        ("size", ">i4"),
-        ("magic", ">i4"),
-        ("crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("phy", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_ts", ">i8"),
-        ("born_addr", ">u4"),
-        ("born_port", ">i4"),
-        ("store_ts", ">i8"),
-        ("store_addr", ">u4"),
-        ("store_port", ">i4"),
-        ("reconsume", ">i4"),
-        ("prepared", ">i8"),
-        ("body_len", ">i4"),
-    ]
-)
+# Everything up to BODYLENGTH of a V1 record with IPv4 hosts (88 bytes, §3.1): the codec's struct,
+# and its numpy record for encoding many records at once.
+_FIXED_V4 = HEAD_V4
+_HEADER_V4 = HEAD_V4_DTYPE
 _SHORTS = [i.to_bytes(2, "big") for i in range(_PROPS_MAX + 1)]  # PROPERTIESLENGTH fields
 _TRUE = "true"
 # Message fields a plain message leaves as the broker chooses them (the fast lane's condition).
@@ -223,7 +210,6 @@ _FAST_BLOCK = 32768  # messages classified at a time
 _FAST_MIN_RUN = 8  # shorter runs of plain messages go one by one
 _CLOCK_EVERY = 8  # plain messages per clock reading (a few microseconds apart)
 _SHORT = struct.Struct(">h")
-_BLANK_HEAD = struct.Struct(">ii")
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 
 
@@ -258,362 +244,6 @@ def java_hashmap_order(keys: Iterable[str], *, initial_capacity: int = 16) -> li
         return ((h ^ (h >> 16)) & mask, item[0])
 
     return [k for _, k in sorted(enumerate(order), key=bucket)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Input messages
-
-
-@dataclass(slots=True)  # not frozen: a frozen dataclass sets each of its fields through object.__setattr__,
-class Message:  # which made building a million messages six times slower
-    """One message to append: what a producer sends, plus the store-level fields a writer may set.
-
-    ``None`` means "as the broker would choose": queue round-robin, store time from the clock, born
-    time = store time, hosts from the run's defaults, a generated ``UNIQ_KEY``. ``keys`` is the KEYS
-    property (keys separated by one space). ``origin`` names the input (``file:line``) in errors.
-    """
-
-    topic: str
-    body: bytes = b""
-    queue_id: int | None = None
-    tags: str | None = None
-    keys: str | None = None
-    properties: tuple[tuple[str, str], ...] = ()
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp_ms: int | None = None
-    born_host: str | None = None
-    store_host: str | None = None
-    store_timestamp_ms: int | None = None
-    uniq_key: str | None = None
-    delay_level: int = 0
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    wait: bool = True
-    raw: bool = False
-    origin: str = "message"
-
-
-@dataclass(slots=True)
-class MessageBatch:
-    """Producer messages column by column: topic, body, queue id, TAGS and KEYS, every other field
-    left to the broker (a :class:`Message` with its defaults). Bulk input with no object per
-    message; ``origin`` names each message in errors (default ``message``)."""
-
-    topic: list[str]
-    body: list[bytes]
-    queue_id: list[int | None]
-    tags: list[str | None]
-    keys: list[str | None]
-    origin: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        n = len(self.topic)
-        lengths = [len(self.body), len(self.queue_id), len(self.tags), len(self.keys)]
-        if self.origin is not None:
-            lengths.append(len(self.origin))
-        if any(k != n for k in lengths):
-            raise InputError(f"a message batch needs columns of one length: {[n, *lengths]}")
-        for name, allowed in _BATCH_TYPES:
-            column = getattr(self, name)
-            if column is not None and not set(map(type, column)) <= allowed:
-                i = next(i for i, v in enumerate(column) if type(v) not in allowed)
-                raise InputError(f"message {i} of the batch: {name} is a {type(column[i]).__name__}")
-        bad_q = [i for i, q in enumerate(self.queue_id) if q is not None and not 0 <= q <= _INT_MAX]
-        if bad_q:
-            raise InputError(f"message {bad_q[0]} of the batch: queueId {self.queue_id[bad_q[0]]} is out of range")
-
-    def __len__(self) -> int:
-        return len(self.topic)
-
-    @classmethod
-    def from_messages(cls, messages: Sequence[Message]) -> MessageBatch:
-        """The producer fields (topic, body, queue id, tags, keys, origin) of ``messages``."""
-        return cls(
-            [m.topic for m in messages],
-            [m.body for m in messages],
-            [m.queue_id for m in messages],
-            [m.tags for m in messages],
-            [m.keys for m in messages],
-            [m.origin for m in messages],
-        )
-
-    def message(self, i: int) -> Message:
-        return Message(
-            topic=self.topic[i],
-            body=self.body[i],
-            queue_id=self.queue_id[i],
-            tags=self.tags[i],
-            keys=self.keys[i],
-            origin="message" if self.origin is None else self.origin[i],
-        )
-
-    def messages(self) -> list[Message]:
-        return [self.message(i) for i in range(len(self))]
-
-
-_BATCH_TYPES = (
-    ("topic", {str}),
-    ("body", {bytes}),
-    ("queue_id", {int, type(None)}),
-    ("tags", {str, type(None)}),
-    ("keys", {str, type(None)}),
-    ("origin", {str}),
-)
-
-# NDJSON field -> meaning; RocketMQ's field names.
-_JSON_FIELDS = frozenset(
-    {
-        "topic",
-        "queueId",
-        "tags",
-        "keys",
-        "body",
-        "bodyBase64",
-        "properties",
-        "bornTimestamp",
-        "bornHost",
-        "storeHost",
-        "storeTimestamp",
-        "flag",
-        "sysFlag",
-        "transactionType",
-        "delayTimeLevel",
-        "reconsumeTimes",
-        "preparedTransactionOffset",
-        "uniqKey",
-        "wait",
-        "raw",
-    }
-)
-_SIMPLE_JSON_FIELDS = frozenset({"topic", "queueId", "tags", "keys", "body"})
-# Fields of a dumped record (Record.to_json) that a write assigns itself: accepted and ignored.
-_JSON_IGNORED = frozenset({"queueOffset", "commitLogOffset", "storeSize", "bodyCRC", "msgId", "bodyLength"})
-_TRANSACTION_TYPES = {
-    "NOT": TRANSACTION_NOT_TYPE,
-    "PREPARED": TRANSACTION_PREPARED_TYPE,
-    "COMMIT": TRANSACTION_COMMIT_TYPE,
-    "ROLLBACK": TRANSACTION_ROLLBACK_TYPE,
-}
-
-
-def _json_int(obj: dict[str, Any], name: str, origin: str, lo: int, hi: int, default: int | None) -> int | None:
-    v = obj.get(name)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
-            v = int(v)
-        else:
-            raise InputError(f"{origin}: {name} must be an integer, got {v!r}")
-    if not lo <= v <= hi:
-        raise InputError(f"{origin}: {name} {v} is out of range [{lo}, {hi}]")
-    return v
-
-
-def _json_time(obj: dict[str, Any], name: str, origin: str) -> int | None:
-    v = obj.get(name)
-    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
-        if v is not None and not 0 <= v <= _LONG_MAX:
-            raise InputError(f"{origin}: {name} {v} is out of range")
-        return v
-    if isinstance(v, str):
-        from .timeparse import parse_time_ms
-
-        try:
-            return parse_time_ms(v)
-        except InputError as e:
-            raise InputError(f"{origin}: {name}: {e}") from None
-    raise InputError(f"{origin}: {name} must be epoch milliseconds or a time string, got {v!r}")
-
-
-def _json_str(obj: dict[str, Any], name: str, origin: str) -> str | None:
-    v = obj.get(name)
-    if v is None or isinstance(v, str):
-        return v
-    raise InputError(f"{origin}: {name} must be a string, got {type(v).__name__}")
-
-
-def _simple_message(obj: Any) -> tuple[str, bytes, int | None, str | None, str | None] | None:
-    """(topic, body, queueId, tags, keys) of the common producer message, with the checks of
-    :func:`message_from_json` inlined; ``None`` for anything else (that function then says why)."""
-    if type(obj) is not dict or not obj.keys() <= _SIMPLE_JSON_FIELDS:
-        return None
-    topic, text, queue_id = obj.get("topic"), obj.get("body"), obj.get("queueId")
-    tags, keys = obj.get("tags"), obj.get("keys")
-    if (
-        type(topic) is str
-        and topic
-        and (text is None or type(text) is str)
-        and (queue_id is None or (type(queue_id) is int and 0 <= queue_id <= _INT_MAX))
-        and (tags is None or type(tags) is str)
-        and (keys is None or type(keys) is str)
-    ):
-        try:
-            return topic, b"" if text is None else text.encode("utf-8"), queue_id, tags, keys
-        except UnicodeEncodeError:
-            return None
-    return None
-
-
-def message_from_json(obj: Any, *, origin: str = "message") -> Message:
-    """A :class:`Message` from one NDJSON object (RocketMQ field names). Raises InputError."""
-    if not isinstance(obj, dict):
-        raise InputError(f"{origin}: expected a JSON object, got {type(obj).__name__}")
-    simple = _simple_message(obj)
-    if simple is not None:
-        topic, body, queue_id, tags, keys = simple
-        return Message(topic=topic, body=body, queue_id=queue_id, tags=tags, keys=keys, origin=origin)
-    unknown = [k for k in obj if k not in _JSON_FIELDS and k not in _JSON_IGNORED]
-    if unknown:
-        import difflib
-
-        hint = difflib.get_close_matches(unknown[0], sorted(_JSON_FIELDS), n=1)
-        more = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise InputError(f"{origin}: unknown field {unknown[0]!r}{more}")
-    topic = obj.get("topic")
-    if not isinstance(topic, str) or not topic:
-        raise InputError(f"{origin}: topic is missing or not a string")
-    if "body" in obj and "bodyBase64" in obj:
-        raise InputError(f"{origin}: give body or bodyBase64, not both")
-    body = b""
-    if obj.get("bodyBase64") is not None:
-        b64 = obj["bodyBase64"]
-        if not isinstance(b64, str):
-            raise InputError(f"{origin}: bodyBase64 must be a string")
-        try:
-            body = base64.b64decode(b64, validate=True)
-        except (binascii.Error, ValueError):
-            raise InputError(f"{origin}: bodyBase64 is not valid base64") from None
-    elif obj.get("body") is not None:
-        text = obj["body"]
-        if not isinstance(text, str):
-            raise InputError(f"{origin}: body must be a string (UTF-8 text); use bodyBase64 for bytes")
-        try:
-            body = text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InputError(f"{origin}: body is not valid Unicode text") from None
-    keys = obj.get("keys")
-    if isinstance(keys, list):
-        if not all(isinstance(k, str) for k in keys):
-            raise InputError(f"{origin}: keys must be a string or a list of strings")
-        keys = " ".join(keys)
-    elif keys is not None and not isinstance(keys, str):
-        raise InputError(f"{origin}: keys must be a string or a list of strings")
-    props_obj = obj.get("properties") or {}
-    if not isinstance(props_obj, dict):
-        raise InputError(f"{origin}: properties must be an object of string values")
-    props = []
-    for k, v in props_obj.items():
-        if not isinstance(v, str):
-            raise InputError(f"{origin}: property {k!r} must have a string value, got {v!r}")
-        props.append((k, v))
-    sys_flag = _json_int(obj, "sysFlag", origin, -(1 << 31), _INT_MAX, 0) or 0
-    tx = obj.get("transactionType")
-    if tx is not None:
-        name = str(tx).upper().removeprefix("TRANSACTION_").removesuffix("_TYPE")
-        if name not in _TRANSACTION_TYPES:
-            raise InputError(f"{origin}: transactionType {tx!r} is not one of NOT, PREPARED, COMMIT, ROLLBACK")
-        bits = _TRANSACTION_TYPES[name]
-        if sys_flag & TRANSACTION_MASK and sys_flag & TRANSACTION_MASK != bits:
-            raise InputError(f"{origin}: transactionType {tx!r} contradicts sysFlag {sys_flag}")
-        sys_flag = (sys_flag & ~TRANSACTION_MASK) | bits
-    wait = obj.get("wait", True)
-    if isinstance(wait, str) and wait.lower() in ("true", "false"):
-        wait = wait.lower() == "true"
-    if not isinstance(wait, bool):
-        raise InputError(f"{origin}: wait must be true or false")
-    raw = obj.get("raw", False)
-    if not isinstance(raw, bool):
-        raise InputError(f"{origin}: raw must be true or false")
-    msg = Message(
-        topic=topic,
-        body=body,
-        queue_id=_json_int(obj, "queueId", origin, 0, _INT_MAX, None),
-        tags=_json_str(obj, "tags", origin),
-        keys=keys,
-        properties=tuple(props),
-        flag=_json_int(obj, "flag", origin, -(1 << 31), _INT_MAX, 0) or 0,
-        sys_flag=sys_flag,
-        born_timestamp_ms=_json_time(obj, "bornTimestamp", origin),
-        born_host=_json_str(obj, "bornHost", origin),
-        store_host=_json_str(obj, "storeHost", origin),
-        store_timestamp_ms=_json_time(obj, "storeTimestamp", origin),
-        uniq_key=_json_str(obj, "uniqKey", origin),
-        delay_level=_json_int(obj, "delayTimeLevel", origin, -(1 << 31), _INT_MAX, 0) or 0,
-        reconsume_times=_json_int(obj, "reconsumeTimes", origin, -(1 << 31), _INT_MAX, 0) or 0,
-        prepared_transaction_offset=_json_int(obj, "preparedTransactionOffset", origin, -(1 << 63), _LONG_MAX, 0) or 0,
-        wait=wait,
-        raw=raw,
-        origin=origin,
-    )
-    if raw:
-        given = [n for n in ("tags", "keys", "uniqKey", "delayTimeLevel", "wait") if n in obj]
-        if given:
-            raise InputError(f"{origin}: a raw message takes {given[0]} inside properties, as stored")
-        if msg.queue_id is None:
-            raise InputError(f"{origin}: a raw message needs queueId")
-    return msg
-
-
-def _paused_gc(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn`` with the cyclic garbage collector paused: building a batch allocates millions of
-    acyclic objects, and every collection would rescan all live messages (3x slower at 1M)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        if was:
-            gc.enable()
-
-
-def read_ndjson(lines: Iterable[str | bytes], *, source: str = "<stdin>") -> list[Message] | MessageBatch:
-    """Parse NDJSON (one message object per line; blank lines skipped). Raises InputError naming the line.
-
-    When every line is a plain producer message (topic, queueId, tags, keys, body) the result is a
-    :class:`MessageBatch`, else a list of :class:`Message`."""
-    return _paused_gc(_read_ndjson, lines, source)
-
-
-def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message] | MessageBatch:
-    batch = MessageBatch([], [], [], [], [], [])
-    add_topic, add_body, add_qid = batch.topic.append, batch.body.append, batch.queue_id.append
-    add_tags, add_keys, add_origin = batch.tags.append, batch.keys.append, batch.origin.append  # type: ignore[union-attr]
-    out: list[Message] | None = None  # once a line is more than a plain message
-    decode = _JSON_DECODER.raw_decode
-    for n, line in enumerate(lines, 1):
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{source}:{n}: not UTF-8 (byte {e.start})") from None
-        if not line.strip():
-            continue
-        try:  # json.loads without its wrappers: the same parser, the same errors
-            obj, end = decode(line, len(line) - len(line.lstrip(_JSON_SPACE)))
-            if end != len(line) and line[end:].strip(_JSON_SPACE):
-                raise json.JSONDecodeError("Extra data", line, len(line) - len(line[end:].lstrip(_JSON_SPACE)))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{source}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
-        if out is None:
-            simple = _simple_message(obj)
-            if simple is not None:
-                topic, body, qid, tags, keys = simple
-                add_topic(topic)
-                add_body(body)
-                add_qid(qid)
-                add_tags(tags)
-                add_keys(keys)
-                add_origin(f"{source}:{n}")
-                continue
-            out = batch.messages()
-        out.append(message_from_json(obj, origin=f"{source}:{n}"))
-    return batch if out is None else out
-
-
-_JSON_DECODER = json.JSONDecoder()
-_JSON_SPACE = " \t\n\r"  # JSON's whitespace (str.strip() would take more)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -656,7 +286,7 @@ def topic_for_new(
     """
     if _is_broker_managed(topic, cfg):
         return None
-    five = version_tuple(cfg.broker) >= (5,)
+    five = rules_for(cfg.broker).five
     attrs: dict[str, str] | None = {} if five else None
     if topic.startswith(RETRY_PREFIX):
         return cfgmod.TopicConfig(topic, 1, 1, cfgmod.PERM_READ | cfgmod.PERM_WRITE, attributes=attrs)
@@ -750,239 +380,6 @@ _HEX4 = [f"{i:04X}" for i in range(0x10000)]
 
 # ---------------------------------------------------------------------------------------------
 # Reading the store: where to append
-
-
-def _nonzero_end(path: Path, start: int, end: int) -> int:
-    """End (exclusive) of the last non-zero byte of ``path`` in [start, end), or ``start`` if none.
-
-    Holes of a sparse file are skipped with SEEK_DATA/SEEK_HOLE, so an empty preallocated 1 GiB
-    segment costs nothing to check.
-    """
-    if end <= start:
-        return start
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        regions: list[tuple[int, int]] = []
-        pos = start
-        while pos < end:
-            try:
-                d = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError:
-                break  # ENXIO: no data after pos
-            if d >= end:
-                break
-            h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
-            regions.append((d, h))
-            pos = h
-        if not regions:
-            return start
-        size = os.fstat(fd).st_size
-        m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    finally:
-        os.close(fd)
-    try:
-        chunk = 1 << 24
-        for d, h in reversed(regions):
-            hi = h
-            while hi > d:
-                lo = max(d, hi - chunk)
-                arr = np.frombuffer(m, dtype=np.uint8, count=hi - lo, offset=lo)
-                nz = np.flatnonzero(arr)
-                del arr  # the map cannot be closed while a view of it exists
-                if nz.size:
-                    return lo + int(nz[-1]) + 1
-                hi = lo
-        return start
-    finally:
-        m.close()
-
-
-def _valid_entry(arr: np.ndarray, i: int) -> bool:
-    return bool(arr[i]["phy_offset"] >= 0 and arr[i]["size"] > 0)
-
-
-def _last_cq_entry(segs: list[Segment]) -> tuple[int, int] | None:
-    """(phy offset, size) of a queue's last valid entry, by binary search over the entries."""
-    for seg in reversed(segs):
-        if seg.size < ENTRY_SIZE:
-            continue
-        with map_file(seg.path) as buf:
-            arr = entries_array(buf)
-            if not _valid_entry(arr, 0):
-                del arr
-                continue
-            lo, hi = 0, len(arr) - 1  # entry lo is valid
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if _valid_entry(arr, mid):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            out = (int(arr[lo]["phy_offset"]), int(arr[lo]["size"]))
-            del arr
-        if out == (0, FILLER_SIZE):
-            return None
-        return out
-    return None
-
-
-def _queue_end(segs: list[Segment]) -> int:
-    """Byte end of a queue's valid entries (``last.from + validEnd``), as recovery computes it."""
-    if not segs:
-        return 0
-    last = segs[-1]
-    with map_file(last.path) as buf:
-        arr = entries_array(buf)
-        n = valid_prefix(arr)
-        del arr
-    return last.base_offset + n * ENTRY_SIZE
-
-
-@dataclass(frozen=True, slots=True)
-class StaleRange:
-    """Non-zero bytes after the end of valid data, zeroed (after a quarantine copy) before appending."""
-
-    path: Path
-    pos: int  # first byte in the file
-    length: int
-    phy_offset: int
-    padding: bool = False  # the BLANK record ending the last file: padding, reused as the broker reuses it
-
-
-@dataclass(frozen=True, slots=True)
-class _AppendPoint:
-    end_phy: int  # where the next record goes (end of valid data)
-    segments: tuple[Segment, ...]
-    stale: StaleRange | None
-    pending: tuple[DispatchRequest, ...]  # records after the consume queues' end (not dispatched)
-    dispatched_end: int  # end (offset + size) of the furthest consume queue entry
-    last_store_ts: int  # store time of the last record (0 if none)
-    last_store_host: tuple[bytes, int] | None
-
-
-def _check_supported(st: Store) -> None:
-    cfg = st.config
-    if len(cfg.commitlog_dirs) > 1:
-        raise UnsupportedStore(f"{st.root}: a multi-path commit log is not supported for writing")
-    if cfg.enable_consume_queue_ext:
-        raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true is not supported for writing")
-    if cfg.duplication_enable:
-        raise UnsupportedStore(f"{st.root}: duplicationEnable=true is not supported for writing")
-    if (st.root / "batchconsumequeue").is_dir():
-        raise UnsupportedStore(f"{st.root}: batch consume queues are not supported for writing")
-
-
-def _find_append_point(st: Store) -> _AppendPoint:
-    cfg = st.config
-    fs = cfg.commitlog_file_size
-    segs, problems = st.commitlog_segments()
-    if problems:
-        p = problems[0]
-        raise UnsafePlan(f"{p}; the broker would not load this commit log: run `rmqstore check` or `recover` first")
-    # furthest consume queue entry over all queues
-    last: tuple[int, int] | None = None
-    for topic, qid, _ in st.queues():
-        qsegs, qproblems = st.cq_segments(topic, qid)
-        if qproblems:
-            p = qproblems[0]
-            raise UnsafePlan(f"{p}; run `rmqstore check` or `recover` first")
-        e = _last_cq_entry(qsegs)
-        if e is not None and (last is None or e[0] > last[0]):
-            last = e
-    dispatched_end = last[0] + last[1] if last else 0
-    if not segs:
-        if dispatched_end:
-            raise UnsafePlan(
-                f"{cfg.commitlog_dir}: no commit log files, but consume queues refer to offset {last[0] if last else 0}; "
-                "run `rmqstore recover` first"
-            )
-        return _AppendPoint(0, (), None, (), 0, 0, None)
-    first_base = segs[0].base_offset
-    # start the recovery walk at the last dispatched record if it is valid, else at the third-to-last file
-    start_idx, start_pos = max(0, len(segs) - 3), 0
-    if last is not None:
-        idx = (last[0] - first_base) // fs
-        if 0 <= idx < len(segs) and segs[idx].base_offset <= last[0] < segs[idx].base_offset + fs:
-            pos = last[0] - segs[idx].base_offset
-            with map_file(segs[idx].path) as buf:
-                try:
-                    rec = decode_record(
-                        buf, pos, path=str(segs[idx].path), file_from=segs[idx].base_offset, check_crc=True
-                    )
-                except CorruptData:
-                    rec = None
-            if isinstance(rec, Record) and rec.total_size == last[1] and rec.phy_offset == last[0]:
-                start_idx, start_pos = idx, pos
-    walk_start = segs[start_idx].base_offset + start_pos
-    if dispatched_end < walk_start and dispatched_end < segs[start_idx].base_offset:
-        raise UnsafePlan(
-            f"{cfg.consumequeue_dir}: consume queues end at commit log offset {dispatched_end} but the commit log "
-            f"continues far beyond it (from {walk_start}); run `rmqstore redispatch` first"
-        )
-    reqs: list[DispatchRequest] = []
-    idx, pos = start_idx, start_pos
-    while True:
-        seg = segs[idx]
-        with map_file(seg.path) as buf:
-            chunk, stop = scan_requests(
-                buf, seg, cfg, start_pos=pos, check_crc=cfg.check_crc_on_recover, skip_size_mismatch=False
-            )
-        reqs += chunk
-        if stop.reason == "blank" and idx + 1 < len(segs):
-            idx, pos = idx + 1, 0
-            continue
-        end_phy = seg.base_offset + stop.pos
-        break
-    end_seg = segs[idx]
-    if dispatched_end > end_phy:
-        raise UnsafePlan(
-            f"{cfg.consumequeue_dir}: consume queues refer to commit log offsets up to {dispatched_end}, beyond the "
-            f"end of valid records at {end_phy}; run `rmqstore recover` first"
-        )
-    # stale bytes after the end, in the same file and in later files
-    stale = None
-    tail_end = _nonzero_end(end_seg.path, stop.pos, end_seg.size)
-    if stop.reason == "blank":  # no next file: the broker appends at the BLANK's position (§8.2)
-        if tail_end > stop.pos:
-            stale = StaleRange(end_seg.path, stop.pos, tail_end - stop.pos, end_phy, padding=True)
-    elif tail_end > stop.pos:
-        length = tail_end - stop.pos
-        limit = cfg.max_message_size + _RECORD_SLACK
-        if length > limit:
-            raise UnsafePlan(
-                f"{end_seg.path}: {length} bytes of data after the end of valid records at byte {stop.pos} "
-                f"(phy offset {end_phy}); more than one record can be: run `rmqstore check` or `recover` first"
-            )
-        stale = StaleRange(end_seg.path, stop.pos, length, end_phy)
-    for later in segs[idx + 1 :]:
-        if _nonzero_end(later.path, 0, later.size) > 0:
-            raise UnsafePlan(
-                f"{later.path}: holds data after the end of valid records at phy offset {end_phy}; "
-                "run `rmqstore check` or `recover` first"
-            )
-    pending = tuple(r for r in reqs if r.phy_offset >= dispatched_end)
-    last_ts, last_host = 0, None
-    if reqs:
-        tail = reqs[-1]
-        last_ts = tail.store_timestamp_ms
-        seg = segs[(tail.phy_offset - first_base) // fs]
-        with map_file(seg.path) as buf:
-            rec = decode_record(buf, tail.phy_offset - seg.base_offset, path=str(seg.path), file_from=seg.base_offset)
-        if isinstance(rec, Record):
-            last_host = (rec.store_addr, rec.store_port)
-    return _AppendPoint(end_phy, tuple(segs), stale, pending, dispatched_end, last_ts, last_host)
-
-
-def _index_end_phy(st: Store) -> int:
-    files, _ = st.index_files()
-    if not files:
-        return 0
-    try:
-        with open(files[-1], "rb") as f:
-            head = f.read(INDEX_HEADER_SIZE)
-    except OSError as e:
-        raise CorruptData(f"cannot read: {e.strerror}", path=files[-1], pos=0) from None
-    return decode_index_header(head, path=str(files[-1])).end_phy_offset if len(head) == INDEX_HEADER_SIZE else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1517,14 +914,14 @@ def _plan_write(
     if pending_journal(st.root) is not None:
         raise UnsafePlan(f"{st.root}: an interrupted write must be rolled back first (run `rmqstore write` again)")
     now = clock or (lambda: time.time_ns() // 1_000_000)
-    broker = version_tuple(cfg.broker)
-    v6_ok = broker >= (4, 6, 0)
-    v2_ok = broker >= (5, 1, 0)
-    add_cluster = broker >= (4, 6, 0)
-    drop_wait = (4, 9, 1) <= broker < (5,)
-    broker_cap = 128 if broker >= (4, 9, 1) else 16
-    body_limit_only = broker >= (4, 9, 4)
-    record_slack = broker >= (4, 9, 5)
+    rules = rules_for(cfg.broker)
+    v6_ok = rules.ipv6_hosts
+    v2_ok = rules.v2_magic
+    add_cluster = rules.cluster_property
+    drop_wait = rules.drops_wait_property
+    broker_cap = rules.properties_capacity
+    body_limit_only = rules.body_limit_only
+    record_slack = rules.record_slack
     levels = cfg.delay_levels_ms()
     max_level = len(levels)
     fs = cfg.commitlog_file_size
@@ -1637,7 +1034,7 @@ def _plan_write(
         nonlocal chunk, pos
         remaining = fs - pos
         if remaining >= 8:
-            chunk += _BLANK_HEAD.pack(remaining, BLANK_MAGIC)
+            chunk += encode_blank(remaining)
             blanks.append((base + pos, remaining))
         flush_chunk(base + fs)
         pos = 0
@@ -2107,16 +1504,16 @@ def _plan_write(
             if j > i0:
                 phy[i0:j] = base + ends[: j - i0] - size[i0:j]
                 h = np.zeros(j - i0, dtype=_HEADER_V4)
-                h["size"] = size[i0:j]
+                h["total_size"] = size[i0:j]
                 h["magic"] = MAGIC_V1
-                h["crc"] = crc[i0:j]
+                h["body_crc"] = crc[i0:j]
                 h["queue_id"] = qv[i0:j]
                 h["queue_offset"] = qoff[i0:j]
-                h["phy"] = phy[i0:j]
-                h["born_ts"] = ts[i0:j]
+                h["phy_offset"] = phy[i0:j]
+                h["born_timestamp_ms"] = ts[i0:j]
                 h["born_addr"] = born_ip0
                 h["born_port"] = born_port0
-                h["store_ts"] = ts[i0:j]
+                h["store_timestamp_ms"] = ts[i0:j]
                 h["store_addr"] = store_ip0
                 h["store_port"] = store_port0
                 h["body_len"] = blen[i0:j]
@@ -2247,6 +1644,23 @@ def _journal_dir(root: Path) -> Path:
     return Path(root, SCRATCH_DIR, JOURNAL_NAME + ".d")
 
 
+def planned_actions(plan: WritePlan) -> tuple[PlannedAction, ...]:
+    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    out = []
+    if plan.stale is not None and not plan.stale.padding:
+        s = plan.stale
+        out.append(
+            PlannedAction(
+                "write", "zero", s.path, "stale bytes after the last valid record", s.pos, s.pos + s.length, kept=True
+            )
+        )
+    for w in plan.writes:
+        size = sum(len(p) for p in w.pieces)
+        why = "new file" if w.create else "records appended"
+        out.append(PlannedAction("write", "append", w.path, why, w.pos, w.pos + size))
+    return tuple(out)
+
+
 def pending_journal(root: Path | str) -> dict[str, Any] | None:
     """The journal of an interrupted write in ``root``, or None."""
     p = _journal_path(Path(root))
@@ -2274,6 +1688,7 @@ class RollbackReport:
     started_ms: int | None
     files_removed: tuple[Path, ...]
     ranges_zeroed: int
+    committed: bool = False  # the write had committed: it was finished, not undone
 
 
 def _save_range(root: Path, path: Path, pos: int, length: int, tag: str) -> str:
@@ -2523,9 +1938,132 @@ def rollback_pending(st: Store) -> RollbackReport | None:
         return None
     if not st.writable:
         raise UnsafePlan(f"{st.root}: an interrupted write must be rolled back; open the store writable")
+    if j.get("committed"):  # killed after its commit point: every byte is in place, only clean up
+        _record_committed(st.root, j["committed"], st.config.commitlog_dir)
+        _finish_journal(st.root)
+        return RollbackReport(_journal_path(st.root), j.get("pid"), j.get("startedMs"), (), 0, committed=True)
     report = _rollback(st.root, j)
     _finish_journal(st.root)
     return report
+
+
+LAST_WRITE = "write.last.json"
+
+
+def _record_committed(root: Path, committed: dict[str, Any], commitlog_dir: Path) -> None:
+    """Keep the input digest and offsets of the last write, so a re-run of the same input can tell, and
+    the commit log files as this write left them (its records were checked before it appended)."""
+    data = {**committed, "commitlogAsLeft": _commitlog_fingerprint(commitlog_dir)}
+    atomic_write(Path(root, SCRATCH_DIR, LAST_WRITE), json.dumps(data).encode(), tmp_dir=scratch_dir(root))
+
+
+def _commitlog_fingerprint(commitlog_dir: Path) -> list[list[Any]]:
+    """Name, size and mtime (ns) of every commit log file: any other writer (a broker, a tool) changes it."""
+    try:
+        names = sorted(n for n in os.listdir(commitlog_dir) if n.isdigit())
+    except OSError:
+        return []
+    out: list[list[Any]] = []
+    for n in names:
+        st = os.stat(Path(commitlog_dir, n))
+        out.append([n, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def last_write(root: Path | str) -> dict[str, Any] | None:
+    """What the last finished write recorded (input digest, phy offsets, messages), or None."""
+    try:
+        data = json.loads(Path(root, SCRATCH_DIR, LAST_WRITE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def input_digest(messages: Sequence[Message] | MessageBatch) -> str:
+    """sha256 of the input messages (not of the encoded records: times and UNIQ_KEYs differ per run)."""
+    if isinstance(messages, MessageBatch):
+        cols = (messages.topic, messages.body, messages.queue_id, messages.tags, messages.keys)
+        return hashlib.sha256(pickle.dumps(cols, protocol=5)).hexdigest()
+    fields = [f for f in Message.__slots__ if f != "origin"]  # type: ignore[attr-defined]
+    cols = [[getattr(m, f) for m in messages] for f in fields]  # column-wise: a fifth of pickling objects
+    return hashlib.sha256(pickle.dumps(cols, protocol=5)).hexdigest()
+
+
+def _refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
+    if not plan.records:
+        return
+    if digest is not None:
+        _refuse_repeat(st.root, digest, plan)
+    for r in plan.catch_up if plan.dispatch else ():
+        why = topic_problem(r.topic)
+        if why is not None:
+            where = record_place(st.config.commitlog_dir, st.config.commitlog_file_size, r.phy_offset)
+            raise BadTopic(r.topic, why, path=where[0], pos=where[1], phy_offset=r.phy_offset)
+    _refuse_damage(st, plan)
+    _refuse_damaged_index(st, plan)
+
+
+def _refuse_repeat(root: Path, digest: str, plan: WritePlan) -> None:
+    last = last_write(root)
+    if last is None or last.get("inputDigest") != digest or last.get("endPhyOffset") != plan.start_phy:
+        return
+    raise UnsafePlan(
+        f"{root}: this input was already written by the last write ({last.get('messages')} messages at phy offsets "
+        f"[{last.get('startPhyOffset')}, {last.get('endPhyOffset')})); nothing was written: --again writes it a "
+        "second time"
+    )
+
+
+def _refuse_damage(st: Store, plan: WritePlan) -> None:
+    """The broker's recovery must keep every record before the append point, else it drops the new ones."""
+    from .recover import plan_recover
+
+    if plan.start_phy == 0:
+        return
+    last = last_write(st.root)
+    if (
+        last is not None
+        and last.get("endPhyOffset") == plan.start_phy
+        and last.get("commitlogAsLeft") == _commitlog_fingerprint(st.config.commitlog_dir)
+    ):
+        return  # the files are as the last write left them, after it checked them: no need to walk again
+    rp = plan_recover(st, now_ms=0, use_quarantine=False)
+    if rp.process_offset >= plan.start_phy:
+        return
+    fs = st.config.commitlog_file_size
+    base = rp.process_offset - rp.process_offset % fs
+    raise CorruptData(
+        f"damaged commit log: the broker's recovery stops here ({rp.stop}) and would drop everything after it, "
+        f"the new messages included (they would go at {plan.start_phy}); run `rmqstore recover "
+        f"{shlex.quote(str(st.root))}` first",
+        path=st.config.commitlog_dir / f"{base:020d}",
+        pos=rp.process_offset - base,
+        phy_offset=rp.process_offset,
+    )
+
+
+def _refuse_damaged_index(st: Store, plan: WritePlan) -> None:
+    """The dispatch appends to the last index file: its header must be one the broker could have written."""
+    from .recover import _index_header_problem
+
+    if not (plan.dispatch and st.config.message_index_enable):
+        return
+    files, _ = st.index_files()
+    if not files:
+        return
+    last = files[-1]
+    with open(last, "rb") as f:
+        head = f.read(INDEX_HEADER_SIZE)
+    why = "shorter than its header" if len(head) < INDEX_HEADER_SIZE else None
+    if why is None:
+        why = _index_header_problem(decode_index_header(head, path=str(last)), st.config)
+    if why is not None:
+        raise CorruptData(
+            f"damaged index file ({why}): the write refuses to append to it; rebuild the index first "
+            f"(`rmqstore redispatch --only index {shlex.quote(str(st.root))}`)",
+            path=last,
+            pos=0,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2561,37 +2099,24 @@ class WriteResult:
         return out
 
 
-def default_quarantine_dir(root: Path, now_ms: int) -> Path:
-    stamp = dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    return root.parent / f"{root.name}.quarantine" / stamp
+def default_quarantine_dir(root: Path, now_ms: int | None = None) -> Path:
+    """The base folder; each write that zeroes bytes gets a fresh ``write-<UTC time>`` folder inside."""
+    return default_quarantine_base(root)
 
 
-def _quarantine(plan: WritePlan, qdir: Path, now_ms: int) -> None:
+def _quarantine(plan: WritePlan, base: Path, root: Path, now_ms: int) -> Path:
     s = plan.stale
     assert s is not None
-    qdir.mkdir(parents=True, exist_ok=True)
-    name = f"{s.path.name}@{s.pos}"
-    with open(s.path, "rb") as f:
-        f.seek(s.pos)
-        data = f.read(s.length)
-    atomic_write(qdir / name, data, tmp_dir=qdir)
-    manifest = {
-        "operation": "write",
-        "createdMs": now_ms,
-        "items": [
-            {
-                "file": name,
-                "original": str(s.path),
-                "pos": s.pos,
-                "length": s.length,
-                "phyOffset": s.phy_offset,
-                "why": "bytes after the end of valid commit log records, zeroed before appending",
-                "restore": f"write these bytes back at byte {s.pos} of {s.path} (e.g. dd conv=notrunc seek={s.pos} "
-                "oflag=seek_bytes) with the broker stopped; the messages appended there are then lost",
-            }
-        ],
-    }
-    atomic_write(qdir / "manifest.json", json.dumps(manifest, indent=2).encode(), tmp_dir=qdir)
+    q = Quarantine.fresh(base, "write", root, now_ms)
+    q.save_range(
+        s.path,
+        s.pos,
+        s.pos + s.length,
+        f"bytes after the end of valid commit log records (phy offset {s.phy_offset}), zeroed before appending; "
+        "restoring them overwrites the messages this write appended there",
+    )
+    q.write_manifest()
+    return q.folder
 
 
 def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
@@ -2696,8 +2221,15 @@ def apply_write(
     use_quarantine: bool = True,
     index_clock: Callable[[], int] | None = None,
     now_ms: int | None = None,
+    on_step: StepHook | None = None,
+    digest: str | None = None,
 ) -> WriteResult:
     """Carry out ``plan`` on the store it was made for (open writable), atomically.
+
+    Journaled: the journal is written first and a kill before the commit point is rolled back by the
+    next write; at the commit point the journal records the input ``digest`` and the offsets written,
+    so a kill after it is finished (never undone, never written twice). ``on_step`` is called with
+    ``write:journal``, ``write:data``, ``write:checkpoint``, ``write:commit`` and ``write:finished``.
 
     ``flush="sync"`` msyncs every changed file and directory before returning, ``"async"`` leaves
     write-back to the OS (a crash of the machine may then lose the tail, as with an async broker).
@@ -2725,13 +2257,13 @@ def apply_write(
     sync = flush == "sync"
     qdir = None
     if plan.stale is not None and not plan.stale.padding and use_quarantine:
-        qdir = quarantine or default_quarantine_dir(root, now)
-        _quarantine(plan, qdir, now)
+        qdir = _quarantine(plan, quarantine or default_quarantine_dir(root), root, now)
     scratch_dir(root)
-    journal = _build_journal(st, plan)
-    atomic_write(_journal_path(root), json.dumps(journal).encode(), tmp_dir=Path(root, SCRATCH_DIR))
+    journal = Journal(_journal_path(root), {"operation": "write", **_build_journal(st, plan)}, on_step)
+    journal.save()
     abort_existed = cfg.abort_path.exists()
     try:
+        journal.mark("journal")
         # the dispatch reads the plan, not the commit log: the commit log is written (and fsynced)
         # by a second thread meanwhile; pwrite and fsync release the GIL
         writer = _Background(_apply_commitlog, plan, cfg, sync)
@@ -2742,6 +2274,7 @@ def apply_write(
         finally:
             writer.join()  # never roll back under a running writer
         writer.result()
+        journal.mark("data")
         if plan.new_topics:
             _, cf = _load_topics(cfg)
             data = cf.data if isinstance(cf.data, dict) else {}
@@ -2771,19 +2304,33 @@ def apply_write(
         if sync:
             _fsync_created_dirs(cfg, stats)
             fsync_dir(root)
+        journal.mark("checkpoint")
+        journal.data["committed"] = {
+            "inputDigest": digest,
+            "startPhyOffset": plan.start_phy,
+            "endPhyOffset": plan.end_phy,
+            "messages": len(plan.records),
+            "finishedMs": now,
+        }
+        # the commit point: from here a re-run finishes this write instead of undoing it
+        journal.save()
     except BaseException as e:
         j = pending_journal(root)
         if j is not None:
             _rollback(root, j)
             _finish_journal(root)
-        if qdir is not None and quarantine is None:
+        if qdir is not None:
             shutil.rmtree(qdir, ignore_errors=True)  # the bytes are back in place
         if isinstance(e, RmqstoreError):
             raise
         if isinstance(e, OSError):
-            raise RmqstoreError(f"write failed ({e.strerror or e}); the store was rolled back") from e
+            fe = from_os_error(e)
+            raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
         raise
+    journal.hook("write:commit")
+    _record_committed(root, journal.data["committed"], cfg.commitlog_dir)
     _finish_journal(root)
+    journal.hook("write:finished")
     return WriteResult(plan, stats, cp, abort_created, qdir, None, flush)
 
 
@@ -2806,14 +2353,18 @@ def write_messages(
     quarantine: Path | None = None,
     use_quarantine: bool = True,
     dry_run: bool = False,
+    again: bool = False,
+    on_step: StepHook | None = None,
 ) -> WriteResult:
-    """Open ``root`` writable (the broker's lock), roll back an interrupted write, plan and apply.
+    """Open ``root`` writable (the broker's lock), finish or roll back an interrupted write, plan and apply.
 
     ``dry_run`` opens the store read-only (still refusing one a broker holds) and only plans.
-    See :func:`plan_write` and :func:`apply_write` for the other parameters.
+    Refused before anything is written: damage the broker's recovery would cut before the append
+    point (CorruptData, run recover first), a damaged last index file, a record waiting for dispatch
+    whose topic the broker never accepts, and the same input as the last write when nothing was
+    written since (UnsafePlan unless ``again``). See :func:`plan_write` and :func:`apply_write`.
     """
-    from .errors import StoreLocked
-    from .store import open_store
+    from .store import locked_error, open_store
 
     if flush not in ("sync", "async"):
         raise InputError(f"flush must be sync or async, not {flush!r}")
@@ -2828,11 +2379,12 @@ def write_messages(
         "topic_queue_nums": topic_queue_nums,
     }
     if dry_run:
-        with open_store(root, broker_config=broker_config, broker=broker, create=False) as st:
+        with open_store(root, broker_config=broker_config, broker=broker, create=False, operation="write") as st:
             pid = st.lock_holder()
             if pid is not None:
-                raise StoreLocked(f"{st.config.lock_path}: held by a running broker (pid {pid}); stop it first")
+                raise locked_error(st.config.lock_path, pid)
             plan = plan_write(st, messages, **plan_kw)
+            _refuse_unsafe(st, plan, None if again else input_digest(messages))
         return WriteResult(plan, None, None, False, None, None, flush, dry_run=True)
     new_root = Path(root)
     created = create and not new_root.exists()
@@ -2842,6 +2394,8 @@ def write_messages(
         ) as st:
             rolled = rollback_pending(st)
             plan = plan_write(st, messages, **plan_kw)
+            digest = input_digest(messages)
+            _refuse_unsafe(st, plan, None if again else digest)
             res = apply_write(
                 st,
                 plan,
@@ -2850,6 +2404,8 @@ def write_messages(
                 use_quarantine=use_quarantine,
                 index_clock=clock,
                 now_ms=clock() if clock else None,
+                on_step=on_step,
+                digest=digest,
             )
     except BaseException:
         if created:

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from rmqstore import dump as lib
 from rmqstore.cli import app
+from rmqstore.codec.columnar import well_formed_records
 from rmqstore.commitlog import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
@@ -443,7 +444,7 @@ def test_index_accepts_exactly_what_the_decoder_accepts(seed, edits):
     buf = bytes(buf)
     starts = lib._magic_positions(buf, len(buf), 0, len(buf)) - 4
     starts = starts[starts >= 0]
-    got, _ = lib._valid_records(buf, len(buf), 0, starts)
+    got, _ = well_formed_records(buf, len(buf), 0, starts)
     want = []
     for p in range(len(buf) - 8):
         try:

@@ -399,7 +399,10 @@ def test_quarantine_keeps_relative_paths_and_a_manifest(tmp_path):
     qdir = tmp_path / "q"
     result = ex.apply_expire(p, quarantine=qdir)
     manifest = json.loads((result.quarantine_dir / "manifest.json").read_text())
-    assert [f["quarantined"] for f in manifest["files"]] == names(p.actions)
+    assert [Path(f["saved"]).relative_to(result.quarantine_dir).as_posix() for f in manifest["items"]] == names(
+        p.actions
+    )
+    assert result.quarantine_dir.parent == qdir and result.quarantine_dir.name.startswith("expire-")
     for a in p.actions:
         moved = result.quarantine_dir / a.rel_path
         assert not a.path.exists() and moved.stat().st_size == a.size

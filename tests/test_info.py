@@ -18,10 +18,11 @@ from test_codecs import damaged
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
+from rmqstore.codec.commitlog import checked_size
 from rmqstore.commitlog import Record, decode_record
 from rmqstore.consumequeue import ENTRY_SIZE
 from rmqstore.errors import CorruptData, StoreLocked
-from rmqstore.info import _message_size, store_info
+from rmqstore.info import store_info
 from rmqstore.problems import ERROR, WARNING
 from rmqstore.store import iter_commitlog, open_store
 
@@ -397,7 +398,7 @@ def test_structure_check_agrees_with_decode_record(data):
         want = rec.total_size if isinstance(rec, Record) else None
     except CorruptData:
         want = None
-    assert _message_size(buf, 0, len(data)) == want
+    assert checked_size(buf, 0, len(data)) == want
 
 
 def test_abort_written_by_a_5x_broker(tmp_path):

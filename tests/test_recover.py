@@ -198,7 +198,8 @@ def test_crash_midwrite_recovers_to_the_engines_files(tmp_path, crash_truth):
     assert result.checkpoint == {k: cp[k] for k in ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp")}
     assert_serves(root, crash_truth)
     # The quarantine holds what was removed, with a manifest.
-    q = Path(plan.quarantine_dir)
+    q = Path(result.quarantine_dir)
+    assert q.parent == tmp_path / "store.quarantine" and q.name.startswith("recover-")
     manifest = json.loads((q / "manifest.json").read_text())
     saved = {Path(i["path"]).name: q / i["saved"] for i in manifest["items"] if i["kind"] == "file"}
     src = copy_real_store("crash-midwrite", tmp_path / "orig")
@@ -242,7 +243,7 @@ def test_rebuild_both_gives_the_engines_rebuild(tmp_path):
     for k in ("logicsMsgTimestamp", "indexMsgTimestamp"):
         assert result.checkpoint[k] == rebuild["checkpoint"][k]
     # The old directories went to the quarantine whole.
-    q = Path(plan.quarantine_dir) / "files"
+    q = Path(result.quarantine_dir) / "files"
     assert len(list((q / "index").iterdir())) == 3 and (q / "consumequeue" / "TopicA" / "0").is_dir()
 
 
@@ -300,7 +301,7 @@ def test_bit_flip_with_crc_check_drops_everything_after(tmp_path, clean_truth):
     root = copy_real_store("clean-2topics", tmp_path)
     original = {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()}
     victim = flip_middle_record(root, clean_truth)
-    plan, _ = recover(root)
+    plan, result = recover(root)
     assert plan.process_offset == victim["offset"] and "CRC" in plan.stop
     after = {m["offset"] for m in messages(clean_truth) if m["offset"] >= victim["offset"]}
     assert plan.records_lost == len(after)
@@ -320,9 +321,9 @@ def test_bit_flip_with_crc_check_drops_everything_after(tmp_path, clean_truth):
     ]
     assert_serves(root, clean_truth, without=after)
     # The manifest puts every removed byte back.
-    manifest = json.loads((Path(plan.quarantine_dir) / "manifest.json").read_text())
+    manifest = json.loads((Path(result.quarantine_dir) / "manifest.json").read_text())
     for item in manifest["items"]:
-        saved = Path(plan.quarantine_dir) / item["saved"] if "saved" in item else None
+        saved = Path(item["saved"]) if "saved" in item else None
         if item["kind"] == "range":
             patch(Path(item["path"]), item["from"], saved.read_bytes())
         elif item["kind"] == "file" and "commitlog" in item["path"]:
@@ -530,18 +531,27 @@ def final_state(root: Path) -> tuple[dict, list[str], bool]:
 
 
 def quarantine_state(q: Path) -> dict[str, str]:
-    return {str(p.relative_to(q)): sha(p) for p in sorted(q.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    """Saved files by their path inside the run's folder (one run folder per run)."""
+    (run,) = [d for d in q.iterdir() if d.is_dir()]
+    return {
+        str(p.relative_to(run)): sha(p) for p in sorted(run.rglob("*")) if p.is_file() and p.name != "manifest.json"
+    }
 
 
-def kill_chain(root: Path, q: Path, points: list[tuple[str, int]]) -> list[str]:
+def killed_at(step: str, *args: str, count: int = 1) -> subprocess.CompletedProcess:
+    """The CLI with a step hook that SIGKILLs it the ``count``-th time ``step`` is reported."""
+    code = [sys.executable, str(REPO / "tests" / "killrun.py"), step, str(count), "-", *args]
+    return subprocess.run(code, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def kill_chain(root: Path, q: Path, points: list[str]) -> list[str]:
     """Run the CLI once per kill point (each killed by SIGKILL), then once to the end."""
     seen = []
-    for kind, n in points:
-        env = {rec.KILL_AFTER_ENV if kind == "after" else rec.KILL_IN_ENV: str(n)}
-        p = cli("recover", str(root), "-q", "--quarantine", str(q), env=env)
-        assert p.returncode == -9, (kind, n, p.returncode, p.stderr)
+    for step in points:
+        p = killed_at(f"recover:{step}", "recover", str(root), "-q", "--quarantine", str(q))
+        assert p.returncode == -9, (step, p.returncode, p.stderr)
         assert rec.journal_path(root).exists()
-        seen.append(f"{kind} {n}: done {json.loads(rec.journal_path(root).read_text())['done']}")
+        seen.append(f"{step}: done {json.loads(rec.journal_path(root).read_text())['done']}")
     r = runner.invoke(app, ["recover", str(root), "-q", "--quarantine", str(q)])
     assert r.exit_code == 0, r.output
     return seen
@@ -552,9 +562,20 @@ def test_killed_at_every_step_of_the_crash_recovery(tmp_path, crash_truth):
     assert runner.invoke(app, ["recover", str(ref), "-q", "--quarantine", str(tmp_path / "q-ref")]).exit_code == 0
     root = copy_real_store("crash-midwrite", tmp_path / "run")
     q = tmp_path / "q-run"
-    # after 1 quarantine, 2 index-delete, 3 dispatch, 4 commitlog-truncate, 5 checkpoint; in 1 and twice in 3
+    # in and after quarantine, after index-delete, twice in dispatch, after it, commitlog-truncate, checkpoint
     kill_chain(
-        root, q, [("in", 1), ("after", 1), ("after", 2), ("in", 3), ("in", 3), ("after", 3), ("after", 4), ("after", 5)]
+        root,
+        q,
+        [
+            "quarantine#1",
+            "quarantine",
+            "index-delete",
+            "dispatch#1",
+            "dispatch#1",
+            "dispatch",
+            "commitlog-truncate",
+            "checkpoint",
+        ],
     )
     assert final_state(root) == final_state(ref)
     assert data_files(store_files(root)) == data_files(truth_files(crash_truth))
@@ -568,15 +589,14 @@ def test_killed_while_truncating(tmp_path, clean_truth):
     root = copy_real_store("clean-2topics", tmp_path / "run")
     flip_middle_record(root, clean_truth)
     q = tmp_path / "q-run"
-    # 1 quarantine, 2 commitlog-truncate, 3 cq-truncate
-    kill_chain(root, q, [("in", 2), ("after", 2), ("in", 3)])
+    kill_chain(root, q, ["commitlog-truncate#1", "commitlog-truncate", "cq-truncate#1"])
     assert final_state(root) == final_state(ref)
     assert quarantine_state(q) == quarantine_state(tmp_path / "q-ref")
 
 
 def test_resume_uses_the_journal_not_a_new_plan(tmp_path):
     root = copy_real_store("crash-midwrite", tmp_path)
-    p = cli("recover", str(root), "-q", env={rec.KILL_AFTER_ENV: "4"})  # commit log already truncated
+    p = killed_at("recover:commitlog-truncate", "recover", str(root), "-q")  # commit log already truncated
     assert p.returncode == -9
     pending = rec.pending_plan(root)
     assert pending is not None and pending.path == "abnormal"

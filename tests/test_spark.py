@@ -28,6 +28,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+import rmqstore.spark.redispatch  # noqa: E402, F401  # registers the spark engine
 from rmqstore import redispatch as local_redispatch  # noqa: E402
 from rmqstore.cli import app  # noqa: E402
 from rmqstore.commitlog import MAGIC_V1, MAGIC_V2, Record, decode_record  # noqa: E402

@@ -203,3 +203,12 @@ def spark_redispatch(
     finally:
         stats = d.close(sync=True)
     return stats, end, reason
+
+
+def _register() -> None:
+    from .. import redispatch as local
+
+    local.ENGINES["spark"] = spark_redispatch  # the library never imports this package itself
+
+
+_register()

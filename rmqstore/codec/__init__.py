@@ -1,0 +1,7 @@
+"""On-disk formats of a RocketMQ store, bytes <-> values, with no file system access.
+
+One module per format (store-format.md section in each docstring): ``commitlog`` (records, §3),
+``columnar`` (the same records many at a time with numpy, derived from ``commitlog``'s
+declaration), ``consumequeue`` (§4), ``indexfile`` (§5), ``checkpoint`` (§6), ``javahash`` and
+``msgid``.
+"""

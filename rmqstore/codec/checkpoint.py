@@ -1,0 +1,66 @@
+"""The ``checkpoint`` file (store-format.md §6): 4096 bytes of big-endian longs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CorruptData
+from .fields import Field, struct_of
+
+FILE_SIZE = 4096
+# §6: the first 40 bytes, declared once (the names are the Checkpoint attributes).
+FIELDS = (
+    Field("physic_msg_timestamp_ms", "physicMsgTimestamp", "q"),
+    Field("logics_msg_timestamp_ms", "logicsMsgTimestamp", "q"),
+    Field("index_msg_timestamp_ms", "indexMsgTimestamp", "q"),
+    Field("master_flushed_offset", "masterFlushedOffset", "q"),
+    Field("confirm_phy_offset", "confirmPhyOffset", "q"),
+)
+_FIELDS = struct_of(FIELDS)
+MARGIN_MS = 3000  # abnormal recovery starts 3 s before the older of physic and logics
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    physic_msg_timestamp_ms: int
+    logics_msg_timestamp_ms: int
+    index_msg_timestamp_ms: int
+    master_flushed_offset: int = 0  # 5.0.0+
+    confirm_phy_offset: int = 0  # 5.1.1+
+
+    @property
+    def min_timestamp_ms(self) -> int:
+        return max(0, min(self.physic_msg_timestamp_ms, self.logics_msg_timestamp_ms) - MARGIN_MS)
+
+    @property
+    def min_timestamp_index_ms(self) -> int:
+        return min(self.min_timestamp_ms, self.index_msg_timestamp_ms)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            **{f.java: getattr(self, f.name) for f in FIELDS},
+            "minTimestamp": self.min_timestamp_ms,
+            "minTimestampIndex": self.min_timestamp_index_ms,
+        }
+
+
+def decode(buf: Any, *, path: str = "<buffer>") -> Checkpoint:
+    if len(buf) < _FIELDS.size:
+        raise CorruptData(f"checkpoint is {len(buf)} bytes, expected {FILE_SIZE}", path=path, pos=len(buf))
+    return Checkpoint(*_FIELDS.unpack_from(buf, 0))
+
+
+def encode(cp: Checkpoint) -> bytes:
+    head = _FIELDS.pack(*(getattr(cp, f.name) for f in FIELDS))
+    return head + bytes(FILE_SIZE - len(head))
+
+
+_TIMESTAMPS = struct_of(FIELDS[:3])
+
+
+def encode_timestamps(before: bytes | None, physic_ms: int, logics_ms: int, index_ms: int) -> bytes:
+    """What the broker's flush leaves: the three timestamps over the old page, the rest kept (§6)."""
+    page = bytearray(before if before is not None else bytes(FILE_SIZE))
+    _TIMESTAMPS.pack_into(page, 0, physic_ms, logics_ms, index_ms)
+    return bytes(page)

@@ -1,0 +1,649 @@
+"""Commit log records (store-format.md §3): V1/V2, IPv4/IPv6 hosts, BLANK, CRC, properties.
+
+A record is decoded from any buffer (``bytes``, ``mmap``, ``memoryview``) at a byte position;
+nothing is copied but the body, topic and property bytes of the record asked for. All integers
+are big-endian and signed, as Java writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ChecksumMismatch, CorruptData, MissingExtra, RecordSizeMismatch
+from ..rules import rules_for, version_tuple  # noqa: F401  (version_tuple: old import path)
+from .fields import Field
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB, 5.1.0+: 2-byte topic length
+BLANK_MAGIC = -875286124  # 0xCBD43194, end of file
+END_FILE_MIN_BLANK_LENGTH = 8
+
+# sysFlag bits (§3.3)
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_MASK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+PROP_KEYS = "KEYS"
+PROP_TAGS = "TAGS"
+PROP_UNIQ_KEY = "UNIQ_KEY"
+PROP_DELAY = "DELAY"
+PROP_REAL_TOPIC = "REAL_TOPIC"
+PROP_REAL_QID = "REAL_QID"
+PROP_WAIT = "WAIT"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+# ---------------------------------------------------------------------------------------------
+# The record layout (§3.1), declared once. Every reader and writer of records derives from this
+# table: the per-record ``struct`` formats below, and the numpy dtypes of ``codec.columnar``.
+
+
+# Fields 1-15 of §3.1, up to and including BODYLENGTH. BODY, TOPICLENGTH (1 byte V1 / 2 bytes V2),
+# TOPIC, PROPERTIESLENGTH (2 bytes) and PROPERTIES follow (see ``VARIABLE_PART``).
+RECORD_HEAD: tuple[Field, ...] = (
+    Field("total_size", "TOTALSIZE", "i"),
+    Field("magic", "MAGICCODE", "i"),
+    Field("body_crc", "BODYCRC", "i"),
+    Field("queue_id", "QUEUEID", "i"),
+    Field("flag", "FLAG", "i"),
+    Field("queue_offset", "QUEUEOFFSET", "q"),
+    Field("phy_offset", "PHYSICALOFFSET", "q"),
+    Field("sys_flag", "SYSFLAG", "i"),
+    Field("born_timestamp_ms", "BORNTIMESTAMP", "q"),
+    Field("born_addr", "BORNHOST", "addr"),
+    Field("born_port", "BORNHOST port", "i"),
+    Field("store_timestamp_ms", "STORETIMESTAMP", "q"),
+    Field("store_addr", "STOREHOSTADDRESS", "addr"),
+    Field("store_port", "STOREHOSTADDRESS port", "i"),
+    Field("reconsume_times", "RECONSUMETIMES", "i"),
+    Field("prepared_transaction_offset", "PREPARED TRANSACTION OFFSET", "q"),
+    Field("body_len", "BODYLENGTH", "i"),
+)
+VARIABLE_PART = ("body", "topic_len", "topic", "props_len", "properties")
+HEAD_NAMES = tuple(f.name for f in RECORD_HEAD)
+_V6_FLAGS = {"born_addr": 0x10, "store_addr": 0x20}  # BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
+
+
+def _code(f: Field, sys_flag: int) -> str:
+    if f.code == "addr":
+        return "16s" if sys_flag & _V6_FLAGS[f.name] else "4s"
+    return f.code
+
+
+def head_codes(sys_flag: int = 0) -> tuple[str, ...]:
+    """The struct code of each of fields 1-15 for the host widths ``sys_flag`` selects (§3.1, §3.3)."""
+    return tuple(_code(f, sys_flag) for f in RECORD_HEAD)
+
+
+def head_format(sys_flag: int = 0) -> str:
+    """The struct format of fields 1-15 for the host widths ``sys_flag`` selects."""
+    return ">" + "".join(head_codes(sys_flag))
+
+
+def head_offsets(sys_flag: int = 0) -> dict[str, int]:
+    """Byte position of each head field inside the record for these host widths; ``body`` after them."""
+    out, at = {}, 0
+    for f in RECORD_HEAD:
+        out[f.name] = at
+        at += struct.calcsize(">" + _code(f, sys_flag))
+    out["body"] = at
+    return out
+
+
+# One struct per host-width combination, indexed by ``(sys_flag & 0x30) >> 4``.
+HEAD_STRUCTS: tuple[struct.Struct, ...] = tuple(struct.Struct(head_format(v << 4)) for v in range(4))
+HEAD_V4 = HEAD_STRUCTS[0]  # 88 bytes: both hosts IPv4, the common case
+HEAD_V4_SIZE = HEAD_V4.size
+HEAD_OFFSETS: tuple[dict[str, int], ...] = tuple(head_offsets(v << 4) for v in range(4))
+OFFSETS_V4 = HEAD_OFFSETS[0]
+MIN_RECORD_SIZE_V1 = HEAD_V4_SIZE + 1 + 2  # 91: empty body, topic and properties, both hosts IPv4
+_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE: enough to follow the chain
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_SHORT = struct.Struct(">h")
+_BYTE = struct.Struct(">b")
+
+
+def host_len(sys_flag: int, v6_flag: int) -> int:
+    """Bytes of a host field: 4-byte IPv4 or 16-byte IPv6 address plus a 4-byte int port."""
+    return 20 if sys_flag & v6_flag else 8
+
+
+def head_struct(sys_flag: int) -> struct.Struct:
+    """The struct of fields 1-15 for the host widths of ``sys_flag``."""
+    return HEAD_STRUCTS[(sys_flag >> 4) & 3]
+
+
+def cal_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, *, v2: bool = False) -> int:
+    """The broker's ``calMsgLength`` (§3.1); negative lengths count as 0."""
+    return head_struct(sys_flag).size + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0)
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """BODYCRC as stored: CRC32 of the stored body bytes masked with 0x7FFFFFFF (§3.6)."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def parse_properties(raw: str, *, broker: str = "4.4.0") -> dict[str, str]:
+    """Decode a property string exactly as the given broker version does (§3.7)."""
+    props: dict[str, str] = {}
+    if not raw:
+        return props
+    if not rules_for(broker).new_properties_parser:
+        # Java String.split on each separator: trailing empty strings dropped, 2 parts kept.
+        for item in raw.split(PROPERTY_SEPARATOR):
+            parts = item.split(NAME_VALUE_SEPARATOR)
+            while parts and parts[-1] == "":
+                parts.pop()
+            if len(parts) == 2:
+                props[parts[0]] = parts[1]
+        return props
+    n = len(raw)
+    i = 0
+    while i < n:
+        j = raw.find(PROPERTY_SEPARATOR, i)
+        if j < 0:
+            j = n
+        if j - i >= 3:
+            k = raw.find(NAME_VALUE_SEPARATOR, i)
+            if i < k < j - 1:
+                props[raw[i:k]] = raw[k + 1 : j]
+        i = j + 1
+    return props
+
+
+def encode_properties(props: dict[str, str] | list[tuple[str, str]]) -> bytes:
+    """``name 0x01 value 0x02`` for every pair, UTF-8 (§3.7)."""
+    items = props.items() if isinstance(props, dict) else props
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in items).encode("utf-8")
+
+
+def host_str(addr: bytes, port: int) -> str:
+    """``192.168.0.1:40000`` or ``[2001:db8::1]:40000``."""
+    ip = ipaddress.ip_address(bytes(addr))
+    return f"{ip}:{port}" if ip.version == 4 else f"[{ip}]:{port}"
+
+
+def parse_host(text: str) -> tuple[bytes, int]:
+    """Inverse of :func:`host_str`; raises ``ValueError``."""
+    text = text.strip()
+    if text.startswith("["):
+        addr, _, port = text[1:].partition("]:")
+    else:
+        addr, _, port = text.rpartition(":")
+    if not addr or not port:
+        raise ValueError(f"host {text!r} is not ip:port")
+    p = int(port)
+    if not 0 <= p <= 0x7FFFFFFF:
+        raise ValueError(f"port {p} out of range")
+    return ipaddress.ip_address(addr).packed, p
+
+
+def offset_msg_id(store_addr: bytes, store_port: int, phy_offset: int) -> str:
+    """The broker's msgId: hex of store address, int port and physical offset (§3.10)."""
+    return (bytes(store_addr) + struct.pack(">iq", store_port, phy_offset)).hex().upper()
+
+
+@dataclass(frozen=True, slots=True)
+class Blank:
+    """BLANK end-of-file record: the rest of the file, from ``pos``, is padding (§3.4)."""
+
+    pos: int
+    phy_offset: int  # where the blank starts, file start + pos
+    total_size: int  # as stored: bytes to the end of the file
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One commit log message record with every on-disk field (§3.1)."""
+
+    pos: int  # byte position inside its file
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    phy_offset: int  # the stored PHYSICALOFFSET field
+    sys_flag: int
+    born_timestamp_ms: int
+    born_addr: bytes
+    born_port: int
+    store_timestamp_ms: int
+    store_addr: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties_raw: str
+    broker: str = field(default="4.4.0", compare=False)
+
+    @property
+    def version(self) -> int:
+        return 2 if self.magic == MAGIC_V2 else 1
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return parse_properties(self.properties_raw, broker=self.broker)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROP_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        """KEYS as the broker derives it: "" with no properties at all, None when absent (§3.11)."""
+        if not self.properties_raw:
+            return ""
+        return self.properties.get(PROP_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROP_UNIQ_KEY)
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sys_flag & TRANSACTION_MASK
+
+    @property
+    def born_host(self) -> str:
+        return host_str(self.born_addr, self.born_port)
+
+    @property
+    def store_host(self) -> str:
+        return host_str(self.store_addr, self.store_port)
+
+    @property
+    def msg_id(self) -> str:
+        return offset_msg_id(self.store_addr, self.store_port, self.phy_offset)
+
+    def crc_ok(self) -> bool:
+        return body_crc(self.body) == self.body_crc
+
+    def decompressed_body(self, *, path: str = "<buffer>") -> bytes:
+        """The body as the producer sent it, uncompressed when sysFlag says so (§3.9).
+
+        Raises CorruptData (at this record) when the stored bytes do not decompress.
+        """
+        if not self.sys_flag & COMPRESSED_FLAG:
+            return self.body
+        kind = (self.sys_flag & COMPRESSION_TYPE_MASK) >> 8
+        try:
+            if kind in (0, 3):
+                return zlib.decompress(self.body)
+            if kind == 1:
+                import lz4.frame  # type: ignore[import-not-found]  # optional: only LZ4 stores need it
+
+                return bytes(lz4.frame.decompress(self.body))
+            if kind == 2:
+                import zstandard  # type: ignore[import-not-found]
+
+                return bytes(zstandard.ZstdDecompressor().decompress(self.body))
+        except ImportError as e:
+            raise MissingExtra(f"compression type {kind} needs the {e.name!r} package") from None
+        except Exception as e:  # zlib.error, lz4 / zstd errors: the bytes are bad
+            raise CorruptData(
+                f"compressed body (type {kind}) does not decompress: {e}",
+                path=path,
+                pos=self.pos,
+                phy_offset=self.phy_offset,
+            ) from None
+        raise CorruptData(f"unknown compression type {kind}", path=path, pos=self.pos, phy_offset=self.phy_offset)
+
+    def to_json(self, *, body: str = "base64") -> dict[str, Any]:
+        """The record with RocketMQ's own field names (as ``MessageExt`` / truth.json name them)."""
+        out: dict[str, Any] = {
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "queueOffset": self.queue_offset,
+            "commitLogOffset": self.phy_offset,
+            "storeSize": self.total_size,
+            "bodyCRC": self.body_crc,
+            "flag": self.flag,
+            "sysFlag": self.sys_flag,
+            "bornTimestamp": self.born_timestamp_ms,
+            "bornHost": self.born_host,
+            "storeTimestamp": self.store_timestamp_ms,
+            "storeHost": self.store_host,
+            "reconsumeTimes": self.reconsume_times,
+            "preparedTransactionOffset": self.prepared_transaction_offset,
+            "properties": self.properties,
+            "bodyLength": len(self.body),
+            "msgId": self.msg_id,
+        }
+        if body != "none":
+            out["body"] = render_body(self.body, body)
+        return out
+
+
+def render_body(data: bytes, mode: str) -> str:
+    """Body text for output: ``base64``, ``hex`` or ``text`` (UTF-8, undecodable bytes escaped)."""
+    if mode == "base64":
+        return base64.b64encode(data).decode("ascii")
+    if mode == "hex":
+        return data.hex()
+    if mode == "text":
+        return data.decode("utf-8", "backslashreplace")
+    raise ValueError(f"unknown body mode {mode!r}")
+
+
+# TOTALSIZE and MAGICCODE at a position (the caller checks 8 bytes remain): all a walk of the
+# chain needs. The bound method itself, as it runs once per record of every walk.
+read_head = _HEAD.unpack_from
+
+
+def checked_size(buf: Any, pos: int, end: int) -> int | None:
+    """TOTALSIZE of the V1/V2 record at ``pos`` if its structure is valid, else None.
+
+    The broker's check without CRC and without copying anything (§3.11 steps 2-7): the same
+    verdict as :func:`decode_record`, which callers use to explain a failure. It runs once per
+    record of a walk, so it reads only the four length fields.
+    """
+    if end - pos < MIN_RECORD_SIZE_V1:
+        return None
+    total, magic = _HEAD.unpack_from(buf, pos)
+    if (magic != MAGIC_V1 and magic != MAGIC_V2) or total < MIN_RECORD_SIZE_V1 or total > end - pos:
+        return None
+    (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
+    stop = pos + total
+    p = pos + HEAD_OFFSETS[(sys_flag >> 4) & 3]["body_len"]
+    if p + 4 > stop:
+        return None
+    (body_len,) = _INT.unpack_from(buf, p)
+    p += 4 + (body_len if body_len > 0 else 0)
+    v2 = magic == MAGIC_V2
+    if p + (4 if v2 else 3) > stop:
+        return None
+    (topic_len,) = (_SHORT if v2 else _BYTE).unpack_from(buf, p)
+    if topic_len < 0:
+        return None
+    p += (2 if v2 else 1) + topic_len
+    if p + 2 > stop:
+        return None
+    (props_len,) = _SHORT.unpack_from(buf, p)
+    if props_len > 0 and p + 2 + props_len > stop:
+        return None
+    return total if cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=v2) == total else None
+
+
+def _read_variable(
+    buf: Any, p: int, body_len: int, v2: bool, limit: int, *, path: str, pos: int, phy: int
+) -> tuple[bytes, int, str, int, str]:
+    """BODY, TOPICLENGTH, TOPIC, PROPERTIESLENGTH and PROPERTIES from ``p`` (§3.1 fields 15-17).
+
+    Reads are bounded by the buffer (``limit``), not by TOTALSIZE, as the broker's are.
+    """
+    if body_len > 0:
+        if p + body_len > limit:
+            raise CorruptData(f"BODYLENGTH {body_len} runs past the file end", path=path, pos=pos, phy_offset=phy)
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+    else:
+        body = b""
+    (topic_len,) = (_SHORT if v2 else _BYTE).unpack_from(buf, p)
+    p += 2 if v2 else 1
+    if topic_len < 0 or p + topic_len + 2 > limit:
+        raise CorruptData(f"bad TOPICLENGTH {topic_len}", path=path, pos=pos, phy_offset=phy)
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    (props_len,) = _SHORT.unpack_from(buf, p)
+    p += 2
+    props_raw = ""
+    if props_len > 0:
+        if p + props_len > limit:
+            raise CorruptData(
+                f"PROPERTIESLENGTH {props_len} runs past the file end", path=path, pos=pos, phy_offset=phy
+            )
+        props_raw = bytes(buf[p : p + props_len]).decode("utf-8", "replace")
+    return body, topic_len, topic, props_len, props_raw
+
+
+def decode_record(
+    buf: Any,
+    pos: int,
+    *,
+    path: str = "<buffer>",
+    file_from: int = 0,
+    end: int | None = None,
+    check_crc: bool = False,
+    broker: str = "4.4.0",
+) -> Record | Blank:
+    """Decode the record at ``pos`` the way ``checkMessageAndReturnSize`` reads it (§3.11).
+
+    Raises :class:`CorruptData` (or its subclasses :class:`ChecksumMismatch`,
+    :class:`RecordSizeMismatch`) naming ``path`` and ``pos``. An all-zero header is
+    reported as corrupt too: callers that treat zeros as end of data check for it first.
+    """
+    limit = len(buf) if end is None else end
+    phy = file_from + pos
+    if limit - pos < 8:
+        raise CorruptData(f"truncated record header: {limit - pos} bytes left", path=path, pos=pos, phy_offset=phy)
+    total, magic = _HEAD.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        return Blank(pos, phy, total)
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        raise CorruptData(
+            f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total}), expected 0xDAA320A7",
+            path=path,
+            pos=pos,
+            phy_offset=phy,
+        )
+    if total <= 0 or total > limit - pos:
+        raise CorruptData(
+            f"TOTALSIZE {total} does not fit: {limit - pos} bytes left in the file",
+            path=path,
+            pos=pos,
+            phy_offset=phy,
+        )
+    # The broker reads the fields from the mapped buffer, not bounded by TOTALSIZE: lengths that
+    # overrun the record but stay inside the buffer give a size mismatch, past the buffer an error.
+    try:
+        (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
+        head = head_struct(sys_flag)
+        (_, _, crc, queue_id, flag, queue_offset, phy_field, sys_flag, born_ts, born_addr, born_port, store_ts,
+         store_addr, store_port, reconsume, prepared, body_len) = head.unpack_from(buf, pos)  # fmt: skip
+        body, topic_len, topic, props_len, props_raw = _read_variable(
+            buf, pos + head.size, body_len, magic == MAGIC_V2, limit, path=path, pos=pos, phy=phy
+        )
+    except struct.error:
+        raise CorruptData("record cut short", path=path, pos=pos, phy_offset=phy) from None
+    computed_size = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=magic == MAGIC_V2)
+    if computed_size != total:
+        raise RecordSizeMismatch(path=path, pos=pos, phy_offset=phy, total_size=total, computed=computed_size)
+    if check_crc and body_len > 0:
+        computed = zlib.crc32(body) & 0x7FFFFFFF
+        if computed != crc:
+            raise ChecksumMismatch(path=path, pos=pos, phy_offset=phy, stored=crc, computed=computed)
+    return Record(
+        pos, total, magic, crc, queue_id, flag, queue_offset, phy_field, sys_flag, born_ts, born_addr, born_port,
+        store_ts, store_addr, store_port, reconsume, prepared, body, topic, props_raw, broker,
+    )  # fmt: skip
+
+
+def explain_invalid(
+    buf: Any,
+    pos: int,
+    *,
+    path: str = "<buffer>",
+    file_from: int = 0,
+    end: int | None = None,
+    check_crc: bool = False,
+    broker: str = "4.4.0",
+) -> CorruptData:
+    """Why the record at ``pos`` stops a walk: the decoder's own error for it (the one explanation)."""
+    try:
+        decode_record(buf, pos, path=path, file_from=file_from, end=end, check_crc=check_crc, broker=broker)
+    except CorruptData as e:
+        return e
+    return CorruptData("invalid record", path=path, pos=pos, phy_offset=file_from + pos)
+
+
+def encode_record(
+    *,
+    topic: str,
+    queue_id: int,
+    flag: int = 0,
+    queue_offset: int,
+    phy_offset: int,
+    sys_flag: int = 0,
+    born_timestamp_ms: int,
+    born_addr: bytes,
+    born_port: int,
+    store_timestamp_ms: int,
+    store_addr: bytes,
+    store_port: int,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    body: bytes = b"",
+    properties: bytes = b"",
+    v2: bool = False,
+    crc: int | None = None,
+) -> bytes:
+    """Encode one record; the body CRC is computed unless ``crc`` is given. Raises ``ValueError``."""
+    check_head_values(
+        queue_id=queue_id, flag=flag, queue_offset=queue_offset, phy_offset=phy_offset, sys_flag=sys_flag,
+        born_timestamp_ms=born_timestamp_ms, born_port=born_port, store_timestamp_ms=store_timestamp_ms,
+        store_port=store_port, reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset, body_crc=0 if crc is None else crc,
+    )  # fmt: skip
+    topic_b = topic.encode("utf-8")
+    if not v2 and len(topic_b) > 127:
+        raise ValueError(f"topic is {len(topic_b)} bytes; a V1 record holds at most 127")
+    if len(topic_b) > 32767:
+        raise ValueError("topic longer than 32767 bytes")
+    if len(properties) > 32767:
+        raise ValueError(f"properties are {len(properties)} bytes; at most 32767 (Short.MAX_VALUE)")
+    head = head_struct(sys_flag)
+    for name, addr in (("born_addr", born_addr), ("store_addr", store_addr)):
+        want = 16 if sys_flag & _V6_FLAGS[name] else 4
+        if len(addr) != want:
+            raise ValueError(f"{name.split('_')[0]} host address is {len(addr)} bytes but sysFlag says {want}")
+    total = cal_msg_length(sys_flag, len(body), len(topic_b), len(properties), v2=v2)
+    out = bytearray(total)
+    head.pack_into(
+        out, 0, total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(body) if crc is None else crc, queue_id, flag,
+        queue_offset, phy_offset, sys_flag, born_timestamp_ms, born_addr, born_port, store_timestamp_ms, store_addr,
+        store_port, reconsume_times, prepared_transaction_offset, len(body),
+    )  # fmt: skip
+    p = head.size
+    out[p : p + len(body)] = body
+    p += len(body)
+    (_SHORT if v2 else _BYTE).pack_into(out, p, len(topic_b))
+    p += 2 if v2 else 1
+    out[p : p + len(topic_b)] = topic_b
+    p += len(topic_b)
+    _SHORT.pack_into(out, p, len(properties))
+    p += 2
+    out[p : p + len(properties)] = properties
+    return bytes(out)
+
+
+def check_head_values(**values: int) -> None:
+    """Raise ``ValueError`` naming the first head field (§3.1) whose value does not fit its Java type."""
+    for f in RECORD_HEAD:
+        v = values.get(f.name)
+        if v is None or f.code == "addr":
+            continue
+        bits = 32 if f.code == "i" else 64
+        if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+            name = "crc" if f.name == "body_crc" else f.name
+            raise ValueError(f"{name} {v} does not fit a signed {bits}-bit field")
+
+
+def compress_body(body: bytes, *, level: int = 5, type_bits: bool = True) -> tuple[bytes, int]:
+    """zlib-compress a body as a Java producer does (§3.9); returns the bytes and the sysFlag bits.
+
+    ``type_bits`` marks the type (zlib = 3) in bits 8-10 as producers since 4.9.4 do (``0x301``);
+    without it only COMPRESSED_FLAG is set, as older producers did.
+    """
+    return zlib.compress(body, level), COMPRESSED_FLAG | ((3 << 8) if type_bits else 0)
+
+
+# Batch wire format (§3.8): the body of a batch send request, one item per inner message.
+_BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magic (0), bodyCRC (0), flag, bodyLen
+BATCH_ITEM_OVERHEAD = _BATCH_HEAD.size + 2  # + the properties length
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One inner message of a batch: its own flag, body and properties."""
+
+    flag: int
+    body: bytes
+    properties_raw: str
+    pos: int = 0  # byte position of the item in the batch body (decoding only)
+
+    def properties(self, *, broker: str = "4.4.0") -> dict[str, str]:
+        return parse_properties(self.properties_raw, broker=broker)
+
+
+def encode_batch(items: list[BatchItem] | list[tuple[int, bytes, str]]) -> bytes:
+    """The wire body of a batch send (``MessageDecoder.encodeMessages``). Raises ``ValueError``."""
+    out = bytearray()
+    for item in items:
+        flag, body, raw = (item.flag, item.body, item.properties_raw) if isinstance(item, BatchItem) else item
+        props = raw.encode("utf-8")
+        if len(props) > 32767:
+            raise ValueError(f"properties are {len(props)} bytes; at most 32767 (Short.MAX_VALUE)")
+        if not -(1 << 31) <= flag < (1 << 31):
+            raise ValueError(f"flag {flag} does not fit a signed 32-bit field")
+        total = BATCH_ITEM_OVERHEAD + len(body) + len(props)
+        out += _BATCH_HEAD.pack(total, 0, 0, flag, len(body)) + body + _SHORT.pack(len(props)) + props
+    return bytes(out)
+
+
+def decode_batch(buf: Any, *, path: str = "<buffer>", start: int = 0, end: int | None = None) -> list[BatchItem]:
+    """Split a batch wire body (or a 5.x inner-batch record body) into its messages.
+
+    Raises CorruptData at the first item whose lengths do not fit.
+    """
+    limit = len(buf) if end is None else end
+    items = []
+    pos = start
+    while pos < limit:
+        if limit - pos < BATCH_ITEM_OVERHEAD:
+            raise CorruptData(f"truncated batch item: {limit - pos} bytes left", path=path, pos=pos)
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(buf, pos)
+        if body_len < 0 or total < BATCH_ITEM_OVERHEAD + body_len or total > limit - pos:
+            raise CorruptData(f"batch item size {total} / body length {body_len} do not fit", path=path, pos=pos)
+        p = pos + _BATCH_HEAD.size
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        (props_len,) = _SHORT.unpack_from(buf, p)
+        if props_len < 0 or total != BATCH_ITEM_OVERHEAD + body_len + props_len:
+            raise CorruptData(
+                f"batch item size {total} disagrees with body {body_len} + properties {props_len}", path=path, pos=pos
+            )
+        raw = bytes(buf[p + 2 : p + 2 + props_len]).decode("utf-8", "replace")
+        items.append(BatchItem(flag, body, raw, pos))
+        pos += total
+    return items
+
+
+def encode_blank(remaining: int) -> bytes:
+    """The 8-byte BLANK header written where a record no longer fits (§3.4)."""
+    return _HEAD.pack(remaining, BLANK_MAGIC)
+
+
+def store_timestamp_at(buf: Any, pos: int) -> int:
+    """STORETIMESTAMP of the record at ``pos`` (offset 56, or 68 with an IPv6 born host)."""
+    (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
+    (ts,) = _LONG.unpack_from(buf, pos + HEAD_OFFSETS[(sys_flag >> 4) & 3]["store_timestamp_ms"])
+    return ts

@@ -1,0 +1,334 @@
+"""The walk over the commit log chain (store-format.md §3.11, §8.2-8.3, §9.2) shared by the operations.
+
+``Stop`` says why and where a walk of one file ended. ``recovery_walk_file`` is recovery's walk of
+one file done once for two purposes: the structure and body CRC checks of ``checkMessageAndReturnSize``
+and the dispatch columns of the same records, both computed by worker processes over byte ranges
+of the file (each worker picks up the chain at the first record of its range whose stored
+physical offset equals its position; the caller accepts a range only where the previous range's
+walk really ended). The dispatch columns are kept for the re-dispatch that follows in the same
+process (``take_dispatch_columns``), so a recovery reads the records once.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import mmap
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .codec.columnar import body_crcs, decode_heads, head_column
+from .codec.commitlog import MAGIC_V2
+from .columnar import BATCH, Columns, decode_batch, find_record_start, walk_positions
+from .errors import CorruptData
+from .layout import Segment, StoreConfig
+
+PART_SIZE = 32 << 20  # bytes of a file one worker checks and decodes at a time
+_SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
+CACHE_BUDGET = 192 << 20  # dispatch columns kept between the recovery walk and its re-dispatch
+
+
+class StopKind(enum.Enum):
+    """Why the walk of one commit log file ended."""
+
+    BLANK = "blank"  # a BLANK record: the file is full, the chain goes on in the next file
+    END = "end"  # zeros or the end of the file: the end of the data
+    INVALID = "invalid"  # a record the broker's check rejects
+    UNTIL = "until"  # the caller's bound
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Where (position in the file and physical offset) and why a walk ended."""
+
+    kind: StopKind
+    pos: int
+    phy_offset: int
+    explanation: str
+    error: CorruptData | None = None
+
+
+@dataclass
+class FusedFile:
+    """One file walked with recovery's checks: record positions, dispatch columns, where it ended."""
+
+    positions: np.ndarray
+    batches: list[Columns]
+    stop_pos: int
+    reason: str  # "blank" | "end"
+
+
+@dataclass
+class _Part:
+    sync: int | None
+    positions: np.ndarray
+    batches: list[Columns]
+    stop_pos: int
+    reason: str
+    clean: bool  # every record passed: structure, CRC, and no record the fused path leaves to the exact walk
+
+
+def _check_part(
+    buf: Any, u8: np.ndarray, seg: Segment, cfg: StoreConfig, p: np.ndarray, end: int, flags: tuple[bool, bool, bool]
+) -> Columns | None:
+    """Dispatch columns of the records at ``p`` if every one passes recovery's checks, else None."""
+    check_crc, ipv6_hosts, v2_magic = flags
+    cols, bad = decode_batch(buf, u8, p, seg, cfg, end)
+    if bad is not None or cols is None or len(cols) != len(p):
+        return None  # an invalid record or a size mismatch: the exact walk explains it
+    heads = decode_heads(u8, p)
+    sys_flag = head_column(heads, "sys_flag")
+    if not ipv6_hosts and (sys_flag & 0x30).any():
+        return None  # brokers before 4.6.0 read 8-byte hosts whatever the flags say
+    if not v2_magic and (head_column(heads, "magic") == MAGIC_V2).any():
+        return None
+    if check_crc:
+        body_len = head_column(heads, "body_len")
+        head_size = np.where(sys_flag & 0x10, 12, 0) + np.where(sys_flag & 0x20, 12, 0) + 88
+        sel = np.flatnonzero(body_len > 0)
+        if (body_crcs(buf, p[sel] + head_size[sel], body_len[sel]) != head_column(heads, "body_crc")[sel]).any():
+            return None
+    return cols
+
+
+def _walk_part(
+    buf: Any, seg: Segment, cfg: StoreConfig, lo: int, hi: int, end: int, known: bool, flags: tuple[bool, bool, bool]
+) -> _Part:
+    u8 = np.frombuffer(buf, dtype=np.uint8, count=end)
+    sync = lo if known else find_record_start(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
+    if sync is None:
+        return _Part(None, np.zeros(0, np.int64), [], lo, "end", False)
+    positions, stop_pos, reason = walk_positions(buf, sync, end, until=hi)
+    batches = []
+    clean = reason != "invalid"
+    for i in range(0, len(positions), BATCH) if clean else ():
+        cols = _check_part(buf, u8, seg, cfg, positions[i : i + BATCH], end, flags)
+        if cols is None:
+            clean = False
+            break
+        batches.append(cols)
+    del u8
+    return _Part(sync, positions, batches, stop_pos, reason, clean)
+
+
+_WORKER_MAP: dict[str, Any] = {}
+
+
+def _walk_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool, tuple[bool, bool, bool]]) -> _Part:
+    seg, cfg, lo, hi, end, known, flags = args
+    key = str(seg.path)
+    m = _WORKER_MAP.get(key)
+    if m is None:  # one mapping per file and worker process
+        for old in _WORKER_MAP.values():
+            old.close()
+        _WORKER_MAP.clear()
+        with open(seg.path, "rb") as f:
+            m = _WORKER_MAP[key] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    part = _walk_part(m, seg, cfg, lo, hi, end, known, flags)
+    m.madvise(mmap.MADV_DONTNEED, lo - lo % mmap.PAGESIZE, min(hi, end) - (lo - lo % mmap.PAGESIZE))
+    return part
+
+
+def recovery_walk_file(
+    pool: Any, seg: Segment, cfg: StoreConfig, *, check_crc: bool, ipv6_hosts: bool, v2_magic: bool
+) -> FusedFile | None:
+    """Recovery's walk of one whole file with its dispatch columns, in ``pool``'s worker processes.
+
+    Returns None where the exact per-batch walk must decide: an invalid record, a size mismatch, a
+    CRC mismatch, a record the broker version reads differently, or a chain the ranges disagree on.
+    """
+    end = seg.size
+    parts = [(lo, min(lo + PART_SIZE, end)) for lo in range(0, end, PART_SIZE)] or [(0, end)]
+    flags = (check_crc, ipv6_hosts, v2_magic)
+    pending: deque[Any] = deque()
+    window = (os.cpu_count() or 1) + 1
+    submitted = 0
+    positions: list[np.ndarray] = []
+    batches: list[Columns] = []
+    expected = 0
+    for _lo, hi in parts:
+        while submitted < len(parts) and len(pending) < window:
+            lo_, hi_ = parts[submitted]
+            args = (seg, cfg, lo_, hi_, end, submitted == 0, flags)
+            pending.append(pool.apply_async(_walk_part_in_worker, (args,)))
+            submitted += 1
+        res: _Part = pending.popleft().get()
+        if expected >= hi:
+            continue  # a record that started in an earlier range covers this one
+        if res.sync != expected or not res.clean:
+            return None
+        positions.append(res.positions)
+        batches += res.batches
+        expected = res.stop_pos
+        if res.reason != "until":
+            return FusedFile(np.concatenate(positions), batches, res.stop_pos, res.reason)
+    return FusedFile(np.concatenate(positions) if positions else np.zeros(0, np.int64), batches, expected, "end")
+
+
+def worker_pool() -> Any:
+    """A pool of forked worker processes, one per core (at least two: the walk overlaps the merge)."""
+    import multiprocessing as mp
+
+    return mp.get_context("fork").Pool(max(2, min(4, os.cpu_count() or 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch columns kept from a recovery walk for the re-dispatch of the same records
+
+
+@dataclass
+class _Kept:
+    fingerprint: tuple[Any, ...]
+    from_phy: int
+    to_phy: int
+    batches: list[Columns]
+    at: float
+
+
+_KEPT: dict[str, _Kept] = {}
+
+
+def _fingerprint(segs: list[Segment]) -> tuple[Any, ...]:
+    out = []
+    for s in segs:
+        st = os.stat(s.path)
+        out.append((s.path.name, st.st_ino, st.st_size))
+    return tuple(out)
+
+
+def columns_size(batches: list[Columns]) -> int:
+    return sum(a.nbytes for c in batches for a in vars(c).values() if isinstance(a, np.ndarray))
+
+
+def keep_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy: int, batches: list[Columns]) -> None:
+    """Keep the columns of the records in [from_phy, to_phy) for ``take_dispatch_columns`` (one use)."""
+    _KEPT.clear()
+    if columns_size(batches) <= CACHE_BUDGET:
+        _KEPT[str(root.resolve())] = _Kept(_fingerprint(segs), from_phy, to_phy, batches, time.monotonic())
+
+
+def take_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy: int) -> list[Columns] | None:
+    """The columns a recovery walk of this process kept for exactly [from_phy, to_phy), once; else None.
+
+    Only the walk of the plan being applied is used: same files (name, inode, size), same range,
+    and the records must end exactly at ``to_phy``.
+    """
+    kept = _KEPT.pop(str(root.resolve()), None)
+    if kept is None or (kept.from_phy, kept.to_phy) != (from_phy, to_phy):
+        return None
+    if kept.fingerprint != _fingerprint(segs) or time.monotonic() - kept.at > 3600:
+        return None
+    last = next((c for c in reversed(kept.batches) if len(c)), None)
+    if last is None or int(last.phy[-1] + last.size[-1]) != to_phy:
+        return None
+    return kept.batches
+
+
+# ---------------------------------------------------------------------------------------------
+# Zeros: the end of the data without mapping it all. A broker creates its files sparse, so the
+# zeros after the data are usually holes that SEEK_DATA skips; zero bytes that are really on
+# disk are read a chunk at a time and their pages released behind the scan.
+
+_ZERO_CHUNK = 4 << 20
+
+
+def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
+    """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return [(start, end)]
+    out = []
+    pos = start
+    try:
+        while pos < end:
+            try:
+                d = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # only a hole from here on
+                    break
+                raise
+            if d >= end:
+                break
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            out.append((d, min(h, end)))
+            pos = h
+    except (AttributeError, OSError):
+        return [(start, end)]
+    finally:
+        os.close(fd)
+    return out
+
+
+def _release(buf: Any, lo: int, hi: int) -> None:
+    """Drop the mapped pages of ``buf[lo:hi]`` (page-aligned inside) from this process."""
+    madvise = getattr(buf, "madvise", None)
+    a = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+    b = hi - hi % mmap.PAGESIZE
+    if madvise is not None and b > a:
+        madvise(mmap.MADV_DONTNEED, a, b - a)
+
+
+def first_nonzero(buf: Any, start: int, end: int, *, path: Path | str | None = None) -> int | None:
+    """Position of the first non-zero byte of ``buf[start:end]``, or None; holes of ``path`` are skipped."""
+    for a, b in data_extents(path, start, end) if path is not None else [(start, end)]:
+        for c0 in range(a, b, _ZERO_CHUNK):
+            c1 = min(c0 + _ZERO_CHUNK, b)
+            chunk = np.frombuffer(buf, np.uint8, count=c1 - c0, offset=c0)
+            nz = np.flatnonzero(chunk)
+            del chunk
+            if nz.size:
+                return c0 + int(nz[0])
+            _release(buf, c0, c1)
+    return None
+
+
+def zero_tail_start(buf: Any, start: int, end: int, *, path: Path | str | None = None) -> int:
+    """Where the run of zero bytes that ends at ``end`` begins (``end`` if the last byte is not 0)."""
+    extents = data_extents(path, start, end) if path is not None else [(start, end)]
+    if not extents:
+        return start
+    if extents[-1][1] < end:
+        end_data = extents[-1][1]  # a hole runs to ``end``: only the data before it can end the run
+    else:
+        end_data = end
+    for a, b in reversed(extents):
+        c1 = min(b, end_data)
+        while c1 > a:
+            c0 = max(a, c1 - _ZERO_CHUNK)
+            chunk = np.frombuffer(buf, np.uint8, count=c1 - c0, offset=c0)
+            nz = np.flatnonzero(chunk)
+            del chunk
+            _release(buf, c0, c1)
+            if nz.size:
+                return c0 + int(nz[-1]) + 1
+            c1 = c0
+    return start
+
+
+def data_end(path: Path, start: int, end: int | None = None) -> int:
+    """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if end is None:
+            end = os.fstat(fd).st_size
+        if end <= start:
+            return start
+        for a, b in reversed(data_extents(path, start, end)):
+            hi = b
+            while hi > a:
+                lo = max(a, hi - _ZERO_CHUNK)
+                data = os.pread(fd, hi - lo, lo)
+                arr = np.frombuffer(data, dtype=np.uint8)
+                if arr.any():
+                    return lo + int(np.flatnonzero(arr)[-1]) + 1
+                hi = lo
+        return start
+    finally:
+        os.close(fd)

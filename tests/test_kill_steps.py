@@ -1,0 +1,120 @@
+"""Each modifying command killed (SIGKILL) at every journal step, then run again, ends byte-identical
+to a run that was never interrupted.
+
+The kill comes from the step callback the command hands to the library (``tests/killrun.py`` injects
+one that kills the process at a chosen step), not from timing luck.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import REPO, copy_real_store
+from typer.testing import CliRunner
+
+from rmqstore.cli import app
+
+runner = CliRunner()
+NOW_MS = 1_795_400_000_000
+AT_04 = int(dt.datetime(2030, 1, 15, 4, 30).timestamp() * 1000)  # inside expire's default deleteWhen hour
+
+
+def data_files(root: Path) -> dict[str, str]:
+    """The files a broker reads: everything but rmqstore's scratch directory and the lock."""
+    out = {}
+    index_no = 0
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and rel.parts[0] != ".rmqstore" and rel.as_posix() != "lock":
+            name = rel.as_posix()
+            if rel.parts[0] == "index":  # named by the wall clock of the run that created it
+                name, index_no = f"index/#{index_no}", index_no + 1
+            out[name] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def run_with_hook(step: str, count: int, record: Path | None, argv: list[str]) -> subprocess.CompletedProcess:
+    code = [sys.executable, str(REPO / "tests" / "killrun.py"), step, str(count), str(record or "-"), *argv]
+    return subprocess.run(code, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def prepare_write(tmp: Path) -> Path:
+    return copy_real_store("clean-2topics", tmp)
+
+
+def prepare_recover(tmp: Path) -> Path:
+    return copy_real_store("crash-midwrite", tmp)
+
+
+def prepare_redispatch(tmp: Path) -> Path:
+    root = copy_real_store("clean-2topics", tmp)
+    for f in (root / "consumequeue" / "TopicA" / "1").iterdir():
+        f.unlink()  # a queue to rebuild
+    return root
+
+
+def prepare_expire(tmp: Path) -> Path:
+    root = copy_real_store("clean-2topics", tmp)
+    files = sorted((root / "commitlog").iterdir())
+    for i, f in enumerate(files):
+        ms = AT_04 - (100 if i < 2 else 1) * 3_600_000
+        os.utime(f, ns=(ms * 1_000_000, ms * 1_000_000))
+    return root
+
+
+def argv_write(root: Path, q: Path) -> list[str]:
+    return ["write", str(root), "--topic", "TopicA", "--body", "hello", "--keys", "k1", "--now", str(NOW_MS),
+            "--uniq-key-seed", "7", "--quarantine", str(q)]  # fmt: skip
+
+
+def argv_recover(root: Path, q: Path) -> list[str]:
+    return ["recover", str(root), "-q", "--quarantine", str(q)]
+
+
+def argv_redispatch(root: Path, q: Path) -> list[str]:
+    return ["redispatch", str(root), "-q", "--quarantine", str(q)]
+
+
+def argv_expire(root: Path, q: Path) -> list[str]:
+    return ["expire", str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", "--quarantine", str(q)]
+
+
+CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]], set[int]]] = {
+    # command: (make the store, its command line, exit codes a finishing re-run may give)
+    "write": (prepare_write, argv_write, {0, 8}),  # 8: the same input is already in the store
+    "recover": (prepare_recover, argv_recover, {0}),
+    "redispatch": (prepare_redispatch, argv_redispatch, {0}),
+    "expire": (prepare_expire, argv_expire, {0, 9}),  # 9: expire deleted files
+}
+
+
+@pytest.mark.parametrize("command", list(CASES))
+def test_killed_at_every_step_then_rerun_is_byte_identical(tmp_path: Path, command: str) -> None:
+    prepare, argv, rerun_codes = CASES[command]
+    ref = prepare(tmp_path / "ref")
+    steps_file = tmp_path / "steps.txt"
+    p = run_with_hook("-", 1, steps_file, argv(ref, tmp_path / "q-ref"))
+    assert p.returncode in rerun_codes - {8}, p.stderr
+    steps = steps_file.read_text().split()
+    assert steps and steps[-1] == f"{command}:finished", steps
+    want = data_files(ref)
+    seen: Counter[str] = Counter()
+    for i, step in enumerate(steps):
+        seen[step] += 1
+        root = prepare(tmp_path / f"run{i}")
+        q = tmp_path / f"q{i}"
+        killed = run_with_hook(step, seen[step], None, argv(root, q))
+        assert killed.returncode == -9, (step, killed.returncode, killed.stderr)
+        again = runner.invoke(app, argv(root, q))
+        assert again.exit_code in rerun_codes, (step, again.output)
+        assert "internal error" not in again.output
+        assert data_files(root) == want, f"killed at {step} (#{seen[step]}), then re-run"
+        assert not any((root / ".rmqstore").glob("*journal*")), step
