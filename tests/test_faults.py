@@ -229,31 +229,47 @@ def test_queue_paths_stay_inside_the_store(tmp_path: Path) -> None:
 # ------------------------------------------------------- 2. an unreadable commit log wipes nothing
 
 
-def nobody_can_run() -> str | None:
-    """Why the permission cases cannot run as a non-root user here, or None."""
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        return "needs root and runuser to switch to the user nobody"
-    p = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", "import numpy, typer"],
-                       capture_output=True, text=True)  # fmt: skip
-    if p.returncode != 0:
-        return f"the user nobody cannot run {sys.executable}: {p.stderr.strip()[:120]}"
-    return None
+def _runs(prefix: list[str]) -> str | None:
+    p = subprocess.run([*prefix, sys.executable, "-c", "import numpy, typer"], capture_output=True, text=True)
+    return None if p.returncode == 0 else p.stderr.strip()[:120]
+
+
+def unprivileged() -> tuple[list[str], bool] | str:
+    """A command prefix that runs rmqstore where file permissions apply, and whether the files must be
+    handed to that user; or why there is none. The user nobody first; where it cannot run this
+    interpreter (a Python under /root), root without the capabilities that bypass file permissions."""
+    if os.geteuid() != 0:
+        return "needs root to switch to an unprivileged user"
+    tried = []
+    if shutil.which("runuser"):
+        why = _runs(nobody := ["runuser", "-u", "nobody", "--"])
+        if why is None:
+            return nobody, True
+        tried.append(f"the user nobody cannot run {sys.executable}: {why}")
+    if shutil.which("setpriv"):
+        why = _runs(nocaps := ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"])
+        if why is None:
+            return nocaps, False
+        tried.append(f"setpriv cannot drop capabilities: {why}")
+    return "; ".join(tried) or "neither runuser nor setpriv is installed"
 
 
 @pytest.mark.parametrize("command", ["redispatch", "recover"])
-def test_unreadable_commitlog_as_nobody(tmp_path: Path, command: str) -> None:
-    why = nobody_can_run()
-    if why:
-        pytest.skip(why)
+def test_unreadable_commitlog_unprivileged(tmp_path: Path, command: str) -> None:
+    how = unprivileged()
+    if isinstance(how, str):
+        pytest.skip(how)
+    prefix, hand_over = how
     top = Path(tempfile.mkdtemp(prefix="rmqstore-perm-", dir="/tmp"))
     try:
         top.chmod(0o755)
         root = copy_real_store("clean-2topics", top)
-        subprocess.run(["chown", "-R", "nobody", str(top)], check=True)
+        if hand_over:
+            subprocess.run(["chown", "-R", "nobody", str(top)], check=True)
         (root / "commitlog").chmod(0)
         before = {p: p.stat().st_size for p in root.rglob("*") if p.is_file() and "commitlog" not in p.parts}
         code = "import sys; from rmqstore.cli import main; sys.argv[0] = 'rmqstore'; main()"
-        p = subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", code, command, str(root), "-q"],
+        p = subprocess.run([*prefix, sys.executable, "-c", code, command, str(root), "-q"],
                            cwd=REPO, capture_output=True, text=True)  # fmt: skip
         assert p.returncode == 1 and f"{root}/commitlog: permission denied" in p.stderr, p.stderr
         assert {p: p.stat().st_size for p in root.rglob("*") if p.is_file() and "commitlog" not in p.parts} == before
