@@ -261,11 +261,10 @@ def scan_columns(
         stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     chunks = [positions[i : i + BATCH] for i in range(0, len(positions), BATCH)]
     if workers > 1 and len(chunks) > 1:
-        import multiprocessing as mp
+        from .workers import worker_pool
 
-        ctx = mp.get_context("fork")
-        with ctx.Pool(min(workers, len(chunks))) as pool:
-            results = pool.imap(_decode_in_worker, [(str(seg.path), seg, cfg, c, end) for c in chunks])
+        with worker_pool(min(workers, len(chunks))) as pool:
+            results = pool.map(_decode_in_worker, [(str(seg.path), seg, cfg, c, end) for c in chunks])
             return _collect(results, stop)
     u8 = np.frombuffer(buf, dtype=np.uint8, count=end) if end else np.zeros(0, np.uint8)
     return _collect((decode_batch(buf, u8, c, seg, cfg, end) for c in chunks), stop)
@@ -777,13 +776,13 @@ def _scan_file_parallel(
         nonlocal submitted
         while submitted < len(parts) and len(pending) < window:
             lo, hi = parts[submitted]
-            pending.append(pool.apply_async(_scan_part_in_worker, ((seg, cfg, lo, hi, end, submitted == 0),)))
+            pending.append(pool.submit(_scan_part_in_worker, (seg, cfg, lo, hi, end, submitted == 0)))
             submitted += 1
 
     expected = start
     for _lo, hi in parts:
         submit()
-        res: _Part = pending.popleft().get()
+        res: _Part = pending.popleft().result()
         submit()
         if expected >= hi:
             continue  # a record that started in an earlier range covers this one
@@ -838,9 +837,9 @@ def iter_columns(
             done = start
             if workers > 1 and end - start > part_size:
                 if pool is None:
-                    import multiprocessing as mp
+                    from .workers import worker_pool
 
-                    pool = mp.get_context("fork").Pool(workers)
+                    pool = worker_pool(workers)
                 items: Any = _scan_file_parallel(pool, seg, cfg, start, end, part_size, workers + 1)
             else:
                 with map_file(seg.path) as buf:
@@ -864,8 +863,9 @@ def iter_columns(
                 return
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            from .workers import close_pool
+
+            close_pool(pool)
 
 
 # ---------------------------------------------------------------------------------------------

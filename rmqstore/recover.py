@@ -78,7 +78,8 @@ from .safety import (
     sha256_file,
 )
 from .store import Store, map_file
-from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
+from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns
+from .workers import close_pool, worker_pool
 
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
@@ -1038,8 +1039,7 @@ def _walk_commitlog(
                 return
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            close_pool(pool)
 
 
 def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:

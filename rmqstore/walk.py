@@ -156,9 +156,9 @@ def recovery_walk_file(
         while submitted < len(parts) and len(pending) < window:
             lo_, hi_ = parts[submitted]
             args = (seg, cfg, lo_, hi_, end, submitted == 0, flags)
-            pending.append(pool.apply_async(_walk_part_in_worker, (args,)))
+            pending.append(pool.submit(_walk_part_in_worker, args))
             submitted += 1
-        res: _Part = pending.popleft().get()
+        res: _Part = pending.popleft().result()
         if expected >= hi:
             continue  # a record that started in an earlier range covers this one
         if res.sync != expected or not res.clean:
@@ -169,13 +169,6 @@ def recovery_walk_file(
         if res.reason != "until":
             return FusedFile(np.concatenate(positions), batches, res.stop_pos, res.reason)
     return FusedFile(np.concatenate(positions) if positions else np.zeros(0, np.int64), batches, expected, "end")
-
-
-def worker_pool() -> Any:
-    """A pool of forked worker processes, one per core (at least two: the walk overlaps the merge)."""
-    import multiprocessing as mp
-
-    return mp.get_context("fork").Pool(max(2, min(4, os.cpu_count() or 1)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,24 @@
+"""The one pool of forked worker processes that the parallel walks and scans share.
+
+concurrent.futures, not ``multiprocessing.Pool``: a worker that dies fails its task
+(``BrokenProcessPool``) instead of leaving the caller waiting for ever, and shutting down with
+tasks still queued cannot hang the way ``Pool.terminate`` can when it kills a worker that holds
+the task queue's lock. Workers are forked so they share the parent's read-only state.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+
+def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
+    """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge)."""
+    n = processes or max(2, min(4, os.cpu_count() or 1))
+    return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
+
+
+def close_pool(pool: ProcessPoolExecutor) -> None:
+    """Drop the tasks not started, wait for the few running ones (each is one bounded range)."""
+    pool.shutdown(wait=True, cancel_futures=True)
