@@ -19,7 +19,7 @@ from typing import Any
 from rmqstore.safety import PlannedAction, actions_json
 
 from ._fields import PLAN_ACTION, PLAN_ACTION_TABLE
-from ._render import Format, render_mapping, render_rows
+from ._render import Format, cell, render_mapping, render_rows
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,16 @@ class PlanView:
     details: Mapping[str, Detail] = field(default_factory=dict)
 
 
-def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = None) -> None:
+def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = None, one_line: bool = False) -> None:
+    """Show ``view`` in ``fmt``; json on one line with ``one_line`` (a log file gets one line per run)."""
     rows = actions_json(tuple(view.actions))
     if fmt is Format.json:
         doc: dict[str, Any] = {"operation": view.operation, "summary": view.summary, "actions": rows}
         doc.update((name, d.rows) for name, d in view.details.items())
         if result is not None:
             doc["result"] = result
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
+        indent, seps = (None, (",", ":")) if one_line else (2, None)
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=indent, separators=seps, default=str) + "\n")
         return
     if fmt in (Format.ndjson, Format.csv):
         render_rows(rows, fmt, columns=PLAN_ACTION)
@@ -63,11 +65,13 @@ def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = 
 
 
 def _text(v: Any) -> Any:
-    """A summary value as one cell: lists joined, paths as text."""
+    """A summary value as one cell: lists joined, mappings as compact JSON, paths as text."""
     if isinstance(v, (list, tuple)):
         return ", ".join(str(x) for x in v) or "none"
     if v is None:
         return "none"
+    if isinstance(v, dict):
+        return cell(v)
     return v if isinstance(v, (int, float, str, bool)) else str(v)
 
 
