@@ -92,6 +92,8 @@ def recover_command(
         else:
             err.print("an interrupted recovery is pending: resuming its journal (options of this run are ignored)")
         view = _view(plan)
+        for note in plan.notes:
+            err.print(f"note: {note}")
         if plan.is_empty:
             render_plan(view, fmt)
             if not quiet:
@@ -105,8 +107,6 @@ def recover_command(
             return result, result.to_json()
 
         result = show_and_apply(view, fmt, dry_run=dry_run, apply=apply)
-        for note in plan.notes:
-            err.print(f"note: {note}")
         if result is not None and not quiet:
             what = "resumed and finished" if resuming else "recovered"
             where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""
