@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rmqstore.safety import PlannedAction, actions_json
 
 from ._fields import PLAN_ACTION, PLAN_ACTION_TABLE
 from ._render import Format, cell, render_mapping, render_rows
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ def _text(v: Any) -> Any:
     return v if isinstance(v, (int, float, str, bool)) else str(v)
 
 
-def show_and_apply(view: PlanView, fmt: Format, *, dry_run: bool, apply: Any) -> Any:
+def show_and_apply(
+    view: PlanView, fmt: Format, *, dry_run: bool, apply: Callable[[], tuple[T, dict[str, Any] | None]]
+) -> T | None:
     """Show the plan, then (unless a dry run) call ``apply()`` -> (outcome, its JSON or None).
 
     table, plain, ndjson and csv show the plan before anything is changed; json prints one document
