@@ -43,5 +43,11 @@ QUERY_ID_TABLE = ("id", "idKind", *QUERY_TABLE)
 QUERY_TIME = ("queueOffset", "timestamp", *(f for f in QUERY if f != "queueOffset"))
 QUERY_TIME_TABLE = ("queueOffset", "timestamp", *(f for f in QUERY_TABLE if f != "queueOffset"))
 
+# A planned action of a modifying command (write, recover, redispatch, expire, offsets set): the keys of
+# rmqstore.safety.PlannedAction.to_json; from/to is the byte range of an append or zero, bytes its size
+# (or the size of a deleted file), kept whether the removed bytes go to the quarantine folder first.
+PLAN_ACTION = ("operation", "action", "path", "from", "to", "bytes", "kept", "why")
+PLAN_ACTION_TABLE = ("action", "path", "from", "to", "bytes", "kept", "why")
+
 assert set(COMMITLOG) >= set(MESSAGE) | set(MESSAGE_DERIVED)
 assert set(QUERY) >= set(MESSAGE) | set(MESSAGE_DERIVED)

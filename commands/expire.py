@@ -29,6 +29,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
+from ._plan import PlanView, render_plan
 
 app = typer.Typer()
 
@@ -86,12 +87,6 @@ Exit status:
 def _emit_line(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def _verb(dry_run: bool, quarantine: Path | None) -> str:
-    if dry_run:
-        return "would delete"
-    return "moved" if quarantine else "deleted"
 
 
 def _wall_ms() -> int:
@@ -211,59 +206,85 @@ def expire_command(
             if finished is not None:
                 err.print(escape(f"finished an interrupted expire run: {len(finished.done)} file(s) removed"))
         plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
-        for w in plan.warnings:
-            err.warning(w)
-        if verbose:
-            err.print(f"{st.root}: {op.describe(plan)}")
-            for n in plan.notes:
-                err.print(f"note: {n}")
-        verb = _verb(dry_run, quarantine)
-
-        rows: list[dict[str, Any]] = []
-
-        def on_action(a: op.FileAction) -> None:  # one log line per file, as it goes
-            at_ms = now_ms if dry_run else _wall_ms()
-            rows.append(_action_row(a, verb, at_ms))
-            if fmt is Format.plain:
-                _emit_line(escape(_action_line(a, verb, at_ms)))  # file names are data: one line each
-            elif fmt is Format.ndjson:
-                _emit_line(json.dumps(rows[-1], ensure_ascii=False, separators=(",", ":")))
-
+        _notes(plan, st.root, verbose)
         if dry_run:
-            done = plan.actions
-            for a in done:
-                on_action(a)
-            result = None
+            ratio, over = op.over_forced_ratio(plan, st.config, disk)
+            code = op.exit_code(plan, over_forced=over, detailed=detailed_exitcode)
+            if plan.actions or verbose or over:
+                render_plan(_view(plan, quarantine, ratio, over, code), fmt, one_line=True)
         else:
-            result = op.apply_expire(
-                plan, quarantine=quarantine, config=st.config, on_action=on_action, on_step=step_hook()
-            )
-            done = result.done
-        ratio_after, over = op.over_forced_ratio(plan, st.config, disk)
-    code = op.exit_code(plan, over_forced=over)
-    if code == op.EXIT_DELETED and not detailed_exitcode:
-        code = op.EXIT_NOTHING_TO_DO
-    if fmt is Format.json and (done or verbose or over):
-        doc = plan.to_json()
-        doc.update(
-            dryRun=dry_run,
-            done=rows,
-            quarantine=str(result.quarantine_dir) if result and result.quarantine_dir else None,
-            diskUsedRatioAfter=round(ratio_after, 4),
-            overForcedRatio=over,
-            exitCode=code,
-        )
-        _emit_line(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
-    elif fmt in (Format.table, Format.csv) and done:
-        render_rows(
-            rows, fmt, columns=["action", "kind", "path", "size", "mtime", "reason"], title=str(plan.store_root)
-        )
-    if result is not None and result.quarantine_dir is not None:
-        err.print(f"moved {len(done)} file(s) to {result.quarantine_dir} (see manifest.json there)")
+            code, ratio, over = _run(plan, st, disk, quarantine, fmt, verbose=verbose, detailed=detailed_exitcode)
     if over:
         err.warning(
-            f"commit log disk {op.percent(ratio_after)} used after the run, above the forced-clean level "
+            f"commit log disk {op.percent(ratio)} used after the run, above the forced-clean level "
             f"{op.percent(plan.settings.disk_space_clean_forcibly_ratio)}"
         )
     if code:
         raise typer.Exit(code)
+
+
+def _notes(plan: op.ExpirePlan, root: Path, verbose: bool) -> None:
+    for w in plan.warnings:
+        err.warning(w)
+    if verbose:
+        err.print(f"{root}: {op.describe(plan)}")
+        for n in plan.notes:
+            err.print(f"note: {n}")
+
+
+def _view(plan: op.ExpirePlan, quarantine: Path | None, ratio: float, over: bool, code: int) -> PlanView:
+    """The files to delete and the facts the actions do not carry: the new min offset, the disk, the exit status."""
+    kinds = {k: sum(a.kind == k for a in plan.actions) for k in ("commitlog", "consumequeue", "index")}
+    summary = {
+        "store": str(plan.store_root),
+        "now": format_time_ms(plan.now_ms),
+        "minPhyOffset": plan.min_phy_offset,
+        "newMinPhyOffset": plan.new_min_phy_offset,
+        "commitLogStop": plan.commitlog_stop,
+        "files": kinds,
+        "freedBytes": plan.freed_size,
+        "quarantine": f"{quarantine}/expire-<time>/" if quarantine else "none: the files are deleted",
+        "diskUsedRatio": round(ratio, 4),
+        "overForcedRatio": over,
+        "dryRun": True,
+        "exitCode": code,
+    }
+    return PlanView("expire", op.planned_actions(plan, quarantine=quarantine is not None), summary)
+
+
+def _run(
+    plan: op.ExpirePlan, st: Any, disk: Any, quarantine: Path | None, fmt: Format, *, verbose: bool, detailed: bool
+) -> tuple[int, float, bool]:
+    """Apply the plan with one log line per file as it goes (the cron log); returns (exit code, disk ratio, over)."""
+    verb = "moved" if quarantine else "deleted"
+    rows: list[dict[str, Any]] = []
+
+    def on_action(a: op.FileAction) -> None:
+        at_ms = _wall_ms()
+        rows.append(_action_row(a, verb, at_ms))
+        if fmt is Format.plain:
+            _emit_line(escape(_action_line(a, verb, at_ms)))  # file names are data: one line each
+        elif fmt is Format.ndjson:
+            _emit_line(json.dumps(rows[-1], ensure_ascii=False, separators=(",", ":")))
+
+    result = op.apply_expire(plan, quarantine=quarantine, config=st.config, on_action=on_action, on_step=step_hook())
+    ratio, over = op.over_forced_ratio(plan, st.config, disk)
+    code = op.exit_code(plan, over_forced=over, detailed=detailed)
+    if fmt is Format.json and (result.done or verbose or over):
+        doc = plan.to_json()
+        doc.update(
+            dryRun=False,
+            done=rows,
+            quarantine=str(result.quarantine_dir) if result.quarantine_dir else None,
+            diskUsedRatioAfter=round(ratio, 4),
+            overForcedRatio=over,
+            exitCode=code,
+        )
+        _emit_line(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+    elif fmt in (Format.table, Format.csv) and result.done:
+        render_rows(
+            rows, fmt, columns=["action", "kind", "path", "size", "mtime", "reason"], title=str(plan.store_root)
+        )
+    if result.quarantine_dir is not None:
+        err.print(f"moved {len(result.done)} file(s) to {result.quarantine_dir} (see manifest.json there)")
+    return code, ratio, over

@@ -30,6 +30,7 @@ from ._common import (
     render_rows,
     reports_errors,
 )
+from ._plan import Detail, PlanView, show_and_apply
 
 
 class _ShowByDefault(TyperGroup):
@@ -177,11 +178,20 @@ def set_command(
             force=force,
             broker_version=broker_version,
         )
-        render_rows([c.to_json() for c in plan.changes], fmt, columns=CHANGE_COLUMNS, title=f"plan: {plan.path}")
-        if dry_run:
-            err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
-            return
-        op.apply_set_offsets(st, plan)
+        view = PlanView(
+            "offsets",
+            op.planned_actions(plan),
+            {
+                "file": str(plan.path),
+                "offsetsChanged": len(plan.changes),
+                "previousFileKeptAs": f"{plan.path.name}.bak",
+            },
+            {"changes": Detail([c.to_json() for c in plan.changes], CHANGE_COLUMNS)},
+        )
+        show_and_apply(view, fmt, dry_run=dry_run, apply=lambda: (op.apply_set_offsets(st, plan), {"written": True}))
+    if dry_run:
+        err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
+    else:
         err.print(f"wrote {len(plan.changes)} offset(s) to {plan.path} (the previous file is kept as its .bak)")
 
 

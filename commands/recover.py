@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,18 +17,16 @@ from ._common import (
     BrokerVersionOpt,
     Command,
     DryRunOpt,
-    Format,
     FormatOpt,
     QuietOpt,
     StorePath,
     default_format,
     err,
     progress_bar,
-    render_mapping,
-    render_rows,
     reports_errors,
     step_hook,
 )
+from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
 
@@ -71,6 +67,7 @@ def recover_command(
     put it back. A run that is killed can be run again: it resumes from its journal.
     """
     fmt = default_format(fmt)
+    result = None
     if quarantine is not None and no_quarantine:
         raise InputError("--quarantine and --no-quarantine exclude each other")
     with open_store(
@@ -94,19 +91,28 @@ def recover_command(
                 )
         else:
             err.print("an interrupted recovery is pending: resuming its journal (options of this run are ignored)")
-        if dry_run or plan.is_empty:
-            _render(plan, None, fmt)
-            if plan.is_empty and not quiet:
+        view = _view(plan)
+        for note in plan.notes:
+            err.print(f"note: {note}")
+        if plan.is_empty:
+            render_plan(view, fmt)
+            if not quiet:
                 err.print("nothing to do: the broker would start on this store as it is")
             return
         total = (plan.dispatch.to_phy - plan.dispatch.from_phy) if plan.dispatch else 0
-        with progress_bar(total, "re-dispatching", quiet=quiet) as advance:
-            result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
-        _render(plan, result, fmt)
-        if not quiet:
+
+        def apply() -> tuple[rec.RecoverResult, dict[str, Any]]:
+            with progress_bar(total, "re-dispatching", quiet=quiet) as advance:
+                result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
+            return result, result.to_json()
+
+        result = show_and_apply(view, fmt, dry_run=dry_run, apply=apply)
+        if result is not None and not quiet:
             what = "resumed and finished" if resuming else "recovered"
             where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""
             err.print(f"{what}: commit log ends at {plan.process_offset}{where}")
+    if result is not None and result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 def _walk_size(st: Any) -> int:
@@ -114,62 +120,34 @@ def _walk_size(st: Any) -> int:
     return sum(s.size for s in segs[-3:]) if not st.abort_exists() else sum(s.size for s in segs)
 
 
-def _render(plan: rec.RecoverPlan, result: rec.RecoverResult | None, fmt: Format) -> None:
-    if fmt in (Format.json, Format.ndjson):
-        out = plan.to_json()
-        if result is not None:
-            out = {"plan": out, "result": result.to_json()}
-        sys.stdout.write(json.dumps(out, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
-        return
+_LOST_COLUMNS = ["file", "commitLogOffset", "topic", "queueId", "queueOffset", "keys", "msgId", "torn"]
+
+
+def _view(plan: rec.RecoverPlan) -> PlanView:
+    """The recovery plan: its actions, the facts they do not carry (records lost, checkpoint) and the losses."""
+    d = plan.dispatch
     summary = {
-        "path": f"{plan.path} ({plan.reason})",
-        "start file": plan.start_file,
+        "path": plan.path,
+        "reason": plan.reason,
+        "startFile": plan.start_file,
         "processOffset": plan.process_offset,
         "stop": plan.stop,
-        "check CRC": plan.check_crc,
-        "re-dispatch": (
-            f"{plan.dispatch.records} records, phy {plan.dispatch.from_phy}..{plan.dispatch.to_phy}"
-            if plan.dispatch
-            else "none"
-        ),
-        "rebuild": ", ".join(
-            n for n, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)) if on
-        )
-        or "none",
-        "checkpoint": _cp_line(plan, result),
-        "remove abort": plan.remove_abort,
-        "records lost": plan.records_lost,
-        "quarantine": plan.quarantine_dir or "none",
-        "steps": ", ".join(plan.steps()) or "none",
+        "checkCrc": plan.check_crc,
+        "redispatchRecords": d.records if d else 0,
+        "redispatchRange": f"phy {d.from_phy}..{d.to_phy}" if d else "none",
+        "checkpoint": _cp_line(plan, None),
+        "recordsLost": plan.records_lost,
+        "quarantine": plan.quarantine_dir or "none: removed bytes are not kept",
+        "steps": plan.steps(),
+        "createdAt": plan.created_ms,
     }
-    render_mapping(summary, fmt, title="recovery plan")
-    if plan.actions:
-        rows = [
-            {
-                "step": a.step,
-                "action": a.verb,
-                "file": a.path,
-                "from": a.from_pos,
-                "to": a.to_pos,
-                "bytes": a.size,
-                "records": a.records_total,
-                "entries": a.entries_total,
-                "why": a.why,
-            }
-            for a in plan.actions
-        ]
-        render_rows(rows, fmt, title="removals")
     lost = [r.to_json() | {"file": a.path} for a in plan.actions for r in a.records]
-    if lost:
-        cols = ["file", "commitLogOffset", "topic", "queueId", "queueOffset", "keys", "msgId", "torn"]
-        render_rows(lost, fmt, columns=cols, title="records removed")
-    if plan.losses:
-        rows = [
-            {"what": x.what, "count": x.count, "repaired by": x.repaired_by, "detail": x.detail} for x in plan.losses
-        ]
-        render_rows(rows, fmt, title="what the broker's recovery loses")
-    for note in plan.notes:
-        err.print(f"note: {note}")
+    losses = [{"what": x.what, "count": x.count, "repairedBy": x.repaired_by, "detail": x.detail} for x in plan.losses]
+    details = {
+        "recordsRemoved": Detail(lost, _LOST_COLUMNS, "records removed"),
+        "losses": Detail(losses, title="what the broker's recovery loses"),
+    }
+    return PlanView("recover", rec.planned_actions(plan), summary, details)
 
 
 def _cp_line(plan: rec.RecoverPlan, result: rec.RecoverResult | None) -> str:

@@ -16,18 +16,16 @@ from ._common import (
     BrokerVersionOpt,
     Command,
     DryRunOpt,
-    Format,
     FormatOpt,
     QuietOpt,
     StorePath,
     default_format,
     err,
     progress_bar,
-    render_mapping,
-    render_rows,
     reports_errors,
     step_hook,
 )
+from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
 
@@ -124,41 +122,57 @@ def redispatch_command(
                 spark_master=master,
                 dry_run=dry_run,
             )
-        if fmt in (Format.json, Format.ndjson):
-            render_mapping(plan.to_json(), fmt)
-        else:
-            s = plan.stats
-            err.print(
-                f"{'would rebuild' if dry_run else 'rebuilt'} {s['records']} records "
-                f"[{plan.from_phy}, {plan.to_phy}): {s['cqEntries']} consume queue entries in {s['queues']} queues, "
-                f"{s['indexEntries']} index entries in {len(plan.index_files_rebuilt)} index files"
-                f" (stopped at: {plan.stop_reason})"
+        view = _view(plan, quarantine, keep_old=not no_quarantine)
+        for note in plan.notes:
+            err.print(f"note: {note}")
+        if dry_run or output is not None or not plan.changed:
+            render_plan(view, fmt)
+            if output is not None:
+                err.print(f"built into {output}; the store was not changed")
+                return
+            op.discard(plan)
+            if not dry_run:
+                err.print("nothing to do: the rebuilt files are identical to the current ones")
+            return
+
+        def apply() -> tuple[Path | None, dict[str, str | None]]:
+            q = op.apply_redispatch(
+                plan, st, quarantine=quarantine, keep_old=not no_quarantine, force=force, on_step=step_hook()
             )
-            for note in plan.notes:
-                err.print(f"note: {note}")
-            if plan.refusal:
-                err.print(f"refused without --force: {plan.refusal}")
-            rows = [d.to_json() for d in plan.queue_diffs if d.missing or d.extra or d.different]
-            if rows:
-                render_rows(rows, fmt, title="queues that differ from the current files")
-            elif plan.build_consumequeue:
-                err.print("consume queues: identical to the current files")
-            if plan.build_index:
-                err.print(
-                    "index files: " + ("differ from the current files" if plan.index_files_changed else "identical")
-                )
-        if dry_run:
-            op.discard(plan)
-            return
-        if output is None and not plan.changed:
-            op.discard(plan)
-            err.print("nothing to do: the rebuilt files are identical to the current ones")
-            return
-        if output is not None:
-            err.print(f"built into {output}; the store was not changed")
-            return
-        q = op.apply_redispatch(
-            plan, st, quarantine=quarantine, keep_old=not no_quarantine, force=force, on_step=step_hook()
-        )
+            return q, {"quarantine": str(q) if q else None}
+
+        q = show_and_apply(view, fmt, dry_run=False, apply=apply)
         if q is not None:
             err.print(f"swapped in; replaced files are in {q}")
+
+
+def _view(plan: op.RedispatchPlan, quarantine: Path | None, *, keep_old: bool) -> PlanView:
+    """The swap: what was rebuilt, how it differs from the current files and where the replaced ones go."""
+    s = plan.stats
+    where = str(quarantine) if quarantine else "a new folder in STORE/../<name>.quarantine"
+    summary = {
+        "records": s["records"],
+        "fromPhyOffset": plan.from_phy,
+        "toPhyOffset": plan.to_phy,
+        "stop": plan.stop_reason,
+        "cqEntries": s["cqEntries"],
+        "queues": s["queues"],
+        "indexEntries": s["indexEntries"],
+        "indexFiles": len(plan.index_files_rebuilt),
+        "consumeQueues": _state(
+            plan.build_consumequeue, any(d.missing or d.extra or d.different for d in plan.queue_diffs)
+        ),
+        "indexFilesState": _state(plan.build_index, plan.index_files_changed),
+        "refused": f"without --force: {plan.refusal}" if plan.refusal else "no",
+        "output": str(plan.output) if plan.output else None,
+        "quarantine": where if keep_old and plan.output is None else "none: replaced files are deleted",
+    }
+    diffs = [d.to_json() for d in plan.queue_diffs if d.missing or d.extra or d.different]
+    details = {"queues": Detail(diffs, title="queues that differ from the current files")}
+    return PlanView("redispatch", op.planned_actions(plan, keep_old=keep_old), summary, details)
+
+
+def _state(built: bool, differs: bool) -> str:
+    if not built:
+        return "not rebuilt"
+    return "differ from the current files" if differs else "identical to the current files"

@@ -25,6 +25,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
+from ._plan import Detail, PlanView, render_plan
 
 app = typer.Typer()
 
@@ -221,6 +222,8 @@ def _report(result: op.WriteResult, fmt: Format) -> None:
         err.print("note: created abort: the broker re-dispatches on its next start (or run `rmqstore redispatch`)")
     if result.dry_run:
         err.print("dry run: nothing was written")
+        render_plan(_view(result, fmt), fmt)
+        return
     records = result.plan.records
     n = len(records)
     summary = result.summary()
@@ -239,3 +242,11 @@ def _report(result: op.WriteResult, fmt: Format) -> None:
         )
     if n > _ROWS_SHOWN or fmt is Format.table:
         render_mapping(summary, fmt, title="summary")
+
+
+def _view(result: op.WriteResult, fmt: Format) -> PlanView:
+    """The append: the bytes zeroed and appended, the summary, and the messages as they would be stored."""
+    shown = _JSON_ROWS if fmt is Format.json else _ROWS_SHOWN
+    messages = [r.to_json() for _, r in zip(range(shown), result.plan.records, strict=False)]
+    details = {"messages": Detail(messages, _COLUMNS, "messages")}
+    return PlanView("write", op.planned_actions(result.plan), result.summary(), details)

@@ -736,10 +736,12 @@ def over_forced_ratio(plan: ExpirePlan, config: StoreConfig, disk_usage: DiskUsa
     return ratio, ratio > plan.settings.disk_space_clean_forcibly_ratio
 
 
-def exit_code(plan: ExpirePlan, *, over_forced: bool) -> int:
+def exit_code(plan: ExpirePlan, *, over_forced: bool, detailed: bool = False) -> int:
+    """The run's exit status: 3 above the forced-clean level; 9 for files deleted (a dry run: would be)
+    only when ``detailed`` (``--detailed-exitcode``), as schedulers retry anything but 0; else 0."""
     if over_forced:
         return EXIT_OVER_FORCED_RATIO
-    return EXIT_NOTHING_TO_DO if plan.nothing_to_do else EXIT_DELETED
+    return EXIT_DELETED if detailed and not plan.nothing_to_do else EXIT_NOTHING_TO_DO
 
 
 # -- locks ------------------------------------------------------------------------------------

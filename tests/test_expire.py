@@ -455,9 +455,11 @@ def test_cli_dry_run_json_changes_nothing(tmp_path):
     assert r.exit_code == ex.EXIT_DELETED, r.stderr
     assert len(r.stdout.splitlines()) == 1
     doc = json.loads(r.stdout)
-    assert doc["dryRun"] and doc["exitCode"] == 9 and doc["newMinPhyOffset"] == 2 * CL_SIZE
-    assert [a["path"] for a in doc["done"] if a["kind"] == "commitlog"] == cl_names([0, CL_SIZE])
-    assert {a["action"] for a in doc["done"]} == {"would delete"}
+    summary = doc["summary"]
+    assert summary["dryRun"] and summary["exitCode"] == 9 and summary["newMinPhyOffset"] == 2 * CL_SIZE
+    paths = [a["path"] for a in doc["actions"] if "/commitlog/" in a["path"]]
+    assert paths == [str(root / n) for n in cl_names([0, CL_SIZE])]
+    assert {a["action"] for a in doc["actions"]} == {"delete"} and len(doc["actions"]) == sum(summary["files"].values())
     assert sorted(p for p in root.rglob("*")) == before
 
 
@@ -666,7 +668,10 @@ def test_exit_status_success_is_zero_and_detailed_exitcode_opts_in(tmp_path, dry
         r = run(str(store), *common, *(["--detailed-exitcode"] if detailed else []))
         assert r.exit_code == want, r.output
         doc = json.loads(r.stdout)
-        assert doc["exitCode"] == want and len(doc["done"]) == 16
+        if dry_run:
+            assert doc["summary"]["exitCode"] == want and len(doc["actions"]) == 16
+        else:
+            assert doc["exitCode"] == want and len(doc["done"]) == 16
         assert (store / "commitlog" / "00000000000000000000").exists() == dry_run
     if not dry_run:  # the next run finds nothing to do: 0 with and without the option
         for extra in ([], ["--detailed-exitcode"]):

@@ -269,8 +269,10 @@ def test_dry_run_changes_nothing(store: Path):
         app, ["offsets", "set", str(store), "-g", "GroupA", "-t", "TopicA", "--to-earliest", "--dry-run", "-f", "json"]
     )
     assert res.exit_code == 0, res.output
-    changes = json.loads(res.stdout)
+    plan = json.loads(res.stdout)
+    changes = plan["changes"]
     assert [(c["queueId"], c["before"], c["after"]) for c in changes] == [(0, 10, 0), (1, 63, 0), (2, 0, 0), (3, 5, 0)]
+    assert [(a["action"], a["path"]) for a in plan["actions"]] == [("rewrite", str(path))]
     assert path.read_bytes() == before
     assert not (store / "config" / "consumerOffset.json.bak").exists()
 

@@ -64,7 +64,7 @@ def test_all_groups_on_one_topic(store):
     rng = ranges(store)
     r = invoke("offsets", "set", store, "--all-groups", "-t", "TopicA", "--to-latest", "-f", "json")
     assert r.exit_code == 0, r.output
-    plan = json.loads(r.stdout)
+    plan = json.loads(r.stdout)["changes"]
     assert {(c["group"], c["topic"]) for c in plan} == {("GroupA", "TopicA"), ("GroupB", "TopicA")}
     table = committed(store)
     for g in ("GroupA", "GroupB"):
@@ -75,7 +75,7 @@ def test_all_groups_on_one_topic(store):
 def test_a_group_without_topic_is_every_topic_it_committed_on(store):
     r = invoke("offsets", "set", store, "-g", "GroupA", "--to-earliest", "-f", "json")
     assert r.exit_code == 0, r.output
-    assert {c["topic"] for c in json.loads(r.stdout)} == {"TopicA", "TopicB"}
+    assert {c["topic"] for c in json.loads(r.stdout)["changes"]} == {"TopicA", "TopicB"}
     assert committed(store)["TopicA@GroupB"] == {q: 5 for q in range(4)}
 
 
@@ -100,8 +100,10 @@ def test_plan_is_shown_and_dry_run_writes_nothing(store):
     r = invoke("offsets", "set", store, "--all-groups", "--shift-by", "1", "--dry-run", "-f", "plain")
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    assert lines[0].split()[:5] == ["group", "topic", "queueId", "before", "after"]
-    assert len(lines) == 1 + 12 and all(ln.split()[3:5] == ["5", "6"] for ln in lines[1:])
+    head = next(i for i, ln in enumerate(lines) if ln.split()[:5] == ["group", "topic", "queueId", "before", "after"])
+    assert len(lines) == head + 1 + 12 and all(ln.split()[3:5] == ["5", "6"] for ln in lines[head + 1 :])
+    assert any(ln.split()[:2] == ["offsetsChanged", "12"] for ln in lines[:head])
+    assert any(ln.split()[:2] == ["offsets", "rewrite"] for ln in lines[:head])
     assert "nothing written" in r.stderr
     assert (store / "config" / "consumerOffset.json").read_bytes() == before
     r = invoke("offsets", "set", store, "--all-groups", "--shift-by", "1", "-f", "plain")

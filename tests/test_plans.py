@@ -3,12 +3,18 @@ JSON mapping, and planning writes nothing."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import json
 from pathlib import Path
 
+import pytest
 from conftest import copy_real_store
+from typer.testing import CliRunner
 
 from rmqstore import expire, offsets, recover, redispatch, write
+from rmqstore.cli import app
 from rmqstore.safety import PlannedAction, actions_json
 from rmqstore.store import open_store
 
@@ -46,3 +52,65 @@ def test_every_plan_has_the_common_shape(tmp_path: Path) -> None:
         oplan = offsets.plan_set_offsets(st, group="G", topic="TopicA", mode="earliest")
         check(offsets.planned_actions(oplan), clean, "offsets")
     assert digest(tmp_path) == before  # planning (a dry run) writes nothing
+
+
+def cli_actions(*argv: str) -> list[dict]:
+    """The actions a command's ``--dry-run -f json`` shows."""
+    r = CliRunner().invoke(app, [*argv, "--dry-run", "-f", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["operation"] == argv[0] and isinstance(doc["summary"], dict)
+    return doc["actions"]
+
+
+def test_every_dry_run_shows_the_plans_actions_and_writes_nothing(tmp_path: Path) -> None:
+    crashed = copy_real_store("crash-midwrite", tmp_path / "a")
+    clean = copy_real_store("clean-2topics", tmp_path / "b")
+    before = digest(tmp_path)
+    future = 4_102_444_800_000
+    with open_store(crashed) as st:
+        want = recover.planned_actions(recover.plan_recover(st, now_ms=0))
+    assert cli_actions("recover", str(crashed), "-q") == actions_json(want)
+    with open_store(clean) as st:
+        wplan = write.plan_write(st, [write.Message(topic="TopicA", queue_id=0, body=b"x")])
+        rplan = redispatch.plan_redispatch(st, dry_run=True)
+        planned = {
+            "write": write.planned_actions(wplan),
+            "redispatch": redispatch.planned_actions(rplan),
+            "expire": expire.planned_actions(
+                expire.plan_expire(st, now_ms=future, force=True, disk_usage=lambda _p: 0.1)
+            ),
+            "offsets": offsets.planned_actions(
+                offsets.plan_set_offsets(st, group="G", topic="TopicA", mode="earliest")
+            ),
+        }
+        redispatch.discard(rplan)
+    argv = {
+        "write": ["write", str(clean), "--topic", "TopicA", "--queue", "0", "--body", "x"],
+        "redispatch": ["redispatch", str(clean), "-q"],
+        "expire": ["expire", str(clean), "--force", "--now", str(future), "--disk-used-ratio", "0.1"],
+        "offsets": ["offsets", "set", str(clean), "-g", "G", "-t", "TopicA", "--to-earliest"],
+    }
+    for op, args in argv.items():
+        assert planned[op], op
+        assert cli_actions(*args) == actions_json(planned[op]), op
+    assert digest(tmp_path) == before  # a dry run writes nothing anywhere
+
+
+@pytest.mark.parametrize("fmt", ["table", "plain", "ndjson", "csv"])
+def test_a_plan_shows_its_actions_in_every_format(tmp_path: Path, fmt: str) -> None:
+    root = copy_real_store("crash-midwrite", tmp_path)
+    with open_store(root) as st:
+        want = actions_json(recover.planned_actions(recover.plan_recover(st, now_ms=0)))
+    r = CliRunner().invoke(app, ["recover", str(root), "-q", "--dry-run", "-f", fmt])
+    assert r.exit_code == 0, r.output
+    if fmt == "ndjson":
+        assert [json.loads(ln) for ln in r.stdout.splitlines()] == want
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(r.stdout)))
+        assert [(x["action"], x["path"], x["why"]) for x in rows] == [(a["action"], a["path"], a["why"]) for a in want]
+    else:
+        for a in want:  # every action on its line, with its path and reason; the summary says what is lost
+            line = next(ln for ln in r.stdout.splitlines() if a["path"] in ln and a["action"] in ln)
+            assert a["why"][:30] in line
+        assert "recordsLost" in r.stdout and "quarantine" in r.stdout and "processOffset" in r.stdout

@@ -339,7 +339,7 @@ def test_bit_flip_without_crc_check_keeps_the_record(tmp_path, clean_truth):
     plan = plan_of(root, check_crc=False)
     assert plan.process_offset == clean_truth["maxPhyOffset"] and plan.is_empty
     r = runner.invoke(app, ["recover", str(root), "--no-check-crc", "-f", "json", "--dry-run"])
-    assert r.exit_code == 0 and json.loads(r.stdout)["steps"] == []
+    assert r.exit_code == 0 and json.loads(r.stdout)["summary"]["steps"] == []
     assert_serves(root, clean_truth, changed={victim["offset"]})
 
 
@@ -476,9 +476,9 @@ def test_dry_run_changes_nothing(tmp_path, crash_truth):
     before = {p: (sha(p), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
     r = runner.invoke(app, ["recover", str(root), "--dry-run", "--format", "json"])
     assert r.exit_code == 0, r.output
-    plan = json.loads(r.stdout)
+    plan = json.loads(r.stdout)["summary"]
     assert plan["path"] == "abnormal" and plan["processOffset"] == crash_truth["maxPhyOffset"]
-    assert plan["redispatch"]["records"] == len(messages(crash_truth))
+    assert plan["redispatchRecords"] == len(messages(crash_truth))
     assert {p: (sha(p), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()} == before
     assert not (tmp_path / "store.quarantine").exists()
     r = runner.invoke(app, ["recover", str(root), "--dry-run", "--format", "plain"])
@@ -601,7 +601,7 @@ def test_resume_uses_the_journal_not_a_new_plan(tmp_path):
     pending = rec.pending_plan(root)
     assert pending is not None and pending.path == "abnormal"
     r = runner.invoke(app, ["recover", str(root), "--dry-run", "-f", "json"])
-    assert r.exit_code == 0 and json.loads(r.stdout)["createdAt"] == pending.created_ms
+    assert r.exit_code == 0 and json.loads(r.stdout)["summary"]["createdAt"] == pending.created_ms
     r = runner.invoke(app, ["recover", str(root)])
     assert r.exit_code == 0 and "resuming" in r.stderr
     assert rec.pending_plan(root) is None and not (root / "abort").exists()

@@ -1,0 +1,95 @@
+"""The one plan renderer: what a modifying command will do (or did), in every ``--format``.
+
+A plan is shown as its planned actions (:class:`rmqstore.safety.PlannedAction`, one record kind,
+fields in ``_fields.PLAN_ACTION``), a short summary mapping for the facts the actions do not carry
+(records lost, where removed bytes go, ...) and optional detail tables (queue diffs, offsets before
+and after, messages). json is one document: ``summary``, ``actions``, the detail tables by name and,
+after applying, ``result``; ndjson and csv are the action rows alone (one record kind per stream);
+table and plain show the summary, the actions and each non-empty detail table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from rmqstore.safety import PlannedAction, actions_json
+
+from ._fields import PLAN_ACTION, PLAN_ACTION_TABLE
+from ._render import Format, cell, render_mapping, render_rows
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Detail:
+    """A table that belongs to a plan: its rows and the columns people see."""
+
+    rows: list[dict[str, Any]]
+    columns: Sequence[str] | None = None
+    title: str | None = None  # shown above the table (default: its JSON name)
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """What a command shows of a plan."""
+
+    operation: str
+    actions: Iterable[PlannedAction]
+    summary: dict[str, Any] = field(default_factory=dict)
+    details: Mapping[str, Detail] = field(default_factory=dict)
+
+
+def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = None, one_line: bool = False) -> None:
+    """Show ``view`` in ``fmt``; json on one line with ``one_line`` (a log file gets one line per run)."""
+    rows = actions_json(tuple(view.actions))
+    if fmt is Format.json:
+        doc: dict[str, Any] = {"operation": view.operation, "summary": view.summary, "actions": rows}
+        doc.update((name, d.rows) for name, d in view.details.items())
+        if result is not None:
+            doc["result"] = result
+        indent, seps = (None, (",", ":")) if one_line else (2, None)
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=indent, separators=seps, default=str) + "\n")
+        return
+    if fmt in (Format.ndjson, Format.csv):
+        render_rows(rows, fmt, columns=PLAN_ACTION)
+        return
+    render_mapping({k: _text(v) for k, v in view.summary.items()}, fmt, title=f"{view.operation} plan")
+    if rows:
+        cols = PLAN_ACTION_TABLE if fmt is Format.table else PLAN_ACTION
+        render_rows(rows, fmt, columns=cols, title="planned actions")
+    for name, d in view.details.items():
+        if d.rows:
+            render_rows(d.rows, fmt, columns=d.columns, title=d.title or name)
+
+
+def _text(v: Any) -> Any:
+    """A summary value as one cell: lists joined, mappings as compact JSON, paths as text."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v) or "none"
+    if v is None:
+        return "none"
+    if isinstance(v, dict):
+        return cell(v)
+    return v if isinstance(v, (int, float, str, bool)) else str(v)
+
+
+def show_and_apply(
+    view: PlanView, fmt: Format, *, dry_run: bool, apply: Callable[[], tuple[T, dict[str, Any] | None]]
+) -> T | None:
+    """Show the plan, then (unless a dry run) call ``apply()`` -> (outcome, its JSON or None).
+
+    table, plain, ndjson and csv show the plan before anything is changed; json prints one document
+    after applying, with the outcome under ``result``. Returns the outcome (None for a dry run).
+    """
+    if dry_run or fmt is not Format.json:
+        render_plan(view, fmt)
+    if dry_run:
+        return None
+    outcome, result = apply()
+    if fmt is Format.json:
+        render_plan(view, fmt, result=result)
+    return outcome
