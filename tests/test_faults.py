@@ -531,7 +531,13 @@ def test_manifest_restore_commands_work_from_anywhere(tmp_path: Path) -> None:
 
 
 def written_store(tmp: Path) -> Path:
+    """A store `rmqstore write` made, with small files (the fault runs keep every file's bytes twice)."""
     root = tmp / "made"
+    root.mkdir()
+    (root / "broker.conf").write_text(
+        f"storePathRootDir={root}\nmapedFileSizeCommitLog=65536\nmapedFileSizeConsumeQueue=6000\n"
+        "maxHashSlotNum=64\nmaxIndexNum=256\n"
+    )
     lines = "".join(json.dumps({"topic": f"T{i % 3}", "keys": f"k{i}", "body": "b" * 50}) + "\n" for i in range(300))
     r = runner.invoke(app, ["write", str(root), "-", "--create", "--now", "1795400000000"], input=lines)
     assert r.exit_code == 0, r.output
