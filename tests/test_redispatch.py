@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -276,6 +277,16 @@ def test_columnar_scan_equals_per_record_scan(broker: str, recs: list[bytes], ta
     buf = b"".join(recs)
     buf += {"zeros": bytes(16), "blank": encode_blank(16) + bytes(8), "garbage": b"\x00\x00\x00\x99junkjunk"}[tail]
     assert _via_columns(buf, cfg) == _via_records(buf, cfg)
+
+
+@settings(max_examples=40, deadline=None)
+@given(recs=records())
+def test_columnar_scan_without_layouts_equals_per_record_scan(recs: list[bytes]) -> None:
+    """The property items of the record arrays (the path for batches of many layouts) give the same scan."""
+    cfg = StoreConfig(store_root=Path("."), broker="4.9.7")
+    buf = b"".join(recs) + bytes(16)
+    with mock.patch.object(columnar, "_MAX_LAYOUTS", 0):
+        assert _via_columns(buf, cfg) == _via_records(buf, cfg)
 
 
 def test_columnar_scan_on_random_corruption_of_a_real_file() -> None:
