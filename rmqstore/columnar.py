@@ -302,7 +302,8 @@ def _property_values_by_layout(
     its names compared at those places. None when the batch has too many layouts.
     """
     m, width = mat.shape
-    packed = np.packbits(marks, axis=1)
+    # A layout is where the 0x01 and where the 0x02 bytes are: both belong in its key.
+    packed = np.concatenate([np.packbits(marks, axis=1), np.packbits(marks & (mat == 2), axis=1)], axis=1)
     key = np.zeros((m, 8 + (-(-packed.shape[1] // 8)) * 8), np.uint8)
     key[:, :4] = lens.astype(">u4").view(np.uint8).reshape(m, 4)
     key[:, 8 : 8 + packed.shape[1]] = packed
