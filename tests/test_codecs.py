@@ -761,6 +761,14 @@ def test_record_arrays_equal_decode_record(run):
         assert list(tok_rec) == [i] * len(tokens)
 
 
+def test_record_arrays_of_no_records():
+    a = record_arrays(np.zeros(100, np.uint8), np.zeros(0, np.int64), 100)
+    assert len(a.pos) == len(a.ok) == 0 and a.store_addr.shape == (0, 4)
+    assert msg_id_hex(a.store_addr, a.store_port, a.phy_offset).shape == (0, 32)
+    assert host_codes_v4(a.born_addr, a.born_port)[0] == []
+    assert len(property_items(np.zeros(100, np.uint8), a.props_start, a.props_len).row) == 0
+
+
 @given(INT64, INT32, INT64)
 def test_cq_entry_round_trip(phy, size, code):
     data = encode_entry(phy, size, code)

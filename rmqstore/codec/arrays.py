@@ -115,14 +115,15 @@ def record_arrays(u8: np.ndarray, pos: np.ndarray, end: int) -> RecordArrays:
 
 
 def msg_id_hex(store_addr: np.ndarray, store_port: np.ndarray, phy_offset: np.ndarray) -> np.ndarray:
-    """The offset msgId (§3.10) as a matrix of ASCII hex digits, a row per record: the store address,
-    then port and physical offset as the record head stores them."""
+    """The offset msgId (§3.10) as a matrix of ASCII hex digits, a row per record: the store address
+    ((n, width) uint8 rows), then port and physical offset as the record head stores them."""
     n = len(phy_offset)
+    port, phy = _HEAD["store_port"], _HEAD["phy_offset"]
     raw = np.concatenate(
         [
-            store_addr.reshape(n, -1),
-            store_port.astype(_HEAD["store_port"]).view(np.uint8).reshape(n, -1),
-            phy_offset.astype(_HEAD["phy_offset"]).view(np.uint8).reshape(n, -1),
+            store_addr,
+            store_port.astype(port).view(np.uint8).reshape(n, port.itemsize),
+            phy_offset.astype(phy).view(np.uint8).reshape(n, phy.itemsize),
         ],
         axis=1,
     )
