@@ -232,10 +232,12 @@ def named(u8: np.ndarray, items: PropertyItems, name: bytes) -> np.ndarray:
     return hit[last]
 
 
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
 def _word(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """The first up-to-8 bytes of each range as a uint64, zero past the range."""
-    mat = gather(u8, start, 8) * (np.arange(8) < length[:, None]).astype(np.uint8)
-    return np.ascontiguousarray(mat).view("<u8").ravel()
+    """The first up-to-8 bytes of each range as a little-endian uint64, zero past the range."""
+    return gather(u8, start, 8).view("<u8").ravel() & _LOW_BYTES[np.minimum(length, 8)]
 
 
 def duplicate_name_rows(u8: np.ndarray, items: PropertyItems, rows: int) -> np.ndarray:
@@ -247,12 +249,13 @@ def duplicate_name_rows(u8: np.ndarray, items: PropertyItems, rows: int) -> np.n
     out = np.zeros(rows, dtype=bool)
     if len(items.row) < 2:
         return out
-    first = _word(u8, items.name_start, items.name_len)
-    tail = np.maximum(items.name_start + items.name_len - 8, items.name_start)
-    last = np.where(items.name_len > 8, _word(u8, tail, np.full(len(tail), 8)), first)
+    h = _word(u8, items.name_start, items.name_len)
+    long = np.flatnonzero(items.name_len > 8)
     with np.errstate(over="ignore"):
-        h = first * np.uint64(0x9E3779B97F4A7C15) + last * np.uint64(0xC2B2AE3D27D4EB4F)
-        h += items.name_len.astype(np.uint64)
+        if len(long):
+            tail = items.name_start[long] + items.name_len[long] - 8
+            h[long] = h[long] * np.uint64(0x9E3779B97F4A7C15) + gather(u8, tail, 8).view("<u8").ravel()
+        h = h * np.uint64(0xC2B2AE3D27D4EB4F) + items.name_len.astype(np.uint64)
     key = (items.row.astype(np.uint64) << np.uint64(40)) ^ (h >> np.uint64(24))
     order = np.argsort(key, kind="stable")
     ks = key[order]
