@@ -302,8 +302,7 @@ def _property_values_by_layout(
     its names compared at those places. None when the batch has too many layouts.
     """
     m, width = mat.shape
-    # A layout is where the 0x01 and where the 0x02 bytes are: both belong in its key.
-    packed = np.concatenate([np.packbits(marks, axis=1), np.packbits(marks & (mat == 2), axis=1)], axis=1)
+    packed = np.packbits(marks, axis=1)
     key = np.zeros((m, 8 + (-(-packed.shape[1] // 8)) * 8), np.uint8)
     key[:, :4] = lens.astype(">u4").view(np.uint8).reshape(m, 4)
     key[:, 8 : 8 + packed.shape[1]] = packed
@@ -327,6 +326,12 @@ def _property_values_by_layout(
         for item in row.split(b"\x02"):
             items.append((at, at + len(item), item))
             at += len(item) + 1
+        # The key says where separators are, not which: rows with a 0x01 where this one has a 0x02
+        # (or the reverse) are another layout, left to the per-record path.
+        twos = [end for _, end, _ in items[:-1]]
+        if twos:
+            other = ~(mat[rows[:, None], twos] == 2).all(axis=1)
+            bad_rec[rows[other]] = True
         value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in _TARGETS}
         for start, end, item in items:
             if not item:
