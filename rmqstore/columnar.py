@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .codec.arrays import MAX_FAST_PROPERTIES, key_tokens, named, property_items
 from .codec.columnar import be, decode_heads, gather, head_column
 from .codec.commitlog import (
     BLANK_MAGIC,
@@ -52,7 +53,6 @@ from .layout import Segment, StoreConfig
 _M32 = np.uint64(0xFFFFFFFF)
 _PHY_END = OFFSETS_V4["phy_offset"] + 8  # PHYSICALOFFSET is bytes 28-35 of every record
 _TARGETS = (b"TAGS", b"KEYS", b"UNIQ_KEY")
-_MAX_PROPS_FAST = 512  # wider property strings take the per-record path
 BATCH = 1 << 18
 PART_SIZE = 32 << 20  # bytes of a file one worker walks and decodes at a time
 _SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
@@ -76,14 +76,6 @@ class Columns:
 
     def __len__(self) -> int:
         return len(self.phy)
-
-
-def _next_at_or_after(marks: np.ndarray, q: np.ndarray, default: int) -> np.ndarray:
-    """For each ``q``, the first element of sorted ``marks`` that is >= q, else ``default``."""
-    if len(marks) == 0:
-        return np.full(len(q), default, dtype=np.int64)
-    k = np.searchsorted(marks, q)
-    return np.where(k < len(marks), marks[np.minimum(k, len(marks) - 1)], default)
 
 
 _INV31 = pow(31, -1, 1 << 32)
@@ -333,6 +325,12 @@ def _property_values_by_layout(
         for item in row.split(b"\x02"):
             items.append((at, at + len(item), item))
             at += len(item) + 1
+        # The key says where separators are, not which: rows with a 0x01 where this one has a 0x02
+        # (or the reverse) are another layout, left to the per-record path.
+        twos = [end for _, end, _ in items[:-1]]
+        if twos:
+            other = ~(mat[rows[:, None], twos] == 2).all(axis=1)
+            bad_rec[rows[other]] = True
         value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in _TARGETS}
         for start, end, item in items:
             if not item:
@@ -373,56 +371,15 @@ def _property_values_by_layout(
 
 
 def _property_values_generic(
-    u8: np.ndarray, mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
+    u8: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
 ) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """TAGS, KEYS and UNIQ_KEY value ranges of each row (the matrix's 0x01/0x02 marks numbered in row order)."""
-    m, width = mat.shape
-    values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    at = np.flatnonzero(marks)  # row-major: rows, and marks within a row, in file order
-    r, c = np.divmod(at, width)
-    is2 = mat.ravel()[at] == 2
-    r2, c2 = r[is2], c[is2]
-    # Items: a row's first starts at 0, one more after each 0x02; item k of a row ends at the
-    # 0x02 that starts item k+1, the last one at the row's end.
-    cnt2 = np.bincount(r2, minlength=m)
-    n_items = m + len(r2)
-    item_row = np.repeat(np.arange(m), cnt2 + 1)
-    item_start = np.zeros(n_items, dtype=np.int64)
-    item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
-    item_end = np.empty(n_items, dtype=np.int64)
-    item_end[:-1] = item_start[1:] - 1
-    row_last = np.ones(n_items, dtype=bool)
-    row_last[:-1] = item_row[1:] != item_row[:-1]
-    item_end[row_last] = lens[item_row[row_last]]
-    # The item of each 0x01: its row's first item plus the 0x02 before it in that row.
-    e1 = np.flatnonzero(~is2)
-    item1 = r[e1] + np.cumsum(is2)[e1]
-    c1 = c[e1]
-    cnt1 = np.bincount(item1, minlength=n_items)
-    sep = np.full(n_items, -1, dtype=np.int64)
-    if len(item1):
-        first1 = np.ones(len(item1), dtype=bool)
-        first1[1:] = item1[1:] != item1[:-1]
-        sep[item1[first1]] = c1[first1]
-    nonempty = item_end > item_start
-    good_item = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
-    bad_rec[item_row[~good_item]] = True
-    key_len = sep - item_start
-    cand = np.flatnonzero(nonempty & good_item & ((key_len == 4) | (key_len == 8)))
-    name = gather(u8, pstart[item_row[cand]] + item_start[cand], 8).view("<u8").ravel()
+    """TAGS, KEYS and UNIQ_KEY value ranges of each row, from the codec's property items."""
+    items = property_items(u8, pstart, lens)
+    bad_rec |= items.bad
+    values = {}
     for target in _TARGETS:
-        L = len(target)
-        word = int.from_bytes(target, "little")
-        masked = name if L == 8 else name & np.uint64((1 << (8 * L)) - 1)
-        hit = cand[(key_len[cand] == L) & (masked == np.uint64(word))]
-        if len(hit):  # the later item wins, as in a map put
-            recs = item_row[hit]
-            last = np.ones(len(hit), dtype=bool)
-            last[:-1] = recs[1:] != recs[:-1]
-            hit = hit[last]
-        rows = item_row[hit]
-        vs = pstart[rows] + sep[hit] + 1
-        values[target] = (rows, vs, item_end[hit] - sep[hit] - 1)
+        hit = named(u8, items, target)
+        values[target] = (items.row[hit], items.value_start[hit], items.value_len[hit])
     return values
 
 
@@ -470,7 +427,7 @@ def _fast_property_values(
     The property strings form one matrix (a row per record): every 0x01 and 0x02 is found with one
     compare, and items and their name/value separators are numbered in row order.
     """
-    fast &= pl0 <= _MAX_PROPS_FAST
+    fast &= pl0 <= MAX_FAST_PROPERTIES
     ridx = np.flatnonzero(fast)
     m = len(ridx)
     pstart = ppos[ridx] + 2
@@ -484,7 +441,7 @@ def _fast_property_values(
         if not (lens == width).all():
             marks &= np.arange(width, dtype=np.int32) < lens[:, None]
         layout = _property_values_by_layout(mat, marks, lens, pstart, bad_rec)
-        values = layout if layout is not None else _property_values_generic(u8, mat, marks, lens, pstart, bad_rec)
+        values = layout if layout is not None else _property_values_generic(u8, lens, pstart, bad_rec)
     else:
         z = np.zeros(0, np.int64)
         values = {t: (z, z, z) for t in _TARGETS}
@@ -598,7 +555,7 @@ def decode_batch(
         kmat = _range_matrix(u8, kstart, klen)
         plain[np.nonzero(kmat == 0x20)[0]] = False
     split = (klen > 0) & ~plain
-    sr, ss, sl, sq = _split_tokens(u8, krec[split], kstart[split], klen[split])
+    sr, ss, sl, sq = key_tokens(u8, krec[split], kstart[split], klen[split])
     tok_rec = np.concatenate([krec[plain], sr])
     tok_start = np.concatenate([kstart[plain], ss])
     tok_len = np.concatenate([klen[plain], sl])
@@ -674,39 +631,6 @@ def decode_batch(
         key_hash[order],
     )
     return cols, stop
-
-
-def _split_tokens(
-    u8: np.ndarray, rec: np.ndarray, start: np.ndarray, length: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Tokens of each KEYS value split on single spaces (empty tokens dropped), in order."""
-    if len(rec) == 0:
-        z = np.zeros(0, np.int64)
-        return z, z, z, z
-    total = int(length.sum())
-    first = np.zeros(len(rec) + 1, dtype=np.int64)
-    np.cumsum(length, out=first[1:])
-    owner = np.repeat(np.arange(len(rec)), length)
-    idx = np.arange(total) - np.repeat(first[:-1], length) + np.repeat(start, length)
-    sp = u8[idx] == 0x20
-    # token starts: value start or after a space; token ends: next space or value end
-    tstart = np.zeros(total, dtype=bool)
-    tstart[first[:-1][length > 0]] = True
-    after = np.flatnonzero(sp[:-1]) + 1
-    after = after[owner[after] == owner[after - 1]]
-    tstart[after] = True
-    tstart &= ~sp
-    s = np.flatnonzero(tstart)
-    e = _next_at_or_after(np.flatnonzero(sp), s, total)
-    vend = first[1:][owner[s]]
-    e = np.minimum(e, vend)
-    o = owner[s]
-    # sequence number of each token within its value
-    newv = np.ones(len(o), dtype=bool)
-    newv[1:] = o[1:] != o[:-1]
-    grp_start = np.maximum.accumulate(np.where(newv, np.arange(len(o)), 0))
-    seq = np.arange(len(o)) - grp_start
-    return rec[o], idx[s], e - s, seq
 
 
 @dataclass
@@ -866,234 +790,3 @@ def iter_columns(
             from .workers import close_pool
 
             close_pool(pool)
-
-
-# ---------------------------------------------------------------------------------------------
-# Every field of a record as arrays, for readers that return whole records (the Spark source).
-# The dispatch decoder above takes only what dispatch needs; these take the rest from the same
-# layout (§3.1), and leave anything unusual to ``decode_record``.
-
-_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-HEAD_V4 = 88  # TOTALSIZE .. BODYLENGTH when both hosts are IPv4
-
-
-@dataclass
-class RecordArrays:
-    """The fields of records at ``pos`` laid out with IPv4 hosts (V1 or V2 magic).
-
-    ``ok`` marks the rows that decode as ``decode_record`` decodes them (layout, bounds, TOTALSIZE
-    equal to the computed length, no negative length); every other row must go through
-    ``decode_record``, which decides whether it is a record at all. Hosts are the raw 4-byte
-    addresses (rows of ``born_addr`` / ``store_addr``) and int ports.
-    """
-
-    pos: np.ndarray
-    total: np.ndarray
-    magic: np.ndarray
-    body_crc: np.ndarray
-    queue_id: np.ndarray
-    flag: np.ndarray
-    queue_offset: np.ndarray
-    phy: np.ndarray
-    sys_flag: np.ndarray
-    born_ts: np.ndarray
-    born_addr: np.ndarray  # (n, 4) uint8
-    born_port: np.ndarray
-    store_ts: np.ndarray
-    store_addr: np.ndarray  # (n, 4) uint8
-    store_port: np.ndarray
-    reconsume: np.ndarray
-    prepared: np.ndarray
-    body_start: np.ndarray
-    body_len: np.ndarray
-    topic_start: np.ndarray
-    topic_len: np.ndarray
-    props_start: np.ndarray
-    props_len: np.ndarray
-    ok: np.ndarray
-
-    def take(self, idx: np.ndarray) -> RecordArrays:
-        return RecordArrays(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
-
-
-def record_arrays(u8: np.ndarray, pos: np.ndarray, end: int) -> RecordArrays:
-    """Every field of the records starting at ``pos`` (sorted) of a buffer whose data ends at ``end``."""
-    head = gather(u8, pos, HEAD_V4)
-
-    def field(off: int, dtype: str) -> np.ndarray:
-        w = np.dtype(dtype).itemsize
-        return np.ascontiguousarray(head[:, off : off + w]).view(dtype).ravel().astype(np.int64)
-
-    total, magic, sys_flag, bl = field(0, ">i4"), field(4, ">i4"), field(36, ">i4"), field(84, ">i4")
-    v2 = magic == MAGIC_V2
-    plain = ((magic == MAGIC_V1) | v2) & ((sys_flag & 0x30) == 0) & (total > 0) & (total <= end - pos)
-    body_start = pos + HEAD_V4
-    at = np.where(plain, body_start + np.maximum(bl, 0), 0)  # TOPICLENGTH
-    at = np.minimum(at, max(end - 2, 0))
-    tlen = np.where(v2, be(u8, at, ">i2"), u8[at].astype(np.int8).astype(np.int64))
-    topic_start = at + 1 + v2
-    pat = np.minimum(topic_start + np.maximum(tlen, 0), max(end - 2, 0))  # PROPERTIESLENGTH
-    plen = be(u8, pat, ">i2")
-    props_start = pat + 2
-    ok = (
-        plain
-        & (bl >= 0)
-        & (tlen >= 0)
-        & (plen >= 0)
-        & (props_start + plen <= end)
-        & (HEAD_V4 + 3 + v2 + bl + tlen + plen == total)
-    )
-    return RecordArrays(
-        pos,
-        total,
-        magic,
-        field(8, ">i4"),
-        field(12, ">i4"),
-        field(16, ">i4"),
-        field(20, ">i8"),
-        field(28, ">i8"),
-        sys_flag,
-        field(40, ">i8"),
-        np.ascontiguousarray(head[:, 48:52]),
-        field(52, ">i4"),
-        field(56, ">i8"),
-        np.ascontiguousarray(head[:, 64:68]),
-        field(68, ">i4"),
-        field(72, ">i4"),
-        field(76, ">i8"),
-        body_start,
-        bl,
-        topic_start,
-        tlen,
-        props_start,
-        plen,
-        ok,
-    )
-
-
-@dataclass
-class PropertyItems:
-    """The ``name 0x01 value`` items of many property strings, in file order.
-
-    ``bad`` marks the strings that are not plain (an item without exactly one 0x01, an empty name
-    or value, longer than the fast path takes): those every broker version may parse differently,
-    so they go through ``parse_properties``. ``high`` marks strings with a byte >= 0x80 (their
-    UTF-8 must be checked). Positions are absolute in the buffer.
-    """
-
-    row: np.ndarray
-    name_start: np.ndarray
-    name_len: np.ndarray
-    value_start: np.ndarray
-    value_len: np.ndarray
-    bad: np.ndarray
-    high: np.ndarray
-
-
-def property_items(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> PropertyItems:
-    """Split the property strings at ``start`` / ``length`` into items with array operations."""
-    m = len(start)
-    z = np.zeros(0, np.int64)
-    bad = length > _MAX_PROPS_FAST
-    if m == 0 or int(length.max(initial=0)) == 0:
-        return PropertyItems(z, z, z, z, z, bad, np.zeros(m, bool))
-    lens = np.where(bad, 0, length)
-    width = max(int(lens.max()), 1)
-    mat = gather(u8, start, width)
-    inside = np.arange(width, dtype=np.int32) < lens[:, None]
-    high = ((mat >= 0x80) & inside).any(axis=1)
-    marks = ((mat - np.uint8(1)) <= np.uint8(1)) & inside  # 0x01 or 0x02
-    at = np.flatnonzero(marks)
-    r, c = np.divmod(at, width)
-    is2 = mat.ravel()[at] == 2
-    r2, c2 = r[is2], c[is2]
-    cnt2 = np.bincount(r2, minlength=m)
-    n_items = m + len(r2)
-    item_row = np.repeat(np.arange(m), cnt2 + 1)
-    item_start = np.zeros(n_items, dtype=np.int64)
-    item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
-    item_end = np.empty(n_items, dtype=np.int64)
-    item_end[:-1] = item_start[1:] - 1
-    row_last = np.ones(n_items, dtype=bool)
-    row_last[:-1] = item_row[1:] != item_row[:-1]
-    item_end[row_last] = lens[item_row[row_last]]
-    e1 = np.flatnonzero(~is2)
-    item1 = r[e1] + np.cumsum(is2)[e1]
-    cnt1 = np.bincount(item1, minlength=n_items)
-    sep = np.full(n_items, -1, dtype=np.int64)
-    sep[item1] = c[e1]  # with one 0x01 per item (checked below) this is it
-    nonempty = item_end > item_start
-    good = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
-    bad = bad.copy()
-    bad[item_row[~good]] = True
-    keep = np.flatnonzero(nonempty & ~bad[item_row])
-    row = item_row[keep]
-    base = start[row]
-    s, e, k = item_start[keep], item_end[keep], sep[keep]
-    return PropertyItems(row, base + s, k - s, base + k + 1, e - k - 1, bad, high)
-
-
-def named(u8: np.ndarray, items: PropertyItems, name: bytes) -> np.ndarray:
-    """Indices of the items called ``name`` (up to 8 bytes), the last one per row (a map put)."""
-    width = len(name)
-    cand = np.flatnonzero(items.name_len == width)
-    if not len(cand):
-        return cand
-    if width in (1, 2, 4, 8):  # compare whole words
-        dt = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}[width]
-        words = gather(u8, items.name_start[cand], width).view(dt).ravel()
-        hit = cand[words == np.frombuffer(name, dtype=dt)[0]]
-    else:
-        mat = gather(u8, items.name_start[cand], width)
-        hit = cand[(mat == np.frombuffer(name, np.uint8)).all(axis=1)]
-    last = np.ones(len(hit), dtype=bool)
-    last[:-1] = items.row[hit][1:] != items.row[hit][:-1]
-    return hit[last]
-
-
-def duplicate_name_rows(u8: np.ndarray, items: PropertyItems, rows: int) -> np.ndarray:
-    """Rows where two items may share a name (equal Java hash and length): a map keeps one of them."""
-    out = np.zeros(rows, dtype=bool)
-    if len(items.row) < 2:
-        return out
-    h, _ = range_hashes(u8, items.name_start, items.name_len)
-    key = (items.row.astype(np.uint64) << np.uint64(40)) ^ (h << np.uint64(8)) ^ items.name_len.astype(np.uint64)
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    dup = np.flatnonzero(ks[1:] == ks[:-1])
-    out[items.row[order][dup]] = True
-    return out
-
-
-def split_key_tokens(
-    u8: np.ndarray, rec: np.ndarray, start: np.ndarray, length: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """KEYS values split on single spaces, empty tokens dropped: (record, start, length) in order."""
-    r, s, n, _ = _split_tokens(u8, rec, start, length)
-    return r, s, n
-
-
-def msg_id_hex_v4(store_addr: np.ndarray, store_port: np.ndarray, phy: np.ndarray) -> np.ndarray:
-    """The offset msgId (§3.10) of IPv4 store hosts as an (n, 32) matrix of ASCII hex digits."""
-    n = len(phy)
-    raw = np.empty((n, 16), dtype=np.uint8)
-    raw[:, :4] = store_addr
-    raw[:, 4:8] = store_port.astype(">i4").view(np.uint8).reshape(n, 4)
-    raw[:, 8:] = phy.astype(">i8").view(np.uint8).reshape(n, 8)
-    out = np.empty((n, 32), dtype=np.uint8)
-    out[:, 0::2] = _HEX[raw >> 4]
-    out[:, 1::2] = _HEX[raw & 0xF]
-    return out
-
-
-def host_codes_v4(addr: np.ndarray, port: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """``ip:port`` texts of the distinct IPv4 hosts and each row's index into them."""
-    key = (addr.astype(np.uint64) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.uint64)) << np.uint64(32)
-    key |= port.astype(np.int64).astype(np.uint64) & _M32
-    uniq, inverse = np.unique(key, return_inverse=True)
-    labels = []
-    for k in uniq.tolist():
-        a = k >> 32
-        p = k & 0xFFFFFFFF
-        labels.append(f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}:{p - (1 << 32) if p >> 31 else p}")
-    return labels, inverse.reshape(-1)

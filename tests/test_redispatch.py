@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -276,6 +277,43 @@ def test_columnar_scan_equals_per_record_scan(broker: str, recs: list[bytes], ta
     buf = b"".join(recs)
     buf += {"zeros": bytes(16), "blank": encode_blank(16) + bytes(8), "garbage": b"\x00\x00\x00\x99junkjunk"}[tail]
     assert _via_columns(buf, cfg) == _via_records(buf, cfg)
+
+
+@settings(max_examples=40, deadline=None)
+@given(recs=records())
+def test_columnar_scan_without_layouts_equals_per_record_scan(recs: list[bytes]) -> None:
+    """The property items of the record arrays (the path for batches of many layouts) give the same scan."""
+    cfg = StoreConfig(store_root=Path("."), broker="4.9.7")
+    buf = b"".join(recs) + bytes(16)
+    with mock.patch.object(columnar, "_MAX_LAYOUTS", 0):
+        assert _via_columns(buf, cfg) == _via_records(buf, cfg)
+
+
+def test_columnar_scan_tells_the_two_separators_apart() -> None:
+    """Two property strings with separators at the same places, 0x01 and 0x02 swapped: only the first has TAGS."""
+    recs, phy = [], 0
+    for props in (b"TAGS\x01abc\x02", b"TAGS\x02abc\x01") * 3:
+        recs.append(
+            encode_record(
+                topic="T",
+                queue_id=0,
+                queue_offset=len(recs),
+                phy_offset=phy,
+                born_timestamp_ms=1,
+                born_addr=b"\x7f\0\0\1",
+                born_port=1,
+                store_timestamp_ms=1,
+                store_addr=b"\x7f\0\0\1",
+                store_port=1,
+                body=b"x",
+                properties=props,
+            )
+        )
+        phy += len(recs[-1])
+    cfg = StoreConfig(store_root=Path("."), broker="4.9.7")
+    got, want = _via_columns(b"".join(recs) + bytes(16), cfg), _via_records(b"".join(recs) + bytes(16), cfg)
+    assert got == want
+    assert [row[4] != 0 for row in got[0]] == [True, False] * 3
 
 
 def test_columnar_scan_on_random_corruption_of_a_real_file() -> None:

@@ -98,7 +98,7 @@ def expected_row(rec: Record) -> dict:
         "bodyLength": len(rec.body),
         "topic": rec.topic,
         "tags": rec.tags,
-        "keys": (rec.keys or "").split(),
+        "keys": [k for k in (rec.keys or "").split(" ") if k],  # KEY_SEPARATOR is one space, not any whitespace
         "uniqKey": rec.uniq_key,
         "properties": rec.properties,
         "body": rec.body,

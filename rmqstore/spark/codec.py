@@ -1,22 +1,19 @@
-"""The one place the Spark package takes the store codecs from (the record codec and the columnar decoder)."""
+"""The one place the Spark package takes the store codecs from (the record codec, the record arrays and the columnar decoder)."""
 
 from __future__ import annotations
 
-from ..columnar import (
-    BATCH,
-    Columns,
+from ..codec.arrays import (
     PropertyItems,
     RecordArrays,
-    decode_batch,
     duplicate_name_rows,
     host_codes_v4,
-    msg_id_hex_v4,
+    key_tokens,
+    msg_id_hex,
     named,
     property_items,
     record_arrays,
-    split_key_tokens,
-    walk_positions,
 )
+from ..columnar import BATCH, Columns, decode_batch, walk_positions
 from ..commitlog import (
     MAGIC_V1,
     MAGIC_V2,
@@ -46,10 +43,10 @@ __all__ = [
     "duplicate_name_rows",
     "host_codes_v4",
     "host_str",
-    "msg_id_hex_v4",
+    "key_tokens",
+    "msg_id_hex",
     "named",
     "property_items",
     "record_arrays",
-    "split_key_tokens",
     "walk_positions",
 ]

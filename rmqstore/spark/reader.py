@@ -1,4 +1,4 @@
-"""Arrow record batches of commit log splits, built column by column from the columnar decoder's arrays.
+"""Arrow record batches of commit log splits, built column by column from the codec's record arrays.
 
 A split's records are found by walking the TOTALSIZE chain (``walk_positions``); each chunk of
 positions is decoded at once into arrays (``record_arrays``) and checked as ``decode_record``
@@ -39,49 +39,35 @@ from .codec import (
     duplicate_name_rows,
     host_codes_v4,
     host_str,
-    msg_id_hex_v4,
+    key_tokens,
+    msg_id_hex,
     named,
     property_items,
     record_arrays,
-    split_key_tokens,
     walk_positions,
 )
 
 CHUNK = 1 << 15  # records decoded at once: the arrays of a chunk stay in the CPU caches' reach
 _NEEDS_PROPS = frozenset({"tags", "keys", "uniqKey", "properties"})
-# Numeric columns: the RecordArrays field and the Arrow type.
+# Numeric columns: the RecordArrays field (named as the Record's) and the Arrow type.
 _NUMERIC = {
     "filePos": ("pos", pa.int64()),
-    "commitLogOffset": ("phy", pa.int64()),
-    "storeSize": ("total", pa.int32()),
+    "commitLogOffset": ("phy_offset", pa.int64()),
+    "storeSize": ("total_size", pa.int32()),
     "magicCode": ("magic", pa.int32()),
     "bodyCRC": ("body_crc", pa.int32()),
     "queueId": ("queue_id", pa.int32()),
     "flag": ("flag", pa.int32()),
     "queueOffset": ("queue_offset", pa.int64()),
     "sysFlag": ("sys_flag", pa.int32()),
-    "bornTimestamp": ("born_ts", pa.int64()),
-    "storeTimestamp": ("store_ts", pa.int64()),
-    "reconsumeTimes": ("reconsume", pa.int32()),
-    "preparedTransactionOffset": ("prepared", pa.int64()),
+    "bornTimestamp": ("born_timestamp_ms", pa.int64()),
+    "storeTimestamp": ("store_timestamp_ms", pa.int64()),
+    "reconsumeTimes": ("reconsume_times", pa.int32()),
+    "preparedTransactionOffset": ("prepared_transaction_offset", pa.int64()),
     "bodyLength": ("body_len", pa.int32()),
 }
-# The same fields of a decoded Record (to patch rows the fast layout does not cover).
-_FROM_RECORD = {
-    "pos": "pos",
-    "total": "total_size",
-    "magic": "magic",
-    "body_crc": "body_crc",
-    "queue_id": "queue_id",
-    "flag": "flag",
-    "queue_offset": "queue_offset",
-    "phy": "phy_offset",
-    "sys_flag": "sys_flag",
-    "born_ts": "born_timestamp_ms",
-    "store_ts": "store_timestamp_ms",
-    "reconsume": "reconsume_times",
-    "prepared": "prepared_transaction_offset",
-}
+# The integer fields of a decoded Record that patch rows the fast layout does not cover (same names).
+_FROM_RECORD = tuple(attr for attr, _ in _NUMERIC.values() if attr != "body_len")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +86,7 @@ class RowFilter:
 
     def header_mask(self, a: RecordArrays) -> np.ndarray:
         mask = np.ones(len(a.pos), dtype=bool)
-        for arr, (lo, hi) in ((a.store_ts, self.store_ts), (a.phy, self.offsets)):
+        for arr, (lo, hi) in ((a.store_timestamp_ms, self.store_ts), (a.phy_offset, self.offsets)):
             if lo is not None:
                 mask &= arr >= lo
             if hi is not None:
@@ -184,7 +170,7 @@ def _check_chunk(
 ) -> tuple[RecordArrays, dict[int, Record], int | None]:
     """The chunk's arrays, its slow rows' Records, and the first row that is not a valid record."""
     a = record_arrays(ctx.u8, pos, size)
-    good = a.ok & (a.phy == ctx.base + pos)
+    good = a.ok & (a.phy_offset == ctx.base + pos)
     if check_crc:
         buf = memoryview(ctx.buf) if not isinstance(ctx.buf, bytes) else ctx.buf
         for k in np.flatnonzero(good & (a.body_len > 0)).tolist():
@@ -274,7 +260,7 @@ def _parse_props(ctx: SplitContext, a: RecordArrays) -> tuple[_Props, np.ndarray
 def _key_mask(ctx: SplitContext, props: _Props, n: int, wanted: frozenset[str]) -> np.ndarray:
     """Rows with a KEYS token or UNIQ_KEY in ``wanted``."""
     it = props.items
-    rec, s, ln = split_key_tokens(ctx.u8, it.row[props.keys], it.value_start[props.keys], it.value_len[props.keys])
+    rec, s, ln, _ = key_tokens(ctx.u8, it.row[props.keys], it.value_start[props.keys], it.value_len[props.keys])
     rows = np.concatenate([rec, it.row[props.uniq]])
     starts = np.concatenate([s, it.value_start[props.uniq]])
     lens = np.concatenate([ln, it.value_len[props.uniq]])
@@ -318,7 +304,7 @@ def _text_column(ctx: SplitContext, props: _Props, found: np.ndarray, n: int) ->
 
 def _keys_column(ctx: SplitContext, props: _Props, n: int) -> pa.Array:
     it = props.items
-    rec, s, ln = split_key_tokens(ctx.u8, it.row[props.keys], it.value_start[props.keys], it.value_len[props.keys])
+    rec, s, ln, _ = key_tokens(ctx.u8, it.row[props.keys], it.value_start[props.keys], it.value_len[props.keys])
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(rec, minlength=n), out=offsets[1:])
     return pa.ListArray.from_arrays(pa.array(offsets), ranges(ctx.data, s, ln, pa.string()))
@@ -340,8 +326,9 @@ def _hosts(addr: np.ndarray, port: np.ndarray) -> pa.Array:
 
 def _msg_ids(a: RecordArrays) -> pa.Array:
     n = len(a.pos)
-    hexed = msg_id_hex_v4(a.store_addr, a.store_port, a.phy)
-    offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
+    hexed = msg_id_hex(a.store_addr, a.store_port, a.phy_offset)
+    width = hexed.shape[1]
+    offsets = np.arange(0, width * n + 1, width, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(hexed))
 
 
@@ -402,8 +389,8 @@ def _topics(ctx: SplitContext, a: RecordArrays) -> tuple[list[str], np.ndarray]:
 def _patch(a: RecordArrays, slow: dict[int, Record]) -> None:
     """Header fields of the slow rows from their Records (their layout differs from the fast one)."""
     for k, rec in slow.items():
-        for attr, rattr in _FROM_RECORD.items():
-            getattr(a, attr)[k] = getattr(rec, rattr)
+        for attr in _FROM_RECORD:
+            getattr(a, attr)[k] = getattr(rec, attr)
         a.body_len[k] = len(rec.body)
 
 

@@ -1,0 +1,305 @@
+"""Every field of many commit log records as arrays, for readers that return whole records (store-format.md §3).
+
+Derived from :mod:`.commitlog`'s declaration: the head fields are :func:`.columnar.decode_heads`
+(the numpy dtype of ``RECORD_HEAD``), the variable part starts at the head's size, and a record's
+length is checked against ``cal_msg_length``. Only the common layout (V1/V2 magic, both hosts
+IPv4) is decoded here; every other row is marked for ``decode_record``, which decides.
+Property strings are split into items (§3.7) and KEYS values into tokens with array operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .columnar import HEAD_DTYPES, be, decode_heads, gather, head_column
+from .commitlog import (
+    BORNHOST_V6_FLAG,
+    MAGIC_V1,
+    MAGIC_V2,
+    RECORD_HEAD,
+    STOREHOSTADDRESS_V6_FLAG,
+    cal_msg_length,
+    head_offsets,
+    host_str,
+)
+
+_HEAD = HEAD_DTYPES[0]  # fields 1-15 with both hosts IPv4
+_BODY_AT = head_offsets()["body"]
+# TOPICLENGTH is 1 byte in V1 and 2 in V2 records, PROPERTIESLENGTH 2 bytes (§3.1), as decode_record reads them.
+_TOPIC_LEN = {False: ">i1", True: ">i2"}
+_PROPS_LEN = ">i2"
+# calMsgLength of a record with empty body, topic and properties: the head and both length fields.
+_EMPTY_V1, _EMPTY_V2 = cal_msg_length(0, 0, 0, 0), cal_msg_length(0, 0, 0, 0, v2=True)
+_V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_INT_FIELDS = tuple(f.name for f in RECORD_HEAD if f.code != "addr")
+MAX_FAST_PROPERTIES = 512  # longer property strings are left to ``parse_properties``
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+@dataclass
+class RecordArrays:
+    """The fields of the records at ``pos`` read with the IPv4 host layout, named as in ``RECORD_HEAD``.
+
+    ``ok`` marks the rows that decode as ``decode_record`` decodes them (V1/V2, IPv4 hosts, bounds,
+    TOTALSIZE equal to the computed length, no negative length); every other row must go through
+    ``decode_record``, which decides whether it is a record at all. Addresses are (n, 4) uint8 rows.
+    """
+
+    pos: np.ndarray
+    total_size: np.ndarray
+    magic: np.ndarray
+    body_crc: np.ndarray
+    queue_id: np.ndarray
+    flag: np.ndarray
+    queue_offset: np.ndarray
+    phy_offset: np.ndarray
+    sys_flag: np.ndarray
+    born_timestamp_ms: np.ndarray
+    born_addr: np.ndarray
+    born_port: np.ndarray
+    store_timestamp_ms: np.ndarray
+    store_addr: np.ndarray
+    store_port: np.ndarray
+    reconsume_times: np.ndarray
+    prepared_transaction_offset: np.ndarray
+    body_len: np.ndarray
+    body_start: np.ndarray
+    topic_start: np.ndarray
+    topic_len: np.ndarray
+    props_start: np.ndarray
+    props_len: np.ndarray
+    ok: np.ndarray
+
+    def take(self, idx: np.ndarray) -> RecordArrays:
+        return RecordArrays(*(getattr(self, f.name)[idx] for f in fields(self)))
+
+
+def _address_rows(heads: np.ndarray, name: str) -> np.ndarray:
+    """An address field of decoded heads as (n, width) uint8 rows of its stored bytes."""
+    width = heads.dtype[name].itemsize
+    return np.ascontiguousarray(heads[name]).view(np.uint8).reshape(len(heads), width)
+
+
+def record_arrays(u8: np.ndarray, pos: np.ndarray, end: int) -> RecordArrays:
+    """Every field of the records starting at ``pos`` (sorted) of a buffer whose data ends at ``end``."""
+    heads = decode_heads(u8, pos)
+    col = {name: head_column(heads, name) for name in _INT_FIELDS}
+    total, magic, bl = col["total_size"], col["magic"], col["body_len"]
+    v2 = magic == MAGIC_V2
+    plain = ((magic == MAGIC_V1) | v2) & ((col["sys_flag"] & _V6) == 0) & (total > 0) & (total <= end - pos)
+    body_start = pos + _BODY_AT
+    last = max(end - 2, 0)  # reads of the length fields stay inside the data; ``ok`` rejects clamped rows
+    at = np.minimum(np.where(plain, body_start + np.maximum(bl, 0), 0), last)  # TOPICLENGTH
+    tlen = np.where(v2, be(u8, at, _TOPIC_LEN[True]), be(u8, at, _TOPIC_LEN[False]))
+    topic_start = at + np.where(v2, np.dtype(_TOPIC_LEN[True]).itemsize, np.dtype(_TOPIC_LEN[False]).itemsize)
+    pat = np.minimum(topic_start + np.maximum(tlen, 0), last)  # PROPERTIESLENGTH
+    plen = be(u8, pat, _PROPS_LEN)
+    props_start = pat + np.dtype(_PROPS_LEN).itemsize
+    computed = np.where(v2, _EMPTY_V2, _EMPTY_V1) + bl + tlen + plen
+    ok = plain & (bl >= 0) & (tlen >= 0) & (plen >= 0) & (props_start + plen <= end) & (computed == total)
+    return RecordArrays(
+        pos=pos,
+        **col,
+        born_addr=_address_rows(heads, "born_addr"),
+        store_addr=_address_rows(heads, "store_addr"),
+        body_start=body_start,
+        topic_start=topic_start,
+        topic_len=tlen,
+        props_start=props_start,
+        props_len=plen,
+        ok=ok,
+    )
+
+
+def msg_id_hex(store_addr: np.ndarray, store_port: np.ndarray, phy_offset: np.ndarray) -> np.ndarray:
+    """The offset msgId (§3.10) as a matrix of ASCII hex digits, a row per record: the store address
+    ((n, width) uint8 rows), then port and physical offset as the record head stores them."""
+    n = len(phy_offset)
+    port, phy = _HEAD["store_port"], _HEAD["phy_offset"]
+    raw = np.concatenate(
+        [
+            store_addr,
+            store_port.astype(port).view(np.uint8).reshape(n, port.itemsize),
+            phy_offset.astype(phy).view(np.uint8).reshape(n, phy.itemsize),
+        ],
+        axis=1,
+    )
+    out = np.empty((n, 2 * raw.shape[1]), dtype=np.uint8)
+    out[:, 0::2] = _HEX[raw >> 4]
+    out[:, 1::2] = _HEX[raw & 0xF]
+    return out
+
+
+def host_codes_v4(addr: np.ndarray, port: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """``ip:port`` texts (as ``host_str`` writes them) of the distinct IPv4 hosts, and each row's index into them."""
+    key = (addr.astype(np.uint64) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.uint64)) << np.uint64(32)
+    key |= port.astype(np.int64).astype(np.uint64) & _M32
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    labels = [host_str(addr[i].tobytes(), int(port[i])) for i in first.tolist()]
+    return labels, inverse.reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties (§3.7) and KEYS tokens
+
+
+@dataclass
+class PropertyItems:
+    """The ``name 0x01 value`` items of many property strings, in file order.
+
+    ``bad`` marks the strings that are not plain (an item without exactly one 0x01, an empty name
+    or value, longer than ``MAX_FAST_PROPERTIES``): those broker versions may parse differently,
+    so they go through ``parse_properties``; their items are left out. ``high`` marks strings with
+    a byte >= 0x80 (their UTF-8 must be checked). Positions are absolute in the buffer.
+    """
+
+    row: np.ndarray
+    name_start: np.ndarray
+    name_len: np.ndarray
+    value_start: np.ndarray
+    value_len: np.ndarray
+    bad: np.ndarray
+    high: np.ndarray
+
+
+def property_items(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> PropertyItems:
+    """Split the property strings at ``start`` / ``length`` into items with array operations.
+
+    The strings form one matrix (a row per string); every 0x01 and 0x02 is found with one compare,
+    and items and their separators are numbered in row order.
+    """
+    m = len(start)
+    z = np.zeros(0, np.int64)
+    bad = length > MAX_FAST_PROPERTIES
+    if m == 0 or int(length.max(initial=0)) == 0:
+        return PropertyItems(z, z, z, z, z, bad, np.zeros(m, bool))
+    lens = np.where(bad, 0, length)
+    width = max(int(lens.max()), 1)
+    mat = gather(u8, start, width)
+    inside = np.arange(width, dtype=np.int32) < lens[:, None]
+    high = ((mat >= 0x80) & inside).any(axis=1)
+    marks = ((mat - np.uint8(1)) <= np.uint8(1)) & inside  # 0x01 or 0x02
+    at = np.flatnonzero(marks)
+    r, c = np.divmod(at, width)
+    is2 = mat.ravel()[at] == 2
+    r2, c2 = r[is2], c[is2]
+    # A row's first item starts at 0, one more after each 0x02; an item ends at the next 0x02 or the row's end.
+    cnt2 = np.bincount(r2, minlength=m)
+    n_items = m + len(r2)
+    item_row = np.repeat(np.arange(m), cnt2 + 1)
+    item_start = np.zeros(n_items, dtype=np.int64)
+    item_start[r2 + np.arange(len(r2)) + 1] = c2 + 1
+    item_end = np.empty(n_items, dtype=np.int64)
+    item_end[:-1] = item_start[1:] - 1
+    row_last = np.ones(n_items, dtype=bool)
+    row_last[:-1] = item_row[1:] != item_row[:-1]
+    item_end[row_last] = lens[item_row[row_last]]
+    # The item of each 0x01: its row's first item plus the 0x02 before it in that row.
+    e1 = np.flatnonzero(~is2)
+    item1 = r[e1] + np.cumsum(is2)[e1]
+    cnt1 = np.bincount(item1, minlength=n_items)
+    sep = np.full(n_items, -1, dtype=np.int64)
+    sep[item1] = c[e1]  # with one 0x01 per item (checked below) this is it
+    nonempty = item_end > item_start
+    good = ~nonempty | ((cnt1 == 1) & (sep > item_start) & (sep < item_end - 1))
+    bad = bad.copy()
+    bad[item_row[~good]] = True
+    keep = np.flatnonzero(nonempty & ~bad[item_row])
+    row = item_row[keep]
+    base = start[row]
+    s, e, k = item_start[keep], item_end[keep], sep[keep]
+    return PropertyItems(row, base + s, k - s, base + k + 1, e - k - 1, bad, high)
+
+
+def named(u8: np.ndarray, items: PropertyItems, name: bytes) -> np.ndarray:
+    """Indices of the items called ``name``, the last one per row (a map put)."""
+    width = len(name)
+    cand = np.flatnonzero(items.name_len == width)
+    if not len(cand):
+        return cand
+    if width in (1, 2, 4, 8):  # compare whole words
+        dt = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}[width]
+        words = gather(u8, items.name_start[cand], width).view(dt).ravel()
+        hit = cand[words == np.frombuffer(name, dtype=dt)[0]]
+    else:
+        mat = gather(u8, items.name_start[cand], width)
+        hit = cand[(mat == np.frombuffer(name, np.uint8)).all(axis=1)]
+    last = np.ones(len(hit), dtype=bool)
+    last[:-1] = items.row[hit][1:] != items.row[hit][:-1]
+    return hit[last]
+
+
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
+def _word(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The first up-to-8 bytes of each range as a little-endian uint64, zero past the range."""
+    return gather(u8, start, 8).view("<u8").ravel() & _LOW_BYTES[np.minimum(length, 8)]
+
+
+def duplicate_name_rows(u8: np.ndarray, items: PropertyItems, rows: int) -> np.ndarray:
+    """Rows where two items may share a name (a map keeps one of them); other rows surely have none.
+
+    Names are compared by a key of their length and first and last eight bytes: equal names always
+    share it, and a rare equal key of two different names only sends a row to the exact path.
+    """
+    out = np.zeros(rows, dtype=bool)
+    if len(items.row) < 2:
+        return out
+    h = _word(u8, items.name_start, items.name_len)
+    long = np.flatnonzero(items.name_len > 8)
+    with np.errstate(over="ignore"):
+        if len(long):
+            tail = items.name_start[long] + items.name_len[long] - 8
+            h[long] = h[long] * np.uint64(0x9E3779B97F4A7C15) + gather(u8, tail, 8).view("<u8").ravel()
+        h = h * np.uint64(0xC2B2AE3D27D4EB4F) + items.name_len.astype(np.uint64)
+    key = (items.row.astype(np.uint64) << np.uint64(40)) ^ (h >> np.uint64(24))
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    dup = np.flatnonzero(ks[1:] == ks[:-1])
+    out[items.row[order][dup]] = True
+    return out
+
+
+def _next_at_or_after(marks: np.ndarray, q: np.ndarray, default: int) -> np.ndarray:
+    """For each ``q``, the first element of sorted ``marks`` that is >= q, else ``default``."""
+    if len(marks) == 0:
+        return np.full(len(q), default, dtype=np.int64)
+    k = np.searchsorted(marks, q)
+    return np.where(k < len(marks), marks[np.minimum(k, len(marks) - 1)], default)
+
+
+def key_tokens(
+    u8: np.ndarray, rec: np.ndarray, start: np.ndarray, length: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tokens of each KEYS value split on single spaces (empty tokens dropped), in order:
+    (record, start, length, sequence number within its value)."""
+    if len(rec) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    total = int(length.sum())
+    first = np.zeros(len(rec) + 1, dtype=np.int64)
+    np.cumsum(length, out=first[1:])
+    owner = np.repeat(np.arange(len(rec)), length)
+    idx = np.arange(total) - np.repeat(first[:-1], length) + np.repeat(start, length)
+    sp = u8[idx] == 0x20
+    # token starts: value start or after a space; token ends: next space or value end
+    tstart = np.zeros(total, dtype=bool)
+    tstart[first[:-1][length > 0]] = True
+    after = np.flatnonzero(sp[:-1]) + 1
+    after = after[owner[after] == owner[after - 1]]
+    tstart[after] = True
+    tstart &= ~sp
+    s = np.flatnonzero(tstart)
+    e = _next_at_or_after(np.flatnonzero(sp), s, total)
+    vend = first[1:][owner[s]]
+    e = np.minimum(e, vend)
+    o = owner[s]
+    newv = np.ones(len(o), dtype=bool)
+    newv[1:] = o[1:] != o[:-1]
+    grp_start = np.maximum.accumulate(np.where(newv, np.arange(len(o)), 0))
+    seq = np.arange(len(o)) - grp_start
+    return rec[o], idx[s], e - s, seq
