@@ -792,6 +792,7 @@ def test_checkpoint_round_trip(values):
 
 @given(st.lists(st.text(max_size=30), max_size=20))
 @example(["\ud83d", "a\U0001f600b", "polygenelubricants", "", "中文"])
+@example(["0\x00", "a"])
 def test_java_hash_batch_equals_scalar(texts):
     assert java_hash_batch(texts).tolist() == [java_hash(t) for t in texts]
 

@@ -68,6 +68,9 @@ def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
     if n == 0:
         return out
     arr = np.array(strings, dtype=np.str_)
+    if any(s.endswith("\x00") for s in strings):
+        # numpy strings drop trailing NULs, which Java hashes: take the slow path.
+        return np.array([java_hash(s) for s in strings], dtype=np.int32)
     width = arr.dtype.itemsize // 4
     if width == 0:
         out[:] = 0
