@@ -151,7 +151,7 @@ def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
 def commitlog_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
     body: Annotated[
         BodyMode | None,
@@ -257,7 +257,7 @@ def consumequeue_command(
     topic: Annotated[str, typer.Argument(help="Topic (the consumequeue/ sub-directory name).", show_default=False)],
     queue: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
     resolve: Annotated[
         bool, typer.Option("--resolve", help="Join each entry to its commit log record and flag every mismatch.")
@@ -315,7 +315,7 @@ def _with_times(row: dict[str, Any]) -> dict[str, Any]:
 def index_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
     key: Annotated[
         tuple[str, str] | None,
@@ -376,7 +376,7 @@ def index_command(
 def checkpoint_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
     """Show the checkpoint file: the three flush timestamps and what recovery derives from them."""
@@ -402,7 +402,7 @@ def config_command(
     store: StorePath,
     name: Annotated[str | None, typer.Argument(help="Config file name, e.g. topics.json (default: list them).")] = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
     """Show a config/*.json file as the broker loads it (fastjson integer keys handled), or list them.

@@ -50,7 +50,7 @@ class InfoFormat(enum.StrEnum):
 def info_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: Annotated[
         InfoFormat | None,
         typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain)."),

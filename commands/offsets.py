@@ -100,7 +100,7 @@ def set_command(
     force: Annotated[bool, typer.Option("--force", help="Allow offsets outside the queue's [min, max].")] = False,
     dry_run: DryRunOpt = False,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
     """Rewrite a group's committed offsets in config/consumerOffset.json.
@@ -127,7 +127,7 @@ def set_command(
             offset=offset,
             time_ms=time_ms,
             force=force,
-            broker_version=broker_version,
+            broker_version=st.config.broker,
         )
         render_rows([c.to_json() for c in plan.changes], fmt, columns=CHANGE_COLUMNS, title=str(plan.path))
         if not dry_run:

@@ -186,7 +186,7 @@ def query_key_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does.
@@ -231,7 +231,7 @@ def query_uniq_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find the message of TOPIC with this unique key (UNIQ_KEY), as clients query a msgId.
@@ -274,7 +274,7 @@ def query_id_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find messages by id, as mqadmin queryMsgById does.
@@ -318,7 +318,7 @@ def query_offset_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
 ) -> None:
     """Show the message at QUEUE_OFFSET of TOPIC/QUEUE_ID, read through the consume queue.
 
@@ -351,7 +351,7 @@ def query_time_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
 ) -> None:
     """Find the queue offset for TIME in TOPIC/QUEUE_ID, as the broker's searchOffset does.
 

@@ -1388,7 +1388,7 @@ def plan_recover(
     if segs and process_offset > start_phy and (want_cq or want_ix):
         if abort:
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
-        elif rules.normal_dispatch_beyond_cq:
+        elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
     if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
         keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)

@@ -88,3 +88,74 @@ def rules_for(broker: str) -> BrokerRules:
         expire_levels_in_config=five,
         expire_batch_max_in_config=five,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Version families and what a store's own contents say about them (``rmqstore.detect`` finds the
+# facts; which families each fact admits is version knowledge and lives here).
+
+FAMILIES: tuple[str, ...] = ("4.4", "4.9", "5.0-5.3.1", "5.3.2+")
+# the version whose rules stand for a family when only the family is known (the judged engines)
+REPRESENTATIVE: dict[str, str] = {"4.4": "4.4.0", "4.9": "4.9.4", "5.0-5.3.1": "5.2.0", "5.3.2+": "5.3.3"}
+_FIVE = frozenset({"5.0-5.3.1", "5.3.2+"})
+_AFTER_491 = frozenset({"4.9"}) | _FIVE
+
+# fact -> (families it admits, why)
+EVIDENCE: dict[str, tuple[frozenset[str], str]] = {
+    "v2-record": (_FIVE, "a V2 record (magic 0xDAA320AB) is written by 5.1.0+"),
+    "crc32-property": (_FIVE, "the __CRC32# property is written by 5.2.0+"),
+    "abort-pid": (_FIVE, "abort holds a process id (5.x writes it)"),
+    "abort-bak": (_FIVE, "abort.bak exists (5.x writes abort through a temporary file)"),
+    "checkpoint-5x": (_FIVE, "checkpoint bytes 24-39 (masterFlushedOffset, confirmPhyOffset) are set by 5.x"),
+    "batchconsumequeue": (_FIVE, "batchconsumequeue/ exists (5.x batch consume queues)"),
+    "timer-store": (_FIVE, "a timer store (timerwheel, timerlog/, config/timercheck) exists (5.x)"),
+    "compaction": (_FIVE, "compaction/ exists (5.x compaction service)"),
+    "config-5x": (_FIVE, "a 5.x config file exists (topicQueueMapping.json, messageRequestMode.json, timer files)"),
+    "topic-attributes": (_FIVE, "topics.json has topic attributes (5.x)"),
+    "lmq-queue": (_AFTER_491, "a %LMQ% consume queue exists (4.9.3+)"),
+    "lmq-offsets": (_AFTER_491, "config/lmqConsumerOffset.json exists (4.9.3+)"),
+    "ipv6-host": (_AFTER_491 | {"4.4"}, "a 16-byte IPv6 host (4.6.0+)"),
+    # 4.9.1 dropped the separator after the last property; the 5.x encoder writes it again
+    "props-no-trailing-separator": (frozenset({"4.9"}), "a property string without the trailing 0x02 (4.9.1-4.9.x)"),
+    "props-trailing-separator": (_FIVE | {"4.4"}, "a property string ending with 0x02 (before 4.9.1, or 5.x)"),
+    "blank-zero-tail": (_AFTER_491, "an end-of-file blank of 8 bytes with a zero tail (4.9.1+)"),
+    "blank-stale-tail": (frozenset({"4.4"}), "an end-of-file blank with stale bytes after its header (before 4.9.1)"),
+    "conf-mapped-keys": (_AFTER_491, "broker.conf uses mappedFileSize* (4.5.2+)"),
+    "conf-maped-keys": (frozenset({"4.4"}), "broker.conf uses mapedFileSize* (before 4.5.2)"),
+}
+# broker.conf keys describe what the operator configured, not what wrote the store: weaker than the store
+WEAK_EVIDENCE = frozenset({"conf-mapped-keys", "conf-maped-keys", "blank-zero-tail"})
+
+
+def family_of(broker: str) -> str:
+    """The family of version ``broker``; raises ValueError for a version rmqstore does not know."""
+    v = version_tuple(broker)
+    if len(v) < 2 or not (4, 0) <= v[:2] <= (5, 9) or any(p > 99 for p in v):
+        raise ValueError(f"unknown broker version {broker!r} (expected e.g. 4.4.0, 4.9.7, 5.3.3)")
+    if v < (4, 9, 1):
+        return "4.4"
+    if v < (5,):
+        return "4.9"
+    return "5.0-5.3.1" if v < (5, 3, 2) else "5.3.2+"
+
+
+def families_for(facts: list[str]) -> tuple[tuple[str, ...], bool]:
+    """The families consistent with ``facts`` (oldest first) and whether the store's facts contradict
+    each other. Weak facts (broker.conf keys first, then the blank's tail) narrow the choice only where
+    they agree with what is left."""
+    strong = set(FAMILIES)
+    for f in facts:
+        if f not in WEAK_EVIDENCE:
+            strong &= EVIDENCE[f][0]
+    conflict = not strong
+    narrowed = set(FAMILIES) if conflict else strong
+    for f in sorted((f for f in facts if f in WEAK_EVIDENCE), key=lambda f: not f.startswith("conf-")):
+        if narrowed & EVIDENCE[f][0]:
+            narrowed &= EVIDENCE[f][0]
+    return tuple(f for f in FAMILIES if f in narrowed), conflict
+
+
+def differing_rules(a: str, b: str) -> list[str]:
+    """Names of the decisions on which versions ``a`` and ``b`` differ."""
+    ra, rb = rules_for(a), rules_for(b)
+    return [n for n in BrokerRules.__dataclass_fields__ if n != "broker" and getattr(ra, n) != getattr(rb, n)]

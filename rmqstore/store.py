@@ -27,6 +27,7 @@ from .errors import (
     StoreNotFound,
     UnsafePlan,
     UnsupportedStore,
+    UsageError,
     from_os_error,
 )
 from .layout import (
@@ -37,6 +38,7 @@ from .layout import (
     list_segments,
     load_broker_config,
 )
+from .detect import resolve as resolve_version
 from .problems import Problem
 
 _HEAD = struct.Struct(">ii")
@@ -186,10 +188,15 @@ def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -
     if conf is not None:
         if not conf.exists():
             raise StoreNotFound(f"{conf}: broker config not found")
-        cfg = load_broker_config(conf, store_root=root, broker=broker)
+        cfg = load_broker_config(conf, store_root=root)
     else:
-        cfg = StoreConfig(store_root=root, broker=broker or "4.4.0")
-    return _infer_sizes(cfg)
+        cfg = StoreConfig(store_root=root)
+    cfg = _infer_sizes(cfg)
+    try:
+        det = resolve_version(cfg, broker)
+    except ValueError as e:
+        raise UsageError(f"--broker-version: {e}") from None
+    return replace(cfg, broker=det.broker, detection=det)
 
 
 def _infer_sizes(cfg: StoreConfig) -> StoreConfig:
