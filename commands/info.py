@@ -90,6 +90,14 @@ def _time(ms: int | None) -> str:
     return f"{format_time_ms(ms)} ({ms})" if ms > 0 else str(ms)
 
 
+def _version_line(v: dict[str, Any]) -> str:
+    head = f"{v['family']} (rules of {v['broker']}, {v['source']}"
+    if not v["settled"]:
+        head += f"; could also be {', '.join(c for c in v['candidates'] if c != v['family'])}"
+    facts = "; ".join(f"{e['why']}: {e['where']}" for e in v["evidence"][:6])
+    return head + ")" + (f" from: {facts}" if facts else "")
+
+
 def _summary(info: StoreInfo) -> dict[str, Any]:
     clog = info.commitlog
     data_files = [f for f in clog.files if f.state == "data"]
@@ -105,6 +113,7 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
     out: dict[str, Any] = {
         "store": str(info.root),
         "broker config": str(info.broker_config) if info.broker_config else "none (broker defaults, sizes from files)",
+        "broker version": _version_line(info.version) if info.version else info.broker,
         "shutdown": shutdown,
         "broker running": f"yes, pid {info.lock_holder_pid}" if info.broker_running else "no",
     }

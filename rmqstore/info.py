@@ -176,6 +176,7 @@ class StoreInfo:
     index_files: tuple[IndexFileInfo, ...]
     config_files: tuple[ConfigFileInfo, ...]
     problems: tuple[Problem, ...]
+    version: dict[str, Any] | None = None  # detect.Detection.to_json(): the family and its evidence
 
     @property
     def clean_shutdown(self) -> bool:
@@ -193,6 +194,8 @@ class StoreInfo:
             "store": str(self.root),
             "brokerConfig": None if self.broker_config is None else str(self.broker_config),
             "brokerVersion": self.broker,
+            "brokerFamily": None if self.version is None else self.version["family"],
+            "version": self.version,
             "cleanShutdown": self.clean_shutdown,
             "abortExists": self.abort_exists,
             "abortPid": self.abort_pid,
@@ -593,6 +596,7 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
         index_files=tuple(index_files),
         config_files=tuple(config_files),
         problems=tuple(problems),
+        version=None if cfg.detection is None else cfg.detection.to_json(),
     )
 
 

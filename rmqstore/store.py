@@ -127,6 +127,24 @@ class Store:
         out.sort(key=lambda t: (t[0], t[1]))
         return out
 
+    def batch_queues(self) -> list[tuple[str, int, Path]]:
+        """Every 5.x ``batchconsumequeue/<topic>/<queueId>`` directory (§4.7)."""
+        base = self.root / "batchconsumequeue"
+        out = []
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for topic in sorted(os.listdir(base)):
+                tdir = base / topic
+                if tdir.is_dir():
+                    out += [(topic, int(q), tdir / q) for q in sorted(os.listdir(tdir)) if q.isdigit() and (tdir / q).is_dir()]
+        return sorted(out, key=lambda t: (t[0], t[1]))
+
+    def bcq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
+        from .safety import check_topic_name
+
+        if check_topic_name(topic) is not None:
+            return [], []
+        return list_segments(self.root / "batchconsumequeue" / topic / str(int(queue_id)), None)
+
     def queue_dir(self, topic: str, queue_id: int) -> Path:
         """``consumequeue/<topic>/<queueId>`` for reading. A topic the broker would refuse never becomes
         a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse

@@ -81,3 +81,50 @@ def valid_prefix(arr: np.ndarray) -> int:
     bad = (arr["phy_offset"] < 0) | (arr["size"] <= 0)
     idx = np.flatnonzero(bad)
     return int(idx[0]) if idx.size else len(arr)
+
+
+# §4.7: a 5.x batch consume queue unit (``batchconsumequeue/<topic>/<queueId>/``), declared once.
+BCQ_FIELDS = (
+    Field("phy_offset", "commit log offset", "q"),
+    Field("size", "size", "i"),
+    Field("tags_code", "tagsCode", "q"),
+    Field("store_timestamp_ms", "store timestamp", "q"),
+    Field("base_offset", "msgBaseOffset", "q"),
+    Field("batch_size", "batchSize", "h"),
+    Field("compacted_offset", "compactedOffset", "i"),
+    Field("reserved", "reserved", "i"),
+)
+_BCQ = struct_of(BCQ_FIELDS)
+BCQ_UNIT_SIZE = _BCQ.size  # 46
+BCQ_DTYPE = dtype_of(BCQ_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class BcqEntry:
+    """One batch consume queue unit: a commit log record holding ``batch_size`` queue offsets."""
+
+    phy_offset: int
+    size: int
+    tags_code: int
+    store_timestamp_ms: int
+    base_offset: int  # queue offset of the record's first message
+    batch_size: int
+    compacted_offset: int  # written as -1
+    reserved: int
+
+    @property
+    def ends_queue(self) -> bool:
+        return self.phy_offset < 0 or self.size <= 0
+
+
+def decode_bcq_entry(buf: Any, pos: int, *, path: str = "<buffer>") -> BcqEntry:
+    if len(buf) - pos < BCQ_UNIT_SIZE:
+        raise CorruptData("truncated batch consume queue unit", path=path, pos=pos)
+    return BcqEntry(*_BCQ.unpack_from(buf, pos))
+
+
+def encode_bcq_entry(
+    phy_offset: int, size: int, tags_code: int, store_timestamp_ms: int, base_offset: int, batch_size: int
+) -> bytes:
+    """A unit as the 5.x engine writes it: compacted offset -1, reserved 0."""
+    return _BCQ.pack(phy_offset, size, tags_code, store_timestamp_ms, base_offset, batch_size, -1, 0)
