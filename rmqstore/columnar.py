@@ -427,6 +427,108 @@ def _property_values_generic(
     return values
 
 
+def _fast_topics(
+    buf: Any, u8: np.ndarray, fast: np.ndarray, tlen: np.ndarray, tstart: np.ndarray
+) -> tuple[list[str], dict[bytes, int], np.ndarray]:
+    """Topic ids of the fast records, grouped exactly by their bytes; clears ``fast`` for non-ASCII topics."""
+    fast_idx = np.flatnonzero(fast)
+    topics: list[str] = []
+    topic_index: dict[bytes, int] = {}
+    topic_id = np.full(len(fast), -1, dtype=np.int64)
+    if len(fast_idx):
+        flen = tlen[fast_idx]
+        fstart = tstart[fast_idx]
+        if int(flen.max()) == 0:
+            tmat = np.zeros((len(fast_idx), 1), np.uint8)
+            topic_hash, topic_ascii = np.zeros(len(fast_idx), np.uint64), np.ones(len(fast_idx), bool)
+        else:
+            tmat = _range_matrix(u8, fstart, flen)
+            topic_hash, topic_ascii = _horner(tmat, flen)
+        keyed = (topic_hash << np.uint64(8)) | flen.astype(np.uint64)
+        uniq, first, inverse = np.unique(keyed, return_index=True, return_inverse=True)
+        rep_ids = np.empty(len(uniq), dtype=np.int64)
+        for j, f in enumerate(first.tolist()):
+            r = int(fast_idx[f])
+            raw = bytes(buf[int(tstart[r]) : int(tstart[r] + tlen[r])])
+            if raw not in topic_index:
+                topic_index[raw] = len(topics)
+                topics.append(raw.decode("utf-8", "replace"))
+            rep_ids[j] = topic_index[raw]
+        topic_id[fast_idx] = rep_ids[inverse]
+        # every member's bytes must equal its representative's (hash collisions are possible)
+        collided = ~_rows_equal(tmat, tmat[first][inverse])
+        if collided.any():
+            fast[fast_idx[collided]] = False
+        fast[fast_idx[~topic_ascii]] = False
+    return topics, topic_index, topic_id
+
+
+def _fast_property_values(
+    u8: np.ndarray, fast: np.ndarray, ppos: np.ndarray, pl0: np.ndarray
+) -> tuple[np.ndarray, dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
+    """TAGS, KEYS and UNIQ_KEY value ranges of the fast records (``ridx``), and which of them turn out bad.
+
+    The property strings form one matrix (a row per record): every 0x01 and 0x02 is found with one
+    compare, and items and their name/value separators are numbered in row order.
+    """
+    fast &= pl0 <= _MAX_PROPS_FAST
+    ridx = np.flatnonzero(fast)
+    m = len(ridx)
+    pstart = ppos[ridx] + 2
+    values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    bad_rec = np.zeros(m, dtype=bool)
+    if m:
+        lens = pl0[ridx]
+        width = max(int(lens.max()), 1)
+        mat = gather(u8, pstart, width)
+        marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
+        if not (lens == width).all():
+            marks &= np.arange(width, dtype=np.int32) < lens[:, None]
+        layout = _property_values_by_layout(mat, marks, lens, pstart, bad_rec)
+        values = layout if layout is not None else _property_values_generic(u8, mat, marks, lens, pstart, bad_rec)
+    else:
+        z = np.zeros(0, np.int64)
+        values = {t: (z, z, z) for t in _TARGETS}
+
+    return ridx, values, bad_rec
+
+
+def _slow_requests(
+    buf: Any, p: np.ndarray, slow: np.ndarray, keep: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
+) -> tuple[list[tuple[int, DispatchRequest]], ScanStop | None]:
+    """Records off the fast path through the per-record decoder; ``keep`` loses skipped size mismatches
+    and everything from the first invalid record (the returned stop) on."""
+    out: list[tuple[int, DispatchRequest]] = []
+    for k in slow.tolist():
+        pos = int(p[k])
+        try:
+            rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=cfg.broker)
+            req = request_from_record(rec, cfg, path=str(seg.path))  # type: ignore[arg-type]
+        except RecordSizeMismatch:
+            keep[k] = False
+            continue
+        except CorruptData as e:
+            keep[k:] = False
+            return out, ScanStop(pos, "invalid", e)
+        out.append((k, req))
+    return out, None
+
+
+def _request_keys(req: DispatchRequest) -> tuple[list[int], list[int]]:
+    """Index key hashes of one request in put order (UNIQ_KEY first, then each KEYS token) and their sequence."""
+    hashes, seqs = [], []
+    if req.uniq_key is not None:
+        hashes.append(index_key_hash(f"{req.topic}#{req.uniq_key}"))
+        seqs.append(0)
+    seq = 1
+    for tok in req.keys.split(" ") if req.keys else ():
+        if tok:
+            hashes.append(index_key_hash(f"{req.topic}#{tok}"))
+            seqs.append(seq)
+            seq += 1
+    return hashes, seqs
+
+
 def decode_batch(
     buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
 ) -> tuple[Columns | None, ScanStop | None]:
@@ -473,61 +575,12 @@ def decode_batch(
     keep = ~(fast & mismatch)
     tstart = ppos - np.maximum(tlen, 0)
 
-    # Topics: exact grouping by bytes; ASCII topics only on the fast path.
-    fast_idx = np.flatnonzero(fast)
-    topics: list[str] = []
-    topic_index: dict[bytes, int] = {}
-    topic_id = np.full(n, -1, dtype=np.int64)
-    if len(fast_idx):
-        flen = tlen[fast_idx]
-        fstart = tstart[fast_idx]
-        if int(flen.max()) == 0:
-            tmat = np.zeros((len(fast_idx), 1), np.uint8)
-            topic_hash, topic_ascii = np.zeros(len(fast_idx), np.uint64), np.ones(len(fast_idx), bool)
-        else:
-            tmat = _range_matrix(u8, fstart, flen)
-            topic_hash, topic_ascii = _horner(tmat, flen)
-        keyed = (topic_hash << np.uint64(8)) | flen.astype(np.uint64)
-        uniq, first, inverse = np.unique(keyed, return_index=True, return_inverse=True)
-        rep_ids = np.empty(len(uniq), dtype=np.int64)
-        for j, f in enumerate(first.tolist()):
-            r = int(fast_idx[f])
-            raw = bytes(buf[int(tstart[r]) : int(tstart[r] + tlen[r])])
-            if raw not in topic_index:
-                topic_index[raw] = len(topics)
-                topics.append(raw.decode("utf-8", "replace"))
-            rep_ids[j] = topic_index[raw]
-        topic_id[fast_idx] = rep_ids[inverse]
-        # every member's bytes must equal its representative's (hash collisions are possible)
-        collided = ~_rows_equal(tmat, tmat[first][inverse])
-        if collided.any():
-            fast[fast_idx[collided]] = False
-        fast[fast_idx[~topic_ascii]] = False
+    topics, topic_index, topic_id = _fast_topics(buf, u8, fast, tlen, tstart)
     sched = topic_index.get(SCHEDULE_TOPIC.encode())
     if sched is not None:
         fast &= topic_id != sched
 
-    # Properties of fast records, as one matrix (a row per record): every 0x01 and 0x02 is found
-    # with one compare, and items and their name/value separators are numbered in row order.
-    fast &= pl0 <= _MAX_PROPS_FAST
-    ridx = np.flatnonzero(fast)
-    m = len(ridx)
-    pstart = ppos[ridx] + 2
-    values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    bad_rec = np.zeros(m, dtype=bool)
-    if m:
-        lens = pl0[ridx]
-        width = max(int(lens.max()), 1)
-        mat = gather(u8, pstart, width)
-        marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
-        if not (lens == width).all():
-            marks &= np.arange(width, dtype=np.int32) < lens[:, None]
-        layout = _property_values_by_layout(mat, marks, lens, pstart, bad_rec)
-        values = layout if layout is not None else _property_values_generic(u8, mat, marks, lens, pstart, bad_rec)
-    else:
-        z = np.zeros(0, np.int64)
-        values = {t: (z, z, z) for t in _TARGETS}
-
+    ridx, values, bad_rec = _fast_property_values(u8, fast, ppos, pl0)
     tags_code = np.zeros(n, dtype=np.int64)
     # TAGS
     trec, tstart_v, tlen_v = values[b"TAGS"]
@@ -574,21 +627,8 @@ def decode_batch(
         )
 
     # Per-record path for everything not on the fast path (and not a skipped size mismatch).
-    slow = np.flatnonzero(~fast & keep)
-    slow_reqs: list[tuple[int, DispatchRequest]] = []
-    for k in slow:
-        pos = int(p[k])
-        try:
-            rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=cfg.broker)
-            req = request_from_record(rec, cfg, path=str(seg.path))  # type: ignore[arg-type]
-        except RecordSizeMismatch:
-            keep[k] = False
-            continue
-        except CorruptData as e:
-            stop = ScanStop(pos, "invalid", e)
-            keep[k:] = False
-            break
-        slow_reqs.append((int(k), req))
+    slow_reqs, slow_stop = _slow_requests(buf, p, np.flatnonzero(~fast & keep), keep, seg, cfg, end)
+    stop = slow_stop or stop
     phy = field("phy_offset")
     qid = field("queue_id")
     qoff = field("queue_offset")
@@ -606,18 +646,7 @@ def decode_batch(
             req.sys_flag,
         )
         total[k] = req.size
-        seq = 0
-        extra_h, extra_s = [], []
-        if req.uniq_key is not None:
-            extra_h.append(index_key_hash(f"{req.topic}#{req.uniq_key}"))
-            extra_s.append(seq)
-        seq = 1
-        if req.keys:
-            for tok in req.keys.split(" "):
-                if tok:
-                    extra_h.append(index_key_hash(f"{req.topic}#{tok}"))
-                    extra_s.append(seq)
-                    seq += 1
+        extra_h, extra_s = _request_keys(req)
         key_rec_parts.append(np.full(len(extra_h), k, np.int64))
         key_hash_parts.append(np.array(extra_h, np.int64))
         key_seq_parts.append(np.array(extra_s, np.int64))
