@@ -13,9 +13,8 @@ import dataclasses
 import json
 import os
 import struct
-from dataclasses import dataclass, field
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, PROPERTY_SEPARATOR, Record, checked_size, decode_record
@@ -206,10 +205,10 @@ def candidate_versions(det: Detection) -> list[str]:
     return [REPRESENTATIVE[f] for f in det.candidates]
 
 
-
-
 # plan fields that describe how a decision was reached, not what is done to the store
-_DESCRIPTIVE = frozenset({"brokerVersion", "broker", "startFile", "startPhyOffset", "stop", "createdAt", "notes", "reason"})
+_DESCRIPTIVE = frozenset(
+    {"brokerVersion", "broker", "startFile", "startPhyOffset", "stop", "createdAt", "notes", "reason"}
+)
 
 
 def _comparable(data: Any) -> Any:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import checkpoint as cpmod
 from .commitlog import Blank, Record, decode_record
+from .detect import resolve as resolve_version
 from .errors import (
     CorruptData,
     FileAccessError,
@@ -38,7 +39,6 @@ from .layout import (
     list_segments,
     load_broker_config,
 )
-from .detect import resolve as resolve_version
 from .problems import Problem
 
 _HEAD = struct.Struct(">ii")
@@ -135,7 +135,11 @@ class Store:
             for topic in sorted(os.listdir(base)):
                 tdir = base / topic
                 if tdir.is_dir():
-                    out += [(topic, int(q), tdir / q) for q in sorted(os.listdir(tdir)) if q.isdigit() and (tdir / q).is_dir()]
+                    out += [
+                        (topic, int(q), tdir / q)
+                        for q in sorted(os.listdir(tdir))
+                        if q.isdigit() and (tdir / q).is_dir()
+                    ]
         return sorted(out, key=lambda t: (t[0], t[1]))
 
     def bcq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
