@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import REAL_STORES, copy_real_store, load_truth
+from conftest import case_dir, copy_real_store, load_truth
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -100,7 +100,7 @@ def check_against_truth(rows: list[dict], truth: dict, missing: set[int] = froze
 
 
 def store_of(case: str) -> Path:
-    return REAL_STORES / case / "store"
+    return case_dir(case) / "store"
 
 
 def record_offsets(truth: dict) -> list[tuple[int, int]]:
@@ -110,7 +110,8 @@ def record_offsets(truth: dict) -> list[tuple[int, int]]:
 # ------------------------------------------------------------------------------- intact stores
 
 
-def test_ndjson_equals_truth_field_for_field(real_case):
+def test_ndjson_equals_truth_field_for_field(any_real_case):
+    real_case = any_real_case
     truth = load_truth(real_case)
     rows = ndjson(store_of(real_case))
     check_against_truth(rows, truth)

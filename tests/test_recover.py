@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_STORES, REPO, copy_real_store, load_rebuild, load_truth
+from conftest import NEWER_CASES, REAL_STORES, REPO, case_dir, copy_real_store, is_crash, load_rebuild, load_truth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -148,13 +148,31 @@ def first_err(result) -> str:
 # --------------------------------------------------------------------- the crashed real store
 
 
+CRASH_CASES = ["crash-midwrite", "4.9.4/crash-midwrite", "5.2.0/crash-5x-midwrite"]
+CLEAN_CASES = ["clean-2topics", "delay-tx-retry"] + [
+    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="batch consume queues not read by recover yet"))
+    if c == "5.2.0/batch-cq"
+    else c
+    for c in NEWER_CASES
+    if not is_crash(c)
+]
+
+
 @pytest.fixture(scope="module")
 def crash_truth() -> dict:
     return load_truth("crash-midwrite")
 
 
-def test_crash_midwrite_plan_is_the_engines_abnormal_recovery(tmp_path, crash_truth):
-    root = copy_real_store("crash-midwrite", tmp_path)
+@pytest.fixture(params=CRASH_CASES)
+def crash_case(request: pytest.FixtureRequest) -> tuple[str, dict]:
+    if not case_dir(request.param).is_dir():
+        pytest.skip("real stores not found")
+    return request.param, load_truth(request.param)
+
+
+def test_crash_midwrite_plan_is_the_engines_abnormal_recovery(tmp_path, crash_case):
+    case, crash_truth = crash_case
+    root = copy_real_store(case, tmp_path)
     before = store_files(root)
     plan = plan_of(root)
     assert store_files(root) == before  # planning reads only
@@ -172,8 +190,12 @@ def test_crash_midwrite_plan_is_the_engines_abnormal_recovery(tmp_path, crash_tr
     assert plan.steps() == ["quarantine", "index-delete", "dispatch", "commitlog-truncate", "checkpoint", "abort"]
 
 
-def test_crash_midwrite_recovers_to_the_engines_files(tmp_path, crash_truth):
-    root = copy_real_store("crash-midwrite", tmp_path)
+def test_crash_midwrite_recovers_to_the_engines_files(tmp_path, crash_case, request):
+    case, crash_truth = crash_case
+    if case.startswith("5."):
+        reason = "5.1.1+ checkpoint confirmPhyOffset (start of the last valid record) not written yet"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    root = copy_real_store(case, tmp_path)
     plan, result = recover(root)
     want = truth_files(crash_truth)
     got = store_files(root)
@@ -202,9 +224,10 @@ def test_crash_midwrite_recovers_to_the_engines_files(tmp_path, crash_truth):
     assert q.parent == tmp_path / "store.quarantine" and q.name.startswith("recover-")
     manifest = json.loads((q / "manifest.json").read_text())
     saved = {Path(i["path"]).name: q / i["saved"] for i in manifest["items"] if i["kind"] == "file"}
-    src = copy_real_store("crash-midwrite", tmp_path / "orig")
+    src = copy_real_store(case, tmp_path / "orig")
+    dropped_index = sorted(os.listdir(src / "index"))[-1]
     assert sha(saved["00000000000000131072"]) == sha(src / "commitlog" / "00000000000000131072")
-    assert sha(saved["20261122025344710"]) == sha(src / "index" / "20261122025344710")
+    assert sha(saved[dropped_index]) == sha(src / "index" / dropped_index)
     assert sha(saved["checkpoint"]) == sha(src / "checkpoint")
 
 
@@ -214,8 +237,10 @@ def test_rerun_after_recovery_has_nothing_to_do(tmp_path):
     assert plan_of(root).is_empty
 
 
-@pytest.mark.parametrize("case", ["clean-2topics", "delay-tx-retry"])
+@pytest.mark.parametrize("case", CLEAN_CASES)
 def test_clean_real_stores_need_nothing(tmp_path, case):
+    if not case_dir(case).is_dir():
+        pytest.skip("real stores not found")
     truth = load_truth(case)
     root = copy_real_store(case, tmp_path)
     before = {p: (sha(p), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}

@@ -46,7 +46,12 @@ def rebuilt_matches(root: Path, case: str) -> None:
     reb = load_rebuild(case)
     assert reb["redispatchExpectation"] == "engine-rebuild"
     want = {f["path"]: f for f in reb["consumeQueueFiles"]}
-    got = sorted(p.relative_to(root).as_posix() for p in (root / "consumequeue").rglob("*") if p.is_file())
+    got = sorted(
+        p.relative_to(root).as_posix()
+        for d in ("consumequeue", "batchconsumequeue")
+        for p in (root / d).rglob("*")
+        if p.is_file()
+    )
     assert got == sorted(want)
     for path, f in want.items():
         assert (root / path).stat().st_size == f["size"]
@@ -55,8 +60,22 @@ def rebuilt_matches(root: Path, case: str) -> None:
     assert [sha(p) for p in files] == [f["sha256"] for f in reb["indexFiles"]]
 
 
-def test_cli_rebuild_equals_engine(real_case: str, tmp_path: Path) -> None:
+# not built yet: the re-dispatch writes neither %LMQ% queues (multi-dispatch) nor batch consume queues
+NOT_YET = {"5.2.0/lmq-multi-dispatch": "LMQ multi-dispatch", "5.2.0/batch-cq": "batch consume queue writing"}
+
+
+def comparable(case: str) -> str:
+    if load_rebuild(case)["redispatchExpectation"] != "engine-rebuild":
+        pytest.skip(load_rebuild(case)["redispatchExpectationReason"])
+    return case
+
+
+def test_cli_rebuild_equals_engine(any_real_case: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    real_case = comparable(any_real_case)
+    if real_case in NOT_YET:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{NOT_YET[real_case]} not implemented"))
     root = copy_real_store(real_case, tmp_path)
+    shutil.rmtree(root / "batchconsumequeue", ignore_errors=True)
     shutil.rmtree(root / "consumequeue")
     shutil.rmtree(root / "index")
     r = runner.invoke(app, ["redispatch", str(root), "--format", "json"])
@@ -67,7 +86,8 @@ def test_cli_rebuild_equals_engine(real_case: str, tmp_path: Path) -> None:
     assert len(q) == 1 and (q[0] / "manifest.json").exists()
 
 
-def test_queries_answer_as_engine_after_rebuild(real_case: str, tmp_path: Path) -> None:
+def test_queries_answer_as_engine_after_rebuild(any_real_case: str, tmp_path: Path) -> None:
+    real_case = comparable(any_real_case)
     root = copy_real_store(real_case, tmp_path)
     shutil.rmtree(root / "consumequeue")
     shutil.rmtree(root / "index")
