@@ -622,7 +622,7 @@ def _quarantine(plan: ExpirePlan, base: Path) -> Quarantine:
     q = Quarantine.fresh(base, "expire", plan.store_root, int(time.time() * 1000))
     for a in plan.actions:
         src, saved = Path(os.path.abspath(a.path)), q.folder / a.rel_path
-        q._add(
+        q.add(
             {
                 "kind": "file",
                 "path": str(src),

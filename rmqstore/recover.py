@@ -27,7 +27,6 @@ import os
 import shlex
 import shutil
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 from . import checkpoint as cpmod
 from . import indexfile as ix
 from . import walk
-from .codec.columnar import be, decode_heads, gather, head_column
+from .codec.columnar import be, body_crcs, decode_heads, gather, head_column
 from .columnar import iter_columns, walk_positions
 from .commitlog import (
     BLANK_MAGIC,
@@ -602,25 +601,14 @@ def _walk_file(
             )
         # Body CRC of the simple records before the limit.
         if check_crc and limit:
-            mv = memoryview(buf)
-            try:
-                zc = zlib.crc32
-                sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
-                starts = (p[sel] + HEAD_V4_SIZE).tolist()
-                ends = (p[sel] + HEAD_V4_SIZE + body_len[sel]).tolist()
-                got = np.fromiter((zc(mv[a:e]) for a, e in zip(starts, ends, strict=True)), np.int64, len(sel))
-            finally:
-                mv.release()
-            bad = np.flatnonzero((got & 0x7FFFFFFF) != crc[sel])
+            sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
+            got = body_crcs(buf, p[sel] + HEAD_V4_SIZE, body_len[sel])
+            bad = np.flatnonzero(got != crc[sel])
             if bad.size:
-                i = int(sel[bad[0]])
-                limit = i
+                limit = i = int(sel[bad[0]])
+                at = int(p[i])
                 error = ChecksumMismatch(
-                    path=path,
-                    pos=int(p[i]),
-                    phy_offset=seg.base_offset + int(p[i]),
-                    stored=int(crc[i]),
-                    computed=int(got[bad[0]] & 0x7FFFFFFF),
+                    path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
                 )
         # Topics, then the DELAY check of SCHEDULE_TOPIC_XXXX records (a non-numeric level is invalid).
         tid = np.empty(limit, dtype=np.int64)
@@ -1798,7 +1786,7 @@ def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
         if on:
             live = root / part
             saved = q.folder / "files" / part
-            q._add(
+            q.add(
                 {
                     "kind": "directory",
                     "path": str(live.absolute()),

@@ -464,7 +464,7 @@ def _manifest(root: Path, q: Quarantine, parts: list[str], checkpoint: bool) -> 
     for part in parts:
         live = (root / part).absolute()
         saved = q.folder / "files" / part
-        q._add(
+        q.add(
             {
                 "kind": "directory",
                 "path": str(live),
@@ -475,7 +475,7 @@ def _manifest(root: Path, q: Quarantine, parts: list[str], checkpoint: bool) -> 
         )
     if checkpoint:
         cp, saved = (root / "checkpoint").absolute(), q.folder / "files" / "checkpoint"
-        q._add(
+        q.add(
             {
                 "kind": "file",
                 "path": str(cp),

@@ -261,7 +261,8 @@ class Quarantine:
             rel = Path(Path(src).name)
         return self.folder / sub / (str(rel) + suffix)
 
-    def _add(self, item: dict[str, Any]) -> dict[str, Any]:
+    def add(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Record an item in the manifest (replacing one for the same path and range)."""
         self.items = [i for i in self.items if not (i["path"] == item["path"] and i.get("from") == item.get("from"))]
         self.items.append(item)
         return item
@@ -281,7 +282,7 @@ class Quarantine:
             shutil.copyfile(src, tmp)
             fsync_file(tmp)
             os.replace(tmp, dst)
-        return self._add(
+        return self.add(
             {
                 "kind": "file",
                 "path": str(src),
@@ -313,7 +314,7 @@ class Quarantine:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, dst)
-        return self._add(
+        return self.add(
             {
                 "kind": "range",
                 "path": str(src),
@@ -326,28 +327,9 @@ class Quarantine:
             }
         )
 
-    def move_in(self, src: Path, why: str) -> dict[str, Any]:
-        """Move a file or directory into the folder (a rename: same file system expected)."""
-        src = Path(src).absolute()
-        dst = self._saved(src, "files")
-        if src.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if dst.exists():
-                shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
-            move(src, dst)
-        kind = "directory" if dst.is_dir() else "file"
-        item: dict[str, Any] = {"kind": kind, "path": str(src), "saved": str(dst), "why": why}
-        if kind == "directory":
-            item["restore"] = f"rm -rf {_q(src)} && mv {_q(dst)} {_q(src)}"
-        else:
-            item["restore"] = f"mv -n {_q(dst)} {_q(src)}"
-            if dst.exists():
-                item["size"] = dst.stat().st_size
-        return self._add(item)
-
     def note(self, path: Path, why: str, restore: str) -> dict[str, Any]:
         """An item that holds no bytes (a removed marker file)."""
-        return self._add({"kind": "marker", "path": str(Path(path).absolute()), "why": why, "restore": restore})
+        return self.add({"kind": "marker", "path": str(Path(path).absolute()), "why": why, "restore": restore})
 
     def write_manifest(self, **extra: Any) -> Path:
         manifest = {
@@ -464,13 +446,6 @@ def record_place(commitlog_dir: Path, file_size: int, phy_offset: int) -> tuple[
     """(commit log file, byte position in it, phy offset) of a record."""
     base = phy_offset - phy_offset % file_size if file_size > 0 else 0
     return Path(commitlog_dir) / f"{base:020d}", phy_offset - base, phy_offset
-
-
-def walk_tree(top: Path) -> Iterator[Path]:
-    """Every path under ``top`` (for tests and accounting); symlinks not followed."""
-    for dirpath, dirnames, filenames in os.walk(top):
-        for n in dirnames + filenames:
-            yield Path(dirpath, n)
 
 
 class StepFailed(RmqstoreError):

@@ -16,7 +16,6 @@ import errno
 import mmap
 import os
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec.columnar import decode_heads, head_column
+from .codec.columnar import body_crcs, decode_heads, head_column
 from .codec.commitlog import MAGIC_V2
 from .columnar import BATCH, Columns, decode_batch, find_record_start, walk_positions
 from .errors import CorruptData
@@ -93,15 +92,7 @@ def _check_part(
         body_len = head_column(heads, "body_len")
         head_size = np.where(sys_flag & 0x10, 12, 0) + np.where(sys_flag & 0x20, 12, 0) + 88
         sel = np.flatnonzero(body_len > 0)
-        starts = (p[sel] + head_size[sel]).tolist()
-        ends = (p[sel] + head_size[sel] + body_len[sel]).tolist()
-        mv = memoryview(buf)
-        try:
-            zc = zlib.crc32
-            got = np.fromiter((zc(mv[a:e]) for a, e in zip(starts, ends, strict=True)), np.int64, len(sel))
-        finally:
-            mv.release()
-        if ((got & 0x7FFFFFFF) != head_column(heads, "body_crc")[sel]).any():
+        if (body_crcs(buf, p[sel] + head_size[sel], body_len[sel]) != head_column(heads, "body_crc")[sel]).any():
             return None
     return cols
 

@@ -74,6 +74,18 @@ def head_column(heads: np.ndarray, name: str) -> np.ndarray:
     return heads[name].astype(np.int64)
 
 
+def body_crcs(buf: Any, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """BODYCRC (§3.6) of each body ``buf[start:start + length]``: CRC32 masked with 0x7FFFFFFF."""
+    mv = memoryview(buf)
+    try:
+        zc = zlib.crc32
+        ends = (starts + lengths).tolist()
+        got = np.fromiter((zc(mv[a:e]) for a, e in zip(starts.tolist(), ends, strict=True)), np.int64, len(ends))
+    finally:
+        mv.release()
+    return got & 0x7FFFFFFF
+
+
 @dataclass
 class RecordColumns:
     """Every field of many records: head integers as arrays, addresses and variable parts as bytes."""

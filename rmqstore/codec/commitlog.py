@@ -383,6 +383,38 @@ def checked_size(buf: Any, pos: int, end: int) -> int | None:
     return total if cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=v2) == total else None
 
 
+def _read_variable(
+    buf: Any, p: int, body_len: int, v2: bool, limit: int, *, path: str, pos: int, phy: int
+) -> tuple[bytes, int, str, int, str]:
+    """BODY, TOPICLENGTH, TOPIC, PROPERTIESLENGTH and PROPERTIES from ``p`` (§3.1 fields 15-17).
+
+    Reads are bounded by the buffer (``limit``), not by TOTALSIZE, as the broker's are.
+    """
+    if body_len > 0:
+        if p + body_len > limit:
+            raise CorruptData(f"BODYLENGTH {body_len} runs past the file end", path=path, pos=pos, phy_offset=phy)
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+    else:
+        body = b""
+    (topic_len,) = (_SHORT if v2 else _BYTE).unpack_from(buf, p)
+    p += 2 if v2 else 1
+    if topic_len < 0 or p + topic_len + 2 > limit:
+        raise CorruptData(f"bad TOPICLENGTH {topic_len}", path=path, pos=pos, phy_offset=phy)
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    (props_len,) = _SHORT.unpack_from(buf, p)
+    p += 2
+    props_raw = ""
+    if props_len > 0:
+        if p + props_len > limit:
+            raise CorruptData(
+                f"PROPERTIESLENGTH {props_len} runs past the file end", path=path, pos=pos, phy_offset=phy
+            )
+        props_raw = bytes(buf[p : p + props_len]).decode("utf-8", "replace")
+    return body, topic_len, topic, props_len, props_raw
+
+
 def decode_record(
     buf: Any,
     pos: int,
@@ -427,38 +459,12 @@ def decode_record(
         head = head_struct(sys_flag)
         (_, _, crc, queue_id, flag, queue_offset, phy_field, sys_flag, born_ts, born_addr, born_port, store_ts,
          store_addr, store_port, reconsume, prepared, body_len) = head.unpack_from(buf, pos)  # fmt: skip
-        p = pos + head.size
-        if body_len > 0:
-            if p + body_len > limit:
-                raise CorruptData(f"BODYLENGTH {body_len} runs past the file end", path=path, pos=pos, phy_offset=phy)
-            body = bytes(buf[p : p + body_len])
-            p += body_len
-        else:
-            body = b""
-        v2 = magic == MAGIC_V2
-        if v2:
-            (topic_len,) = _SHORT.unpack_from(buf, p)
-            p += 2
-        else:
-            (topic_len,) = _BYTE.unpack_from(buf, p)
-            p += 1
-        if topic_len < 0 or p + topic_len + 2 > limit:
-            raise CorruptData(f"bad TOPICLENGTH {topic_len}", path=path, pos=pos, phy_offset=phy)
-        topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
-        p += topic_len
-        (props_len,) = _SHORT.unpack_from(buf, p)
-        p += 2
-        if props_len > 0:
-            if p + props_len > limit:
-                raise CorruptData(
-                    f"PROPERTIESLENGTH {props_len} runs past the file end", path=path, pos=pos, phy_offset=phy
-                )
-            props_raw = bytes(buf[p : p + props_len]).decode("utf-8", "replace")
-        else:
-            props_raw = ""
+        body, topic_len, topic, props_len, props_raw = _read_variable(
+            buf, pos + head.size, body_len, magic == MAGIC_V2, limit, path=path, pos=pos, phy=phy
+        )
     except struct.error:
         raise CorruptData("record cut short", path=path, pos=pos, phy_offset=phy) from None
-    computed_size = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=v2)
+    computed_size = cal_msg_length(sys_flag, body_len, topic_len, props_len, v2=magic == MAGIC_V2)
     if computed_size != total:
         raise RecordSizeMismatch(path=path, pos=pos, phy_offset=phy, total_size=total, computed=computed_size)
     if check_crc and body_len > 0:
@@ -466,28 +472,9 @@ def decode_record(
         if computed != crc:
             raise ChecksumMismatch(path=path, pos=pos, phy_offset=phy, stored=crc, computed=computed)
     return Record(
-        pos,
-        total,
-        magic,
-        crc,
-        queue_id,
-        flag,
-        queue_offset,
-        phy_field,
-        sys_flag,
-        born_ts,
-        born_addr,
-        born_port,
-        store_ts,
-        store_addr,
-        store_port,
-        reconsume,
-        prepared,
-        body,
-        topic,
-        props_raw,
-        broker,
-    )
+        pos, total, magic, crc, queue_id, flag, queue_offset, phy_field, sys_flag, born_ts, born_addr, born_port,
+        store_ts, store_addr, store_port, reconsume, prepared, body, topic, props_raw, broker,
+    )  # fmt: skip
 
 
 def explain_invalid(
@@ -530,22 +517,12 @@ def encode_record(
     crc: int | None = None,
 ) -> bytes:
     """Encode one record; the body CRC is computed unless ``crc`` is given. Raises ``ValueError``."""
-    for name, value, bits in (
-        ("queue_id", queue_id, 32),
-        ("flag", flag, 32),
-        ("queue_offset", queue_offset, 64),
-        ("phy_offset", phy_offset, 64),
-        ("sys_flag", sys_flag, 32),
-        ("born_timestamp_ms", born_timestamp_ms, 64),
-        ("born_port", born_port, 32),
-        ("store_timestamp_ms", store_timestamp_ms, 64),
-        ("store_port", store_port, 32),
-        ("reconsume_times", reconsume_times, 32),
-        ("prepared_transaction_offset", prepared_transaction_offset, 64),
-        ("crc", 0 if crc is None else crc, 32),
-    ):
-        if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
-            raise ValueError(f"{name} {value} does not fit a signed {bits}-bit field")
+    check_head_values(
+        queue_id=queue_id, flag=flag, queue_offset=queue_offset, phy_offset=phy_offset, sys_flag=sys_flag,
+        born_timestamp_ms=born_timestamp_ms, born_port=born_port, store_timestamp_ms=store_timestamp_ms,
+        store_port=store_port, reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset, body_crc=0 if crc is None else crc,
+    )  # fmt: skip
     topic_b = topic.encode("utf-8")
     if not v2 and len(topic_b) > 127:
         raise ValueError(f"topic is {len(topic_b)} bytes; a V1 record holds at most 127")
@@ -553,51 +530,41 @@ def encode_record(
         raise ValueError("topic longer than 32767 bytes")
     if len(properties) > 32767:
         raise ValueError(f"properties are {len(properties)} bytes; at most 32767 (Short.MAX_VALUE)")
-    want_born = 16 if sys_flag & BORNHOST_V6_FLAG else 4
-    want_store = 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4
-    if len(born_addr) != want_born:
-        raise ValueError(f"born host address is {len(born_addr)} bytes but sysFlag says {want_born}")
-    if len(store_addr) != want_store:
-        raise ValueError(f"store host address is {len(store_addr)} bytes but sysFlag says {want_store}")
+    head = head_struct(sys_flag)
+    for name, addr in (("born_addr", born_addr), ("store_addr", store_addr)):
+        want = 16 if sys_flag & _V6_FLAGS[name] else 4
+        if len(addr) != want:
+            raise ValueError(f"{name.split('_')[0]} host address is {len(addr)} bytes but sysFlag says {want}")
     total = cal_msg_length(sys_flag, len(body), len(topic_b), len(properties), v2=v2)
     out = bytearray(total)
-    head = head_struct(sys_flag)
     head.pack_into(
-        out,
-        0,
-        total,
-        MAGIC_V2 if v2 else MAGIC_V1,
-        body_crc(body) if crc is None else crc,
-        queue_id,
-        flag,
-        queue_offset,
-        phy_offset,
-        sys_flag,
-        born_timestamp_ms,
-        born_addr,
-        born_port,
-        store_timestamp_ms,
-        store_addr,
-        store_port,
-        reconsume_times,
-        prepared_transaction_offset,
-        len(body),
-    )
+        out, 0, total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(body) if crc is None else crc, queue_id, flag,
+        queue_offset, phy_offset, sys_flag, born_timestamp_ms, born_addr, born_port, store_timestamp_ms, store_addr,
+        store_port, reconsume_times, prepared_transaction_offset, len(body),
+    )  # fmt: skip
     p = head.size
     out[p : p + len(body)] = body
     p += len(body)
-    if v2:
-        _SHORT.pack_into(out, p, len(topic_b))
-        p += 2
-    else:
-        _BYTE.pack_into(out, p, len(topic_b))
-        p += 1
+    (_SHORT if v2 else _BYTE).pack_into(out, p, len(topic_b))
+    p += 2 if v2 else 1
     out[p : p + len(topic_b)] = topic_b
     p += len(topic_b)
     _SHORT.pack_into(out, p, len(properties))
     p += 2
     out[p : p + len(properties)] = properties
     return bytes(out)
+
+
+def check_head_values(**values: int) -> None:
+    """Raise ``ValueError`` naming the first head field (§3.1) whose value does not fit its Java type."""
+    for f in RECORD_HEAD:
+        v = values.get(f.name)
+        if v is None or f.code == "addr":
+            continue
+        bits = 32 if f.code == "i" else 64
+        if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+            name = "crc" if f.name == "body_crc" else f.name
+            raise ValueError(f"{name} {v} does not fit a signed {bits}-bit field")
 
 
 def compress_body(body: bytes, *, level: int = 5, type_bits: bool = True) -> tuple[bytes, int]:
