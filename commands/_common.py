@@ -45,7 +45,11 @@ BrokerConfigOpt = Annotated[
     ),
 ]
 BrokerVersionOpt = Annotated[
-    str, typer.Option("--broker-version", help="Broker version whose behaviour to follow (e.g. 4.4.0, 4.9.7, 5.3.3); auto: decided from the store.")
+    str,
+    typer.Option(
+        "--broker-version",
+        help="Broker version whose behaviour to follow (e.g. 4.4.0, 4.9.7, 5.3.3); auto: decided from the store.",
+    ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
