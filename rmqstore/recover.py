@@ -1200,6 +1200,80 @@ def _commitlog_cut_actions(
     return out
 
 
+def _index_files_kept(st: Store, abort: bool, cp: cpmod.Checkpoint) -> tuple[list[Path], list[tuple[Path, str, bool]]]:
+    """Index files the broker keeps, and those it destroys (file, why, not an index file at all) (§5.5).
+
+    An abnormal exit destroys those newer than the checkpoint's indexMsgTimestamp.
+    """
+    cfg = st.config
+    index_files, _ = st.index_files()
+    kept: list[Path] = []
+    dropped: list[tuple[Path, str, bool]] = []
+    for p in index_files:
+        size = p.stat().st_size
+        if size != cfg.index_file_size():
+            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
+            dropped.append((p, why, True))
+            continue
+        with map_file(p) as buf:
+            h = ix.decode_header(buf, path=str(p))
+        bad = _index_header_problem(h, cfg)
+        if bad:
+            dropped.append((p, f"not an index file: {bad}", True))
+        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
+            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
+            dropped.append((p, why, False))
+        else:
+            kept.append(p)
+    return kept, dropped
+
+
+def _walk_start(
+    segs: list[Segment], abort: bool, cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules, max_cq: int
+) -> tuple[int, str]:
+    """The commit log file recovery walks from, and why (§8.2, §8.3)."""
+    if not segs:
+        return 0, "no commit log file"
+    if abort:
+        return _abnormal_start(segs, cp, cfg, rules)
+    if rules.normal_start_from_cq_max:
+        idx = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base_offset <= max_cq), 0)
+        return idx, f"the last file starting at or before the consume queue maximum {max_cq}"
+    return max(0, len(segs) - 3), "the third file from the end"
+
+
+@dataclass
+class RecoveryEnd:
+    """Where recovery's walk ends (processOffset) and what it saw on the way, file by file."""
+
+    process_offset: int
+    stop: str = "no commit log file"
+    reason: str = "end"  # of the last file walked: "blank" | "end" | "invalid"
+    records: int = 0
+    last_cq_ts: int = 0  # store time of the last record a consume queue gets
+    last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
+    not_indexed: int = 0  # records past the last index file's end that the index would get
+
+    def add(self, w: _FileWalk, last_index_end: int, max_cq: int) -> None:
+        self.records += len(w.pos)
+        tt = w.sys_flag & TRANSACTION_MASK
+        self.not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
+        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        if ci.size:
+            self.last_cq_ts = int(w.store_ts[ci[-1]])
+            after = ci[w.phy[ci] > max_cq]
+            if after.size:
+                self.last_cq_ts_after_cq = int(w.store_ts[after[-1]])
+        self.process_offset = w.seg.base_offset + w.stop_pos
+        self.reason = w.reason
+        if w.reason == "blank":
+            self.stop = f"blank record at {self.process_offset}, the end of the last file"
+        elif w.reason == "end":
+            self.stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
+        else:
+            self.stop = f"invalid record: {w.error}" if w.error else "invalid record"
+
+
 def plan_recover(
     st: Store,
     *,
@@ -1258,25 +1332,7 @@ def plan_recover(
         notes.append("no checkpoint file: the broker creates a zeroed one")
 
     # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
-    index_files, _ = st.index_files()
-    kept: list[Path] = []
-    dropped_index: list[tuple[Path, str, bool]] = []  # (file, why, garbage)
-    for p in index_files:
-        size = p.stat().st_size
-        if size != cfg.index_file_size():
-            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
-            dropped_index.append((p, why, True))
-            continue
-        with map_file(p) as buf:
-            h = ix.decode_header(buf, path=str(p))
-        bad = _index_header_problem(h, cfg)
-        if bad:
-            dropped_index.append((p, f"not an index file: {bad}", True))
-        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
-            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
-            dropped_index.append((p, why, False))
-        else:
-            kept.append(p)
+    kept, dropped_index = _index_files_kept(st, abort, cp)
     if not rebuild_index:
         for p, why, _garbage in dropped_index:
             actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
@@ -1314,46 +1370,18 @@ def plan_recover(
     # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
     path = "abnormal" if abort else "normal"
     reason = "abort file present: the last shutdown was not clean" if abort else "no abort file: clean shutdown"
-    start_idx, start_why = 0, "no commit log file"
-    if segs:
-        if abort:
-            start_idx, start_why = _abnormal_start(segs, cp, cfg, rules)
-        elif rules.normal_start_from_cq_max:
-            start_idx = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base_offset <= max_cq), 0)
-            start_why = f"the last file starting at or before the consume queue maximum {max_cq}"
-        else:
-            start_idx, start_why = max(0, len(segs) - 3), "the third file from the end"
+    start_idx, start_why = _walk_start(segs, abort, cp, cfg, rules, max_cq)
     start_phy = segs[start_idx].base_offset if segs else 0
     min_phy = segs[0].base_offset if segs else 0
-    process_offset = start_phy
-    stop = "no commit log file"
     topics = _Topics()
     cq_check = _CqCheck()
-    records = 0
-    last_cq_ts = 0
-    last_cq_ts_after_cq = 0
-    not_indexed = 0
-    last_reason = "end"
     fused_columns: list[Any] = []
+    end = RecoveryEnd(start_phy)
     for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, fused_columns) if segs else ():
-        records += len(w.pos)
-        tt = w.sys_flag & TRANSACTION_MASK
-        not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
-        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
-        if ci.size:
-            last_cq_ts = int(w.store_ts[ci[-1]])
-            after = ci[w.phy[ci] > max_cq]
-            if after.size:
-                last_cq_ts_after_cq = int(w.store_ts[after[-1]])
+        end.add(w, last_index_end, max_cq)
         cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
-        process_offset = w.seg.base_offset + w.stop_pos
-        last_reason = w.reason
-        if w.reason == "blank":
-            stop = f"blank record at {process_offset}, the end of the last file"
-        elif w.reason == "end":
-            stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
-        else:
-            stop = f"invalid record: {w.error}" if w.error else "invalid record"
+    process_offset, stop, last_reason, records = end.process_offset, end.stop, end.reason, end.records
+    last_cq_ts, last_cq_ts_after_cq, not_indexed = end.last_cq_ts, end.last_cq_ts_after_cq, end.not_indexed
 
     # truncateDirtyFiles(processOffset) (§8.5).
     short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}

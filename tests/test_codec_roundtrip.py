@@ -45,7 +45,9 @@ PROPS = st.one_of(
 @st.composite
 def records(draw: st.DrawFn) -> dict:
     v2 = draw(st.booleans())
-    sys_flag = draw(I32) & ~(0x30 | INNER_BATCH_FLAG) | draw(st.sampled_from([0, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, 0x30]))
+    sys_flag = draw(I32) & ~(0x30 | INNER_BATCH_FLAG) | draw(
+        st.sampled_from([0, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, 0x30])
+    )
     batch = draw(st.booleans())
     if batch:
         sys_flag |= INNER_BATCH_FLAG
