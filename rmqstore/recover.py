@@ -60,7 +60,7 @@ from .commitlog import (
     offset_msg_id,
     read_head,
 )
-from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
@@ -77,6 +77,7 @@ from .safety import (
     move,
     sha256_file,
 )
+from .multiqueue import batch_cq_topics
 from .store import Store, map_file
 from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
 
@@ -1083,6 +1084,7 @@ class _CqCheck:
     missing: int = 0
     fixed: int = 0  # of those, what the broker re-dispatches anyway
     examples: list[LostRecord] = field(default_factory=list)
+    skip: frozenset[str] = frozenset()  # batch consume queue topics: their units are not plain slots
 
     def add(
         self,
@@ -1106,6 +1108,8 @@ class _CqCheck:
         for gi, k in enumerate(uk.tolist()):
             sel = ci[order[bounds[gi] : bounds[gi + 1]]]
             topic = topics.names[k >> 32]
+            if topic in self.skip:
+                continue
             qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
             q = queues.get((topic, qid))
             qoff, phy, size = w.queue_offset[sel], w.phy[sel], w.size[sel]
@@ -1346,6 +1350,9 @@ def plan_recover(
     for topic, qid, qdir in st.queues():
         queues[(topic, qid)] = _recover_queue(topic, qid, qdir, cfg, rules)
     max_cq = max((q.max_physic for q in queues.values()), default=-1)
+    batch_topics = batch_cq_topics(cfg)
+    batch_max = _batch_queues_max(st, rules)
+    max_cq = max(max_cq, batch_max)
     destroy_logics = not segs and (abort or rules.normal_destroys_logics)
     if not rebuild_consume_queue:
         for q in queues.values():
@@ -1374,7 +1381,7 @@ def plan_recover(
     start_phy = segs[start_idx].base_offset if segs else 0
     min_phy = segs[0].base_offset if segs else 0
     topics = _Topics()
-    cq_check = _CqCheck()
+    cq_check = _CqCheck(skip=batch_topics)
     fused_columns: list[Any] = []
     end = RecoveryEnd(start_phy)
     for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, fused_columns) if segs else ():
@@ -1406,6 +1413,14 @@ def plan_recover(
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
         elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
+    if dispatch is not None and dispatch.consume_queue and (batch_topics or cfg.enable_multi_dispatch):
+        raise UnsupportedStore(
+            f"{root}: recovery would re-dispatch records of a store with "
+            f"{'batch consume queues' if batch_topics else 'LMQ multi-dispatch'}, which recover does not write yet; "
+            "run `rmqstore redispatch` on it instead"
+        )
+    if batch_max >= process_offset:
+        raise UnsupportedStore(f"{root}: a batch consume queue points past the end of the commit log: not cut yet")
     if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
         keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)
 
@@ -1482,6 +1497,25 @@ def plan_recover(
         quarantine_dir=qdir,
         created_ms=now_ms,
     )
+
+
+def _batch_queues_max(st: Store, rules: BrokerRules) -> int:
+    """The largest commit log end (offset + size) a batch consume queue's last valid unit points at."""
+    best = -1
+    for topic, qid, _ in st.batch_queues():
+        segs, _ = st.bcq_segments(topic, qid)
+        for seg in reversed(segs):
+            with map_file(seg.path) as buf:
+                last = None
+                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                    e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                    if e.ends_queue:
+                        break
+                    last = e
+            if last is not None:
+                best = max(best, last.phy_offset + (last.size if rules.cq_max_includes_size else 0))
+                break
+    return best
 
 
 def _losses(

@@ -149,13 +149,7 @@ def first_err(result) -> str:
 
 
 CRASH_CASES = ["crash-midwrite", "4.9.4/crash-midwrite", "5.2.0/crash-5x-midwrite"]
-CLEAN_CASES = ["clean-2topics", "delay-tx-retry"] + [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="batch consume queues not read by recover yet"))
-    if c == "5.2.0/batch-cq"
-    else c
-    for c in NEWER_CASES
-    if not is_crash(c)
-]
+CLEAN_CASES = ["clean-2topics", "delay-tx-retry"] + [c for c in NEWER_CASES if not is_crash(c)]
 
 
 @pytest.fixture(scope="module")
