@@ -939,10 +939,14 @@ def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
 
 
 def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
-    """What the broker's shutdown flush leaves: the three timestamps over the old page (§6)."""
-    return cpmod.encode_timestamps(
+    """What the broker's shutdown flush leaves: the three timestamps (5.1.1+: and the confirm offset)
+    over the old page (§6)."""
+    page = cpmod.encode_timestamps(
         before, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
     )
+    if "confirmPhyOffset" in after:
+        page = cpmod.with_confirm_offset(page, after["confirmPhyOffset"])
+    return page
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1257,9 +1261,12 @@ class RecoveryEnd:
     last_cq_ts: int = 0  # store time of the last record a consume queue gets
     last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
     not_indexed: int = 0  # records past the last index file's end that the index would get
+    last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
 
     def add(self, w: _FileWalk, last_index_end: int, max_cq: int) -> None:
         self.records += len(w.pos)
+        if len(w.pos):
+            self.last_record = w.seg.base_offset + int(w.pos[-1])
         tt = w.sys_flag & TRANSACTION_MASK
         self.not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
         ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
@@ -1388,6 +1395,7 @@ def plan_recover(
         end.add(w, last_index_end, max_cq)
         cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
     process_offset, stop, last_reason, records = end.process_offset, end.stop, end.reason, end.records
+    last_record = end.last_record
     last_cq_ts, last_cq_ts_after_cq, not_indexed = end.last_cq_ts, end.last_cq_ts_after_cq, end.not_indexed
 
     # truncateDirtyFiles(processOffset) (§8.5).
@@ -1462,6 +1470,8 @@ def plan_recover(
     current = cfg.checkpoint_path.read_bytes() if cp_bytes is not None else None
     write_cp = current is None or checkpoint_bytes(cp_bytes, after) != current
     write_cp = write_cp or index_pending or rebuild_consume_queue
+    if write_cp and rules.checkpoint_confirm_offset and last_record >= 0:
+        after["confirmPhyOffset"] = last_record  # set by recovery, written by the shutdown flush
 
     qdir: str | None = None
     if use_quarantine:
