@@ -198,3 +198,40 @@ def iter_records(seg: Segment, buf: object, start: int, end: int, cfg: StoreConf
             return
         yield rec
         pos += rec.total_size
+
+
+def lmq_listed(cfg: StoreConfig, queue: str, queue_id: int, phys: object, queue_offsets: object) -> object:
+    """For each (commit log offset, queue offset) of queue ``queue``: does the record there list this
+    queue in INNER_MULTI_DISPATCH with that offset (multi-dispatch entries)?"""
+    import numpy as np
+
+    from .layout import list_segments
+    from .store import map_file
+
+    segs, _ = list_segments(cfg.commitlog_dir, cfg.commitlog_file_size)
+    bases = [s.base_offset for s in segs]
+    out = np.zeros(len(phys), dtype=bool)  # type: ignore[arg-type]
+    by_file: dict[int, list[int]] = {}
+    for i, phy in enumerate(phys):  # type: ignore[attr-defined]
+        f = max(0, int(np.searchsorted(bases, int(phy), side="right")) - 1)
+        by_file.setdefault(f, []).append(i)
+    for f, items in by_file.items():
+        seg = segs[f]
+        with map_file(seg.path) as buf:
+            for i in items:
+                try:
+                    rec = decode_record_at(buf, int(phys[i]) - seg.base_offset, seg, cfg)  # type: ignore[index]
+                except CorruptData:
+                    continue
+                if rec is None:
+                    continue
+                targets = lmq_targets(rec, cfg)
+                out[i] = (queue, queue_id, int(queue_offsets[i])) in targets  # type: ignore[index]
+    return out
+
+
+def decode_record_at(buf: object, pos: int, seg: Segment, cfg: StoreConfig) -> Record | None:
+    from .codec.commitlog import decode_record
+
+    rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=cfg.broker)
+    return rec if isinstance(rec, Record) else None

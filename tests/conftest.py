@@ -89,3 +89,8 @@ def copy_real_store(case: str, dest: Path) -> Path:
 @pytest.fixture
 def real_store_copy(real_case: str, tmp_path: Path) -> tuple[str, Path]:
     return real_case, copy_real_store(real_case, tmp_path)
+
+
+@pytest.fixture
+def any_real_store_copy(any_real_case: str, tmp_path: Path) -> tuple[str, Path]:
+    return any_real_case, copy_real_store(any_real_case, tmp_path)
