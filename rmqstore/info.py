@@ -39,7 +39,7 @@ from .commitlog import (
     read_head,
     store_timestamp_at,
 )
-from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
 from .errors import CorruptData, RmqstoreError
 from .indexfile import HEADER_SIZE, IndexHeader, decode_header
 from .layout import Segment
@@ -354,6 +354,33 @@ def _commitlog_info(
 # ---------------------------------------------------------------------------------------- consume queues
 
 
+def _batch_queue_info(st: Store, topic: str, queue_id: int) -> QueueInfo:
+    """A 5.x batch consume queue (§4.7): offsets count messages; maxPhysicOffset is the last unit's offset."""
+    segs, _ = st.bcq_segments(topic, queue_id)
+    first = last = None
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                if e.ends_queue:
+                    break
+                first = first or e
+                last = e
+    if first is None or last is None:
+        return QueueInfo(topic, queue_id, len(segs), 0, 0, -1, -1)
+    end = last.phy_offset + last.size
+    return QueueInfo(
+        topic,
+        queue_id,
+        len(segs),
+        first.base_offset,
+        last.base_offset + last.batch_size,
+        last.phy_offset,
+        end,
+        last.size,
+    )
+
+
 def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tuple[QueueInfo, list[Problem]]:
     cfg = st.config
     file_size = cfg.cq_file_size
@@ -539,6 +566,8 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
         q, qp = _queue_info(st, topic, qid, commitlog_min)
         queues.append(q)
         problems += qp
+    queues += [_batch_queue_info(st, topic, qid) for topic, qid, _ in st.batch_queues()]
+    queues.sort(key=lambda q: (q.topic, q.queue_id))
     furthest = max(queues, key=lambda q: q.last_offset, default=None)
     queued_end = -1 if furthest is None else furthest.last_offset
     hint = None if furthest is None or queued_end < 0 else (queued_end - furthest.last_size, furthest.last_size)
