@@ -73,10 +73,10 @@ from .indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from .indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from .javahash import index_key_hash_batch, tags_code
 from .layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
+from .multiqueue import lmq_listed
 from .offsets import commitlog_min_phy, queue_range, range_from_files, read_consumer_offsets
 from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from .rules import rules_for
-from .multiqueue import lmq_listed
 from .store import Store, map_file
 from .walk import first_nonzero
 

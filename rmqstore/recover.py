@@ -58,6 +58,7 @@ from .commitlog import (
     decode_record,
     explain_invalid,
     offset_msg_id,
+    prop_crc_check,
     read_head,
 )
 from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
@@ -65,6 +66,7 @@ from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
+from .multiqueue import batch_cq_topics
 from .problems import LOAD_FAILURES
 from .rules import BrokerRules, rules_for
 from .safety import (
@@ -77,7 +79,6 @@ from .safety import (
     move,
     sha256_file,
 )
-from .multiqueue import batch_cq_topics
 from .store import Store, map_file
 from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns, worker_pool
 
@@ -529,6 +530,23 @@ def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: _T
     return out
 
 
+def _first_prop_crc_error(
+    buf: Any, pos: np.ndarray, total: np.ndarray, seg: Segment, path: str
+) -> tuple[int, CorruptData] | None:
+    """The first record whose __CRC32# property is missing or wrong, with the error recovery stops on."""
+    for i, (at, n) in enumerate(zip(pos.tolist(), total.tolist(), strict=True)):
+        stored, computed = prop_crc_check(buf, at, n)
+        if stored is None:
+            err: CorruptData = CorruptData(
+                "no __CRC32# property (forceVerifyPropCRC)", path=path, pos=at, phy_offset=seg.base_offset + at
+            )
+            return i, err
+        if stored != computed:
+            err = ChecksumMismatch(path=path, pos=at, phy_offset=seg.base_offset + at, stored=stored, computed=computed)
+            return i, err
+    return None
+
+
 def _walk_file(
     buf: Any,
     seg: Segment,
@@ -546,6 +564,9 @@ def _walk_file(
     ``SCHEDULE_TOPIC_XXXX`` records (whose DELAY must parse) take the exact per-record decoder.
     """
     size = len(buf)
+    # 5.2.0+ forceVerifyPropCRC: the __CRC32# property is checked instead of the body CRC (§3.6)
+    prop_crc = check_crc and cfg.force_verify_prop_crc and rules.prop_crc
+    check_crc = check_crc and not prop_crc
     positions, stop_pos, reason = walk_positions(buf, start_pos, size)
     u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
     path = str(seg.path)
@@ -611,6 +632,10 @@ def _walk_file(
                 error = ChecksumMismatch(
                     path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
                 )
+        if prop_crc and limit:
+            bad_prop = _first_prop_crc_error(buf, p[:limit], total[:limit], seg, path)
+            if bad_prop is not None:
+                limit, error = bad_prop
         # Topics, then the DELAY check of SCHEDULE_TOPIC_XXXX records (a non-numeric level is invalid).
         tid = np.empty(limit, dtype=np.int64)
         s_idx = np.flatnonzero(simple[:limit])
@@ -1021,7 +1046,8 @@ def _walk_commitlog(
         for i in range(start_idx, len(segs)):
             seg = segs[i]
             fused = None
-            if fused_all and seg.size > walk.PART_SIZE:
+            # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
+            if fused_all and seg.size > walk.PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
                 pool = pool or worker_pool()
                 fused = recovery_walk_file(
                     pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic

@@ -45,6 +45,7 @@ class BrokerRules:
     normal_destroys_logics: bool  # normal recovery with no commit log file deletes every CQ
     deletes_empty_last_file: bool  # 5.1.3+: an empty last commit log file is deleted at load
     loads_prefix_only: bool  # 4.4.0 and 4.9.2 stop loading at a file of the wrong size; others refuse
+    prop_crc: bool  # 5.2.0+: the __CRC32# property (enabledAppendPropCRC, forceVerifyPropCRC)
     checkpoint_confirm_offset: bool  # 5.1.1+: recovery's confirm offset (last valid record) is checkpointed
     # config files and expiry (§10, §11)
     five: bool  # 5.x config file names, topic rules, system topics
@@ -83,6 +84,7 @@ def rules_for(broker: str) -> BrokerRules:
         deletes_empty_last_file=v >= (5, 1, 3),
         loads_prefix_only=v < (4, 5, 1) or v[:3] == (4, 9, 2),
         checkpoint_confirm_offset=v >= (5, 1, 1),
+        prop_crc=v >= (5, 2, 0),
         five=five,
         config_write_via_tmp=v < (5, 1),
         expire_ratio_rounds_up=five,

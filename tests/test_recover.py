@@ -661,3 +661,34 @@ def test_data_ending_at_a_file_boundary(tmp_path, clean_truth):
     assert last.stat().st_size == 32768
     assert_serves(root, clean_truth, without={m["offset"] for m in messages(clean_truth) if m["offset"] >= 98304})
     assert plan_of(root).is_empty
+
+
+# ------------------------------------------------------------- 5.2.0+: the __CRC32# property
+
+
+def _crc_store(tmp_path: Path, force: bool) -> tuple[Path, dict]:
+    root = copy_real_store("5.2.0/crc-property", tmp_path)
+    conf = root.parent / "broker.conf"
+    conf.write_text(conf.read_text() + f"forceVerifyPropCRC={'true' if force else 'false'}\n")
+    truth = load_truth("5.2.0/crc-property")
+    victim = [r for r in truth["commitlog"] if r["kind"] == "message"][200]
+    path, pos = record_at(root, victim["offset"])
+    flip_at = pos + victim["size"] - 25  # a property byte: outside the body, inside the CRC's range
+    data = bytearray(path.read_bytes())
+    data[flip_at] ^= 0x01
+    path.write_bytes(bytes(data))
+    (root / "abort").write_text("1")  # abnormal recovery walks every file with the CRC checks
+    return root, victim
+
+
+def test_prop_crc_verified_when_forced(tmp_path):
+    root, victim = _crc_store(tmp_path, force=True)
+    plan = plan_of(root)
+    assert plan.process_offset == victim["offset"]
+    assert "CRC" in plan.stop or "checksum" in plan.stop.lower()
+
+
+def test_prop_crc_not_verified_unless_forced(tmp_path):
+    root, victim = _crc_store(tmp_path, force=False)
+    plan = plan_of(root)
+    assert plan.process_offset == load_truth("5.2.0/crc-property")["maxPhyOffset"] > victim["offset"]
