@@ -45,6 +45,9 @@ class BrokerRules:
     normal_destroys_logics: bool  # normal recovery with no commit log file deletes every CQ
     deletes_empty_last_file: bool  # 5.1.3+: an empty last commit log file is deleted at load
     loads_prefix_only: bool  # 4.4.0 and 4.9.2 stop loading at a file of the wrong size; others refuse
+    props_trailing_separator: bool  # the property string ends with 0x02 (not 4.9.1-4.9.x)
+    multi_dispatch: bool  # 4.9.3+: enableMultiDispatch / enableLmq (INNER_MULTI_DISPATCH)
+    lmq_reserves_crc_bytes: bool  # 5.2.0+: an LMQ record's re-encoded properties keep 20 CRC bytes reserved
     prop_crc: bool  # 5.2.0+: the __CRC32# property (enabledAppendPropCRC, forceVerifyPropCRC)
     checkpoint_confirm_offset: bool  # 5.1.1+: recovery's confirm offset (last valid record) is checkpointed
     # config files and expiry (§10, §11)
@@ -85,6 +88,9 @@ def rules_for(broker: str) -> BrokerRules:
         loads_prefix_only=v < (4, 5, 1) or v[:3] == (4, 9, 2),
         checkpoint_confirm_offset=v >= (5, 1, 1),
         prop_crc=v >= (5, 2, 0),
+        props_trailing_separator=not (4, 9, 1) <= v < (5,),
+        multi_dispatch=v >= (4, 9, 3),
+        lmq_reserves_crc_bytes=v >= (5, 2, 0),
         five=five,
         config_write_via_tmp=v < (5, 1),
         expire_ratio_rounds_up=five,

@@ -93,7 +93,7 @@ from .append_point import find_append_point as _find_append_point
 from .append_point import index_end_phy as _index_end_phy
 from .append_point import queue_end as _queue_end
 from .codec.columnar import HEAD_V4_DTYPE
-from .codec.commitlog import HEAD_V4, encode_blank
+from .codec.commitlog import CRC32_RESERVED_LEN, HEAD_V4, encode_blank, encode_prop_crc
 from .columnar import Columns, range_hashes, topic_key_hashes
 from .commitlog import (
     BORNHOST_V6_FLAG,
@@ -127,6 +127,7 @@ from .javahash import java_hash, java_hash_batch
 from .layout import StoreConfig, file_name, list_segments
 from .messages import Message, MessageBatch, message_from_json, read_ndjson
 from .messages import paused_gc as _paused_gc
+from .multiqueue import LMQ_PREFIX, PROP_MULTI_DISPATCH, PROP_MULTI_QUEUE_OFFSET
 from .rules import rules_for
 from .safety import BadTopic, Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, record_place
 from .safety import check_topic_name as topic_problem
@@ -837,6 +838,22 @@ def _check_properties(items: Iterable[tuple[str, str]], origin: str) -> None:
                 raise InputError(f"{origin}: property {k!r} contains the separator byte {name}")
 
 
+def _lmq_offsets_entry(
+    names: str, qid: int, cfg: StoreConfig, queue_offset: Callable[[str, int], int], next_qoff: dict
+) -> str:
+    """``INNER_MULTI_QUEUE_OFFSET`` for the queues a record names, taking their next offsets (§9.1)."""
+    offsets = []
+    for name in names.split(","):
+        check_topic_name(name)
+        lqid = 0 if cfg.enable_lmq and name.startswith(LMQ_PREFIX) else qid
+        off = next_qoff.get((name, lqid))
+        if off is None:
+            off = queue_offset(name, lqid)
+        next_qoff[(name, lqid)] = off + 1
+        offsets.append(str(off))
+    return f"{PROP_MULTI_QUEUE_OFFSET}\x01{','.join(offsets)}\x02"
+
+
 class _PropsFormat:
     """Serialises property maps with one key set: the HashMap order, as one %-format (cached per key set)."""
 
@@ -922,6 +939,10 @@ def _plan_write(
     broker_cap = rules.properties_capacity
     body_limit_only = rules.body_limit_only
     record_slack = rules.record_slack
+    trailing_sep = rules.props_trailing_separator
+    prop_crc = cfg.enabled_append_prop_crc and rules.prop_crc
+    lmq = cfg.enable_multi_dispatch and rules.multi_dispatch
+    lmq_reserve = lmq and rules.lmq_reserves_crc_bytes
     levels = cfg.delay_levels_ms()
     max_level = len(levels)
     fs = cfg.commitlog_file_size
@@ -1147,7 +1168,13 @@ def _plan_write(
         ):
             _check_properties(((k, props[k]) for k in fmt.names), origin)
             raise InputError(f"{origin}: the properties cannot be stored")
+        if lmq and PROP_MULTI_DISPATCH in props and not topic.startswith(RETRY_PREFIX):
+            text += _lmq_offsets_entry(props[PROP_MULTI_DISPATCH], qid, cfg, queue_offset, next_qoff)
+        if not trailing_sep and text.endswith("\x02"):
+            text = text[:-1]  # 4.9.1-4.9.x: no separator after the last property
         props_b = text.encode("utf-8")
+        if prop_crc or (lmq_reserve and PROP_MULTI_DISPATCH in props):
+            props_b += bytes(CRC32_RESERVED_LEN)  # the CRC entry goes here once the record is complete
         if len(props_b) > _PROPS_MAX:
             raise InputError(f"{origin}: properties are {len(props_b)} bytes; the broker allows at most {_PROPS_MAX}")
 
@@ -1226,6 +1253,9 @@ def _plan_write(
                 v2=v2,
                 crc=crc,
             )
+        if prop_crc:  # 5.2.0+ enabledAppendPropCRC: CRC32 of the record before its last 20 bytes
+            end = len(chunk)
+            chunk[end - CRC32_RESERVED_LEN : end] = encode_prop_crc(crc32(memoryview(chunk)[end - size : end - 20]))
         pos += size
         # what the dispatcher reads back from this record (§3.11, §4.2)
         tags = props.get(PROP_TAGS)
@@ -1262,7 +1292,8 @@ def _plan_write(
     # a value) goes through ``put_one``, which raises the error the broker would.
     born_addr0, born_port0 = default_born
     store_addr0, store_port0 = default_store
-    fast_hosts = len(born_addr0) == 4 and len(store_addr0) == 4
+    # the lane renders producer properties as they are: not for stores whose broker edits them further
+    fast_hosts = len(born_addr0) == 4 and len(store_addr0) == 4 and trailing_sep and not prop_crc and not lmq
     born_ip0 = int.from_bytes(born_addr0, "big") if fast_hosts else 0
     store_ip0 = int.from_bytes(store_addr0, "big") if fast_hosts else 0
     cluster = cfg.broker_cluster_name
