@@ -127,11 +127,18 @@ from .javahash import java_hash, java_hash_batch
 from .layout import StoreConfig, file_name, list_segments
 from .messages import Message, MessageBatch, message_from_json, read_ndjson
 from .messages import paused_gc as _paused_gc
-from .multiqueue import LMQ_PREFIX, PROP_MULTI_DISPATCH, PROP_MULTI_QUEUE_OFFSET
+from .multiqueue import (
+    LMQ_PREFIX,
+    PROP_MULTI_DISPATCH,
+    PROP_MULTI_QUEUE_OFFSET,
+    ExtraDispatcher,
+    batch_cq_topics,
+    iter_records,
+)
 from .rules import rules_for
 from .safety import BadTopic, Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, record_place
 from .safety import check_topic_name as topic_problem
-from .store import Store
+from .store import Store, map_file
 from .walk import data_end as _nonzero_end
 
 __all__ = [
@@ -987,8 +994,12 @@ def _plan_write(
 
     rr: dict[str, int] = {}  # round-robin position per topic
 
+    batch_topics = batch_cq_topics(cfg)
+
     def topic_entry(topic: str, origin: str) -> tuple[cfgmod.TopicConfig | None, bytes]:
         check_topic_name(topic, allow_system=allow_system_topic, max_length=max_topic_length)
+        if topic in batch_topics:  # never appended as a plain queue (the 5.x broker then refuses the store)
+            raise InputError(f"{origin}: topic {topic!r} has queue.type=BatchCQ: write does not append to batch queues")
         if len(topic) > _V1_TOPIC_MAX and not v2_ok:
             raise InputError(f"{origin}: topic {topic!r} is longer than 127 characters: only 5.1.0+ brokers store it")
         tc = topics.get(topic)
@@ -2225,7 +2236,23 @@ def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync
             disp.dispatch_columns(plan.records.columns(a, min(n, a + _DISPATCH_CHUNK)))
     finally:
         stats = disp.close(sync=sync)
+    if st.config.enable_multi_dispatch and rules_for(st.config.broker).multi_dispatch:
+        _dispatch_lmq(st, plan.start_phy, plan.end_phy)
     return stats
+
+
+def _dispatch_lmq(st: Store, start: int, end: int) -> None:
+    """The %LMQ% (multi-dispatch) consume queue entries of the records written (§9.1)."""
+    extra = ExtraDispatcher(st.config, st.root, frozenset())
+    try:
+        for seg in st.commitlog_segments()[0]:
+            lo, hi = max(start, seg.base_offset), min(end, seg.base_offset + seg.size)
+            if lo < hi:
+                with map_file(seg.path) as buf:
+                    for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
+                        extra.put(rec)
+    finally:
+        extra.close()
 
 
 def _fsync_created_dirs(cfg: StoreConfig, stats: DispatchStats | None) -> None:
