@@ -80,7 +80,7 @@ BODY_MODES = ("base64", "hex", "text", "none")
 # Finding record starts with numpy
 
 
-def _magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
+def magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
     """Every position m in [lo, hi) where a V1 or V2 magic code (§3.1) starts."""
     hi = min(hi, size - 3)
     if hi <= lo:
@@ -115,7 +115,7 @@ class _FileIndex:
             if len(self._windows) >= 2:
                 self._windows.pop(min(self._windows))
             lo, hi = w * _WINDOW, min((w + 1) * _WINDOW, self.size)
-            starts = _magic_positions(self.buf, self.size, lo + 4, hi + 4) - 4
+            starts = magic_positions(self.buf, self.size, lo + 4, hi + 4) - 4
             starts, ends = well_formed_records(self.buf, self.size, self.file_from, starts)
             breaks = np.flatnonzero(ends[:-1] != starts[1:])  # the chain does not go on after these
             got = self._windows[w] = (starts, ends, breaks)

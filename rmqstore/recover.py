@@ -489,7 +489,7 @@ class _FileWalk:
     error: CorruptData | None
 
 
-class _Topics:
+class TopicIds:
     """Topic name <-> small integer, shared by every batch of a walk."""
 
     def __init__(self) -> None:
@@ -508,7 +508,7 @@ def _field(head: np.ndarray, name: str) -> np.ndarray:
     return head_column(head, name)
 
 
-def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: _Topics) -> np.ndarray:
+def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: TopicIds) -> np.ndarray:
     """Topic id of each record from the topic's byte range, grouped by length and hashed."""
     out = np.empty(len(start), dtype=np.int64)
     for tl in np.unique(length).tolist():
@@ -547,12 +547,12 @@ def _first_prop_crc_error(
     return None
 
 
-def _walk_file(
+def walk_file_checked(
     buf: Any,
     seg: Segment,
     cfg: StoreConfig,
     rules: BrokerRules,
-    topics: _Topics,
+    topics: TopicIds,
     *,
     start_pos: int,
     check_crc: bool,
@@ -1013,7 +1013,7 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
 
 
-def _fused_file_walk(seg: Segment, f: FusedFile, topics: _Topics) -> _FileWalk:
+def _fused_file_walk(seg: Segment, f: FusedFile, topics: TopicIds) -> _FileWalk:
     """The recovery walk's arrays from a fused walk's dispatch columns (the same records)."""
 
     def cat(name: str) -> np.ndarray:
@@ -1031,7 +1031,7 @@ def _walk_commitlog(
     cfg: StoreConfig,
     rules: BrokerRules,
     check_crc: bool,
-    topics: _Topics,
+    topics: TopicIds,
     progress: Callable[[int], None] | None,
     dispatch_columns: list[Any] | None = None,
 ) -> Iterator[_FileWalk]:
@@ -1061,7 +1061,7 @@ def _walk_commitlog(
                 if dispatch_columns is not None:
                     dispatch_columns.clear()
                 with map_file(seg.path) as buf:
-                    w = _walk_file(buf, seg, cfg, rules, topics, start_pos=0, check_crc=check_crc)
+                    w = walk_file_checked(buf, seg, cfg, rules, topics, start_pos=0, check_crc=check_crc)
             if progress:
                 progress(w.stop_pos)
             yield w
@@ -1119,7 +1119,7 @@ class _CqCheck:
     def add(
         self,
         w: _FileWalk,
-        topics: _Topics,
+        topics: TopicIds,
         queues: dict[tuple[str, int], _QueueState],
         rules: BrokerRules,
         abnormal: bool,
@@ -1413,7 +1413,7 @@ def plan_recover(
     start_idx, start_why = _walk_start(segs, abort, cp, cfg, rules, max_cq)
     start_phy = segs[start_idx].base_offset if segs else 0
     min_phy = segs[0].base_offset if segs else 0
-    topics = _Topics()
+    topics = TopicIds()
     cq_check = _CqCheck(skip=batch_topics)
     fused_columns: list[Any] = []
     end = RecoveryEnd(start_phy)

@@ -213,6 +213,12 @@ def keep_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy
         _KEPT[str(root.resolve())] = _Kept(_fingerprint(segs), from_phy, to_phy, batches, time.monotonic())
 
 
+def kept_range(root: Path) -> tuple[int, int] | None:
+    """The [from_phy, to_phy) whose dispatch columns a recovery walk keeps for ``root``, if any."""
+    kept = _KEPT.get(str(root.resolve()))
+    return None if kept is None else (kept.from_phy, kept.to_phy)
+
+
 def take_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy: int) -> list[Columns] | None:
     """The columns a recovery walk of this process kept for exactly [from_phy, to_phy), once; else None.
 

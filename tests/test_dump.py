@@ -441,7 +441,7 @@ def test_index_accepts_exactly_what_the_decoder_accepts(seed, edits):
         if pos < len(buf):
             buf[pos] = value
     buf = bytes(buf)
-    starts = lib._magic_positions(buf, len(buf), 0, len(buf)) - 4
+    starts = lib.magic_positions(buf, len(buf), 0, len(buf)) - 4
     starts = starts[starts >= 0]
     got, _ = well_formed_records(buf, len(buf), 0, starts)
     want = []

@@ -477,7 +477,7 @@ def test_walk_stops_where_the_record_decoder_does(clean_file, bits, crc):
         cfg = s.config
         seg = s.commitlog_segments()[0][1]
     # The record decoder reads IPv6 host flags (4.6.0+): compare with a 4.6.0+ broker's walk.
-    walk = rec._walk_file(data, seg, cfg, rec.broker_rules("4.9.7"), rec._Topics(), start_pos=0, check_crc=crc)
+    walk = rec.walk_file_checked(data, seg, cfg, rec.broker_rules("4.9.7"), rec.TopicIds(), start_pos=0, check_crc=crc)
     reqs, stop = scan_requests(data, seg, cfg, check_crc=crc, skip_size_mismatch=False)
     assert walk.stop_pos == stop.pos
     assert [int(x) for x in walk.phy] == [r.phy_offset for r in reqs]
