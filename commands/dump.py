@@ -274,6 +274,11 @@ def consumequeue_command(
     fmt = default_format(fmt)
     problems: list[Problem] = []
     with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        if lib.is_batch_queue(st, topic, queue):  # 5.x batchconsumequeue/: 46-byte units
+            render_rows(
+                (r.to_json() for r in lib.scan_batch_queue(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
+            )
+            return
         segs, _ = st.cq_segments(topic, queue)
         with progress_bar(sum(s.size for s in segs), "reading the consume queue", quiet=quiet) as advance:
             rows = lib.scan_consume_queue(st, topic, queue, resolve=resolve, problems=problems, progress=advance)

@@ -58,7 +58,15 @@ from .commitlog import (
     read_head,
     render_body,
 )
-from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
+from .consumequeue import (
+    BCQ_UNIT_SIZE,
+    ENTRY_SIZE,
+    EXT_ADDR_MAX,
+    FILLER_SIZE,
+    BcqEntry,
+    decode_bcq_entry,
+    entries_array,
+)
 from .dispatch import request_from_record
 from .errors import CorruptData, InputError, MissingExtra
 from .javahash import index_key_hash
@@ -1392,3 +1400,42 @@ def flatten(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from flatten(v, f"{prefix}[{i}]")
     else:
         yield prefix, data
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCqRow:
+    """One unit of a 5.x batch consume queue (§4.7)."""
+
+    file: str
+    pos: int
+    entry: BcqEntry
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "kind": "batch",
+            "queueOffset": e.base_offset,
+            "batchNum": e.batch_size,
+            "commitLogOffset": e.phy_offset,
+            "size": e.size,
+            "tagsCode": e.tags_code,
+            "storeTimestamp": e.store_timestamp_ms,
+            "compactedOffset": e.compacted_offset,
+            "file": self.file,
+            "pos": self.pos,
+        }
+
+
+def is_batch_queue(st: Store, topic: str, queue_id: int) -> bool:
+    return any(t == topic and q == queue_id for t, q, _ in st.batch_queues())
+
+
+def scan_batch_queue(st: Store, topic: str, queue_id: int) -> Iterator[BatchCqRow]:
+    """The valid units of ``batchconsumequeue/<topic>/<queueId>`` in order (up to the first empty one)."""
+    for seg in st.bcq_segments(topic, queue_id)[0]:
+        with map_file(seg.path) as buf:
+            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                if e.ends_queue:
+                    return
+                yield BatchCqRow(seg.path.name, pos, e)

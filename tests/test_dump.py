@@ -687,3 +687,19 @@ def test_index_file_of_the_wrong_size_is_reported(tmp_path):
     files = {f["name"]: f for f in json.loads(r.stdout)}
     assert files[name]["usedSlots"] is None and files[name]["size"] == 1000
     assert name in r.stderr and "expected 10792" in r.stderr
+
+
+def test_batch_consume_queue_dump_equals_truth():
+    case = "5.2.0/batch-cq"
+    if not case_dir(case).is_dir():
+        pytest.skip("real stores not found")
+    truth = load_truth(case)
+    for q in (q for q in truth["queues"] if q.get("cqType") == "BatchCQ"):
+        out = dump("consumequeue", store_of(case), q["topic"], str(q["queueId"]), "-f", "json").stdout
+        rows = json.loads(out)
+        got = [
+            {k: r[k] for k in ("queueOffset", "commitLogOffset", "size", "tagsCode")} | {"batchNum": r["batchNum"]}
+            for r in rows
+        ]
+        assert got == q["entries"]
+        assert sum(r["batchNum"] for r in rows) == q["messageTotal"]
