@@ -136,6 +136,8 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
         f"{len(info.queues)} in {len(topics)} topic(s), {sum(q.message_total for q in info.queues)} messages"
     )
     out["index files"] = len(info.index_files)
+    if info.extra_parts:
+        out["timer / compaction / ext files"] = ", ".join(f"{p} ({n} B)" for p, n in info.extra_parts)
     out["problems"] = len(info.problems)
     return out
 

@@ -177,6 +177,7 @@ class StoreInfo:
     config_files: tuple[ConfigFileInfo, ...]
     problems: tuple[Problem, ...]
     version: dict[str, Any] | None = None  # detect.Detection.to_json(): the family and its evidence
+    extra_parts: tuple[tuple[str, int], ...] = ()  # 5.x timer / compaction / ext files: (path, bytes)
 
     @property
     def clean_shutdown(self) -> bool:
@@ -196,6 +197,7 @@ class StoreInfo:
             "brokerVersion": self.broker,
             "brokerFamily": None if self.version is None else self.version["family"],
             "version": self.version,
+            "extraParts": [{"path": p, "size": n} for p, n in self.extra_parts],
             "cleanShutdown": self.clean_shutdown,
             "abortExists": self.abort_exists,
             "abortPid": self.abort_pid,
@@ -352,6 +354,19 @@ def _commitlog_info(
 
 
 # ---------------------------------------------------------------------------------------- consume queues
+
+
+_EXTRA_PARTS = ("timerwheel", "timerlog", "config/timercheck", "config/timermetrics", "compaction", "consumequeue_ext")
+
+
+def _extra_parts(root: Path) -> tuple[tuple[str, int], ...]:
+    """Files of the 5.x timer store, compaction and consume queue ext (listed; rmqstore does not decode them)."""
+    out = []
+    for name in _EXTRA_PARTS:
+        p = root / name
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
+        out += [(f.relative_to(root).as_posix(), f.stat().st_size) for f in files]
+    return tuple(out)
 
 
 def _batch_queue_info(st: Store, topic: str, queue_id: int) -> QueueInfo:
@@ -626,6 +641,7 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
         config_files=tuple(config_files),
         problems=tuple(problems),
         version=None if cfg.detection is None else cfg.detection.to_json(),
+        extra_parts=_extra_parts(st.root),
     )
 
 

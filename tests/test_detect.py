@@ -217,3 +217,16 @@ def test_unambiguous_crash_recovers_without_a_version():
         pytest.skip("real stores not found")
     result = runner.invoke(app, ["recover", str(case_dir(case) / "store"), "--dry-run", "-f", "json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["path"] == "abnormal"
+
+
+def test_info_lists_timer_and_compaction_files(tmp_path):
+    root = copy_real_store("5.2.0/batch-cq", tmp_path)
+    (root / "timerlog").mkdir()
+    (root / "timerlog" / f"{0:020d}").write_bytes(bytes(64))
+    doc = json.loads(runner.invoke(app, ["info", str(root), "-f", "json"]).stdout)
+    assert {(e["path"], e["size"]) for e in doc["extraParts"]} == {
+        ("compaction/position-checkpoint", 39),
+        (f"timerlog/{0:020d}", 64),
+    }
+    plain = runner.invoke(app, ["info", str(root), "-f", "plain"]).stdout
+    assert "compaction/position-checkpoint (39 B)" in plain
