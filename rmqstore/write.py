@@ -790,6 +790,7 @@ class WritePlan:
     new_topics: tuple[cfgmod.TopicConfig, ...]
     index_end_phy: int
     last_store_timestamp_ms: int
+    lmq_queues: tuple[tuple[str, int], ...] = ()  # multi-dispatch queues the records also go to
 
     @property
     def files_created(self) -> tuple[Path, ...]:
@@ -846,7 +847,12 @@ def _check_properties(items: Iterable[tuple[str, str]], origin: str) -> None:
 
 
 def _lmq_offsets_entry(
-    names: str, qid: int, cfg: StoreConfig, queue_offset: Callable[[str, int], int], next_qoff: dict
+    names: str,
+    qid: int,
+    cfg: StoreConfig,
+    queue_offset: Callable[[str, int], int],
+    next_qoff: dict,
+    used: set[tuple[str, int]],
 ) -> str:
     """``INNER_MULTI_QUEUE_OFFSET`` for the queues a record names, taking their next offsets (§9.1)."""
     offsets = []
@@ -857,6 +863,7 @@ def _lmq_offsets_entry(
         if off is None:
             off = queue_offset(name, lqid)
         next_qoff[(name, lqid)] = off + 1
+        used.add((name, lqid))
         offsets.append(str(off))
     return f"{PROP_MULTI_QUEUE_OFFSET}\x01{','.join(offsets)}\x02"
 
@@ -950,6 +957,7 @@ def _plan_write(
     prop_crc = cfg.enabled_append_prop_crc and rules.prop_crc
     lmq = cfg.enable_multi_dispatch and rules.multi_dispatch
     lmq_reserve = lmq and rules.lmq_reserves_crc_bytes
+    lmq_keys: set[tuple[str, int]] = set()
     levels = cfg.delay_levels_ms()
     max_level = len(levels)
     fs = cfg.commitlog_file_size
@@ -1180,7 +1188,7 @@ def _plan_write(
             _check_properties(((k, props[k]) for k in fmt.names), origin)
             raise InputError(f"{origin}: the properties cannot be stored")
         if lmq and PROP_MULTI_DISPATCH in props and not topic.startswith(RETRY_PREFIX):
-            text += _lmq_offsets_entry(props[PROP_MULTI_DISPATCH], qid, cfg, queue_offset, next_qoff)
+            text += _lmq_offsets_entry(props[PROP_MULTI_DISPATCH], qid, cfg, queue_offset, next_qoff, lmq_keys)
         if not trailing_sep and text.endswith("\x02"):
             text = text[:-1]  # 4.9.1-4.9.x: no separator after the last property
         props_b = text.encode("utf-8")
@@ -1671,6 +1679,7 @@ def _plan_write(
         new_topics=tuple(new_topics.values()),
         index_end_phy=index_end,
         last_store_timestamp_ms=last_ts,
+        lmq_queues=tuple(sorted(lmq_keys)),
     )
 
 
@@ -1803,6 +1812,7 @@ def _build_journal(st: Store, plan: WritePlan) -> dict[str, Any]:
     if plan.dispatch:
         keys = plan.records.queues()
         keys |= {(r.topic, r.queue_id) for r in plan.catch_up}
+        keys |= set(plan.lmq_queues)  # the %LMQ% entries are rolled back with the rest
         for topic, qid in sorted(keys):
             d = st.queue_dir(topic, qid)
             segs, _ = list_segments(d, cfg.cq_file_size)
@@ -2236,8 +2246,6 @@ def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync
             disp.dispatch_columns(plan.records.columns(a, min(n, a + _DISPATCH_CHUNK)))
     finally:
         stats = disp.close(sync=sync)
-    if st.config.enable_multi_dispatch and rules_for(st.config.broker).multi_dispatch:
-        _dispatch_lmq(st, plan.start_phy, plan.end_phy)
     return stats
 
 
@@ -2332,6 +2340,8 @@ def apply_write(
         finally:
             writer.join()  # never roll back under a running writer
         writer.result()
+        if plan.dispatch and plan.lmq_queues:  # reads the records back: only once they are written
+            _dispatch_lmq(st, plan.start_phy, plan.end_phy)
         journal.mark("data")
         if plan.new_topics:
             _, cf = _load_topics(cfg)
