@@ -228,3 +228,27 @@ def test_checkpoint_both_ways(a: int, b: int, c: int, d: int, e: int, page: byte
     old = cpmod.decode(page)
     assert cpmod.decode(over) == cpmod.Checkpoint(a, b, c, old.master_flushed_offset, old.confirm_phy_offset)
     assert over[24:] == page[24:]
+
+
+@given(st.binary(min_size=0, max_size=400), st.lists(st.integers(0, 400), max_size=4))
+@example(
+    encode_record(
+        topic="T", queue_id=1, queue_offset=2, phy_offset=0, born_timestamp_ms=1, born_addr=bytes(4), born_port=1,
+        store_timestamp_ms=2, store_addr=bytes(4), store_port=3, body=b"x", properties=b"KEYS\x01k\x02",
+    ) * 2,
+    [0, 100],
+)  # fmt: skip
+def test_columnar_decoder_raises_only_corrupt_data(data: bytes, positions: list[int]) -> None:
+    """Random bytes either decode or raise the library's CorruptData, as the per-record decoder does."""
+    from rmqstore.errors import CorruptData
+
+    try:
+        cols = decode_records(data, np.array(positions, dtype=np.int64))
+    except CorruptData:
+        return
+    for i, pos in enumerate(positions):  # what the columnar decoder accepts, the reference accepts alike
+        rec = decode_record(data, pos)
+        assert isinstance(rec, Record)
+        assert rec.body == cols.body[i]
+        assert rec.topic == cols.topic[i].decode("utf-8", "replace")
+        assert rec.total_size == int(cols.ints["total_size"][i])
