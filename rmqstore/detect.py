@@ -15,12 +15,13 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, PROPERTY_SEPARATOR, Record, checked_size, decode_record
 from .errors import UnsafePlan
 from .layout import Segment, StoreConfig, list_segments
-from .rules import EVIDENCE, FAMILIES, REPRESENTATIVE, differing_rules, families_for, family_of
+from .rules import EVIDENCE, FAMILIES, OPERATION_RULES, REPRESENTATIVE, differing_rules, families_for, family_of
 
 P = TypeVar("P")
 
@@ -240,3 +241,17 @@ def plan_for_detected(st: Any, make_plan: Callable[[Any], P], operation: str) ->
             f"(rules: {', '.join(rules) or 'none'}); give --broker-version to say which"
         )
     return plans[det.broker]
+
+
+def require_settled(det: Detection | None, operation: str, root: Path) -> None:
+    """UnsafePlan (exit 8) when the store shows evidence that leaves several families whose rules for
+    ``operation`` differ. A store with no evidence at all (nothing written yet) follows the oldest."""
+    if det is None or det.settled or not det.facts or operation not in OPERATION_RULES:
+        return
+    versions = candidate_versions(det)
+    differ = sorted({r for v in versions[1:] for r in differing_rules(versions[0], v)} & OPERATION_RULES[operation])
+    if differ:
+        raise UnsafePlan(
+            f"{root}: the store could be written by broker {', '.join(det.candidates)}; their {operation} rules "
+            f"differ ({', '.join(differ)}); give --broker-version to say which"
+        )

@@ -169,3 +169,25 @@ def differing_rules(a: str, b: str) -> list[str]:
     """Names of the decisions on which versions ``a`` and ``b`` differ."""
     ra, rb = rules_for(a), rules_for(b)
     return [n for n in BrokerRules.__dataclass_fields__ if n != "broker" and getattr(ra, n) != getattr(rb, n)]
+
+
+# The decisions each modifying operation depends on (recover compares whole plans instead).
+OPERATION_RULES: dict[str, frozenset[str]] = {
+    "write": frozenset(
+        {
+            "v2_magic", "ipv6_hosts", "cluster_property", "drops_wait_property", "properties_capacity",
+            "body_limit_only", "record_slack", "props_trailing_separator", "prop_crc", "multi_dispatch",
+            "lmq_reserves_crc_bytes", "cq_max_includes_size", "index_counts_new_slots_only", "five",
+            "config_write_via_tmp",
+        }
+    ),
+    "redispatch": frozenset(
+        {"new_properties_parser", "cq_max_includes_size", "index_counts_new_slots_only", "multi_dispatch", "v2_magic"}
+    ),
+    "expire": frozenset(
+        {
+            "expire_ratio_rounds_up", "expire_forced_level_triggers", "expire_levels_in_config",
+            "expire_batch_max_in_config", "empty_queue_min_is_max", "cq_max_includes_size",
+        }
+    ),
+}  # fmt: skip

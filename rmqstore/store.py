@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import checkpoint as cpmod
 from .commitlog import Blank, Record, decode_record
+from .detect import require_settled
 from .detect import resolve as resolve_version
 from .errors import (
     CorruptData,
@@ -296,6 +297,8 @@ def open_store(
     _detect_unsupported(root)
     if writable or operation is not None:
         check_readable(cfg)
+    if writable and operation is not None:
+        require_settled(cfg.detection, operation, root)
     st = Store(cfg, writable)
     if writable:
         st._lock_fd = _take_lock(cfg.lock_path)

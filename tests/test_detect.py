@@ -230,3 +230,27 @@ def test_info_lists_timer_and_compaction_files(tmp_path):
     }
     plain = runner.invoke(app, ["info", str(root), "-f", "plain"]).stdout
     assert "compaction/position-checkpoint (39 B)" in plain
+
+
+def test_write_refuses_a_store_between_families_whose_write_rules_differ(tmp_path):
+    """Property strings ending with 0x02 and nothing else: 4.4 or 5.x, which store records differently."""
+    root = copy_real_store("clean-2topics", tmp_path)
+    (root.parent / "broker.conf").write_text("storePathRootDir=store\n")  # no version-specific keys
+    for p in sorted((root / "commitlog").iterdir())[:-1]:  # the files ending with a blank (stale tails) expired
+        p.unlink()
+    det = resolve_config(root, None, None).detection
+    assert det.candidates == ("4.4", *FIVE)
+    before = sorted((p, p.stat().st_size) for p in root.rglob("*"))
+    result = runner.invoke(app, ["write", str(root), "--topic", "TopicA", "--body", "x"])
+    assert result.exit_code == 8 and "4.4, 5.0-5.3.1, 5.3.2+" in result.stderr
+    assert "props_trailing_separator" not in result.stderr and "v2_magic" in result.stderr
+    assert sorted((p, p.stat().st_size) for p in root.rglob("*")) == before
+    ok = runner.invoke(app, ["write", str(root), "--topic", "TopicA", "--body", "x", "--broker-version", "4.4.0"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_a_store_with_nothing_written_follows_the_oldest_family_for_write(tmp_path):
+    root = tmp_path / "store"
+    result = runner.invoke(app, ["write", str(root), "--create", "--topic", "T", "--body", "x"])
+    assert result.exit_code == 0, result.output
+    assert resolve_config(root, None, None).detection.family == "4.4"
