@@ -299,6 +299,25 @@ def consumequeue_command(
     _finish(problems, quiet)
 
 
+@app.command("consumequeue-ext", epilog="Example: rmqstore dump consumequeue-ext STORE TopicA 0 --format json")
+@reports_errors
+def consumequeue_ext_command(
+    store: StorePath,
+    topic: Annotated[str, typer.Argument(help="Topic (the consumequeue_ext/ sub-directory name).", show_default=False)],
+    queue: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """List the units of one consume queue ext queue (enableConsumeQueueExt): address, size, tagsCode,
+    store time and the filter bit map."""
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        render_rows(
+            (r.to_json() for r in lib.scan_consume_queue_ext(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
+        )
+
+
 # ------------------------------------------------------------------------------------- index
 
 _INDEX_COLUMNS = [

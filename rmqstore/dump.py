@@ -64,13 +64,15 @@ from .consumequeue import (
     EXT_ADDR_MAX,
     FILLER_SIZE,
     BcqEntry,
+    ExtUnit,
     decode_bcq_entry,
+    decode_ext_units,
     entries_array,
 )
 from .dispatch import request_from_record
 from .errors import CorruptData, InputError, MissingExtra
 from .javahash import index_key_hash
-from .layout import Segment, segment_for
+from .layout import Segment, list_segments, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
 from .store import Store, map_file
 from .walk import first_nonzero, zero_tail_start
@@ -1439,3 +1441,41 @@ def scan_batch_queue(st: Store, topic: str, queue_id: int) -> Iterator[BatchCqRo
                 if e.ends_queue:
                     return
                 yield BatchCqRow(seg.path.name, pos, e)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtRow:
+    """One ConsumeQueueExt unit with its global address (what a consume queue entry points at)."""
+
+    file: str
+    address: int  # global ext offset: file start + position
+    unit: ExtUnit
+
+    def to_json(self) -> dict[str, Any]:
+        u = self.unit
+        return {
+            "file": self.file,
+            "pos": u.pos,
+            "address": self.address,
+            "size": u.size,
+            "tagsCode": u.tags_code,
+            "storeTimestamp": u.store_timestamp_ms,
+            "bitMapSize": len(u.bitmap),
+            "bitMap": u.bitmap.hex(),
+        }
+
+
+def scan_consume_queue_ext(st: Store, topic: str, queue_id: int) -> Iterator[ExtRow]:
+    """The units of ``consumequeue_ext/<topic>/<queueId>`` (§4.6), file by file."""
+    from .safety import check_topic_name
+
+    if check_topic_name(topic) is not None:
+        raise InputError(f"{topic!r}: not a topic the broker accepts")
+    d = st.root / "consumequeue_ext" / topic / str(int(queue_id))
+    segs, _ = list_segments(d, None)
+    if not segs:
+        raise InputError(f"{d}: no consume queue ext files")
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for u in decode_ext_units(buf, path=str(seg.path)):
+                yield ExtRow(seg.path.name, seg.base_offset + u.pos, u)

@@ -703,3 +703,29 @@ def test_batch_consume_queue_dump_equals_truth():
         ]
         assert got == q["entries"]
         assert sum(r["batchNum"] for r in rows) == q["messageTotal"]
+
+
+def test_consume_queue_ext_units_are_dumped(tmp_path):
+    """§4.6 units (size, tagsCode, store time, bit map size, bit map); a short -1 closes a file."""
+    root = copy_real_store("clean-2topics", tmp_path)
+    d = root / "consumequeue_ext" / "TopicA" / "0"
+    d.mkdir(parents=True)
+    units = [(1234, 1700000000000, b"\x0f\xf0"), (-5, 1700000000001, b"")]
+    first = b"".join(struct.pack(">hqqh", 20 + len(bm), t, ts, len(bm)) + bm for t, ts, bm in units)
+    (d / f"{0:020d}").write_bytes(first + struct.pack(">h", -1) + bytes(64 - len(first) - 2))
+    second = struct.pack(">hqqh", 21, 77, 1700000000002, 1) + b"\x01"
+    (d / f"{64:020d}").write_bytes(second + bytes(64 - len(second)))
+    rows = json.loads(dump("consumequeue-ext", root, "TopicA", "0", "-f", "json").stdout)
+    assert [(r["file"], r["address"], r["size"], r["tagsCode"], r["storeTimestamp"], r["bitMap"]) for r in rows] == [
+        (f"{0:020d}", 0, 22, 1234, 1700000000000, "0ff0"),
+        (f"{0:020d}", 22, 20, -5, 1700000000001, ""),
+        (f"{64:020d}", 64, 21, 77, 1700000000002, "01"),
+    ]
+    # what a consume queue entry's tagsCode holds for the third unit, and back
+    from rmqstore.consumequeue import EXT_ADDRESS_BASE, ext_real_offset
+
+    assert ext_real_offset(64 + EXT_ADDRESS_BASE) == 64
+    bad = d / f"{0:020d}"
+    bad.write_bytes(struct.pack(">hqqh", 30, 0, 0, 2) + bytes(44))  # bitMapSize disagrees with size
+    r = dump("consumequeue-ext", root, "TopicA", "0", code=6)
+    assert "bitMapSize 2" in r.stderr and f"{0:020d}" in r.stderr
