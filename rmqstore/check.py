@@ -64,6 +64,7 @@ from .commitlog import (
     Blank,
     decode_record,
     parse_properties,
+    prop_crc_check,
     read_head,
     store_timestamp_at,
 )
@@ -314,6 +315,8 @@ class _Walker:
         self.st = st
         self.cfg = st.config
         self.broker = st.config.broker
+        # 5.2.0+ forceVerifyPropCRC: recovery checks the __CRC32# property of every record
+        self.prop_crc = st.config.force_verify_prop_crc and rules_for(self.broker).prop_crc
         self.out = out
         self.progress = progress
         self.v2_ok = rules_for(self.broker).v2_magic
@@ -426,6 +429,8 @@ class _Walker:
                                         computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
                                         if computed != crc:
                                             self._crc_problem(path, pos, base + pos, crc, computed)
+                                    if self.prop_crc:
+                                        self._check_prop_crc(buf, path, pos, base, total)
                                     topic = self._topic(bytes(view[p + 1 : q]))
                                     raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
                                     self._accept(
@@ -494,6 +499,8 @@ class _Walker:
                     break
                 if rec.body and not rec.crc_ok():
                     self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
+                if self.prop_crc:
+                    self._check_prop_crc(buf, path, pos, base, rec.total_size)
                 self._accept(
                     path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
                     rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw,
@@ -515,6 +522,20 @@ class _Walker:
             name = raw.decode("utf-8", "replace")
             got = self._topics[raw] = (name, self.scan.topic_id(name))
         return got
+
+    def _check_prop_crc(self, buf: Any, path: str, pos: int, base: int, total: int) -> None:
+        stored, computed = prop_crc_check(buf, pos, total)
+        if stored == computed:
+            return
+        self._stop(base + pos)
+        what = "no __CRC32# property" if stored is None else f"__CRC32# property {stored}, computed {computed}"
+        self.out.add(
+            path,
+            pos,
+            f"{what} (forceVerifyPropCRC): recovery stops at this record and truncates everything after it",
+            phy_offset=base + pos,
+            group="crc",
+        )
 
     def _crc_problem(self, path: str, pos: int, phy: int, stored: int, computed: int) -> None:
         stop = self.cfg.check_crc_on_recover

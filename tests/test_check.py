@@ -495,3 +495,24 @@ def test_batch_unit_pointing_between_records_is_an_error(tmp_path):
     report = check(root)
     errors = [p for p in report.problems if p.severity == ERROR]
     assert [(e.path, e.pos) for e in errors] == [(path, 46)] and "no record starts" in errors[0].what
+
+
+def test_crc_property_is_checked_when_the_broker_verifies_it(tmp_path):
+    case = "5.2.0/crc-property"
+    root = copy_real_store(case, tmp_path)
+    truth = load_truth(case)
+    victim = [r for r in truth["commitlog"] if r["kind"] == "message"][200]
+    base = victim["offset"] - victim["offset"] % 32768
+    path = root / "commitlog" / f"{base:020d}"
+    pos = victim["offset"] - base
+    at = path.read_bytes().index(b"WAIT\x01true", pos, pos + victim["size"])
+    flip(path, at + 5)  # the WAIT value: no body CRC, tag or key covers it, the property CRC does
+    conf = root.parent / "broker.conf"
+    plain = check(root)
+    assert plain.recovery.stop_phy_offset == truth["maxPhyOffset"]
+    assert not [p for p in plain.problems if p.severity == ERROR]
+    conf.write_text(conf.read_text() + "forceVerifyPropCRC=true\n")
+    report = check(root)
+    crc = [p for p in report.problems if "__CRC32#" in p.what]
+    assert [(Path(p.path), p.pos) for p in crc] == [(path, victim["offset"] - base)]
+    assert report.recovery.stop_phy_offset == victim["offset"]
