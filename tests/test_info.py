@@ -108,11 +108,13 @@ def test_info_matches_truth_for_clean_stores(case):
     assert info.commitlog.last_store_timestamp_ms == last.store_timestamp_ms
 
 
-def test_info_crash_midwrite_shows_the_state_before_recovery():
-    if not REAL_STORES.is_dir():
+@pytest.mark.parametrize("case", ["crash-midwrite", "4.9.4/crash-midwrite", "5.2.0/crash-5x-midwrite"])
+def test_info_crash_midwrite_shows_the_state_before_recovery(case):
+    if not case_dir(case).is_dir():
         pytest.skip("real stores not present")
-    truth = load_truth("crash-midwrite")
-    root = REAL_STORES / "crash-midwrite" / "store"
+    truth = load_truth(case)
+    root = case_dir(case) / "store"
+    five_one = case.startswith("4.9") or case.startswith("5.")  # maxPhysicOffset = offset + size
     info = info_of(root)
     assert info.abort_exists and not info.clean_shutdown
     # the commit log itself is not changed by recovery: its end is the same before and after
@@ -126,11 +128,11 @@ def test_info_crash_midwrite_shows_the_state_before_recovery():
     # consume queues and index as the files are, computed without the codec
     for q in info.queues:
         max_offset, last_phy, last_size = raw_queue(root / "consumequeue" / q.topic / str(q.queue_id))
-        # 4.4.0's maxPhysicOffset is the start of the last record, not its end
+        # 4.4.0's maxPhysicOffset is the start of the last record, not its end (4.5.1+: its end)
         assert (q.min_offset, q.max_offset, q.max_physic_offset, q.last_offset) == (
             0,
             max_offset,
-            last_phy,
+            last_phy + last_size if five_one else last_phy,
             last_phy + last_size,
         )
     for f in info.index_files:
