@@ -66,7 +66,7 @@ from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
-from .multiqueue import batch_cq_topics
+from .multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
 from .problems import LOAD_FAILURES
 from .rules import BrokerRules, rules_for
 from .safety import (
@@ -1447,11 +1447,10 @@ def plan_recover(
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
         elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
-    if dispatch is not None and dispatch.consume_queue and (batch_topics or cfg.enable_multi_dispatch):
+    if dispatch is not None and dispatch.consume_queue and batch_topics:
         raise UnsupportedStore(
-            f"{root}: recovery would re-dispatch records of a store with "
-            f"{'batch consume queues' if batch_topics else 'LMQ multi-dispatch'}, which recover does not write yet; "
-            "run `rmqstore redispatch` on it instead"
+            f"{root}: recovery would re-dispatch records of a store with batch consume queues, which recover "
+            "does not write yet; run `rmqstore redispatch` on it instead"
         )
     if batch_max >= process_offset:
         raise UnsupportedStore(f"{root}: a batch consume queue points past the end of the commit log: not cut yet")
@@ -2081,11 +2080,28 @@ def _step_dispatch(
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
+    if d.consume_queue and cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch:
+        _dispatch_lmq(st, d.from_phy, d.to_phy, d.only_after_phy)  # rolled back with the other queues
     _fsync_dispatch_dirs(root, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:
         index_ts = _index_msg_timestamp(cfg, stats, index_ts)
     journal.set(dispatch=stats.to_json(), indexMsgTimestamp=index_ts)
+
+
+def _dispatch_lmq(st: Store, from_phy: int, to_phy: int, only_after: int | None) -> None:
+    """The %LMQ% entries of the re-dispatched records (multi-dispatch, §9.1)."""
+    extra = ExtraDispatcher(st.config, Path(st.root), frozenset())
+    try:
+        for seg in st.commitlog_segments()[0]:
+            lo, hi = max(from_phy, seg.base_offset), min(to_phy, seg.base_offset + seg.size)
+            if lo < hi:
+                with map_file(seg.path) as buf:
+                    for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
+                        if only_after is None or rec.phy_offset > only_after:
+                            extra.put(rec)
+    finally:
+        extra.close()
 
 
 def _build_root(root: Path) -> Path:

@@ -97,13 +97,26 @@ def argv_write_lmq(root: Path, q: Path) -> list[str]:
             "--uniq-key-seed", "7", "--quarantine", str(q)]  # fmt: skip
 
 
+def prepare_recover_lmq(tmp: Path) -> Path:
+    root = copy_real_store("5.2.0/lmq-multi-dispatch", tmp)
+    for f in (root / "consumequeue" / "%LMQ%room-1" / "0").iterdir():
+        f.unlink()  # crashed before its %LMQ% queue reached the disk
+    (root / "abort").write_text("4242")
+    return root
+
+
 CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]], set[int]]] = {
     # command: (make the store, its command line, exit codes a finishing re-run may give)
     "write": (prepare_write, argv_write, {0, 8}),  # 8: the same input is already in the store
     "recover": (prepare_recover, argv_recover, {0}),
     "redispatch": (prepare_redispatch, argv_redispatch, {0}),
     "expire": (prepare_expire, argv_expire, {0, 9}),  # 9: expire deleted files
-    "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),  # 5.2.0: %LMQ% queues rolled back with the rest
+    "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
+    "recover-lmq": (
+        prepare_recover_lmq,
+        argv_recover,
+        {0},
+    ),  # the re-dispatch rebuilds the %LMQ% queue  # 5.2.0: %LMQ% queues rolled back with the rest
 }
 
 

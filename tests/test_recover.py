@@ -692,3 +692,17 @@ def test_prop_crc_not_verified_unless_forced(tmp_path):
     root, victim = _crc_store(tmp_path, force=False)
     plan = plan_of(root)
     assert plan.process_offset == load_truth("5.2.0/crc-property")["maxPhyOffset"] > victim["offset"]
+
+
+def test_abnormal_recovery_re_dispatches_the_lmq_queues(tmp_path):
+    """A 5.2.0 multi-dispatch store that crashed before its %LMQ% queue was written: recovery's
+    re-dispatch writes it again, byte for byte as the engine had it."""
+    case = "5.2.0/lmq-multi-dispatch"
+    root = copy_real_store(case, tmp_path)
+    want = {p.relative_to(root).as_posix(): sha(p) for p in (root / "consumequeue").rglob("*") if p.is_file()}
+    shutil.rmtree(root / "consumequeue" / "%LMQ%room-1")
+    (root / "abort").write_text("4242")
+    plan, _ = recover(root)
+    assert plan.path == "abnormal" and plan.dispatch is not None
+    got = {p.relative_to(root).as_posix(): sha(p) for p in (root / "consumequeue").rglob("*") if p.is_file()}
+    assert got == want
