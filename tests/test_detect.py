@@ -208,7 +208,17 @@ def test_ambiguous_store_makes_recover_refuse(tmp_path):
     assert sorted((p, p.stat().st_size) for p in root.rglob("*")) == before
     # saying which settles it
     ok = runner.invoke(app, ["recover", str(root), "--dry-run", "--broker-version", "5.3.3", "-f", "json"])
-    assert ok.exit_code == 0 and json.loads(ok.stdout)["redispatch"]["records"] > 0
+    plan = json.loads(ok.stdout)
+    assert ok.exit_code == 0 and plan["redispatch"]["records"] > 0
+    # 5.3.2+: normal recovery starts at the last file starting at or before the consume queues' max offset
+    cq_max = plan["maxPhyOffsetOfConsumeQueue"]
+    files = sorted(int(p.name) for p in (root / "commitlog").iterdir())
+    assert (
+        plan["startPhyOffset"] == max(b for b in files if b <= cq_max)
+        and plan["redispatch"]["onlyAfterPhyOffset"] == cq_max
+    )
+    old = json.loads(runner.invoke(app, ["recover", str(root), "-n", "--broker-version", "5.2.0", "-f", "json"]).stdout)
+    assert old["startPhyOffset"] == files[-3] and old["redispatch"] is None  # 5.0-5.3.1: the third file from the end
 
 
 def test_unambiguous_crash_recovers_without_a_version():
