@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .codec.commitlog import INNER_BATCH_FLAG, TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Record
 from .config import read_config
-from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, encode_bcq_entry, encode_entry
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, encode_bcq_entry, encode_entry
 from .dispatch import request_from_record
 from .errors import ConfigError, CorruptData
 from .layout import Segment, StoreConfig
@@ -124,6 +124,7 @@ class ExtraDispatcher:
         self._cq: dict[tuple[str, int], _Appender] = {}
         self._bcq: dict[tuple[str, int], _Appender] = {}
         self._bcq_next: dict[tuple[str, int], int] = {}
+        self._bcq_end: dict[tuple[str, int], int] = {}  # commit log end of each queue's last unit
         self.lmq_entries = 0
         self.bcq_units = 0
 
@@ -157,7 +158,9 @@ class ExtraDispatcher:
             size = self.cfg.bcq_file_size - self.cfg.bcq_file_size % BCQ_UNIT_SIZE
             w = _Appender(self.root / "batchconsumequeue" / rec.topic / str(rec.queue_id), size, BCQ_UNIT_SIZE)
             self._bcq[key] = w
-            self._bcq_next[key] = _existing_units(w.directory, size)
+            self._bcq_next[key], self._bcq_end[key] = _existing_units(w.directory, size)
+        if rec.phy_offset < self._bcq_end[key]:
+            return  # already in the queue (a re-dispatch continuing the files)
         base, num = batch_unit(rec)
         unit = encode_bcq_entry(rec.phy_offset, rec.total_size, tags_code, rec.store_timestamp_ms, base, num)
         w.put_at(self._bcq_next[key] * BCQ_UNIT_SIZE, unit)
@@ -169,22 +172,24 @@ class ExtraDispatcher:
             w.close()
 
 
-def _existing_units(directory: Path, file_size: int) -> int:
-    """Units already in a batch consume queue directory (units are appended, not placed by offset)."""
+def _existing_units(directory: Path, file_size: int) -> tuple[int, int]:
+    """(units, commit log end of the last unit) already in a batch consume queue directory (units are
+    appended, not placed by offset; the last file may hold none yet)."""
     names = []
     with contextlib.suppress(FileNotFoundError):
         names = sorted(n for n in os.listdir(directory) if n.isdigit())
-    if not names:
-        return 0
-    last = directory / names[-1]
-    count = int(names[-1]) // BCQ_UNIT_SIZE
-    with open(last, "rb") as f, contextlib.suppress(ValueError):
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                if int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True) <= 0:
-                    break
-                count += 1
-    return count
+    for name in reversed(names):
+        count, end = int(name) // BCQ_UNIT_SIZE, -1
+        with open(directory / name, "rb") as f, contextlib.suppress(ValueError):
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                    e = decode_bcq_entry(buf, pos, path=str(directory / name))
+                    if e.ends_queue:
+                        break
+                    count, end = count + 1, e.phy_offset + e.size
+        if end >= 0 or name == names[0]:
+            return count, end
+    return 0, -1
 
 
 def iter_records(seg: Segment, buf: object, start: int, end: int, cfg: StoreConfig):

@@ -232,7 +232,7 @@ def build(
     start = segs[0].base_offset if segs else 0
     if from_phy is not None and from_phy > start:
         # Continue the existing files, as the broker's re-dispatch from an offset does.
-        for sub, wanted in (("consumequeue", consume_queue), ("index", index)):
+        for sub, wanted in (("consumequeue", consume_queue), ("batchconsumequeue", consume_queue), ("index", index)):
             src = cfg.store_root / sub
             if wanted and src.is_dir():
                 shutil.copytree(src, build_root / sub, dirs_exist_ok=True)

@@ -414,3 +414,33 @@ def test_redispatch_from_parallel_ranges_equals_engine(
     r = runner.invoke(app, ["redispatch", str(root), "--format", "json"])
     assert r.exit_code == 0, r.output
     rebuilt_matches(root, real_case)
+
+
+@pytest.mark.parametrize("case", ["5.2.0/batch-cq", "5.2.0/lmq-multi-dispatch"])
+def test_redispatch_from_an_offset_continues_batch_and_lmq_queues(case: str, tmp_path: Path) -> None:
+    """--from-offset continues the current files: a batch or %LMQ% queue keeps what it has and gets
+    the rest once, as the engine's own files."""
+    root = copy_real_store(case, tmp_path)
+    truth = load_truth(case)
+    recs = [r for r in truth["commitlog"] if r["kind"] == "message"]
+    middle = recs[len(recs) // 2]["offset"]
+    want = files_of(root)
+    for d in ("batchconsumequeue", "consumequeue"):
+        for p in (root / d).rglob("*") if (root / d).is_dir() else ():
+            if p.is_file() and ("%LMQ%" in p.as_posix() or d == "batchconsumequeue"):
+                data = bytearray(p.read_bytes())
+                unit = 46 if d == "batchconsumequeue" else 20
+                keep = next(
+                    (
+                        i
+                        for i in range(0, len(data) - unit + 1, unit)
+                        if int.from_bytes(data[i : i + 8], "big") >= middle
+                    ),
+                    len(data),
+                )
+                data[keep:] = bytes(len(data) - keep)  # the entries of the second half never written
+                p.write_bytes(bytes(data))
+    r = runner.invoke(app, ["redispatch", str(root), "--from-offset", str(recs[len(recs) // 4]["offset"]), "-q"])
+    assert r.exit_code == 0, r.output
+    got = {p: h for p, h in files_of(root).items() if "consumequeue" in p.as_posix()}
+    assert got == {p: h for p, h in want.items() if "consumequeue" in p.as_posix()}
