@@ -309,8 +309,11 @@ def consumequeue_ext_command(
     broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
-    """List the units of one consume queue ext queue (enableConsumeQueueExt): address, size, tagsCode,
-    store time and the filter bit map."""
+    """List the units of one consume queue ext queue (enableConsumeQueueExt).
+
+    Each unit: its address (what a consume queue entry's tagsCode holds), size, tagsCode, store time
+    and the filter bit map.
+    """
     fmt = default_format(fmt)
     with open_store(store, broker_config=broker_config, broker=broker_version) as st:
         render_rows(
