@@ -321,6 +321,26 @@ def consumequeue_ext_command(
         )
 
 
+@app.command("timer", epilog="Example: rmqstore dump timer STORE --log --format ndjson")
+@reports_errors
+def timer_command(
+    store: StorePath,
+    log: Annotated[bool, typer.Option("--log", help="The timerlog/ units instead of the wheel's slots.")] = False,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """List the 5.x timer store: the used slots of timerwheel, or with --log the units of timerlog/.
+
+    Slots: time, first and last timer log position, message count. Units: position, previous position,
+    magic, write time, delay, and the commit log offset and size of the message.
+    """
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        rows = lib.timer_log_units(st) if log else lib.timer_wheel_slots(st)
+        render_rows(rows, fmt, title="timerlog" if log else "timerwheel")
+
+
 # ------------------------------------------------------------------------------------- index
 
 _INDEX_COLUMNS = [

@@ -37,6 +37,7 @@ import numpy as np
 
 from . import config as cfgmod
 from . import indexfile as ix
+from .codec import timer
 from .codec.columnar import well_formed_records
 from .commitlog import (
     BLANK_MAGIC,
@@ -1479,3 +1480,28 @@ def scan_consume_queue_ext(st: Store, topic: str, queue_id: int) -> Iterator[Ext
         with map_file(seg.path) as buf:
             for u in decode_ext_units(buf, path=str(seg.path)):
                 yield ExtRow(seg.path.name, seg.base_offset + u.pos, u)
+
+
+def timer_wheel_slots(st: Store) -> Iterator[dict[str, Any]]:
+    """The used slots of the 5.x ``timerwheel`` file."""
+    path = st.root / "timerwheel"
+    if not path.is_file():
+        raise InputError(f"{path}: no timer wheel (timerWheelEnable was never on)")
+    with map_file(path) as buf:
+        for s in timer.used_slots(buf):
+            yield {"slot": s.index, "timeMs": s.time_ms, "firstPos": s.first_pos, "lastPos": s.last_pos,
+                   "num": s.num, "magic": s.magic}  # fmt: skip
+
+
+def timer_log_units(st: Store) -> Iterator[dict[str, Any]]:
+    """The units of the 5.x ``timerlog/`` files, with their global positions."""
+    d = st.root / "timerlog"
+    segs, _ = list_segments(d, None)
+    if not segs:
+        raise InputError(f"{d}: no timer log files")
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for u in timer.timer_units(buf, path=str(seg.path)):
+                yield {"file": seg.path.name, "position": seg.base_offset + u.pos, "prevPos": u.prev_pos,
+                       "magic": u.magic, "writeTimeMs": u.write_time_ms, "delayedTime": u.delayed_time,
+                       "offsetPy": u.offset_py, "sizePy": u.size_py, "topicHash": u.topic_hash}  # fmt: skip

@@ -729,3 +729,28 @@ def test_consume_queue_ext_units_are_dumped(tmp_path):
     bad.write_bytes(struct.pack(">hqqh", 30, 0, 0, 2) + bytes(44))  # bitMapSize disagrees with size
     r = dump("consumequeue-ext", root, "TopicA", "0", code=6)
     assert "bitMapSize 2" in r.stderr and f"{0:020d}" in r.stderr
+
+
+def test_timer_store_is_dumped(tmp_path):
+    """timerwheel: 32-byte slots (only used ones listed); timerlog/: 52-byte units up to a blank."""
+    from rmqstore.codec.timer import BLANK_MAGIC
+
+    root = copy_real_store("5.2.0/batch-cq", tmp_path)
+    wheel = bytearray(32 * 8)
+    struct.pack_into(">qqqii", wheel, 32 * 5, 1700000005000, 0, 52, 2, 0)
+    (root / "timerwheel").write_bytes(bytes(wheel))
+    (root / "timerlog").mkdir()
+    units = b"".join(
+        struct.pack(">iqiqiqiiq", 52, prev, 1, 1700000000000 + i, 5, 100 * i, 180, 77, 0)
+        for i, prev in enumerate((-1, 0))
+    )
+    blank = struct.pack(">iqi", 128 - len(units), 0, BLANK_MAGIC)
+    (root / "timerlog" / f"{0:020d}").write_bytes(units + blank + bytes(128 - len(units) - len(blank)))
+    slots = json.loads(dump("timer", root, "-f", "json").stdout)
+    assert slots == [{"slot": 5, "timeMs": 1700000005000, "firstPos": 0, "lastPos": 52, "num": 2, "magic": 0}]
+    log = json.loads(dump("timer", root, "--log", "-f", "json").stdout)
+    assert [(u["position"], u["prevPos"], u["offsetPy"], u["sizePy"]) for u in log] == [
+        (0, -1, 0, 180),
+        (52, 0, 100, 180),
+    ]
+    assert BLANK_MAGIC == -875286124  # 0xBBCCDDEE ^ 1880681586 + 8: the commit log's blank magic again
