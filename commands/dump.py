@@ -341,6 +341,24 @@ def timer_command(
         render_rows(rows, fmt, title="timerlog" if log else "timerwheel")
 
 
+@app.command("compaction")
+@reports_errors
+def compaction_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """Show the 5.x compaction service's position-checkpoint (the queue offsets compacted so far)."""
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        cf = lib.compaction_checkpoint(st)
+    if fmt in (Format.json, Format.ndjson):
+        render_mapping(cf.data, fmt)
+    else:
+        render_rows(({"key": k, "value": v} for k, v in lib.flatten(cf.data)), fmt, title=str(cf.path))
+
+
 # ------------------------------------------------------------------------------------- index
 
 _INDEX_COLUMNS = [

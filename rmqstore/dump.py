@@ -1505,3 +1505,11 @@ def timer_log_units(st: Store) -> Iterator[dict[str, Any]]:
                 yield {"file": seg.path.name, "position": seg.base_offset + u.pos, "prevPos": u.prev_pos,
                        "magic": u.magic, "writeTimeMs": u.write_time_ms, "delayedTime": u.delayed_time,
                        "offsetPy": u.offset_py, "sizePy": u.size_py, "topicHash": u.topic_hash}  # fmt: skip
+
+
+def compaction_checkpoint(st: Store) -> cfgmod.ConfigFile:
+    """``compaction/position-checkpoint`` (5.x compaction service), fastjson like the config files."""
+    d = st.root / "compaction"
+    if not (d / "position-checkpoint").exists():
+        raise InputError(f"{d / 'position-checkpoint'}: no compaction checkpoint")
+    return cfgmod.read_config(d, "position-checkpoint")
