@@ -26,7 +26,7 @@ from . import checkpoint as cpmod
 from .columnar import iter_columns
 from .consumequeue import entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop
-from .errors import InputError, UnsafePlan
+from .errors import InputError, UnsafePlan, UnsupportedStore
 from .fsutil import SCRATCH_DIR, atomic_write, scratch_dir
 from .indexfile import decode_header
 from .layout import StoreConfig
@@ -238,6 +238,11 @@ def build(
                 shutil.copytree(src, build_root / sub, dirs_exist_ok=True)
         start = from_phy
     if engine != "local":
+        if consume_queue and (cfg.enable_multi_dispatch or batch_cq_topics(cfg)):
+            raise UnsupportedStore(
+                f"{st.root}: engine {engine!r} writes neither %LMQ% (multi-dispatch) nor batch consume queues; "
+                "use --engine local"
+            )
         fn = ENGINES.get(engine)
         if fn is None:
             raise InputError(

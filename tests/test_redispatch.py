@@ -27,6 +27,7 @@ from rmqstore import redispatch as op
 from rmqstore.columnar import iter_columns, scan_columns
 from rmqstore.commitlog import encode_blank, encode_properties, encode_record
 from rmqstore.dispatch import ScanStop, scan_requests
+from rmqstore.errors import UnsupportedStore
 from rmqstore.javahash import index_key_hash
 from rmqstore.layout import Segment, StoreConfig
 from rmqstore.store import open_store
@@ -444,3 +445,12 @@ def test_redispatch_from_an_offset_continues_batch_and_lmq_queues(case: str, tmp
     assert r.exit_code == 0, r.output
     got = {p: h for p, h in files_of(root).items() if "consumequeue" in p.as_posix()}
     assert got == {p: h for p, h in want.items() if "consumequeue" in p.as_posix()}
+
+
+@pytest.mark.parametrize("case", ["5.2.0/batch-cq", "5.2.0/lmq-multi-dispatch"])
+def test_other_engines_refuse_stores_needing_lmq_or_batch_queues(case: str, tmp_path: Path) -> None:
+    root = copy_real_store(case, tmp_path)
+    before = files_of(root)
+    with open_store(root) as st, pytest.raises(UnsupportedStore, match="use --engine local"):
+        op.plan_redispatch(st, engine="spark", dry_run=True)
+    assert files_of(root) == before
