@@ -27,7 +27,7 @@ P = TypeVar("P")
 
 AUTO = "auto"
 _HEAD = struct.Struct(">ii")
-_HOP_BUDGET = 200_000  # record headers followed in all (a few hundred MB of small records)
+_HOP_BUDGET = 50_000  # record headers followed in all the files sampled
 _SAMPLED_RECORDS = 64  # records per file whose properties are decoded
 _CRC_KEY = "__CRC32#"
 _LMQ_KEY = "INNER_MULTI_DISPATCH"
@@ -156,27 +156,29 @@ def _file_facts(seg: Segment, budget: list[int]) -> list[Fact]:
     import mmap
 
     out: list[Fact] = []
+    seen_v2 = seen_v6 = False
     with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         pos, n, end = 0, 0, len(buf)
+        unpack = _HEAD.unpack_from
         while pos + 8 <= end and budget[0] > 0:
             budget[0] -= 1
-            total, magic = _HEAD.unpack_from(buf, pos)
+            total, magic = unpack(buf, pos)
             if magic == BLANK_MAGIC:
                 out += _blank_fact(buf, pos, end, seg)
                 break
-            if magic not in (MAGIC_V1, MAGIC_V2) or checked_size(buf, pos, end) is None:
+            if (magic != MAGIC_V1 and magic != MAGIC_V2) or checked_size(buf, pos, end) is None:
                 break
-            where = f"{seg.path} @{pos}"
-            if magic == MAGIC_V2:
-                out.append(Fact("v2-record", where))
-            sys_flag = int.from_bytes(buf[pos + 36 : pos + 40], "big", signed=True)
-            if sys_flag & 0x30:
-                out.append(Fact("ipv6-host", where))
+            if magic == MAGIC_V2 and not seen_v2:
+                seen_v2 = True
+                out.append(Fact("v2-record", f"{seg.path} @{pos}"))
+            if not seen_v6 and buf[pos + 39] & 0x30:  # sysFlag's IPv6 bits (its lowest byte)
+                seen_v6 = True
+                out.append(Fact("ipv6-host", f"{seg.path} @{pos}"))
             if n < _SAMPLED_RECORDS:
                 rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
                 if isinstance(rec, Record):
-                    out += _property_facts(rec, where)
-            n += 1
+                    out += _property_facts(rec, f"{seg.path} @{pos}")
+                n += 1
             pos += total
     return out
 
