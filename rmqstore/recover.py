@@ -1447,11 +1447,6 @@ def plan_recover(
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
         elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
-    if dispatch is not None and dispatch.consume_queue and batch_topics:
-        raise UnsupportedStore(
-            f"{root}: recovery would re-dispatch records of a store with batch consume queues, which recover "
-            "does not write yet; run `rmqstore redispatch` on it instead"
-        )
     if batch_max >= process_offset:
         raise UnsupportedStore(f"{root}: a batch consume queue points past the end of the commit log: not cut yet")
     if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
@@ -1963,6 +1958,8 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
                 except OSError:
                     pass
             fsync_dir(qdir.parent if qe is None else qdir)
+    if plan.dispatch is not None and plan.dispatch.consume_queue and journal.state.get("batchQueues") is not None:
+        _rollback_batch_queues(st, journal.state["batchQueues"])
     if plan.dispatch is not None and plan.dispatch.index:
         kept = set(plan.index_files_kept)
         idir = cfg.index_dir
@@ -2057,11 +2054,14 @@ def _step_dispatch(
             head = bytes(buf[: ix.HEADER_SIZE + cfg.max_hash_slot_num * 4])
         atomic_write(_snapshot_path(root), head)
         journal.set(snapshot=last.name)
+    batch = batch_cq_topics(cfg) if d.consume_queue else frozenset()
+    if batch and "batchQueues" not in journal.state:
+        journal.set(batchQueues=_batch_queue_state(st))  # what a rollback returns the batch queues to
     if journal.state.get("dispatchStarted"):
         _rollback_dispatch(st, plan, journal)
     else:
         journal.set(dispatchStarted=True)
-    dispatcher = Dispatcher(cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock)
+    dispatcher = Dispatcher(cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock, cq_exclude=batch)
     ok = False
     try:
         first = True
@@ -2080,8 +2080,8 @@ def _step_dispatch(
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
-    if d.consume_queue and cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch:
-        _dispatch_lmq(st, d.from_phy, d.to_phy, d.only_after_phy)  # rolled back with the other queues
+    if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
+        _dispatch_extra(st, d.from_phy, d.to_phy, d.only_after_phy, batch)  # rolled back with the other queues
     _fsync_dispatch_dirs(root, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:
@@ -2089,9 +2089,44 @@ def _step_dispatch(
     journal.set(dispatch=stats.to_json(), indexMsgTimestamp=index_ts)
 
 
-def _dispatch_lmq(st: Store, from_phy: int, to_phy: int, only_after: int | None) -> None:
-    """The %LMQ% entries of the re-dispatched records (multi-dispatch, §9.1)."""
-    extra = ExtraDispatcher(st.config, Path(st.root), frozenset())
+def _batch_queue_state(st: Store) -> list[dict[str, Any]]:
+    """Every batch consume queue's files and where its valid units end (units are appended, §4.7)."""
+    out = []
+    for topic, qid, qdir in st.batch_queues():
+        segs, _ = st.bcq_segments(topic, qid)
+        last, end = None, 0
+        for seg in segs:
+            with map_file(seg.path) as buf:
+                n = 0
+                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                    if decode_bcq_entry(buf, pos, path=str(seg.path)).ends_queue:
+                        break
+                    n += 1
+            if n or last is None:
+                last, end = seg.path.name, n * BCQ_UNIT_SIZE
+        out.append({"dir": _rel(Path(st.root), qdir), "files": [s.path.name for s in segs], "last": last, "end": end})
+    return out
+
+
+def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
+    root = Path(st.root)
+    known = {q["dir"]: q for q in state}
+    for _topic, _qid, qdir in st.batch_queues():
+        q = known.get(_rel(root, qdir))
+        if q is None:  # a queue the re-dispatch created
+            shutil.rmtree(qdir, ignore_errors=True)
+            continue
+        for seg in list_segments(qdir, None)[0]:
+            if seg.path.name not in q["files"]:
+                _unlink(seg.path)
+            elif seg.path.name == q["last"]:
+                _zero_range(seg.path, q["end"], data_end(seg.path, q["end"]))
+        fsync_dir(qdir)
+
+
+def _dispatch_extra(st: Store, from_phy: int, to_phy: int, only_after: int | None, batch: frozenset[str]) -> None:
+    """The %LMQ% entries and batch consume queue units of the re-dispatched records (§4.7, §9.1)."""
+    extra = ExtraDispatcher(st.config, Path(st.root), batch)
     try:
         for seg in st.commitlog_segments()[0]:
             lo, hi = max(from_phy, seg.base_offset), min(to_phy, seg.base_offset + seg.size)

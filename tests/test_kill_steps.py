@@ -105,18 +105,22 @@ def prepare_recover_lmq(tmp: Path) -> Path:
     return root
 
 
+def prepare_recover_bcq(tmp: Path) -> Path:
+    from test_recover import _crash_batch_store
+
+    return _crash_batch_store(tmp)
+
+
 CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]], set[int]]] = {
     # command: (make the store, its command line, exit codes a finishing re-run may give)
     "write": (prepare_write, argv_write, {0, 8}),  # 8: the same input is already in the store
     "recover": (prepare_recover, argv_recover, {0}),
     "redispatch": (prepare_redispatch, argv_redispatch, {0}),
     "expire": (prepare_expire, argv_expire, {0, 9}),  # 9: expire deleted files
+    # 5.2.0 stores: %LMQ% queues and batch consume queues are rolled back with the rest
     "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
-    "recover-lmq": (
-        prepare_recover_lmq,
-        argv_recover,
-        {0},
-    ),  # the re-dispatch rebuilds the %LMQ% queue  # 5.2.0: %LMQ% queues rolled back with the rest
+    "recover-lmq": (prepare_recover_lmq, argv_recover, {0}),
+    "recover-bcq": (prepare_recover_bcq, argv_recover, {0}),
 }
 
 

@@ -706,3 +706,30 @@ def test_abnormal_recovery_re_dispatches_the_lmq_queues(tmp_path):
     assert plan.path == "abnormal" and plan.dispatch is not None
     got = {p.relative_to(root).as_posix(): sha(p) for p in (root / "consumequeue").rglob("*") if p.is_file()}
     assert got == want
+
+
+def _crash_batch_store(tmp: Path) -> Path:
+    """The 5.2.0 batch-cq store as if the process died before its last batch units reached the disk."""
+    root = copy_real_store("5.2.0/batch-cq", tmp)
+    for qdir in (root / "batchconsumequeue" / "TopicBatchCQ").iterdir():
+        last = sorted(qdir.iterdir())[-1]
+        data = bytearray(last.read_bytes())
+        used = next((i for i in range(0, len(data) - 45, 46) if not any(data[i : i + 46])), len(data) // 46 * 46)
+        data[max(0, used - 2 * 46) : used] = bytes(min(used, 2 * 46))  # the last two units
+        last.write_bytes(bytes(data))
+    (root / "abort").write_text("4242")
+    return root
+
+
+def test_abnormal_recovery_re_dispatches_the_batch_queues(tmp_path):
+    root = _crash_batch_store(tmp_path / "crashed")
+    orig = copy_real_store("5.2.0/batch-cq", tmp_path / "orig")
+    bcq = "batchconsumequeue/TopicBatchCQ"
+    assert {p.name: sha(p) for p in (root / bcq).rglob("*") if p.is_file()} != {
+        p.name: sha(p) for p in (orig / bcq).rglob("*") if p.is_file()
+    }
+    plan, _ = recover(root)
+    assert plan.path == "abnormal" and plan.dispatch is not None and plan.records_lost == 0
+    for d in ("batchconsumequeue", "consumequeue"):
+        want = {p.relative_to(orig).as_posix(): sha(p) for p in (orig / d).rglob("*") if p.is_file()}
+        assert {p.relative_to(root).as_posix(): sha(p) for p in (root / d).rglob("*") if p.is_file()} == want
