@@ -112,8 +112,8 @@ BrokerConfigOpt = Annotated[
 
 def broker_version(value: str | None) -> str | None:
     """A RocketMQ version this tool follows: 4.x or 5.x, as ``major.minor[.patch][-suffix]``."""
-    if value is None:
-        return None
+    if value is None or value.strip() == "auto":
+        return value
     m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-[A-Za-z0-9.]+)?", value.strip())
     if not m or int(m.group(1)) not in (4, 5) or (int(m.group(1)), int(m.group(2))) < (4, 4):
         raise typer.BadParameter(
@@ -127,7 +127,7 @@ BrokerVersionOpt = Annotated[
     typer.Option(
         "--broker-version",
         callback=broker_version,
-        help="Broker version whose behaviour to follow: 4.4 to 5.x (e.g. 4.4.0, 4.9.7, 5.3.3).",
+        help="Broker version whose behaviour to follow: auto (decided from the store) or 4.4 to 5.x (e.g. 4.4.0, 4.9.7, 5.3.3).",
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]

@@ -48,7 +48,7 @@ def check_command(
         bool, typer.Option("--quick", help="Only what the broker concludes at start (recovery, truncation).")
     ] = False,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")] = None,
     max_per_kind: Annotated[
         int,

@@ -123,7 +123,7 @@ def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
 def commitlog_command(
     store: StoresArg,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
     body: Annotated[
         BodyMode | None,
@@ -293,7 +293,7 @@ def consumequeue_command(
         int | None, typer.Option("--count", min=0, help="List at most this many slots (queryCq -c).")
     ] = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
     resolve: Annotated[
         bool, typer.Option("--resolve", help="Join each entry to its commit log record and flag every mismatch.")
@@ -328,6 +328,11 @@ def consumequeue_command(
     else:
         stores.refuse_parent_of_store(store)
     with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        if lib.is_batch_queue(st, topic, queue):  # 5.x batchconsumequeue/: 46-byte units
+            render_rows(
+                (r.to_json() for r in lib.scan_batch_queue(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
+            )
+            return
         segs, _ = st.cq_segments(topic, queue)
         with progress_bar(sum(s.size for s in segs), "reading the consume queue", quiet=quiet) as advance:
             rows = lib.scan_consume_queue(st, topic, queue, resolve=resolve, problems=problems, progress=advance)
@@ -348,6 +353,66 @@ def consumequeue_command(
                 cols = _CQ_COLUMNS + (_CQ_RESOLVE_COLUMNS if resolve else []) + ["mismatch"]
                 render_rows(map(_cq_text_row, rows), fmt, columns=cols, title=f"{topic} queue {queue}")
     _finish(problems, quiet)
+
+
+@app.command("consumequeue-ext", epilog="Example: rmqstore dump consumequeue-ext STORE TopicA 0 --format json")
+@reports_errors
+def consumequeue_ext_command(
+    store: StorePath,
+    topic: Annotated[str, typer.Argument(help="Topic (the consumequeue_ext/ sub-directory name).", show_default=False)],
+    queue: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """List the units of one consume queue ext queue (enableConsumeQueueExt).
+
+    Each unit: its address (what a consume queue entry's tagsCode holds), size, tagsCode, store time
+    and the filter bit map.
+    """
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        render_rows(
+            (r.to_json() for r in lib.scan_consume_queue_ext(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
+        )
+
+
+@app.command("timer", epilog="Example: rmqstore dump timer STORE --log --format ndjson")
+@reports_errors
+def timer_command(
+    store: StorePath,
+    log: Annotated[bool, typer.Option("--log", help="The timerlog/ units instead of the wheel's slots.")] = False,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """List the 5.x timer store: the used slots of timerwheel, or with --log the units of timerlog/.
+
+    Slots: time, first and last timer log position, message count. Units: position, previous position,
+    magic, write time, delay, and the commit log offset and size of the message.
+    """
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        rows = lib.timer_log_units(st) if log else lib.timer_wheel_slots(st)
+        render_rows(rows, fmt, title="timerlog" if log else "timerwheel")
+
+
+@app.command("compaction")
+@reports_errors
+def compaction_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """Show the 5.x compaction service's position-checkpoint (the queue offsets compacted so far)."""
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        cf = lib.compaction_checkpoint(st)
+    if fmt in (Format.json, Format.ndjson):
+        render_mapping(cf.data, fmt)
+    else:
+        render_rows(({"key": k, "value": v} for k, v in lib.flatten(cf.data)), fmt, title=str(cf.path))
 
 
 # ------------------------------------------------------------------------------------- index
@@ -371,7 +436,7 @@ def _with_times(row: dict[str, Any]) -> dict[str, Any]:
 def index_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
     key: Annotated[
         tuple[str, str] | None,
@@ -447,7 +512,7 @@ def index_command(
 def checkpoint_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
     """Show the checkpoint file: the three flush timestamps and what recovery derives from them."""
@@ -473,7 +538,7 @@ def config_command(
     store: StorePath,
     name: Annotated[str | None, typer.Argument(help="Config file name, e.g. topics.json (default: list them).")] = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
     """Show a config/*.json file as the broker loads it (fastjson integer keys handled), or list them.

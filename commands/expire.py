@@ -106,7 +106,7 @@ def _action_line(a: op.FileAction, verb: str, at_ms: int) -> str:
 def expire_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
     file_reserved_time: Annotated[
         int | None,
         typer.Option("--file-reserved-time", min=0, help="fileReservedTime: hours to keep a file. Broker default 72."),

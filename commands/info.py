@@ -57,7 +57,7 @@ def info_command(
         ),
     ],
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: Annotated[
         InfoFormat | None,
         typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain)."),
@@ -154,6 +154,14 @@ def _time(ms: int | None) -> str:
     return f"{format_time_ms(ms)} ({ms})" if ms > 0 else str(ms)
 
 
+def _version_line(v: dict[str, Any]) -> str:
+    head = f"{v['family']} (rules of {v['broker']}, {v['source']}"
+    if not v["settled"]:
+        head += f"; could also be {', '.join(c for c in v['candidates'] if c != v['family'])}"
+    facts = "; ".join(f"{e['why']}: {e['where']}" for e in v["evidence"][:6])
+    return head + ")" + (f" from: {facts}" if facts else "")
+
+
 def _summary(info: StoreInfo) -> dict[str, Any]:
     clog = info.commitlog
     data_files = [f for f in clog.files if f.state == "data"]
@@ -169,6 +177,7 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
     out: dict[str, Any] = {
         "store": str(info.root),
         "broker config": str(info.broker_config) if info.broker_config else "none (broker defaults, sizes from files)",
+        "broker version": _version_line(info.version) if info.version else info.broker,
         "shutdown": shutdown,
         "broker running": f"yes, pid {info.lock_holder_pid}" if info.broker_running else "no",
     }
@@ -191,6 +200,8 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
         f"{len(info.queues)} in {len(topics)} topic(s), {sum(q.message_total for q in info.queues)} messages"
     )
     out["index files"] = len(info.index_files)
+    if info.extra_parts:
+        out["timer / compaction / ext files"] = ", ".join(f"{p} ({n} B)" for p, n in info.extra_parts)
     out["problems"] = len(info.problems)
     return out
 

@@ -133,7 +133,7 @@ def set_command(
     force: Annotated[bool, typer.Option("--force", help="Allow offsets outside the queue's [min, max].")] = False,
     dry_run: DryRunOpt = False,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
     """Rewrite committed offsets in config/consumerOffset.json, showing the plan first.
@@ -176,7 +176,7 @@ def set_command(
             time_ms=time_ms,
             shift_by=shift_by,
             force=force,
-            broker_version=broker_version,
+            broker_version=st.config.broker,
         )
         view = PlanView(
             "offsets",

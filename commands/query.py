@@ -184,7 +184,7 @@ def query_key_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does.
@@ -229,7 +229,7 @@ def query_uniq_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find the message of TOPIC with this unique key (UNIQ_KEY), as clients query a msgId.
@@ -280,7 +280,7 @@ def query_id_command(
         ),
     ] = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find messages by id, as mqadmin queryMsgById does.
@@ -348,7 +348,7 @@ def query_offset_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
 ) -> None:
     """Show the message at QUEUE_OFFSET of TOPIC/QUEUE_ID, read through the consume queue.
 
@@ -386,7 +386,7 @@ def query_time_command(
     fmt: FormatOpt = None,  # type: ignore[assignment]
     body: BodyOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,  # type: ignore[assignment]
+    broker_version: BrokerVersionOpt = "auto",
 ) -> None:
     """Find the queue offset for TIME in TOPIC/QUEUE_ID, as the broker's searchOffset does.
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from rmqstore import recover as rec
+from rmqstore.detect import plan_for_detected
 from rmqstore.errors import InputError
 from rmqstore.store import locked_error, open_store
 
@@ -54,7 +55,7 @@ def recover_command(
         bool, typer.Option("--no-quarantine", help="Do not keep the removed bytes and files.")
     ] = False,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
 ) -> None:
@@ -79,15 +80,20 @@ def recover_command(
         resuming = plan is not None
         if plan is None:
             with progress_bar(_walk_size(st), "checking commit log", quiet=quiet) as advance:
-                plan = rec.plan_recover(
+                now_ms = int(time.time() * 1000)
+                plan = plan_for_detected(
                     st,
-                    now_ms=int(time.time() * 1000),
-                    check_crc=check_crc,
-                    rebuild_index=rebuild_index,
-                    rebuild_consume_queue=rebuild_consumequeue,
-                    quarantine=quarantine,
-                    use_quarantine=not no_quarantine,
-                    progress=advance,
+                    lambda s: rec.plan_recover(
+                        s,
+                        now_ms=now_ms,
+                        check_crc=check_crc,
+                        rebuild_index=rebuild_index,
+                        rebuild_consume_queue=rebuild_consumequeue,
+                        quarantine=quarantine,
+                        use_quarantine=not no_quarantine,
+                        progress=advance,
+                    ),
+                    "recover",
                 )
         else:
             err.print("an interrupted recovery is pending: resuming its journal (options of this run are ignored)")

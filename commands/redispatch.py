@@ -45,7 +45,7 @@ class Engine(str, enum.Enum):
 def redispatch_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     from_offset: Annotated[
         int | None,
         typer.Option("--from-offset", help="Re-dispatch from this physical offset, continuing the current files."),

@@ -297,7 +297,7 @@ def redispatch_command(
     executor_python: ExecutorPythonOpt = None,
     task_max_failures: MaxFailuresOpt = None,
     broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "4.4.0",
+    broker_version: BrokerVersionOpt = "auto",
     topic: Annotated[list[str] | None, typer.Option("--topic", help="Only these topics' consume queues.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")] = False,
     quarantine: Annotated[Path | None, typer.Option("--quarantine", help="Where the replaced directories go.")] = None,

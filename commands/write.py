@@ -118,7 +118,11 @@ def write_command(
     flag: Annotated[int, typer.Option("--flag", help="User flag.")] = 0,
     broker_config: BrokerConfigOpt = None,
     broker_version: Annotated[
-        str | None, typer.Option("--broker-version", help="Broker version whose append path to follow (default 4.4.0).")
+        str | None,
+        typer.Option(
+            "--broker-version",
+            help="Broker version whose append path to follow (default auto: decided from the store).",
+        ),
     ] = None,
     no_dispatch: Annotated[
         bool, typer.Option("--no-dispatch", help="Leave consume queues and index to `redispatch` (creates abort).")

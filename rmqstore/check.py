@@ -64,15 +64,17 @@ from .commitlog import (
     Blank,
     decode_record,
     parse_properties,
+    prop_crc_check,
     read_head,
     store_timestamp_at,
 )
-from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, decode_bcq_entry, entries_array
 from .errors import ConfigError, CorruptData, RecordSizeMismatch
 from .indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from .indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from .javahash import index_key_hash_batch, tags_code
 from .layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
+from .multiqueue import lmq_listed
 from .offsets import commitlog_min_phy, queue_range, range_from_files, read_consumer_offsets
 from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from .rules import rules_for
@@ -313,6 +315,8 @@ class _Walker:
         self.st = st
         self.cfg = st.config
         self.broker = st.config.broker
+        # 5.2.0+ forceVerifyPropCRC: recovery checks the __CRC32# property of every record
+        self.prop_crc = st.config.force_verify_prop_crc and rules_for(self.broker).prop_crc
         self.out = out
         self.progress = progress
         self.v2_ok = rules_for(self.broker).v2_magic
@@ -425,6 +429,8 @@ class _Walker:
                                         computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
                                         if computed != crc:
                                             self._crc_problem(path, pos, base + pos, crc, computed)
+                                    if self.prop_crc:
+                                        self._check_prop_crc(buf, path, pos, base, total)
                                     topic = self._topic(bytes(view[p + 1 : q]))
                                     raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
                                     self._accept(
@@ -493,6 +499,8 @@ class _Walker:
                     break
                 if rec.body and not rec.crc_ok():
                     self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
+                if self.prop_crc:
+                    self._check_prop_crc(buf, path, pos, base, rec.total_size)
                 self._accept(
                     path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
                     rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw,
@@ -514,6 +522,20 @@ class _Walker:
             name = raw.decode("utf-8", "replace")
             got = self._topics[raw] = (name, self.scan.topic_id(name))
         return got
+
+    def _check_prop_crc(self, buf: Any, path: str, pos: int, base: int, total: int) -> None:
+        stored, computed = prop_crc_check(buf, pos, total)
+        if stored == computed:
+            return
+        self._stop(base + pos)
+        what = "no __CRC32# property" if stored is None else f"__CRC32# property {stored}, computed {computed}"
+        self.out.add(
+            path,
+            pos,
+            f"{what} (forceVerifyPropCRC): recovery stops at this record and truncates everything after it",
+            phy_offset=base + pos,
+            group="crc",
+        )
 
     def _crc_problem(self, path: str, pos: int, phy: int, stored: int, computed: int) -> None:
         stop = self.cfg.check_crc_on_recover
@@ -721,6 +743,7 @@ class _QueueInfo:
     entries: int = 0
     fillers: int = 0
     filler_end: int = -1  # queue offset after the fillPreBlank prefix (-1: none)
+    batch: bool = False  # a 5.x batch consume queue (first/end offsets count messages, not units)
 
 
 def _load_queue(segs: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -764,7 +787,54 @@ def _check_queues(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str
         arr, qoff, fno, pos = _load_queue(segs)
         counts["cqEntries"] += len(arr)
         infos.append(_verify_queue(topic, qid, segs, arr, qoff, fno, pos, scan, out, log_min, data_end, cfg))
+    for topic, qid, _qdir in st.batch_queues():
+        counts["queues"] += 1
+        infos.append(_verify_batch_queue(st, topic, qid, scan, out, counts))
     return infos
+
+
+def _verify_batch_queue(
+    st: Store, topic: str, qid: int, scan: _LogScan, out: _Problems, counts: Counter[str]
+) -> _QueueInfo:
+    """A 5.x batch consume queue: every unit is a record of this topic and queue at its base offset (§4.7)."""
+    units = []
+    for seg in st.bcq_segments(topic, qid)[0]:
+        with map_file(seg.path) as buf:
+            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                if e.ends_queue:
+                    break
+                units.append((seg.path, pos, e))
+    counts["cqEntries"] += len(units)
+    if not units:
+        return _QueueInfo(topic, qid, 0, 0, -1, -1)
+    a = scan.arrays
+    rec, hit = scan.lookup(np.array([u[2].phy_offset for u in units], dtype=np.int64))
+    want_topic = scan.topic_ids.get(topic, -1)
+    for (path, pos, e), r, h in zip(units, rec.tolist(), hit.tolist(), strict=True):
+        if not h:
+            out.add(path, pos, f"batch unit points to commit log offset {e.phy_offset}, where no record starts")
+        elif a["topic"][r] != want_topic or a["qid"][r] != qid or a["size"][r] != e.size:
+            out.add(
+                path,
+                pos,
+                f"batch unit (commit log offset {e.phy_offset}, size {e.size}) does not match the record there "
+                f"({scan.topics[a['topic'][r]]} queue {a['qid'][r]} size {a['size'][r]})",
+                phy_offset=e.phy_offset,
+            )
+    first, last = units[0][2], units[-1][2]
+    return _QueueInfo(
+        topic,
+        qid,
+        first.base_offset,
+        last.base_offset + last.batch_size,
+        last.phy_offset,
+        last.phy_offset + last.size,
+        len(units),
+        0,
+        -1,
+        batch=True,
+    )
 
 
 def _verify_queue(
@@ -858,6 +928,11 @@ def _verify_queue(
     }
     if cfg.enable_consume_queue_ext:
         mismatch["tagsCode"] &= tags[ei] > EXT_ADDR_MAX  # ext addresses are not tag hashes
+    if cfg.enable_multi_dispatch and (mismatch["topic"] | mismatch["queue id"]).any():
+        # a multi-dispatch queue: the record names it in INNER_MULTI_DISPATCH, with this queue offset
+        listed = lmq_listed(cfg, topic, qid, scan.a_phy[ri], qoff[ei])
+        for name in ("topic", "queue id", "queue offset"):
+            mismatch[name] &= ~listed
     any_bad = np.zeros(len(ei), dtype=bool)
     for m in mismatch.values():
         any_bad |= m

@@ -571,8 +571,10 @@ class Dispatcher:
         index: bool | None = None,
         clock: Callable[[], int] | None = None,
         topics: set[str] | None = None,
+        cq_exclude: frozenset[str] = frozenset(),
     ):
         self.cfg = cfg
+        self.cq_exclude = cq_exclude  # batch consume queue topics: never written as plain queues
         self.root = Path(root) if root is not None else cfg.store_root
         self.build_cq = consume_queue
         self.build_index = cfg.message_index_enable if index is None else index
@@ -633,7 +635,11 @@ class Dispatcher:
         self.stats.max_phy_offset = max(self.stats.max_phy_offset, int(c.phy[-1] + c.size[-1]))
         tt = c.sys_flag & TRANSACTION_MASK
         if self.build_cq:
-            idx = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+            cq_ok = (tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE)
+            if self.cq_exclude:
+                keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
+                cq_ok &= keep[c.topic_id]
+            idx = np.flatnonzero(cq_ok)
             grp = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
             order = np.argsort(grp, kind="stable")
             idx = idx[order]
@@ -667,7 +673,7 @@ class Dispatcher:
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
         for r in reqs:
             tt = r.sys_flag & TRANSACTION_MASK
-            if tt == TRANSACTION_NOT_TYPE or tt == TRANSACTION_COMMIT_TYPE:
+            if (tt == TRANSACTION_NOT_TYPE or tt == TRANSACTION_COMMIT_TYPE) and r.topic not in self.cq_exclude:
                 g = groups.get((r.topic, r.queue_id))
                 if g is None:
                     groups[(r.topic, r.queue_id)] = g = []

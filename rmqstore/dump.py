@@ -37,6 +37,7 @@ import numpy as np
 
 from . import config as cfgmod
 from . import indexfile as ix
+from .codec import timer
 from .codec.columnar import well_formed_records
 from .commitlog import (
     BLANK_MAGIC,
@@ -58,11 +59,21 @@ from .commitlog import (
     read_head,
     render_body,
 )
-from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
+from .consumequeue import (
+    BCQ_UNIT_SIZE,
+    ENTRY_SIZE,
+    EXT_ADDR_MAX,
+    FILLER_SIZE,
+    BcqEntry,
+    ExtUnit,
+    decode_bcq_entry,
+    decode_ext_units,
+    entries_array,
+)
 from .dispatch import request_from_record
 from .errors import CorruptData, InputError, MissingExtra
 from .javahash import index_key_hash
-from .layout import Segment, segment_for
+from .layout import Segment, list_segments, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
 from .store import Store, map_file
 from .walk import first_nonzero, zero_tail_start
@@ -1392,3 +1403,113 @@ def flatten(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from flatten(v, f"{prefix}[{i}]")
     else:
         yield prefix, data
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCqRow:
+    """One unit of a 5.x batch consume queue (§4.7)."""
+
+    file: str
+    pos: int
+    entry: BcqEntry
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "kind": "batch",
+            "queueOffset": e.base_offset,
+            "batchNum": e.batch_size,
+            "commitLogOffset": e.phy_offset,
+            "size": e.size,
+            "tagsCode": e.tags_code,
+            "storeTimestamp": e.store_timestamp_ms,
+            "compactedOffset": e.compacted_offset,
+            "file": self.file,
+            "pos": self.pos,
+        }
+
+
+def is_batch_queue(st: Store, topic: str, queue_id: int) -> bool:
+    return any(t == topic and q == queue_id for t, q, _ in st.batch_queues())
+
+
+def scan_batch_queue(st: Store, topic: str, queue_id: int) -> Iterator[BatchCqRow]:
+    """The valid units of ``batchconsumequeue/<topic>/<queueId>`` in order (up to the first empty one)."""
+    for seg in st.bcq_segments(topic, queue_id)[0]:
+        with map_file(seg.path) as buf:
+            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                if e.ends_queue:
+                    return
+                yield BatchCqRow(seg.path.name, pos, e)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtRow:
+    """One ConsumeQueueExt unit with its global address (what a consume queue entry points at)."""
+
+    file: str
+    address: int  # global ext offset: file start + position
+    unit: ExtUnit
+
+    def to_json(self) -> dict[str, Any]:
+        u = self.unit
+        return {
+            "file": self.file,
+            "pos": u.pos,
+            "address": self.address,
+            "size": u.size,
+            "tagsCode": u.tags_code,
+            "storeTimestamp": u.store_timestamp_ms,
+            "bitMapSize": len(u.bitmap),
+            "bitMap": u.bitmap.hex(),
+        }
+
+
+def scan_consume_queue_ext(st: Store, topic: str, queue_id: int) -> Iterator[ExtRow]:
+    """The units of ``consumequeue_ext/<topic>/<queueId>`` (§4.6), file by file."""
+    from .safety import check_topic_name
+
+    if check_topic_name(topic) is not None:
+        raise InputError(f"{topic!r}: not a topic the broker accepts")
+    d = st.root / "consumequeue_ext" / topic / str(int(queue_id))
+    segs, _ = list_segments(d, None)
+    if not segs:
+        raise InputError(f"{d}: no consume queue ext files")
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for u in decode_ext_units(buf, path=str(seg.path)):
+                yield ExtRow(seg.path.name, seg.base_offset + u.pos, u)
+
+
+def timer_wheel_slots(st: Store) -> Iterator[dict[str, Any]]:
+    """The used slots of the 5.x ``timerwheel`` file."""
+    path = st.root / "timerwheel"
+    if not path.is_file():
+        raise InputError(f"{path}: no timer wheel (timerWheelEnable was never on)")
+    with map_file(path) as buf:
+        for s in timer.used_slots(buf):
+            yield {"slot": s.index, "timeMs": s.time_ms, "firstPos": s.first_pos, "lastPos": s.last_pos,
+                   "num": s.num, "magic": s.magic}  # fmt: skip
+
+
+def timer_log_units(st: Store) -> Iterator[dict[str, Any]]:
+    """The units of the 5.x ``timerlog/`` files, with their global positions."""
+    d = st.root / "timerlog"
+    segs, _ = list_segments(d, None)
+    if not segs:
+        raise InputError(f"{d}: no timer log files")
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for u in timer.timer_units(buf, path=str(seg.path)):
+                yield {"file": seg.path.name, "position": seg.base_offset + u.pos, "prevPos": u.prev_pos,
+                       "magic": u.magic, "writeTimeMs": u.write_time_ms, "delayedTime": u.delayed_time,
+                       "offsetPy": u.offset_py, "sizePy": u.size_py, "topicHash": u.topic_hash}  # fmt: skip
+
+
+def compaction_checkpoint(st: Store) -> cfgmod.ConfigFile:
+    """``compaction/position-checkpoint`` (5.x compaction service), fastjson like the config files."""
+    d = st.root / "compaction"
+    if not (d / "position-checkpoint").exists():
+        raise InputError(f"{d / 'position-checkpoint'}: no compaction checkpoint")
+    return cfgmod.read_config(d, "position-checkpoint")

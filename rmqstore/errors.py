@@ -109,6 +109,12 @@ class InputError(RmqstoreError):
     exit_code = 1
 
 
+class UsageError(RmqstoreError):
+    """An option value is not one rmqstore accepts (e.g. an unknown --broker-version)."""
+
+    exit_code = 2
+
+
 class UnsupportedStore(RmqstoreError):
     """A store layout rmqstore refuses to touch (DLedger, RocksDB consume queue, ...)."""
 

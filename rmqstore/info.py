@@ -39,7 +39,7 @@ from .commitlog import (
     read_head,
     store_timestamp_at,
 )
-from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
 from .errors import CorruptData, RmqstoreError
 from .indexfile import HEADER_SIZE, IndexHeader, decode_header
 from .layout import Segment
@@ -176,6 +176,8 @@ class StoreInfo:
     index_files: tuple[IndexFileInfo, ...]
     config_files: tuple[ConfigFileInfo, ...]
     problems: tuple[Problem, ...]
+    version: dict[str, Any] | None = None  # detect.Detection.to_json(): the family and its evidence
+    extra_parts: tuple[tuple[str, int], ...] = ()  # 5.x timer / compaction / ext files: (path, bytes)
 
     @property
     def clean_shutdown(self) -> bool:
@@ -193,6 +195,9 @@ class StoreInfo:
             "store": str(self.root),
             "brokerConfig": None if self.broker_config is None else str(self.broker_config),
             "brokerVersion": self.broker,
+            "brokerFamily": None if self.version is None else self.version["family"],
+            "version": self.version,
+            "extraParts": [{"path": p, "size": n} for p, n in self.extra_parts],
             "cleanShutdown": self.clean_shutdown,
             "abortExists": self.abort_exists,
             "abortPid": self.abort_pid,
@@ -349,6 +354,46 @@ def _commitlog_info(
 
 
 # ---------------------------------------------------------------------------------------- consume queues
+
+
+_EXTRA_PARTS = ("timerwheel", "timerlog", "config/timercheck", "config/timermetrics", "compaction", "consumequeue_ext")
+
+
+def _extra_parts(root: Path) -> tuple[tuple[str, int], ...]:
+    """Files of the 5.x timer store, compaction and consume queue ext (listed; rmqstore does not decode them)."""
+    out = []
+    for name in _EXTRA_PARTS:
+        p = root / name
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
+        out += [(f.relative_to(root).as_posix(), f.stat().st_size) for f in files]
+    return tuple(out)
+
+
+def _batch_queue_info(st: Store, topic: str, queue_id: int) -> QueueInfo:
+    """A 5.x batch consume queue (§4.7): offsets count messages; maxPhysicOffset is the last unit's offset."""
+    segs, _ = st.bcq_segments(topic, queue_id)
+    first = last = None
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                if e.ends_queue:
+                    break
+                first = first or e
+                last = e
+    if first is None or last is None:
+        return QueueInfo(topic, queue_id, len(segs), 0, 0, -1, -1)
+    end = last.phy_offset + last.size
+    return QueueInfo(
+        topic,
+        queue_id,
+        len(segs),
+        first.base_offset,
+        last.base_offset + last.batch_size,
+        last.phy_offset,
+        end,
+        last.size,
+    )
 
 
 def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tuple[QueueInfo, list[Problem]]:
@@ -536,6 +581,8 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
         q, qp = _queue_info(st, topic, qid, commitlog_min)
         queues.append(q)
         problems += qp
+    queues += [_batch_queue_info(st, topic, qid) for topic, qid, _ in st.batch_queues()]
+    queues.sort(key=lambda q: (q.topic, q.queue_id))
     furthest = max(queues, key=lambda q: q.last_offset, default=None)
     queued_end = -1 if furthest is None else furthest.last_offset
     hint = None if furthest is None or queued_end < 0 else (queued_end - furthest.last_size, furthest.last_size)
@@ -593,6 +640,8 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
         index_files=tuple(index_files),
         config_files=tuple(config_files),
         problems=tuple(problems),
+        version=None if cfg.detection is None else cfg.detection.to_json(),
+        extra_parts=_extra_parts(st.root),
     )
 
 

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from .consumequeue import effective_file_size
 from .errors import ConfigError, CorruptData
@@ -56,9 +57,17 @@ class StoreConfig:
     broker_ip: str | None = None
     listen_port: int = 10911
     default_topic_queue_nums: int = 8
+    # 5.x / 4.9.3+ settings
+    enable_lmq: bool = False
+    enable_multi_dispatch: bool = False
+    auto_message_version_on_topic_len: bool = True
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
+    bcq_file_size: int = 13_800_000  # mapperFileSizeBatchConsumeQueue, 300000 units of 46 bytes
     broker: str = "4.4.0"  # behaviour of this broker version is emulated
     source: Path | None = None  # the broker.conf read, if any
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys set in broker.conf
+    detection: Any = field(default=None, compare=False)  # detect.Detection: how ``broker`` was chosen
 
     @property
     def commitlog_dir(self) -> Path:
@@ -139,6 +148,12 @@ _KEYS: dict[str, tuple[str, type]] = {
     "brokerIP1": ("broker_ip", str),
     "listenPort": ("listen_port", int),
     "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+    "enableLmq": ("enable_lmq", bool),
+    "enableMultiDispatch": ("enable_multi_dispatch", bool),
+    "autoMessageVersionOnTopicLen": ("auto_message_version_on_topic_len", bool),
+    "enabledAppendPropCRC": ("enabled_append_prop_crc", bool),
+    "forceVerifyPropCRC": ("force_verify_prop_crc", bool),
+    "mapperFileSizeBatchConsumeQueue": ("bcq_file_size", int),
 }
 # Broker keys that do not size or move the store: accepted, ignored.
 _OTHER_KNOWN = {
@@ -179,13 +194,8 @@ _OTHER_KNOWN = {
     "bitMapLengthConsumeQueueExt",
     "enableCalcFilterBitMap",
     "storeType",
-    "enableMultiDispatch",
-    "enableLmq",
     "timerWheelEnable",
     "enableCompaction",
-    "autoMessageVersionOnTopicLen",
-    "enabledAppendPropCRC",
-    "forceVerifyPropCRC",
     "fetchNamesrvAddrByAddressServer",
     "rejectTransactionMessage",
     "slaveReadEnable",
@@ -214,7 +224,6 @@ _OTHER_KNOWN = {
     "flushConsumerOffsetInterval",
     "flushDelayOffsetInterval",
     "rocketmqHome",
-    "mapperFileSizeBatchConsumeQueue",
     "mappedFileSizeTimerLog",
     "brokerVersion",
 }

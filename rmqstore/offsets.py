@@ -37,6 +37,7 @@ from .safety import PlannedAction
 from .store import Store, map_file
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
+LMQ_OFFSET_FILE = "lmqConsumerOffset.json"
 
 
 # ------------------------------------------------------------------------------ queue ranges
@@ -151,6 +152,17 @@ def read_consumer_offsets(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str
     return cf, cfgjson.load_consumer_offsets(cf.data, path=path)
 
 
+def read_lmq_offsets(st: Store) -> dict[tuple[str, str], dict[int, int]]:
+    """4.9.3+/5.x ``lmqConsumerOffset.json`` (the %LMQ% queues' offsets, same layout as consumerOffset.json);
+    empty when the file is absent."""
+    d = st.config.config_dir
+    if not (d / LMQ_OFFSET_FILE).exists() and not (d / f"{LMQ_OFFSET_FILE}.bak").exists():
+        return {}
+    cf = cfgjson.read_config(d, LMQ_OFFSET_FILE)
+    path = cf.path if cf.source != "bak" else cf.path.with_name(cf.path.name + ".bak")
+    return cfgjson.load_consumer_offsets(cf.data, path=path)
+
+
 def _queue_ids_on_disk(st: Store) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for topic, qid, _ in st.queues():
@@ -165,6 +177,7 @@ def consumer_progress(st: Store, *, group: str | None = None, topic: str | None 
     on disk; rows are sorted by group, topic and queue id.
     """
     _, table = read_consumer_offsets(st)
+    table = {**table, **read_lmq_offsets(st)}
     on_disk = _queue_ids_on_disk(st)
     min_phy = commitlog_min_phy(st)
     ranges: dict[tuple[str, int], QueueRange] = {}

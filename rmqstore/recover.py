@@ -58,13 +58,15 @@ from .commitlog import (
     decode_record,
     explain_invalid,
     offset_msg_id,
+    prop_crc_check,
     read_head,
 )
-from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
+from .multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
 from .problems import LOAD_FAILURES
 from .rules import BrokerRules, rules_for
 from .safety import (
@@ -529,6 +531,23 @@ def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: To
     return out
 
 
+def _first_prop_crc_error(
+    buf: Any, pos: np.ndarray, total: np.ndarray, seg: Segment, path: str
+) -> tuple[int, CorruptData] | None:
+    """The first record whose __CRC32# property is missing or wrong, with the error recovery stops on."""
+    for i, (at, n) in enumerate(zip(pos.tolist(), total.tolist(), strict=True)):
+        stored, computed = prop_crc_check(buf, at, n)
+        if stored is None:
+            err: CorruptData = CorruptData(
+                "no __CRC32# property (forceVerifyPropCRC)", path=path, pos=at, phy_offset=seg.base_offset + at
+            )
+            return i, err
+        if stored != computed:
+            err = ChecksumMismatch(path=path, pos=at, phy_offset=seg.base_offset + at, stored=stored, computed=computed)
+            return i, err
+    return None
+
+
 def walk_file_checked(
     buf: Any,
     seg: Segment,
@@ -546,6 +565,9 @@ def walk_file_checked(
     ``SCHEDULE_TOPIC_XXXX`` records (whose DELAY must parse) take the exact per-record decoder.
     """
     size = len(buf)
+    # 5.2.0+ forceVerifyPropCRC: the __CRC32# property is checked instead of the body CRC (§3.6)
+    prop_crc = check_crc and cfg.force_verify_prop_crc and rules.prop_crc
+    check_crc = check_crc and not prop_crc
     positions, stop_pos, reason = walk_positions(buf, start_pos, size)
     u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
     path = str(seg.path)
@@ -611,6 +633,10 @@ def walk_file_checked(
                 error = ChecksumMismatch(
                     path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
                 )
+        if prop_crc and limit:
+            bad_prop = _first_prop_crc_error(buf, p[:limit], total[:limit], seg, path)
+            if bad_prop is not None:
+                limit, error = bad_prop
         # Topics, then the DELAY check of SCHEDULE_TOPIC_XXXX records (a non-numeric level is invalid).
         tid = np.empty(limit, dtype=np.int64)
         s_idx = np.flatnonzero(simple[:limit])
@@ -939,10 +965,14 @@ def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
 
 
 def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
-    """What the broker's shutdown flush leaves: the three timestamps over the old page (§6)."""
-    return cpmod.encode_timestamps(
+    """What the broker's shutdown flush leaves: the three timestamps (5.1.1+: and the confirm offset)
+    over the old page (§6)."""
+    page = cpmod.encode_timestamps(
         before, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
     )
+    if "confirmPhyOffset" in after:
+        page = cpmod.with_confirm_offset(page, after["confirmPhyOffset"])
+    return page
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1017,7 +1047,8 @@ def _walk_commitlog(
         for i in range(start_idx, len(segs)):
             seg = segs[i]
             fused = None
-            if fused_all and seg.size > walk.PART_SIZE:
+            # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
+            if fused_all and seg.size > walk.PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
                 pool = pool or worker_pool()
                 fused = recovery_walk_file(
                     pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
@@ -1083,6 +1114,7 @@ class _CqCheck:
     missing: int = 0
     fixed: int = 0  # of those, what the broker re-dispatches anyway
     examples: list[LostRecord] = field(default_factory=list)
+    skip: frozenset[str] = frozenset()  # batch consume queue topics: their units are not plain slots
 
     def add(
         self,
@@ -1106,6 +1138,8 @@ class _CqCheck:
         for gi, k in enumerate(uk.tolist()):
             sel = ci[order[bounds[gi] : bounds[gi + 1]]]
             topic = topics.names[k >> 32]
+            if topic in self.skip:
+                continue
             qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
             q = queues.get((topic, qid))
             qoff, phy, size = w.queue_offset[sel], w.phy[sel], w.size[sel]
@@ -1253,9 +1287,12 @@ class RecoveryEnd:
     last_cq_ts: int = 0  # store time of the last record a consume queue gets
     last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
     not_indexed: int = 0  # records past the last index file's end that the index would get
+    last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
 
     def add(self, w: _FileWalk, last_index_end: int, max_cq: int) -> None:
         self.records += len(w.pos)
+        if len(w.pos):
+            self.last_record = w.seg.base_offset + int(w.pos[-1])
         tt = w.sys_flag & TRANSACTION_MASK
         self.not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
         ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
@@ -1346,6 +1383,9 @@ def plan_recover(
     for topic, qid, qdir in st.queues():
         queues[(topic, qid)] = _recover_queue(topic, qid, qdir, cfg, rules)
     max_cq = max((q.max_physic for q in queues.values()), default=-1)
+    batch_topics = batch_cq_topics(cfg)
+    batch_max = _batch_queues_max(st, rules)
+    max_cq = max(max_cq, batch_max)
     destroy_logics = not segs and (abort or rules.normal_destroys_logics)
     if not rebuild_consume_queue:
         for q in queues.values():
@@ -1374,13 +1414,14 @@ def plan_recover(
     start_phy = segs[start_idx].base_offset if segs else 0
     min_phy = segs[0].base_offset if segs else 0
     topics = TopicIds()
-    cq_check = _CqCheck()
+    cq_check = _CqCheck(skip=batch_topics)
     fused_columns: list[Any] = []
     end = RecoveryEnd(start_phy)
     for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, fused_columns) if segs else ():
         end.add(w, last_index_end, max_cq)
         cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
     process_offset, stop, last_reason, records = end.process_offset, end.stop, end.reason, end.records
+    last_record = end.last_record
     last_cq_ts, last_cq_ts_after_cq, not_indexed = end.last_cq_ts, end.last_cq_ts_after_cq, end.not_indexed
 
     # truncateDirtyFiles(processOffset) (§8.5).
@@ -1404,8 +1445,10 @@ def plan_recover(
     if segs and process_offset > start_phy and (want_cq or want_ix):
         if abort:
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
-        elif rules.normal_dispatch_beyond_cq:
+        elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
+    if batch_max >= process_offset:
+        raise UnsupportedStore(f"{root}: a batch consume queue points past the end of the commit log: not cut yet")
     if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
         keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)
 
@@ -1447,6 +1490,8 @@ def plan_recover(
     current = cfg.checkpoint_path.read_bytes() if cp_bytes is not None else None
     write_cp = current is None or checkpoint_bytes(cp_bytes, after) != current
     write_cp = write_cp or index_pending or rebuild_consume_queue
+    if write_cp and rules.checkpoint_confirm_offset and last_record >= 0:
+        after["confirmPhyOffset"] = last_record  # set by recovery, written by the shutdown flush
 
     qdir: str | None = None
     if use_quarantine:
@@ -1482,6 +1527,25 @@ def plan_recover(
         quarantine_dir=qdir,
         created_ms=now_ms,
     )
+
+
+def _batch_queues_max(st: Store, rules: BrokerRules) -> int:
+    """The largest commit log end (offset + size) a batch consume queue's last valid unit points at."""
+    best = -1
+    for topic, qid, _ in st.batch_queues():
+        segs, _ = st.bcq_segments(topic, qid)
+        for seg in reversed(segs):
+            with map_file(seg.path) as buf:
+                last = None
+                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                    e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                    if e.ends_queue:
+                        break
+                    last = e
+            if last is not None:
+                best = max(best, last.phy_offset + (last.size if rules.cq_max_includes_size else 0))
+                break
+    return best
 
 
 def _losses(
@@ -1894,6 +1958,8 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
                 except OSError:
                     pass
             fsync_dir(qdir.parent if qe is None else qdir)
+    if plan.dispatch is not None and plan.dispatch.consume_queue and journal.state.get("batchQueues") is not None:
+        _rollback_batch_queues(st, journal.state["batchQueues"])
     if plan.dispatch is not None and plan.dispatch.index:
         kept = set(plan.index_files_kept)
         idir = cfg.index_dir
@@ -1988,11 +2054,14 @@ def _step_dispatch(
             head = bytes(buf[: ix.HEADER_SIZE + cfg.max_hash_slot_num * 4])
         atomic_write(_snapshot_path(root), head)
         journal.set(snapshot=last.name)
+    batch = batch_cq_topics(cfg) if d.consume_queue else frozenset()
+    if batch and "batchQueues" not in journal.state:
+        journal.set(batchQueues=_batch_queue_state(st))  # what a rollback returns the batch queues to
     if journal.state.get("dispatchStarted"):
         _rollback_dispatch(st, plan, journal)
     else:
         journal.set(dispatchStarted=True)
-    dispatcher = Dispatcher(cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock)
+    dispatcher = Dispatcher(cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock, cq_exclude=batch)
     ok = False
     try:
         first = True
@@ -2011,11 +2080,63 @@ def _step_dispatch(
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
+    if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
+        _dispatch_extra(st, d.from_phy, d.to_phy, d.only_after_phy, batch)  # rolled back with the other queues
     _fsync_dispatch_dirs(root, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:
         index_ts = _index_msg_timestamp(cfg, stats, index_ts)
     journal.set(dispatch=stats.to_json(), indexMsgTimestamp=index_ts)
+
+
+def _batch_queue_state(st: Store) -> list[dict[str, Any]]:
+    """Every batch consume queue's files and where its valid units end (units are appended, §4.7)."""
+    out = []
+    for topic, qid, qdir in st.batch_queues():
+        segs, _ = st.bcq_segments(topic, qid)
+        last, end = None, 0
+        for seg in segs:
+            with map_file(seg.path) as buf:
+                n = 0
+                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                    if decode_bcq_entry(buf, pos, path=str(seg.path)).ends_queue:
+                        break
+                    n += 1
+            if n or last is None:
+                last, end = seg.path.name, n * BCQ_UNIT_SIZE
+        out.append({"dir": _rel(Path(st.root), qdir), "files": [s.path.name for s in segs], "last": last, "end": end})
+    return out
+
+
+def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
+    root = Path(st.root)
+    known = {q["dir"]: q for q in state}
+    for _topic, _qid, qdir in st.batch_queues():
+        q = known.get(_rel(root, qdir))
+        if q is None:  # a queue the re-dispatch created
+            shutil.rmtree(qdir, ignore_errors=True)
+            continue
+        for seg in list_segments(qdir, None)[0]:
+            if seg.path.name not in q["files"]:
+                _unlink(seg.path)
+            elif seg.path.name == q["last"]:
+                _zero_range(seg.path, q["end"], data_end(seg.path, q["end"]))
+        fsync_dir(qdir)
+
+
+def _dispatch_extra(st: Store, from_phy: int, to_phy: int, only_after: int | None, batch: frozenset[str]) -> None:
+    """The %LMQ% entries and batch consume queue units of the re-dispatched records (§4.7, §9.1)."""
+    extra = ExtraDispatcher(st.config, Path(st.root), batch)
+    try:
+        for seg in st.commitlog_segments()[0]:
+            lo, hi = max(from_phy, seg.base_offset), min(to_phy, seg.base_offset + seg.size)
+            if lo < hi:
+                with map_file(seg.path) as buf:
+                    for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
+                        if only_after is None or rec.phy_offset > only_after:
+                            extra.put(rec)
+    finally:
+        extra.close()
 
 
 def _build_root(root: Path) -> Path:

@@ -26,12 +26,13 @@ from . import checkpoint as cpmod
 from .columnar import iter_columns
 from .consumequeue import entries_array, valid_prefix
 from .dispatch import Dispatcher, DispatchStats, ScanStop
-from .errors import InputError, UnsafePlan
+from .errors import InputError, UnsafePlan, UnsupportedStore
 from .fsutil import SCRATCH_DIR, atomic_write, scratch_dir
 from .indexfile import decode_header
 from .layout import StoreConfig
+from .multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
 from .safety import Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, journal_file, move
-from .store import Store
+from .store import Store, map_file
 
 JOURNAL = "redispatch.journal.json"
 
@@ -231,12 +232,17 @@ def build(
     start = segs[0].base_offset if segs else 0
     if from_phy is not None and from_phy > start:
         # Continue the existing files, as the broker's re-dispatch from an offset does.
-        for sub, wanted in (("consumequeue", consume_queue), ("index", index)):
+        for sub, wanted in (("consumequeue", consume_queue), ("batchconsumequeue", consume_queue), ("index", index)):
             src = cfg.store_root / sub
             if wanted and src.is_dir():
                 shutil.copytree(src, build_root / sub, dirs_exist_ok=True)
         start = from_phy
     if engine != "local":
+        if consume_queue and (cfg.enable_multi_dispatch or batch_cq_topics(cfg)):
+            raise UnsupportedStore(
+                f"{st.root}: engine {engine!r} writes neither %LMQ% (multi-dispatch) nor batch consume queues; "
+                "use --engine local"
+            )
         fn = ENGINES.get(engine)
         if fn is None:
             raise InputError(
@@ -252,8 +258,14 @@ def build(
             index=index,
             master=spark_master,
         )
+    bcq = batch_cq_topics(cfg)
     d = Dispatcher(
-        cfg, root=build_root, consume_queue=consume_queue, index=index, topics=set(topics) if topics else None
+        cfg,
+        root=build_root,
+        consume_queue=consume_queue,
+        index=index,
+        topics=set(topics) if topics else None,
+        cq_exclude=bcq,
     )
     end = start
     reason = "end"
@@ -268,7 +280,29 @@ def build(
                 reason = f"invalid record: {item.error}"
     finally:
         stats = d.close(sync=True)
+    if consume_queue:
+        _dispatch_extra(st, build_root, start, end, bcq, topics)
     return stats, end, reason
+
+
+def _dispatch_extra(
+    st: Store, build_root: Path, start: int, end: int, bcq: frozenset[str], topics: tuple[str, ...] | None
+) -> None:
+    """LMQ multi-dispatch and batch consume queues: a second, per-record pass (only on stores that use them)."""
+    extra = ExtraDispatcher(st.config, build_root, bcq)
+    if not extra.needed:
+        return
+    try:
+        for seg in st.commitlog_segments()[0]:
+            lo, hi = max(start, seg.base_offset), min(end, seg.base_offset + seg.size)
+            if lo >= hi:
+                continue
+            with map_file(seg.path) as buf:
+                for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
+                    if topics is None or rec.topic in topics:
+                        extra.put(rec)
+    finally:
+        extra.close()
 
 
 SHRINK_LIMIT = 0.5  # a rebuild keeping less than this share of the current entries is refused
@@ -403,6 +437,11 @@ def _parts(plan: RedispatchPlan) -> list[str]:
     parts = []
     if plan.build_consumequeue:
         parts += [f"consumequeue/{t}" for t in plan.topics] if plan.topics else ["consumequeue"]
+        batch = Path(plan.build_root) / "batchconsumequeue"
+        if not plan.topics and (batch.is_dir() or (Path(plan.store_root) / "batchconsumequeue").is_dir()):
+            parts.append("batchconsumequeue")
+        elif plan.topics:
+            parts += [f"batchconsumequeue/{t}" for t in plan.topics if (batch / t).is_dir()]
     if plan.build_index:
         parts.append("index")
     return parts

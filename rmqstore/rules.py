@@ -45,6 +45,11 @@ class BrokerRules:
     normal_destroys_logics: bool  # normal recovery with no commit log file deletes every CQ
     deletes_empty_last_file: bool  # 5.1.3+: an empty last commit log file is deleted at load
     loads_prefix_only: bool  # 4.4.0 and 4.9.2 stop loading at a file of the wrong size; others refuse
+    props_trailing_separator: bool  # the property string ends with 0x02 (not 4.9.1-4.9.x)
+    multi_dispatch: bool  # 4.9.3+: enableMultiDispatch / enableLmq (INNER_MULTI_DISPATCH)
+    lmq_reserves_crc_bytes: bool  # 5.2.0+: an LMQ record's re-encoded properties keep 20 CRC bytes reserved
+    prop_crc: bool  # 5.2.0+: the __CRC32# property (enabledAppendPropCRC, forceVerifyPropCRC)
+    checkpoint_confirm_offset: bool  # 5.1.1+: recovery's confirm offset (last valid record) is checkpointed
     # config files and expiry (§10, §11)
     five: bool  # 5.x config file names, topic rules, system topics
     config_write_via_tmp: bool  # before 5.1: config written to NAME.tmp, then renamed
@@ -81,6 +86,11 @@ def rules_for(broker: str) -> BrokerRules:
         normal_destroys_logics=v >= (4, 5, 1),
         deletes_empty_last_file=v >= (5, 1, 3),
         loads_prefix_only=v < (4, 5, 1) or v[:3] == (4, 9, 2),
+        checkpoint_confirm_offset=v >= (5, 1, 1),
+        prop_crc=v >= (5, 2, 0),
+        props_trailing_separator=not (4, 9, 1) <= v < (5,),
+        multi_dispatch=v >= (4, 9, 3),
+        lmq_reserves_crc_bytes=v >= (5, 2, 0),
         five=five,
         config_write_via_tmp=v < (5, 1),
         expire_ratio_rounds_up=five,
@@ -88,3 +98,96 @@ def rules_for(broker: str) -> BrokerRules:
         expire_levels_in_config=five,
         expire_batch_max_in_config=five,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Version families and what a store's own contents say about them (``rmqstore.detect`` finds the
+# facts; which families each fact admits is version knowledge and lives here).
+
+FAMILIES: tuple[str, ...] = ("4.4", "4.9", "5.0-5.3.1", "5.3.2+")
+# the version whose rules stand for a family when only the family is known (the judged engines)
+REPRESENTATIVE: dict[str, str] = {"4.4": "4.4.0", "4.9": "4.9.4", "5.0-5.3.1": "5.2.0", "5.3.2+": "5.3.3"}
+_FIVE = frozenset({"5.0-5.3.1", "5.3.2+"})
+_AFTER_491 = frozenset({"4.9"}) | _FIVE
+
+# fact -> (families it admits, why)
+EVIDENCE: dict[str, tuple[frozenset[str], str]] = {
+    "v2-record": (_FIVE, "a V2 record (magic 0xDAA320AB) is written by 5.1.0+"),
+    "crc32-property": (_FIVE, "the __CRC32# property is written by 5.2.0+"),
+    "abort-pid": (_FIVE, "abort holds a process id (5.x writes it)"),
+    "abort-bak": (_FIVE, "abort.bak exists (5.x writes abort through a temporary file)"),
+    "checkpoint-5x": (_FIVE, "checkpoint bytes 24-39 (masterFlushedOffset, confirmPhyOffset) are set by 5.x"),
+    "batchconsumequeue": (_FIVE, "batchconsumequeue/ exists (5.x batch consume queues)"),
+    "timer-store": (_FIVE, "a timer store (timerwheel, timerlog/, config/timercheck) exists (5.x)"),
+    "compaction": (_FIVE, "compaction/ exists (5.x compaction service)"),
+    "config-5x": (_FIVE, "a 5.x config file exists (topicQueueMapping.json, messageRequestMode.json, timer files)"),
+    "topic-attributes": (_FIVE, "topics.json has topic attributes (5.x)"),
+    "lmq-queue": (_AFTER_491, "a %LMQ% consume queue exists (4.9.3+)"),
+    "lmq-offsets": (_AFTER_491, "config/lmqConsumerOffset.json exists (4.9.3+)"),
+    "ipv6-host": (_AFTER_491 | {"4.4"}, "a 16-byte IPv6 host (4.6.0+)"),
+    # 4.9.1 dropped the separator after the last property; the 5.x encoder writes it again
+    "props-no-trailing-separator": (frozenset({"4.9"}), "a property string without the trailing 0x02 (4.9.1-4.9.x)"),
+    "props-trailing-separator": (_FIVE | {"4.4"}, "a property string ending with 0x02 (before 4.9.1, or 5.x)"),
+    "blank-zero-tail": (_AFTER_491, "an end-of-file blank of 8 bytes with a zero tail (4.9.1+)"),
+    "blank-stale-tail": (frozenset({"4.4"}), "an end-of-file blank with stale bytes after its header (before 4.9.1)"),
+    "conf-mapped-keys": (_AFTER_491, "broker.conf uses mappedFileSize* (4.5.2+)"),
+    "conf-maped-keys": (frozenset({"4.4"}), "broker.conf uses mapedFileSize* (before 4.5.2)"),
+}
+# broker.conf keys describe what the operator configured, not what wrote the store: weaker than the store
+WEAK_EVIDENCE = frozenset({"conf-mapped-keys", "conf-maped-keys", "blank-zero-tail"})
+
+
+def family_of(broker: str) -> str:
+    """The family of version ``broker``; raises ValueError for a version rmqstore does not know."""
+    v = version_tuple(broker)
+    if len(v) < 2 or not (4, 0) <= v[:2] <= (5, 9) or any(p > 99 for p in v):
+        raise ValueError(f"unknown broker version {broker!r} (expected e.g. 4.4.0, 4.9.7, 5.3.3)")
+    if v < (4, 9, 1):
+        return "4.4"
+    if v < (5,):
+        return "4.9"
+    return "5.0-5.3.1" if v < (5, 3, 2) else "5.3.2+"
+
+
+def families_for(facts: list[str]) -> tuple[tuple[str, ...], bool]:
+    """The families consistent with ``facts`` (oldest first) and whether the store's facts contradict
+    each other. Weak facts (broker.conf keys first, then the blank's tail) narrow the choice only where
+    they agree with what is left."""
+    strong = set(FAMILIES)
+    for f in facts:
+        if f not in WEAK_EVIDENCE:
+            strong &= EVIDENCE[f][0]
+    conflict = not strong
+    narrowed = set(FAMILIES) if conflict else strong
+    for f in sorted((f for f in facts if f in WEAK_EVIDENCE), key=lambda f: not f.startswith("conf-")):
+        if narrowed & EVIDENCE[f][0]:
+            narrowed &= EVIDENCE[f][0]
+    return tuple(f for f in FAMILIES if f in narrowed), conflict
+
+
+def differing_rules(a: str, b: str) -> list[str]:
+    """Names of the decisions on which versions ``a`` and ``b`` differ."""
+    ra, rb = rules_for(a), rules_for(b)
+    return [n for n in BrokerRules.__dataclass_fields__ if n != "broker" and getattr(ra, n) != getattr(rb, n)]
+
+
+# The decisions each modifying operation depends on (recover compares whole plans instead).
+OPERATION_RULES: dict[str, frozenset[str]] = {
+    "write": frozenset(
+        {
+            "v2_magic", "ipv6_hosts", "cluster_property", "drops_wait_property", "properties_capacity",
+            "body_limit_only", "record_slack", "props_trailing_separator", "prop_crc", "multi_dispatch",
+            "lmq_reserves_crc_bytes", "cq_max_includes_size", "index_counts_new_slots_only", "five",
+            "config_write_via_tmp",
+        }
+    ),
+    "redispatch": frozenset(
+        {"new_properties_parser", "cq_max_includes_size", "index_counts_new_slots_only", "multi_dispatch", "v2_magic"}
+    ),
+    "expire": frozenset(
+        {
+            "expire_ratio_rounds_up", "expire_forced_level_triggers", "expire_levels_in_config",
+            "expire_batch_max_in_config", "empty_queue_min_is_max", "cq_max_includes_size",
+        }
+    ),
+}  # fmt: skip

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from . import checkpoint as cpmod
 from .commitlog import Blank, Record, decode_record
+from .detect import require_settled
+from .detect import resolve as resolve_version
 from .errors import (
     CorruptData,
     FileAccessError,
@@ -27,6 +29,7 @@ from .errors import (
     StoreNotFound,
     UnsafePlan,
     UnsupportedStore,
+    UsageError,
     from_os_error,
 )
 from .layout import (
@@ -125,6 +128,28 @@ class Store:
         out.sort(key=lambda t: (t[0], t[1]))
         return out
 
+    def batch_queues(self) -> list[tuple[str, int, Path]]:
+        """Every 5.x ``batchconsumequeue/<topic>/<queueId>`` directory (§4.7)."""
+        base = self.root / "batchconsumequeue"
+        out = []
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for topic in sorted(os.listdir(base)):
+                tdir = base / topic
+                if tdir.is_dir():
+                    out += [
+                        (topic, int(q), tdir / q)
+                        for q in sorted(os.listdir(tdir))
+                        if q.isdigit() and (tdir / q).is_dir()
+                    ]
+        return sorted(out, key=lambda t: (t[0], t[1]))
+
+    def bcq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
+        from .safety import check_topic_name
+
+        if check_topic_name(topic) is not None:
+            return [], []
+        return list_segments(self.root / "batchconsumequeue" / topic / str(int(queue_id)), None)
+
     def queue_dir(self, topic: str, queue_id: int) -> Path:
         """``consumequeue/<topic>/<queueId>`` for reading. A topic the broker would refuse never becomes
         a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse
@@ -186,10 +211,15 @@ def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -
     if conf is not None:
         if not conf.exists():
             raise StoreNotFound(f"{conf}: broker config not found")
-        cfg = load_broker_config(conf, store_root=root, broker=broker)
+        cfg = load_broker_config(conf, store_root=root)
     else:
-        cfg = StoreConfig(store_root=root, broker=broker or "4.4.0")
-    return _infer_sizes(cfg)
+        cfg = StoreConfig(store_root=root)
+    cfg = _infer_sizes(cfg)
+    try:
+        det = resolve_version(cfg, broker)
+    except ValueError as e:
+        raise UsageError(f"--broker-version: {e}") from None
+    return replace(cfg, broker=det.broker, detection=det)
 
 
 def _infer_sizes(cfg: StoreConfig) -> StoreConfig:
@@ -267,6 +297,8 @@ def open_store(
     _detect_unsupported(root)
     if writable or operation is not None:
         check_readable(cfg)
+    if writable and operation is not None:
+        require_settled(cfg.detection, operation, root)
     st = Store(cfg, writable)
     if writable:
         st._lock_fd = _take_lock(cfg.lock_path)

@@ -93,7 +93,7 @@ from .append_point import find_append_point as _find_append_point
 from .append_point import index_end_phy as _index_end_phy
 from .append_point import queue_end as _queue_end
 from .codec.columnar import HEAD_V4_DTYPE
-from .codec.commitlog import HEAD_V4, encode_blank
+from .codec.commitlog import CRC32_RESERVED_LEN, HEAD_V4, encode_blank, encode_prop_crc
 from .columnar import Columns, range_hashes, topic_key_hashes
 from .commitlog import (
     BORNHOST_V6_FLAG,
@@ -127,10 +127,18 @@ from .javahash import java_hash, java_hash_batch
 from .layout import StoreConfig, file_name, list_segments
 from .messages import Message, MessageBatch, message_from_json, read_ndjson
 from .messages import paused_gc as _paused_gc
+from .multiqueue import (
+    LMQ_PREFIX,
+    PROP_MULTI_DISPATCH,
+    PROP_MULTI_QUEUE_OFFSET,
+    ExtraDispatcher,
+    batch_cq_topics,
+    iter_records,
+)
 from .rules import rules_for
 from .safety import BadTopic, Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, record_place
 from .safety import check_topic_name as topic_problem
-from .store import Store
+from .store import Store, map_file
 from .walk import data_end as _nonzero_end
 
 __all__ = [
@@ -782,6 +790,7 @@ class WritePlan:
     new_topics: tuple[cfgmod.TopicConfig, ...]
     index_end_phy: int
     last_store_timestamp_ms: int
+    lmq_queues: tuple[tuple[str, int], ...] = ()  # multi-dispatch queues the records also go to
 
     @property
     def files_created(self) -> tuple[Path, ...]:
@@ -835,6 +844,28 @@ def _check_properties(items: Iterable[tuple[str, str]], origin: str) -> None:
         for ch, name in (("\x01", "0x01"), ("\x02", "0x02")):
             if ch in k or ch in v:
                 raise InputError(f"{origin}: property {k!r} contains the separator byte {name}")
+
+
+def _lmq_offsets_entry(
+    names: str,
+    qid: int,
+    cfg: StoreConfig,
+    queue_offset: Callable[[str, int], int],
+    next_qoff: dict,
+    used: set[tuple[str, int]],
+) -> str:
+    """``INNER_MULTI_QUEUE_OFFSET`` for the queues a record names, taking their next offsets (§9.1)."""
+    offsets = []
+    for name in names.split(","):
+        check_topic_name(name)
+        lqid = 0 if cfg.enable_lmq and name.startswith(LMQ_PREFIX) else qid
+        off = next_qoff.get((name, lqid))
+        if off is None:
+            off = queue_offset(name, lqid)
+        next_qoff[(name, lqid)] = off + 1
+        used.add((name, lqid))
+        offsets.append(str(off))
+    return f"{PROP_MULTI_QUEUE_OFFSET}\x01{','.join(offsets)}\x02"
 
 
 class _PropsFormat:
@@ -922,6 +953,11 @@ def _plan_write(
     broker_cap = rules.properties_capacity
     body_limit_only = rules.body_limit_only
     record_slack = rules.record_slack
+    trailing_sep = rules.props_trailing_separator
+    prop_crc = cfg.enabled_append_prop_crc and rules.prop_crc
+    lmq = cfg.enable_multi_dispatch and rules.multi_dispatch
+    lmq_reserve = lmq and rules.lmq_reserves_crc_bytes
+    lmq_keys: set[tuple[str, int]] = set()
     levels = cfg.delay_levels_ms()
     max_level = len(levels)
     fs = cfg.commitlog_file_size
@@ -966,8 +1002,12 @@ def _plan_write(
 
     rr: dict[str, int] = {}  # round-robin position per topic
 
+    batch_topics = batch_cq_topics(cfg)
+
     def topic_entry(topic: str, origin: str) -> tuple[cfgmod.TopicConfig | None, bytes]:
         check_topic_name(topic, allow_system=allow_system_topic, max_length=max_topic_length)
+        if topic in batch_topics:  # never appended as a plain queue (the 5.x broker then refuses the store)
+            raise InputError(f"{origin}: topic {topic!r} has queue.type=BatchCQ: write does not append to batch queues")
         if len(topic) > _V1_TOPIC_MAX and not v2_ok:
             raise InputError(f"{origin}: topic {topic!r} is longer than 127 characters: only 5.1.0+ brokers store it")
         tc = topics.get(topic)
@@ -1147,7 +1187,13 @@ def _plan_write(
         ):
             _check_properties(((k, props[k]) for k in fmt.names), origin)
             raise InputError(f"{origin}: the properties cannot be stored")
+        if lmq and PROP_MULTI_DISPATCH in props and not topic.startswith(RETRY_PREFIX):
+            text += _lmq_offsets_entry(props[PROP_MULTI_DISPATCH], qid, cfg, queue_offset, next_qoff, lmq_keys)
+        if not trailing_sep and text.endswith("\x02"):
+            text = text[:-1]  # 4.9.1-4.9.x: no separator after the last property
         props_b = text.encode("utf-8")
+        if prop_crc or (lmq_reserve and PROP_MULTI_DISPATCH in props):
+            props_b += bytes(CRC32_RESERVED_LEN)  # the CRC entry goes here once the record is complete
         if len(props_b) > _PROPS_MAX:
             raise InputError(f"{origin}: properties are {len(props_b)} bytes; the broker allows at most {_PROPS_MAX}")
 
@@ -1226,6 +1272,9 @@ def _plan_write(
                 v2=v2,
                 crc=crc,
             )
+        if prop_crc:  # 5.2.0+ enabledAppendPropCRC: CRC32 of the record before its last 20 bytes
+            end = len(chunk)
+            chunk[end - CRC32_RESERVED_LEN : end] = encode_prop_crc(crc32(memoryview(chunk)[end - size : end - 20]))
         pos += size
         # what the dispatcher reads back from this record (§3.11, §4.2)
         tags = props.get(PROP_TAGS)
@@ -1262,7 +1311,8 @@ def _plan_write(
     # a value) goes through ``put_one``, which raises the error the broker would.
     born_addr0, born_port0 = default_born
     store_addr0, store_port0 = default_store
-    fast_hosts = len(born_addr0) == 4 and len(store_addr0) == 4
+    # the lane renders producer properties as they are: not for stores whose broker edits them further
+    fast_hosts = len(born_addr0) == 4 and len(store_addr0) == 4 and trailing_sep and not prop_crc and not lmq
     born_ip0 = int.from_bytes(born_addr0, "big") if fast_hosts else 0
     store_ip0 = int.from_bytes(store_addr0, "big") if fast_hosts else 0
     cluster = cfg.broker_cluster_name
@@ -1629,6 +1679,7 @@ def _plan_write(
         new_topics=tuple(new_topics.values()),
         index_end_phy=index_end,
         last_store_timestamp_ms=last_ts,
+        lmq_queues=tuple(sorted(lmq_keys)),
     )
 
 
@@ -1761,6 +1812,7 @@ def _build_journal(st: Store, plan: WritePlan) -> dict[str, Any]:
     if plan.dispatch:
         keys = plan.records.queues()
         keys |= {(r.topic, r.queue_id) for r in plan.catch_up}
+        keys |= set(plan.lmq_queues)  # the %LMQ% entries are rolled back with the rest
         for topic, qid in sorted(keys):
             d = st.queue_dir(topic, qid)
             segs, _ = list_segments(d, cfg.cq_file_size)
@@ -2197,6 +2249,20 @@ def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync
     return stats
 
 
+def _dispatch_lmq(st: Store, start: int, end: int) -> None:
+    """The %LMQ% (multi-dispatch) consume queue entries of the records written (§9.1)."""
+    extra = ExtraDispatcher(st.config, st.root, frozenset())
+    try:
+        for seg in st.commitlog_segments()[0]:
+            lo, hi = max(start, seg.base_offset), min(end, seg.base_offset + seg.size)
+            if lo < hi:
+                with map_file(seg.path) as buf:
+                    for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
+                        extra.put(rec)
+    finally:
+        extra.close()
+
+
 def _fsync_created_dirs(cfg: StoreConfig, stats: DispatchStats | None) -> None:
     """Make new consume queue and index file names durable (the data was msynced by the dispatcher)."""
     if stats is None:
@@ -2274,6 +2340,8 @@ def apply_write(
         finally:
             writer.join()  # never roll back under a running writer
         writer.result()
+        if plan.dispatch and plan.lmq_queues:  # reads the records back: only once they are written
+            _dispatch_lmq(st, plan.start_phy, plan.end_phy)
         journal.mark("data")
         if plan.new_topics:
             _, cf = _load_topics(cfg)

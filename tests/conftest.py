@@ -19,12 +19,33 @@ SHARED = Path(os.environ.get("RMQSTORE_SHARED", REPO.parent / "shared"))
 REAL_STORES = SHARED / "real-stores"
 REAL_WORLD = SHARED / "real-world"
 REAL_CASES = ("clean-2topics", "crash-midwrite", "delay-tx-retry")
+# the same tests over the stores of the real 4.9.4 and 5.2.0 engines: "<version>/<case>"
+REAL_STORE_SETS = {"4.9.4": SHARED / "real-stores-4.9.4", "5.2.0": SHARED / "real-stores-5.2.0"}
+NEWER_CASES = tuple(f"4.9.4/{c}" for c in ("clean-2topics", "crash-midwrite", "delay-tx-retry")) + tuple(
+    f"5.2.0/{c}"
+    for c in ("clean-5x-mixed", "crash-5x-midwrite", "long-topic-v2", "crc-property", "lmq-multi-dispatch", "batch-cq")
+)
+ALL_REAL_CASES = REAL_CASES + NEWER_CASES
 FIXTURES = REPO / "fixtures" / "stores"
 
 
-def _need_shared() -> None:
-    if not REAL_STORES.is_dir():
-        pytest.skip(f"real stores not found at {REAL_STORES}")
+def case_dir(case: str) -> Path:
+    """The folder of a real-store case: ``clean-2topics`` (4.4.0) or ``5.2.0/batch-cq``."""
+    if "/" in case:
+        version, name = case.split("/", 1)
+        return REAL_STORE_SETS[version] / name
+    return REAL_STORES / case
+
+
+def is_crash(case: str) -> bool:
+    """A case whose process died mid-write (abort present, consume queues behind)."""
+    return case.rsplit("/", 1)[-1].startswith("crash-")
+
+
+def _need_shared(case: str | None = None) -> None:
+    where = REAL_STORES if case is None else case_dir(case)
+    if not where.is_dir():
+        pytest.skip(f"real stores not found at {where}")
 
 
 @pytest.fixture(params=REAL_CASES)
@@ -33,25 +54,32 @@ def real_case(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(params=ALL_REAL_CASES)
+def any_real_case(request: pytest.FixtureRequest) -> str:
+    """Every real-store case: 4.4.0, 4.9.4 and 5.2.0 engines."""
+    _need_shared(request.param)
+    return request.param
+
+
 def load_truth(case: str) -> dict:
-    _need_shared()
-    return json.loads((REAL_STORES / case / "truth.json").read_text())
+    _need_shared(case)
+    return json.loads((case_dir(case) / "truth.json").read_text())
 
 
 def load_rebuild(case: str) -> dict:
-    _need_shared()
-    return json.loads((REAL_STORES / case / "rebuild.json").read_text())
+    _need_shared(case)
+    return json.loads((case_dir(case) / "rebuild.json").read_text())
 
 
 def load_spec(case: str) -> dict:
-    _need_shared()
-    return json.loads((REAL_STORES / case / "spec.json").read_text())
+    _need_shared(case)
+    return json.loads((case_dir(case) / "spec.json").read_text())
 
 
 def copy_real_store(case: str, dest: Path) -> Path:
     """A private writable copy of a real store (with its broker.conf beside it); returns the store root."""
-    _need_shared()
-    src = REAL_STORES / case
+    _need_shared(case)
+    src = case_dir(case)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copytree(src / "store", dest / "store", copy_function=shutil.copy2)
     shutil.copy2(src / "broker.conf", dest / "broker.conf")
@@ -64,3 +92,8 @@ def copy_real_store(case: str, dest: Path) -> Path:
 @pytest.fixture
 def real_store_copy(real_case: str, tmp_path: Path) -> tuple[str, Path]:
     return real_case, copy_real_store(real_case, tmp_path)
+
+
+@pytest.fixture
+def any_real_store_copy(any_real_case: str, tmp_path: Path) -> tuple[str, Path]:
+    return any_real_case, copy_real_store(any_real_case, tmp_path)

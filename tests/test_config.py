@@ -1076,3 +1076,16 @@ def test_write_follows_the_broker_sequence(
     monkeypatch.setattr(cfgmod.os, "replace", replace)
     write_config(tmp_path, "consumerOffset.json", NEW, broker_version=version)
     assert steps == expected
+
+
+def test_5x_topic_attributes_round_trip_byte_for_byte():
+    """5.x topics.json with topic attributes (queue.type=BatchCQ), as the 5.2.0 engine wrote it."""
+    from conftest import case_dir
+
+    path = case_dir("5.2.0/batch-cq") / "store" / "config" / "topics.json"
+    if not path.is_file():
+        pytest.skip("real stores not found")
+    raw = path.read_bytes()
+    data = cfgmod.loads(raw)
+    assert data["topicConfigTable"]["TopicBatchCQ"]["attributes"] == {"queue.type": "BatchCQ"}
+    assert cfgmod.dumps(data).encode() == raw

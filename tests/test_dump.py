@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import REAL_STORES, copy_real_store, load_truth
+from conftest import case_dir, copy_real_store, load_truth
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -100,9 +100,10 @@ def check_against_truth(rows: list[dict], truth: dict, missing: set[int] = froze
 
 
 def store_of(case: str) -> Path:
-    if not REAL_STORES.is_dir():
-        pytest.skip(f"real stores not found at {REAL_STORES}")
-    return REAL_STORES / case / "store"
+    d = case_dir(case)
+    if not d.is_dir():
+        pytest.skip(f"real store {case} not found at {d}")
+    return d / "store"
 
 
 def record_offsets(truth: dict) -> list[tuple[int, int]]:
@@ -112,7 +113,8 @@ def record_offsets(truth: dict) -> list[tuple[int, int]]:
 # ------------------------------------------------------------------------------- intact stores
 
 
-def test_ndjson_equals_truth_field_for_field(real_case):
+def test_ndjson_equals_truth_field_for_field(any_real_case):
+    real_case = any_real_case
     truth = load_truth(real_case)
     rows = ndjson(store_of(real_case))
     check_against_truth(rows, truth)
@@ -688,3 +690,82 @@ def test_index_file_of_the_wrong_size_is_reported(tmp_path):
     files = {f["name"]: f for f in json.loads(r.stdout)}
     assert files[name]["usedSlots"] is None and files[name]["size"] == 1000
     assert name in r.stderr and "expected 10792" in r.stderr
+
+
+def test_batch_consume_queue_dump_equals_truth():
+    case = "5.2.0/batch-cq"
+    if not case_dir(case).is_dir():
+        pytest.skip("real stores not found")
+    truth = load_truth(case)
+    for q in (q for q in truth["queues"] if q.get("cqType") == "BatchCQ"):
+        out = dump("consumequeue", store_of(case), q["topic"], str(q["queueId"]), "-f", "json").stdout
+        rows = json.loads(out)
+        got = [
+            {k: r[k] for k in ("queueOffset", "commitLogOffset", "size", "tagsCode")} | {"batchNum": r["batchNum"]}
+            for r in rows
+        ]
+        assert got == q["entries"]
+        assert sum(r["batchNum"] for r in rows) == q["messageTotal"]
+
+
+def test_consume_queue_ext_units_are_dumped(tmp_path):
+    """§4.6 units (size, tagsCode, store time, bit map size, bit map); a short -1 closes a file."""
+    root = copy_real_store("clean-2topics", tmp_path)
+    d = root / "consumequeue_ext" / "TopicA" / "0"
+    d.mkdir(parents=True)
+    units = [(1234, 1700000000000, b"\x0f\xf0"), (-5, 1700000000001, b"")]
+    first = b"".join(struct.pack(">hqqh", 20 + len(bm), t, ts, len(bm)) + bm for t, ts, bm in units)
+    (d / f"{0:020d}").write_bytes(first + struct.pack(">h", -1) + bytes(64 - len(first) - 2))
+    second = struct.pack(">hqqh", 21, 77, 1700000000002, 1) + b"\x01"
+    (d / f"{64:020d}").write_bytes(second + bytes(64 - len(second)))
+    rows = json.loads(dump("consumequeue-ext", root, "TopicA", "0", "-f", "json").stdout)
+    assert [(r["file"], r["address"], r["size"], r["tagsCode"], r["storeTimestamp"], r["bitMap"]) for r in rows] == [
+        (f"{0:020d}", 0, 22, 1234, 1700000000000, "0ff0"),
+        (f"{0:020d}", 22, 20, -5, 1700000000001, ""),
+        (f"{64:020d}", 64, 21, 77, 1700000000002, "01"),
+    ]
+    # what a consume queue entry's tagsCode holds for the third unit, and back
+    from rmqstore.consumequeue import EXT_ADDRESS_BASE, ext_real_offset
+
+    assert ext_real_offset(64 + EXT_ADDRESS_BASE) == 64
+    bad = d / f"{0:020d}"
+    bad.write_bytes(struct.pack(">hqqh", 30, 0, 0, 2) + bytes(44))  # bitMapSize disagrees with size
+    r = dump("consumequeue-ext", root, "TopicA", "0", code=6)
+    assert "bitMapSize 2" in r.stderr and f"{0:020d}" in r.stderr
+
+
+def test_timer_store_is_dumped(tmp_path):
+    """timerwheel: 32-byte slots (only used ones listed); timerlog/: 52-byte units up to a blank."""
+    from rmqstore.codec.timer import BLANK_MAGIC
+
+    root = copy_real_store("5.2.0/batch-cq", tmp_path)
+    wheel = bytearray(32 * 8)
+    struct.pack_into(">qqqii", wheel, 32 * 5, 1700000005000, 0, 52, 2, 0)
+    (root / "timerwheel").write_bytes(bytes(wheel))
+    (root / "timerlog").mkdir()
+    units = b"".join(
+        struct.pack(">iqiqiqiiq", 52, prev, 1, 1700000000000 + i, 5, 100 * i, 180, 77, 0)
+        for i, prev in enumerate((-1, 0))
+    )
+    blank = struct.pack(">iqi", 128 - len(units), 0, BLANK_MAGIC)
+    (root / "timerlog" / f"{0:020d}").write_bytes(units + blank + bytes(128 - len(units) - len(blank)))
+    slots = json.loads(dump("timer", root, "-f", "json").stdout)
+    assert slots == [{"slot": 5, "timeMs": 1700000005000, "firstPos": 0, "lastPos": 52, "num": 2, "magic": 0}]
+    log = json.loads(dump("timer", root, "--log", "-f", "json").stdout)
+    assert [(u["position"], u["prevPos"], u["offsetPy"], u["sizePy"]) for u in log] == [
+        (0, -1, 0, 180),
+        (52, 0, 100, 180),
+    ]
+    assert BLANK_MAGIC == -875286124  # 0xBBCCDDEE ^ 1880681586 + 8: the commit log's blank magic again
+
+
+def test_compaction_checkpoint_is_dumped():
+    """compaction/position-checkpoint as the 5.2.0 engine wrote it: fastjson, round-trips byte for byte."""
+    from rmqstore import config as cfgmod
+
+    store = store_of("5.2.0/batch-cq")
+    if not store.is_dir():
+        pytest.skip("real stores not found")
+    assert json.loads(dump("compaction", store, "-f", "json").stdout) == {"empty": True, "queueOffsetMap": {}}
+    raw = (store / "compaction" / "position-checkpoint").read_bytes()
+    assert cfgmod.dumps(cfgmod.loads(raw)).encode() == raw

@@ -530,6 +530,9 @@ def test_manifest_restore_commands_work_from_anywhere(tmp_path: Path) -> None:
 # ------------------------------------- stores rmqstore write makes, damaged the same ways
 
 
+V44 = ("--broker-version", "4.4.0")
+
+
 def written_store(tmp: Path) -> Path:
     """A store `rmqstore write` made, with small files (the fault runs keep every file's bytes twice)."""
     root = tmp / "made"
@@ -547,18 +550,26 @@ def written_store(tmp: Path) -> Path:
 
 def test_made_store_with_an_escaping_topic_and_a_damaged_index(tmp_path: Path) -> None:
     root = written_store(tmp_path)
+    # a store written without broker.conf and not yet filling a file: 4.4 or 5.x by its contents alone
     f = sorted((root / "commitlog").iterdir())[0]
     data = f.read_bytes()
     at = data.index(b"T1")  # the topic of the second record
     patch(f, at, b"..")
     q = tmp_path / "q"
-    r = run(tmp_path, root, ["redispatch", str(root), "-q", "--quarantine", str(q)], codes={6}, modifying=True)
+    r = run(tmp_path, root, ["redispatch", str(root), "-q", "--quarantine", str(q), *V44], codes={6}, modifying=True)
     assert "record topic '..'" in r.stderr
     patch(f, at, b"T1")
     patch(sorted((root / "index").iterdir())[-1], 0, b"\xff" * 40)
-    run(tmp_path, root, ["write", str(root), "--topic", "T1", "--body", "x"], codes={6}, modifying=True)
-    run(tmp_path, root, ["redispatch", str(root), "-q", "--quarantine", str(q)], codes={0}, modifying=True, qbase=q)
-    run(tmp_path, root, ["write", str(root), "--topic", "T1", "--body", "x"], codes={0}, modifying=True, qbase=q)
+    run(tmp_path, root, ["write", str(root), "--topic", "T1", "--body", "x", *V44], codes={6}, modifying=True)
+    run(
+        tmp_path,
+        root,
+        ["redispatch", str(root), "-q", "--quarantine", str(q), *V44],
+        codes={0},
+        modifying=True,
+        qbase=q,
+    )
+    run(tmp_path, root, ["write", str(root), "--topic", "T1", "--body", "x", *V44], codes={0}, modifying=True, qbase=q)
 
 
 def test_fcntl_lock_probe_is_what_brokers_take() -> None:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL_STORES, copy_real_store, load_truth
+from conftest import NEWER_CASES, REAL_STORES, case_dir, copy_real_store, is_crash, load_truth
 from hypothesis import example, given
 from test_codecs import damaged
 from typer.testing import CliRunner
@@ -58,12 +58,12 @@ def raw_index_header(path: Path) -> dict:
 # ---------------------------------------------------------------------------------------- truth
 
 
-@pytest.mark.parametrize("case", CLEAN)
+@pytest.mark.parametrize("case", CLEAN + tuple(c for c in NEWER_CASES if not is_crash(c)))
 def test_info_matches_truth_for_clean_stores(case):
-    if not REAL_STORES.is_dir():
+    if not case_dir(case).is_dir():
         pytest.skip("real stores not present")
     truth = load_truth(case)
-    info = info_of(REAL_STORES / case / "store")
+    info = info_of(case_dir(case) / "store")
     assert (info.commitlog.min_phy_offset, info.commitlog.max_phy_offset) == (
         truth["minPhyOffset"],
         truth["maxPhyOffset"],
@@ -79,9 +79,17 @@ def test_info_matches_truth_for_clean_stores(case):
         k: truth["recovery"]["checkpointAfterLoad"][k] for k in ("minTimestamp", "minTimestampIndex")
     }
     fields = ("topic", "queueId", "minOffset", "maxOffset", "messageTotal", "maxPhysicOffset", "lastOffset")
-    assert [{k: q.to_json()[k] for k in fields} for q in info.queues] == [
-        {k: q[k] for k in fields} for q in sorted(truth["queues"], key=lambda q: (q["topic"], q["queueId"]))
+    # a 4.9.4 start creates the delay levels' queues in memory only (empty, no folder)
+    want = [
+        {k: q[k] for k in fields}
+        for q in sorted(truth["queues"], key=lambda q: (q["topic"], q["queueId"]))
+        if q["maxOffset"] > 0
     ]
+    got = [{k: q.to_json()[k] for k in fields} for q in info.queues]
+    for g, w in zip(got, want, strict=False):
+        if str(w["lastOffset"]).startswith("error:"):  # the engine's own read failed (5.2.0, %LMQ% queues)
+            g["lastOffset"] = w["lastOffset"]
+    assert got == want
     keys = (
         "name",
         "beginTimestamp",
@@ -95,16 +103,18 @@ def test_info_matches_truth_for_clean_stores(case):
     assert [{k: f.to_json()[k] for k in keys} for f in info.index_files] == truth["indexFiles"]
     assert info.problems == ()
     # the last message of the commit log, by a full walk
-    with open_store(REAL_STORES / case / "store") as st:
+    with open_store(case_dir(case) / "store") as st:
         last = [rec for _, rec in iter_commitlog(st) if hasattr(rec, "store_timestamp_ms")][-1]
     assert info.commitlog.last_store_timestamp_ms == last.store_timestamp_ms
 
 
-def test_info_crash_midwrite_shows_the_state_before_recovery():
-    if not REAL_STORES.is_dir():
+@pytest.mark.parametrize("case", ["crash-midwrite", "4.9.4/crash-midwrite", "5.2.0/crash-5x-midwrite"])
+def test_info_crash_midwrite_shows_the_state_before_recovery(case):
+    if not case_dir(case).is_dir():
         pytest.skip("real stores not present")
-    truth = load_truth("crash-midwrite")
-    root = REAL_STORES / "crash-midwrite" / "store"
+    truth = load_truth(case)
+    root = case_dir(case) / "store"
+    five_one = case.startswith("4.9") or case.startswith("5.")  # maxPhysicOffset = offset + size
     info = info_of(root)
     assert info.abort_exists and not info.clean_shutdown
     # the commit log itself is not changed by recovery: its end is the same before and after
@@ -118,11 +128,11 @@ def test_info_crash_midwrite_shows_the_state_before_recovery():
     # consume queues and index as the files are, computed without the codec
     for q in info.queues:
         max_offset, last_phy, last_size = raw_queue(root / "consumequeue" / q.topic / str(q.queue_id))
-        # 4.4.0's maxPhysicOffset is the start of the last record, not its end
+        # 4.4.0's maxPhysicOffset is the start of the last record, not its end (4.5.1+: its end)
         assert (q.min_offset, q.max_offset, q.max_physic_offset, q.last_offset) == (
             0,
             max_offset,
-            last_phy,
+            last_phy + last_size if five_one else last_phy,
             last_phy + last_size,
         )
     for f in info.index_files:

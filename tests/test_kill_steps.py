@@ -87,12 +87,40 @@ def argv_expire(root: Path, q: Path) -> list[str]:
     return ["expire", str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", "--quarantine", str(q)]
 
 
+def prepare_write_lmq(tmp: Path) -> Path:
+    return copy_real_store("5.2.0/lmq-multi-dispatch", tmp)
+
+
+def argv_write_lmq(root: Path, q: Path) -> list[str]:
+    return ["write", str(root), "--topic", "TopicLmqParent", "--body", "hello", "--keys", "k1",
+            "--property", "INNER_MULTI_DISPATCH=%LMQ%room-1,%LMQ%room-3", "--now", str(NOW_MS),
+            "--uniq-key-seed", "7", "--quarantine", str(q)]  # fmt: skip
+
+
+def prepare_recover_lmq(tmp: Path) -> Path:
+    root = copy_real_store("5.2.0/lmq-multi-dispatch", tmp)
+    for f in (root / "consumequeue" / "%LMQ%room-1" / "0").iterdir():
+        f.unlink()  # crashed before its %LMQ% queue reached the disk
+    (root / "abort").write_text("4242")
+    return root
+
+
+def prepare_recover_bcq(tmp: Path) -> Path:
+    from test_recover import _crash_batch_store
+
+    return _crash_batch_store(tmp)
+
+
 CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]], set[int]]] = {
     # command: (make the store, its command line, exit codes a finishing re-run may give)
     "write": (prepare_write, argv_write, {0, 8}),  # 8: the same input is already in the store
     "recover": (prepare_recover, argv_recover, {0}),
     "redispatch": (prepare_redispatch, argv_redispatch, {0}),
     "expire": (prepare_expire, argv_expire, {0, 9}),  # 9: expire deleted files
+    # 5.2.0 stores: %LMQ% queues and batch consume queues are rolled back with the rest
+    "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
+    "recover-lmq": (prepare_recover_lmq, argv_recover, {0}),
+    "recover-bcq": (prepare_recover_bcq, argv_recover, {0}),
 }
 
 
@@ -104,7 +132,7 @@ def test_killed_at_every_step_then_rerun_is_byte_identical(tmp_path: Path, comma
     p = run_with_hook("-", 1, steps_file, argv(ref, tmp_path / "q-ref"))
     assert p.returncode in rerun_codes - {8}, p.stderr
     steps = steps_file.read_text().split()
-    assert steps and steps[-1] == f"{command}:finished", steps
+    assert steps and steps[-1] == f"{command.split('-')[0]}:finished", steps
     want = data_files(ref)
     seen: Counter[str] = Counter()
     for i, step in enumerate(steps):

@@ -16,7 +16,7 @@ from rmqstore import offsets as op
 from rmqstore.cli import app
 from rmqstore.errors import UnsafePlan
 from rmqstore.store import open_store
-from tests.conftest import REAL_WORLD, copy_real_store, load_truth
+from tests.conftest import REAL_WORLD, case_dir, copy_real_store, load_truth
 
 runner = CliRunner()
 
@@ -346,3 +346,21 @@ def test_unusable_offsets_file_is_not_overwritten(store: Path):
     assert res.exit_code == 1
     assert res.stderr.splitlines()[0].startswith("error:") and "repair the file first" in res.stderr
     assert path.read_bytes().endswith(b"{0:1,\n")
+
+
+def test_lmq_consumer_offsets_are_shown(tmp_path: Path):
+    """4.9.3+/5.x keep the %LMQ% queues' offsets in lmqConsumerOffset.json (consumerOffset.json's layout)."""
+    case = "5.2.0/lmq-multi-dispatch"
+    if not case_dir(case).is_dir():
+        pytest.skip("real stores not found")
+    root = copy_real_store(case, tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "lmqConsumerOffset.json").write_text(
+        '{\n\t"offsetTable":{\n\t\t"%LMQ%room-1@GroupL":{0:12\n\t\t}\n\t}\n}'
+    )
+    with open_store(root) as st:
+        rows = op.consumer_progress(st)
+    room = next(q for q in load_truth(case)["queues"] if q["topic"] == "%LMQ%room-1")
+    (r,) = [r for r in rows if r.topic == "%LMQ%room-1"]
+    assert (r.group, r.queue_id, r.consumer_offset, r.max_offset) == ("GroupL", 0, 12, room["maxOffset"])
+    assert r.lag == room["maxOffset"] - 12

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_STORES, REPO, copy_real_store, load_rebuild, load_truth
+from conftest import NEWER_CASES, REAL_STORES, REPO, case_dir, copy_real_store, is_crash, load_rebuild, load_truth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -148,13 +148,25 @@ def first_err(result) -> str:
 # --------------------------------------------------------------------- the crashed real store
 
 
+CRASH_CASES = ["crash-midwrite", "4.9.4/crash-midwrite", "5.2.0/crash-5x-midwrite"]
+CLEAN_CASES = ["clean-2topics", "delay-tx-retry"] + [c for c in NEWER_CASES if not is_crash(c)]
+
+
 @pytest.fixture(scope="module")
 def crash_truth() -> dict:
     return load_truth("crash-midwrite")
 
 
-def test_crash_midwrite_plan_is_the_engines_abnormal_recovery(tmp_path, crash_truth):
-    root = copy_real_store("crash-midwrite", tmp_path)
+@pytest.fixture(params=CRASH_CASES)
+def crash_case(request: pytest.FixtureRequest) -> tuple[str, dict]:
+    if not case_dir(request.param).is_dir():
+        pytest.skip("real stores not found")
+    return request.param, load_truth(request.param)
+
+
+def test_crash_midwrite_plan_is_the_engines_abnormal_recovery(tmp_path, crash_case):
+    case, crash_truth = crash_case
+    root = copy_real_store(case, tmp_path)
     before = store_files(root)
     plan = plan_of(root)
     assert store_files(root) == before  # planning reads only
@@ -172,8 +184,9 @@ def test_crash_midwrite_plan_is_the_engines_abnormal_recovery(tmp_path, crash_tr
     assert plan.steps() == ["quarantine", "index-delete", "dispatch", "commitlog-truncate", "checkpoint", "abort"]
 
 
-def test_crash_midwrite_recovers_to_the_engines_files(tmp_path, crash_truth):
-    root = copy_real_store("crash-midwrite", tmp_path)
+def test_crash_midwrite_recovers_to_the_engines_files(tmp_path, crash_case):
+    case, crash_truth = crash_case
+    root = copy_real_store(case, tmp_path)
     plan, result = recover(root)
     want = truth_files(crash_truth)
     got = store_files(root)
@@ -195,16 +208,19 @@ def test_crash_midwrite_recovers_to_the_engines_files(tmp_path, crash_truth):
             )
             assert (h.hash_slot_count, h.index_count) == (t["hashSlotCount"], t["indexCount"])
     cp = crash_truth["afterShutdown"]["checkpointFile"]
-    assert result.checkpoint == {k: cp[k] for k in ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp")}
+    keys = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp")
+    keys += ("confirmPhyOffset",) if "confirmPhyOffset" in cp else ()  # 5.1.1+: the last valid record
+    assert result.checkpoint == {k: cp[k] for k in keys}
     assert_serves(root, crash_truth)
     # The quarantine holds what was removed, with a manifest.
     q = Path(result.quarantine_dir)
     assert q.parent == tmp_path / "store.quarantine" and q.name.startswith("recover-")
     manifest = json.loads((q / "manifest.json").read_text())
     saved = {Path(i["path"]).name: q / i["saved"] for i in manifest["items"] if i["kind"] == "file"}
-    src = copy_real_store("crash-midwrite", tmp_path / "orig")
+    src = copy_real_store(case, tmp_path / "orig")
+    dropped_index = sorted(os.listdir(src / "index"))[-1]
     assert sha(saved["00000000000000131072"]) == sha(src / "commitlog" / "00000000000000131072")
-    assert sha(saved["20261122025344710"]) == sha(src / "index" / "20261122025344710")
+    assert sha(saved[dropped_index]) == sha(src / "index" / dropped_index)
     assert sha(saved["checkpoint"]) == sha(src / "checkpoint")
 
 
@@ -214,8 +230,10 @@ def test_rerun_after_recovery_has_nothing_to_do(tmp_path):
     assert plan_of(root).is_empty
 
 
-@pytest.mark.parametrize("case", ["clean-2topics", "delay-tx-retry"])
+@pytest.mark.parametrize("case", CLEAN_CASES)
 def test_clean_real_stores_need_nothing(tmp_path, case):
+    if not case_dir(case).is_dir():
+        pytest.skip("real stores not found")
     truth = load_truth(case)
     root = copy_real_store(case, tmp_path)
     before = {p: (sha(p), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
@@ -645,3 +663,75 @@ def test_data_ending_at_a_file_boundary(tmp_path, clean_truth):
     assert last.stat().st_size == 32768
     assert_serves(root, clean_truth, without={m["offset"] for m in messages(clean_truth) if m["offset"] >= 98304})
     assert plan_of(root).is_empty
+
+
+# ------------------------------------------------------------- 5.2.0+: the __CRC32# property
+
+
+def _crc_store(tmp_path: Path, force: bool) -> tuple[Path, dict]:
+    root = copy_real_store("5.2.0/crc-property", tmp_path)
+    conf = root.parent / "broker.conf"
+    conf.write_text(conf.read_text() + f"forceVerifyPropCRC={'true' if force else 'false'}\n")
+    truth = load_truth("5.2.0/crc-property")
+    victim = [r for r in truth["commitlog"] if r["kind"] == "message"][200]
+    path, pos = record_at(root, victim["offset"])
+    flip_at = pos + victim["size"] - 25  # a property byte: outside the body, inside the CRC's range
+    data = bytearray(path.read_bytes())
+    data[flip_at] ^= 0x01
+    path.write_bytes(bytes(data))
+    (root / "abort").write_text("1")  # abnormal recovery walks every file with the CRC checks
+    return root, victim
+
+
+def test_prop_crc_verified_when_forced(tmp_path):
+    root, victim = _crc_store(tmp_path, force=True)
+    plan = plan_of(root)
+    assert plan.process_offset == victim["offset"]
+    assert "CRC" in plan.stop or "checksum" in plan.stop.lower()
+
+
+def test_prop_crc_not_verified_unless_forced(tmp_path):
+    root, victim = _crc_store(tmp_path, force=False)
+    plan = plan_of(root)
+    assert plan.process_offset == load_truth("5.2.0/crc-property")["maxPhyOffset"] > victim["offset"]
+
+
+def test_abnormal_recovery_re_dispatches_the_lmq_queues(tmp_path):
+    """A 5.2.0 multi-dispatch store that crashed before its %LMQ% queue was written: recovery's
+    re-dispatch writes it again, byte for byte as the engine had it."""
+    case = "5.2.0/lmq-multi-dispatch"
+    root = copy_real_store(case, tmp_path)
+    want = {p.relative_to(root).as_posix(): sha(p) for p in (root / "consumequeue").rglob("*") if p.is_file()}
+    shutil.rmtree(root / "consumequeue" / "%LMQ%room-1")
+    (root / "abort").write_text("4242")
+    plan, _ = recover(root)
+    assert plan.path == "abnormal" and plan.dispatch is not None
+    got = {p.relative_to(root).as_posix(): sha(p) for p in (root / "consumequeue").rglob("*") if p.is_file()}
+    assert got == want
+
+
+def _crash_batch_store(tmp: Path) -> Path:
+    """The 5.2.0 batch-cq store as if the process died before its last batch units reached the disk."""
+    root = copy_real_store("5.2.0/batch-cq", tmp)
+    for qdir in (root / "batchconsumequeue" / "TopicBatchCQ").iterdir():
+        last = sorted(qdir.iterdir())[-1]
+        data = bytearray(last.read_bytes())
+        used = next((i for i in range(0, len(data) - 45, 46) if not any(data[i : i + 46])), len(data) // 46 * 46)
+        data[max(0, used - 2 * 46) : used] = bytes(min(used, 2 * 46))  # the last two units
+        last.write_bytes(bytes(data))
+    (root / "abort").write_text("4242")
+    return root
+
+
+def test_abnormal_recovery_re_dispatches_the_batch_queues(tmp_path):
+    root = _crash_batch_store(tmp_path / "crashed")
+    orig = copy_real_store("5.2.0/batch-cq", tmp_path / "orig")
+    bcq = "batchconsumequeue/TopicBatchCQ"
+    assert {p.name: sha(p) for p in (root / bcq).rglob("*") if p.is_file()} != {
+        p.name: sha(p) for p in (orig / bcq).rglob("*") if p.is_file()
+    }
+    plan, _ = recover(root)
+    assert plan.path == "abnormal" and plan.dispatch is not None and plan.records_lost == 0
+    for d in ("batchconsumequeue", "consumequeue"):
+        want = {p.relative_to(orig).as_posix(): sha(p) for p in (orig / d).rglob("*") if p.is_file()}
+        assert {p.relative_to(root).as_posix(): sha(p) for p in (root / d).rglob("*") if p.is_file()} == want

@@ -28,6 +28,7 @@ from rmqstore.cli import app
 from rmqstore.columnar import iter_columns, scan_columns
 from rmqstore.commitlog import encode_blank, encode_properties, encode_record
 from rmqstore.dispatch import ScanStop, scan_requests
+from rmqstore.errors import UnsupportedStore
 from rmqstore.javahash import index_key_hash
 from rmqstore.layout import Segment, StoreConfig
 from rmqstore.store import open_store
@@ -47,7 +48,12 @@ def rebuilt_matches(root: Path, case: str) -> None:
     reb = load_rebuild(case)
     assert reb["redispatchExpectation"] == "engine-rebuild"
     want = {f["path"]: f for f in reb["consumeQueueFiles"]}
-    got = sorted(p.relative_to(root).as_posix() for p in (root / "consumequeue").rglob("*") if p.is_file())
+    got = sorted(
+        p.relative_to(root).as_posix()
+        for d in ("consumequeue", "batchconsumequeue")
+        for p in (root / d).rglob("*")
+        if p.is_file()
+    )
     assert got == sorted(want)
     for path, f in want.items():
         assert (root / path).stat().st_size == f["size"]
@@ -56,8 +62,17 @@ def rebuilt_matches(root: Path, case: str) -> None:
     assert [sha(p) for p in files] == [f["sha256"] for f in reb["indexFiles"]]
 
 
-def test_cli_rebuild_equals_engine(real_case: str, tmp_path: Path) -> None:
+def comparable(case: str) -> str:
+    if load_rebuild(case)["redispatchExpectation"] != "engine-rebuild":
+        pytest.skip(load_rebuild(case)["redispatchExpectationReason"])
+    return case
+
+
+def test_cli_rebuild_equals_engine(any_real_case: str, tmp_path: Path) -> None:
+    """Consume queues (with the %LMQ% queues and batch consume queues) and index byte for byte."""
+    real_case = comparable(any_real_case)
     root = copy_real_store(real_case, tmp_path)
+    shutil.rmtree(root / "batchconsumequeue", ignore_errors=True)
     shutil.rmtree(root / "consumequeue")
     shutil.rmtree(root / "index")
     r = runner.invoke(app, ["redispatch", str(root), "--format", "json"])
@@ -68,7 +83,8 @@ def test_cli_rebuild_equals_engine(real_case: str, tmp_path: Path) -> None:
     assert len(q) == 1 and (q[0] / "manifest.json").exists()
 
 
-def test_queries_answer_as_engine_after_rebuild(real_case: str, tmp_path: Path) -> None:
+def test_queries_answer_as_engine_after_rebuild(any_real_case: str, tmp_path: Path) -> None:
+    real_case = comparable(any_real_case)
     root = copy_real_store(real_case, tmp_path)
     shutil.rmtree(root / "consumequeue")
     shutil.rmtree(root / "index")
@@ -437,3 +453,42 @@ def test_redispatch_from_parallel_ranges_equals_engine(
     r = runner.invoke(app, ["redispatch", str(root), "--format", "json"])
     assert r.exit_code == 0, r.output
     rebuilt_matches(root, real_case)
+
+
+@pytest.mark.parametrize("case", ["5.2.0/batch-cq", "5.2.0/lmq-multi-dispatch"])
+def test_redispatch_from_an_offset_continues_batch_and_lmq_queues(case: str, tmp_path: Path) -> None:
+    """--from-offset continues the current files: a batch or %LMQ% queue keeps what it has and gets
+    the rest once, as the engine's own files."""
+    root = copy_real_store(case, tmp_path)
+    truth = load_truth(case)
+    recs = [r for r in truth["commitlog"] if r["kind"] == "message"]
+    middle = recs[len(recs) // 2]["offset"]
+    want = files_of(root)
+    for d in ("batchconsumequeue", "consumequeue"):
+        for p in (root / d).rglob("*") if (root / d).is_dir() else ():
+            if p.is_file() and ("%LMQ%" in p.as_posix() or d == "batchconsumequeue"):
+                data = bytearray(p.read_bytes())
+                unit = 46 if d == "batchconsumequeue" else 20
+                keep = next(
+                    (
+                        i
+                        for i in range(0, len(data) - unit + 1, unit)
+                        if int.from_bytes(data[i : i + 8], "big") >= middle
+                    ),
+                    len(data),
+                )
+                data[keep:] = bytes(len(data) - keep)  # the entries of the second half never written
+                p.write_bytes(bytes(data))
+    r = runner.invoke(app, ["redispatch", str(root), "--from-offset", str(recs[len(recs) // 4]["offset"]), "-q"])
+    assert r.exit_code == 0, r.output
+    got = {p: h for p, h in files_of(root).items() if "consumequeue" in p.as_posix()}
+    assert got == {p: h for p, h in want.items() if "consumequeue" in p.as_posix()}
+
+
+@pytest.mark.parametrize("case", ["5.2.0/batch-cq", "5.2.0/lmq-multi-dispatch"])
+def test_other_engines_refuse_stores_needing_lmq_or_batch_queues(case: str, tmp_path: Path) -> None:
+    root = copy_real_store(case, tmp_path)
+    before = files_of(root)
+    with open_store(root) as st, pytest.raises(UnsupportedStore, match="use --engine local"):
+        op.plan_redispatch(st, engine="spark", dry_run=True)
+    assert files_of(root) == before

@@ -64,3 +64,13 @@ def encode_timestamps(before: bytes | None, physic_ms: int, logics_ms: int, inde
     page = bytearray(before if before is not None else bytes(FILE_SIZE))
     _TIMESTAMPS.pack_into(page, 0, physic_ms, logics_ms, index_ms)
     return bytes(page)
+
+
+_CONFIRM_AT = sum(_f.size for _f in (struct_of((f,)) for f in FIELDS[:4]))  # byte 32
+
+
+def with_confirm_offset(page: bytes, confirm_phy_offset: int) -> bytes:
+    """``page`` with confirmPhyOffset (5.1.1+) set, everything else kept."""
+    out = bytearray(page)
+    struct_of(FIELDS[4:5]).pack_into(out, _CONFIRM_AT, confirm_phy_offset)
+    return bytes(out)

@@ -135,6 +135,29 @@ def cal_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int,
     return head_struct(sys_flag).size + max(body_len, 0) + (2 if v2 else 1) + topic_len + 2 + max(props_len, 0)
 
 
+# 5.2.0+ whole-record CRC property (§3.6): "__CRC32#" 0x01 <10 digits, least significant first> 0x02,
+# the last 20 bytes of the properties; the CRC covers the record bytes before them.
+CRC32_PROPERTY = "__CRC32#"
+CRC32_RESERVED_LEN = 20
+_CRC32_HEAD = (CRC32_PROPERTY + NAME_VALUE_SEPARATOR).encode()
+
+
+def encode_prop_crc(crc: int) -> bytes:
+    """The 20-byte CRC property entry for ``crc`` (masked CRC32): digits least significant first."""
+    digits = f"{crc & 0x7FFFFFFF:010d}"[::-1]
+    return _CRC32_HEAD + digits.encode() + PROPERTY_SEPARATOR.encode()
+
+
+def prop_crc_check(buf: Any, pos: int, total: int) -> tuple[int | None, int]:
+    """(stored CRC or None when the record has no CRC property, CRC computed) of the record at ``pos``."""
+    tail = bytes(buf[pos + total - CRC32_RESERVED_LEN : pos + total])
+    computed = zlib.crc32(memoryview(buf)[pos : pos + total - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    digits = tail[len(_CRC32_HEAD) : -1]
+    if not tail.startswith(_CRC32_HEAD) or tail[-1:] != b"\x02" or not digits.isdigit():
+        return None, computed
+    return int(digits[::-1]), computed
+
+
 def body_crc(body: bytes | memoryview) -> int:
     """BODYCRC as stored: CRC32 of the stored body bytes masked with 0x7FFFFFFF (§3.6)."""
     return zlib.crc32(body) & 0x7FFFFFFF

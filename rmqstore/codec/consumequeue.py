@@ -81,3 +81,92 @@ def valid_prefix(arr: np.ndarray) -> int:
     bad = (arr["phy_offset"] < 0) | (arr["size"] <= 0)
     idx = np.flatnonzero(bad)
     return int(idx[0]) if idx.size else len(arr)
+
+
+# §4.7: a 5.x batch consume queue unit (``batchconsumequeue/<topic>/<queueId>/``), declared once.
+BCQ_FIELDS = (
+    Field("phy_offset", "commit log offset", "q"),
+    Field("size", "size", "i"),
+    Field("tags_code", "tagsCode", "q"),
+    Field("store_timestamp_ms", "store timestamp", "q"),
+    Field("base_offset", "msgBaseOffset", "q"),
+    Field("batch_size", "batchSize", "h"),
+    Field("compacted_offset", "compactedOffset", "i"),
+    Field("reserved", "reserved", "i"),
+)
+_BCQ = struct_of(BCQ_FIELDS)
+BCQ_UNIT_SIZE = _BCQ.size  # 46
+BCQ_DTYPE = dtype_of(BCQ_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class BcqEntry:
+    """One batch consume queue unit: a commit log record holding ``batch_size`` queue offsets."""
+
+    phy_offset: int
+    size: int
+    tags_code: int
+    store_timestamp_ms: int
+    base_offset: int  # queue offset of the record's first message
+    batch_size: int
+    compacted_offset: int  # written as -1
+    reserved: int
+
+    @property
+    def ends_queue(self) -> bool:
+        return self.phy_offset < 0 or self.size <= 0
+
+
+def decode_bcq_entry(buf: Any, pos: int, *, path: str = "<buffer>") -> BcqEntry:
+    if len(buf) - pos < BCQ_UNIT_SIZE:
+        raise CorruptData("truncated batch consume queue unit", path=path, pos=pos)
+    return BcqEntry(*_BCQ.unpack_from(buf, pos))
+
+
+def encode_bcq_entry(
+    phy_offset: int, size: int, tags_code: int, store_timestamp_ms: int, base_offset: int, batch_size: int
+) -> bytes:
+    """A unit as the 5.x engine writes it: compacted offset -1, reserved 0."""
+    return _BCQ.pack(phy_offset, size, tags_code, store_timestamp_ms, base_offset, batch_size, -1, 0)
+
+
+# §4.6: a ConsumeQueueExt unit (``consumequeue_ext/<topic>/<queueId>/``): this head, then the filter bit map.
+EXT_HEAD_FIELDS = (
+    Field("size", "size (whole unit)", "h"),
+    Field("tags_code", "tagsCode", "q"),
+    Field("store_timestamp_ms", "msgStoreTime", "q"),
+    Field("bitmap_size", "bitMapSize", "h"),
+)
+_EXT_HEAD = struct_of(EXT_HEAD_FIELDS)
+EXT_MIN_UNIT_SIZE = _EXT_HEAD.size  # 20
+EXT_ADDRESS_BASE = -(1 << 63)  # a CQ entry stores realOffset + Long.MIN_VALUE
+
+
+@dataclass(frozen=True, slots=True)
+class ExtUnit:
+    pos: int  # byte position in its file
+    size: int
+    tags_code: int
+    store_timestamp_ms: int
+    bitmap: bytes
+
+
+def decode_ext_units(buf: Any, *, path: str = "<buffer>") -> list[ExtUnit]:
+    """The units of one ext file, up to the first size <= 0 (end of the written data, or -1: file closed)."""
+    out, pos, n = [], 0, len(buf)
+    while pos + 2 <= n:
+        if pos + EXT_MIN_UNIT_SIZE > n:
+            break
+        size, tags, ts, bsize = _EXT_HEAD.unpack_from(buf, pos)
+        if size <= 0:
+            break
+        if size < EXT_MIN_UNIT_SIZE or bsize < 0 or EXT_MIN_UNIT_SIZE + bsize != size or pos + size > n:
+            raise CorruptData(f"bad consume queue ext unit: size {size}, bitMapSize {bsize}", path=path, pos=pos)
+        out.append(ExtUnit(pos, size, tags, ts, bytes(buf[pos + EXT_MIN_UNIT_SIZE : pos + size])))
+        pos += size
+    return out
+
+
+def ext_real_offset(tags_code: int) -> int:
+    """The global ext offset a consume queue entry's tagsCode holds when it is an ext address (§4.2, §4.6)."""
+    return tags_code - EXT_ADDRESS_BASE

@@ -1,0 +1,89 @@
+"""The 5.x timer store (``timerwheel``, ``timerlog/``): fixed-width slots and units, declared once.
+
+``timerwheel`` is an array of 32-byte slots (time, first and last TimerLog position of that second's
+list, message count, magic); ``timerlog/`` files hold 52-byte units chained by their previous position,
+a file ending with a blank (size, 8 bytes, the blank magic) when the next unit does not fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CorruptData
+from .fields import Field, struct_of
+
+SLOT_FIELDS = (
+    Field("time_ms", "timeMs", "q"),
+    Field("first_pos", "firstPos", "q"),
+    Field("last_pos", "lastPos", "q"),
+    Field("num", "num", "i"),
+    Field("magic", "magic", "i"),
+)
+_SLOT = struct_of(SLOT_FIELDS)
+SLOT_SIZE = _SLOT.size  # 32
+
+UNIT_FIELDS = (
+    Field("size", "size", "i"),
+    Field("prev_pos", "prev pos", "q"),
+    Field("magic", "magic value", "i"),
+    Field("write_time_ms", "curr write time", "q"),
+    Field("delayed_time", "delayed time", "i"),
+    Field("offset_py", "offsetPy", "q"),
+    Field("size_py", "sizePy", "i"),
+    Field("topic_hash", "hash code of real topic", "i"),
+    Field("reserved", "reserved value", "q"),
+)
+_UNIT = struct_of(UNIT_FIELDS)
+UNIT_SIZE = _UNIT.size  # 52
+BLANK_MAGIC = (0xBBCCDDEE ^ (1880681586 + 8)) - (1 << 32)  # Java: 0xBBCCDDEE ^ 1880681586 + 8, an int
+MIN_BLANK_LEN = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    index: int
+    time_ms: int
+    first_pos: int
+    last_pos: int
+    num: int
+    magic: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimerUnit:
+    pos: int
+    size: int
+    prev_pos: int
+    magic: int
+    write_time_ms: int
+    delayed_time: int
+    offset_py: int
+    size_py: int
+    topic_hash: int
+    reserved: int
+
+
+def used_slots(buf: Any) -> list[Slot]:
+    """The slots of a timerwheel file that hold anything (an all-zero slot was never used)."""
+    out = []
+    for i in range(len(buf) // SLOT_SIZE):
+        fields = _SLOT.unpack_from(buf, i * SLOT_SIZE)
+        if any(fields):
+            out.append(Slot(i, *fields))
+    return out
+
+
+def timer_units(buf: Any, *, path: str = "<buffer>") -> list[TimerUnit]:
+    """The units of one timerlog file, up to a blank or the end of the written data (size 0)."""
+    out, pos, n = [], 0, len(buf)
+    while pos + MIN_BLANK_LEN <= n:
+        size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+        magic = int.from_bytes(buf[pos + 12 : pos + 16], "big", signed=True)
+        if size == 0 or magic == BLANK_MAGIC:
+            break
+        if size != UNIT_SIZE or pos + UNIT_SIZE > n:
+            raise CorruptData(f"timer log unit size {size}, expected {UNIT_SIZE}", path=path, pos=pos)
+        out.append(TimerUnit(pos, *_UNIT.unpack_from(buf, pos)))
+        pos += UNIT_SIZE
+    return out
