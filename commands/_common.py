@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -111,14 +110,15 @@ BrokerConfigOpt = Annotated[
 
 
 def broker_version(value: str | None) -> str | None:
-    """A RocketMQ version this tool follows: 4.x or 5.x, as ``major.minor[.patch][-suffix]``."""
+    """``auto``, or a RocketMQ version the library knows the rules of (checked by the library's own test)."""
     if value is None or value.strip() == "auto":
         return value
-    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-[A-Za-z0-9.]+)?", value.strip())
-    if not m or int(m.group(1)) not in (4, 5) or (int(m.group(1)), int(m.group(2))) < (4, 4):
-        raise typer.BadParameter(
-            f"{value!r} is not a RocketMQ version this tool follows: 4.4 to 5.x, e.g. 4.4.0, 4.9.7, 5.3.3"
-        )
+    from rmqstore.rules import family_of
+
+    try:
+        family_of(value.strip())
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
     return value.strip()
 
 

@@ -41,6 +41,7 @@ class PlanView:
     actions: Iterable[PlannedAction]
     summary: dict[str, Any] = field(default_factory=dict)
     details: Mapping[str, Detail] = field(default_factory=dict)
+    plan: dict[str, Any] | None = None  # the library's whole plan, for scripts (json only)
 
 
 def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = None, one_line: bool = False) -> None:
@@ -49,6 +50,8 @@ def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = 
     if fmt is Format.json:
         doc: dict[str, Any] = {"operation": view.operation, "summary": view.summary, "actions": rows}
         doc.update((name, d.rows) for name, d in view.details.items())
+        if view.plan is not None:
+            doc["plan"] = view.plan
         if result is not None:
             doc["result"] = result
         indent, seps = (None, (",", ":")) if one_line else (2, None)

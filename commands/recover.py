@@ -153,7 +153,7 @@ def _view(plan: rec.RecoverPlan) -> PlanView:
         "recordsRemoved": Detail(lost, _LOST_COLUMNS, "records removed"),
         "losses": Detail(losses, title="what the broker's recovery loses"),
     }
-    return PlanView("recover", rec.planned_actions(plan), summary, details)
+    return PlanView("recover", rec.planned_actions(plan), summary, details, plan=plan.to_json())
 
 
 def _cp_line(plan: rec.RecoverPlan, result: rec.RecoverResult | None) -> str:

@@ -5,6 +5,7 @@ of each section). Code elsewhere asks ``rules_for(broker).<decision>``; no other
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 
@@ -139,9 +140,9 @@ WEAK_EVIDENCE = frozenset({"conf-mapped-keys", "conf-maped-keys", "blank-zero-ta
 
 def family_of(broker: str) -> str:
     """The family of version ``broker``; raises ValueError for a version rmqstore does not know."""
-    v = version_tuple(broker)
-    if len(v) < 2 or not (4, 0) <= v[:2] <= (5, 9) or any(p > 99 for p in v):
-        raise ValueError(f"unknown broker version {broker!r} (expected e.g. 4.4.0, 4.9.7, 5.3.3)")
+    v = version_tuple(broker) if re.fullmatch(r"\d+\.\d+(\.\d+)?(-[A-Za-z0-9.]+)?", broker) else ()
+    if len(v) < 2 or not (4, 4) <= v[:2] <= (5, 9) or any(p > 99 for p in v):
+        raise ValueError(f"unknown broker version {broker!r}: rmqstore follows 4.4 to 5.x (e.g. 4.4.0, 4.9.7, 5.3.3)")
     if v < (4, 9, 1):
         return "4.4"
     if v < (5,):

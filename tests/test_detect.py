@@ -208,7 +208,7 @@ def test_ambiguous_store_makes_recover_refuse(tmp_path):
     assert sorted((p, p.stat().st_size) for p in root.rglob("*")) == before
     # saying which settles it
     ok = runner.invoke(app, ["recover", str(root), "--dry-run", "--broker-version", "5.3.3", "-f", "json"])
-    plan = json.loads(ok.stdout)
+    plan = json.loads(ok.stdout)["plan"]
     assert ok.exit_code == 0 and plan["redispatch"]["records"] > 0
     # 5.3.2+: normal recovery starts at the last file starting at or before the consume queues' max offset
     cq_max = plan["maxPhyOffsetOfConsumeQueue"]
@@ -217,7 +217,9 @@ def test_ambiguous_store_makes_recover_refuse(tmp_path):
         plan["startPhyOffset"] == max(b for b in files if b <= cq_max)
         and plan["redispatch"]["onlyAfterPhyOffset"] == cq_max
     )
-    old = json.loads(runner.invoke(app, ["recover", str(root), "-n", "--broker-version", "5.2.0", "-f", "json"]).stdout)
+    old = json.loads(
+        runner.invoke(app, ["recover", str(root), "-n", "--broker-version", "5.2.0", "-f", "json"]).stdout
+    )["plan"]
     assert old["startPhyOffset"] == files[-3] and old["redispatch"] is None  # 5.0-5.3.1: the third file from the end
 
 
@@ -226,7 +228,7 @@ def test_unambiguous_crash_recovers_without_a_version():
     if not case_dir(case).is_dir():
         pytest.skip("real stores not found")
     result = runner.invoke(app, ["recover", str(case_dir(case) / "store"), "--dry-run", "-f", "json"])
-    assert result.exit_code == 0 and json.loads(result.stdout)["path"] == "abnormal"
+    assert result.exit_code == 0 and json.loads(result.stdout)["summary"]["path"] == "abnormal"
 
 
 def test_info_lists_timer_and_compaction_files(tmp_path):
