@@ -250,6 +250,19 @@ class SetOffsetsPlan:
 RESET_MODES = ("offset", "earliest", "latest", "time")
 
 
+def _set_one(
+    data: Any, topic: str, group: str, qid: int, old: int | None, target: int, rng: Any, force: bool
+) -> OffsetChange:
+    """Set one committed offset in ``data``; outside the queue's [min, max] only with ``force``."""
+    if not rng.min_offset <= target <= rng.max_offset and not force:
+        raise UnsafePlan(
+            f"offset {target} is outside {topic} queue {qid}'s range [{rng.min_offset}, {rng.max_offset}]; "
+            "use --force to write it anyway"
+        )
+    cfgjson.set_consumer_offset(data, topic, group, qid, target)
+    return OffsetChange(topic, group, qid, old, target, rng.min_offset, rng.max_offset)
+
+
 def plan_set_offsets(
     st: Store,
     *,
@@ -310,13 +323,7 @@ def plan_set_offsets(
         else:
             assert time_ms is not None
             target = offset_by_time(st, topic, qid, time_ms).queue_offset
-        if not rng.min_offset <= target <= rng.max_offset and not force:
-            raise UnsafePlan(
-                f"offset {target} is outside {topic} queue {qid}'s range [{rng.min_offset}, {rng.max_offset}]; "
-                "use --force to write it anyway"
-            )
-        cfgjson.set_consumer_offset(data, topic, group, qid, target)
-        changes.append(OffsetChange(topic, group, qid, committed.get(qid), target, rng.min_offset, rng.max_offset))
+        changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force))
     raw = cf.raw if cf.source == "file" else None
     return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
 
@@ -404,13 +411,7 @@ def plan_reset_offsets(
         for qid in qids:
             rng = queue_range(st, topic, qid, min_phy=min_phy)
             target = _reset_target(st, rng, committed.get(qid), mode, offset, time_ms, shift_by)
-            if not rng.min_offset <= target <= rng.max_offset and not force:
-                raise UnsafePlan(
-                    f"offset {target} is outside {topic} queue {qid}'s range [{rng.min_offset}, {rng.max_offset}]; "
-                    "use --force to write it anyway"
-                )
-            cfgjson.set_consumer_offset(data, topic, group, qid, target)
-            changes.append(OffsetChange(topic, group, qid, committed.get(qid), target, rng.min_offset, rng.max_offset))
+            changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force))
     raw = cf.raw if cf.source == "file" else None
     return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
 
