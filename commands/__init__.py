@@ -14,7 +14,10 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
+from ._coerce import install as _install_plain_coercion
 from ._common import set_traceback
+
+_install_plain_coercion()
 
 # Top-level command -> (its module, its one-line help as `rmqstore --help` shows it; a test keeps
 # the line equal to the command's own).

@@ -14,7 +14,6 @@ import typer
 
 from rmqstore import query as op
 from rmqstore.commitlog import Record
-from rmqstore.dump import message_row
 from rmqstore.errors import InputError
 from rmqstore.fsutil import atomic_write
 from rmqstore.store import open_store
@@ -85,7 +84,7 @@ RawOpt = Annotated[
 def record_row(rec: Record, body: Body) -> dict[str, Any]:
     """A record as ``dump`` shows it (RocketMQ's field names, compressed bodies decompressed), plus
     keys, uniqKey, tags and a readable store time."""
-    row = message_row(rec, body=body.value)
+    row = rec.to_row(body=body.value)
     row["keys"] = rec.keys
     row["uniqKey"] = rec.uniq_key
     row["tags"] = rec.tags

@@ -443,19 +443,8 @@ def _intact_record(buf: Any, pos: int, path: str, file_from: int, broker: str) -
 def message_row(
     rec: Record, *, body: str = "base64", verify_crc: bool = False, path: str = "<buffer>"
 ) -> dict[str, Any]:
-    """``Record.to_json`` with the body decompressed (§3.9), plus ``crcOk`` when asked for."""
-    row = rec.to_json(body="none")
-    if body != "none":
-        data = rec.body
-        if rec.sys_flag & COMPRESSED_FLAG:
-            try:
-                data = rec.decompressed_body(path=path)
-            except (CorruptData, MissingExtra) as e:
-                row["bodyError"] = getattr(e, "what", str(e))
-        row["body"] = render_body(data, body)
-    if verify_crc:
-        row["crcOk"] = rec.crc_ok()
-    return row
+    """``Record.to_row``: the record with its body decompressed (§3.9), plus ``crcOk`` when asked for."""
+    return rec.to_row(body=body, verify_crc=verify_crc, path=path)
 
 
 def _json_line(row: dict[str, Any]) -> str:

@@ -61,3 +61,63 @@ def test_the_static_command_list_matches_the_commands():
     # every module in commands/ (but the shared ones) is a listed command
     files = {p.stem for p in (REPO / "commands").glob("*.py") if not p.stem.startswith("_")}
     assert files == set(cli.SUBCOMMAND_MODULES)
+
+
+def test_a_key_query_needs_neither_numpy_nor_pydantic():
+    mods = modules_after("query", "key", str(SMALL), "TopicA", "order-0", "-f", "plain")
+    assert "rmqstore.query" in mods
+    assert not {m for m in mods if m.split(".")[0] in ("numpy", "pydantic", "pydantic_core")}
+
+
+def test_info_converts_its_options_without_pydantic():
+    mods = modules_after("info", str(SMALL), "-f", "plain")
+    assert not {m for m in mods if m.split(".")[0] in ("pydantic", "pydantic_core")}
+
+
+# Each case: (argv, substring of the message) with typer's own (pydantic) conversion and ours alike.
+BAD_VALUES = [
+    (["dump", "commitlog", str(SMALL), "--limit", "-1"], "Input should be greater than or equal to 0"),
+    (["dump", "commitlog", str(SMALL), "--limit", "x"], "Input should be a valid integer"),
+    (["dump", "commitlog", str(SMALL), "-f", "bogus"], "'bogus' is not one of 'table', 'plain'"),
+    (["dump", "commitlog", str(SMALL), "--broker-version", "banana"], "banana"),
+]
+
+
+def _run_with(plain: bool, argv: list[str]) -> tuple[int, str]:
+    """Run the command line in a child, with or without the plain conversion installed."""
+    code = (
+        "import sys\n"
+        + ("" if plain else "import rmqstore.cli._coerce as c\nc.install = lambda: None\n")
+        + "from rmqstore.cli import main\n"
+        f"sys.argv = ['rmqstore', *{argv!r}]\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    return proc.returncode, " ".join(proc.stderr.split())
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_VALUES)
+def test_plain_conversion_refuses_what_typer_refuses(argv, message):
+    ours, theirs = _run_with(True, argv), _run_with(False, argv)
+    assert ours[0] == theirs[0] == 2, (ours, theirs)
+    assert message in ours[1]
+    assert message in theirs[1] or message.startswith("'bogus'")  # typer prefixes "Value error, "
+
+
+def test_plain_conversion_gives_typer_s_values(tmp_path):
+    out = [
+        _run_with(p, ["dump", "consumequeue", str(SMALL), "TopicA", "0", "-f", "json", "--count", "2"])
+        for p in (True, False)
+    ]
+    assert out[0] == out[1]
+    from rmqstore.cli._coerce import _flag, _number
+
+    class Info:
+        min, max = 0, 10
+
+    assert _number("7", int, Info) == 7 and _number(" 3 ", int, Info) == 3
+    assert _flag("yes") is True and _flag("0") is False
+    with pytest.raises(ValueError):
+        _number("11", int, Info)
+    with pytest.raises(ValueError):
+        _flag("maybe")

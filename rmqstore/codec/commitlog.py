@@ -355,6 +355,21 @@ class Record:
             out["body"] = render_body(self.body, body)
         return out
 
+    def to_row(self, *, body: str = "base64", verify_crc: bool = False, path: str = "<buffer>") -> dict[str, Any]:
+        """``to_json`` with the body decompressed (§3.9), ``bodyError`` if it cannot be, ``crcOk`` when asked."""
+        row = self.to_json(body="none")
+        if body != "none":
+            data = self.body
+            if self.sys_flag & COMPRESSED_FLAG:
+                try:
+                    data = self.decompressed_body(path=path)
+                except (CorruptData, MissingExtra) as e:
+                    row["bodyError"] = getattr(e, "what", str(e))
+            row["body"] = render_body(data, body)
+        if verify_crc:
+            row["crcOk"] = self.crc_ok()
+        return row
+
 
 def render_body(data: bytes, mode: str) -> str:
     """Body text for output: ``base64``, ``hex`` or ``text`` (UTF-8, undecodable bytes escaped)."""

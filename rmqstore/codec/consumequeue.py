@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from ..errors import CorruptData
 from .fields import Field, dtype_of, struct_of
@@ -19,7 +21,6 @@ ENTRY_FIELDS = (
 )
 _ENTRY = struct_of(ENTRY_FIELDS)
 ENTRY_SIZE = _ENTRY.size  # 20
-ENTRY_DTYPE = dtype_of(ENTRY_FIELDS)
 FILLER_SIZE = 0x7FFFFFFF  # fillPreBlank entries: offset 0, size Integer.MAX_VALUE, tagsCode 0
 EXT_ADDR_MAX = -2147483649  # tagsCode <= this is a ConsumeQueueExt address (§4.2)
 
@@ -73,13 +74,15 @@ def entries_array(buf: Any, start: int = 0, end: int | None = None) -> np.ndarra
     """Zero-copy structured view of the whole entries between ``start`` and ``end``."""
     stop = len(buf) if end is None else end
     count = (stop - start) // ENTRY_SIZE
-    return np.frombuffer(buf, dtype=ENTRY_DTYPE, count=count, offset=start)
+    import numpy as np
+
+    return np.frombuffer(buf, dtype=_dtypes()["ENTRY_DTYPE"], count=count, offset=start)
 
 
 def valid_prefix(arr: np.ndarray) -> int:
     """Number of leading entries that are valid (offset >= 0 and size > 0), as recovery counts."""
     bad = (arr["phy_offset"] < 0) | (arr["size"] <= 0)
-    idx = np.flatnonzero(bad)
+    idx = bad.nonzero()[0]
     return int(idx[0]) if idx.size else len(arr)
 
 
@@ -96,7 +99,6 @@ BCQ_FIELDS = (
 )
 _BCQ = struct_of(BCQ_FIELDS)
 BCQ_UNIT_SIZE = _BCQ.size  # 46
-BCQ_DTYPE = dtype_of(BCQ_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,3 +172,15 @@ def decode_ext_units(buf: Any, *, path: str = "<buffer>") -> list[ExtUnit]:
 def ext_real_offset(tags_code: int) -> int:
     """The global ext offset a consume queue entry's tagsCode holds when it is an ext address (§4.2, §4.6)."""
     return tags_code - EXT_ADDRESS_BASE
+
+
+@cache
+def _dtypes() -> dict[str, np.dtype]:
+    return {"ENTRY_DTYPE": dtype_of(ENTRY_FIELDS), "BCQ_DTYPE": dtype_of(BCQ_FIELDS)}
+
+
+def __getattr__(name: str) -> np.dtype:
+    # the numpy dtypes are built on first use, so reading one entry never imports numpy
+    if name in ("ENTRY_DTYPE", "BCQ_DTYPE"):
+        return _dtypes()[name]
+    raise AttributeError(name)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _NUMPY = {"b": ">i1", "h": ">i2", "i": ">i4", "q": ">i8", "4s": ">u4", "16s": "V16"}
 
@@ -31,5 +33,7 @@ def struct_of(fields: tuple[Field, ...]) -> struct.Struct:
 
 def dtype_of(fields: tuple[Field, ...], codes: tuple[str, ...] | None = None) -> np.dtype:
     """The numpy structured dtype of ``fields`` (with ``codes`` overriding their struct codes)."""
+    import numpy as np  # here, so a command that never builds an array starts without numpy
+
     codes = codes or tuple(f.code for f in fields)
     return np.dtype([(f.name, _NUMPY[c]) for f, c in zip(fields, codes, strict=True)])

@@ -8,9 +8,11 @@ hashSlotCount rule and the first-entry time-diff quirk.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from ..errors import CorruptData
 from ..rules import rules_for
@@ -36,10 +38,8 @@ ENTRY_FIELDS = (
 HEADER = struct_of(HEADER_FIELDS)
 HEADER_SIZE = HEADER.size  # 40
 _SLOT = struct_of(SLOT_FIELDS)
-SLOT_DTYPE = dtype_of(SLOT_FIELDS)
 _ENTRY = struct_of(ENTRY_FIELDS)
 ENTRY_SIZE = _ENTRY.size  # 20
-ENTRY_DTYPE = dtype_of(ENTRY_FIELDS)
 DEFAULT_SLOTS = 5_000_000
 DEFAULT_ENTRIES = 20_000_000
 _INT_MAX = 0x7FFFFFFF
@@ -145,9 +145,13 @@ class IndexFile:
     def entries_array(self) -> np.ndarray:
         """Zero-copy view of entries 0 .. indexCount-1 (entry 0 is never used)."""
         count = max(self.header().index_count, 1)
-        return np.frombuffer(self.buf, dtype=ENTRY_DTYPE, count=count, offset=self._entries_pos)
+        import numpy as np
+
+        return np.frombuffer(self.buf, dtype=_dtypes()["ENTRY_DTYPE"], count=count, offset=self._entries_pos)
 
     def slots_array(self) -> np.ndarray:
+        import numpy as np
+
         return np.frombuffer(self.buf, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
 
     # -- broker algorithms ------------------------------------------------------
@@ -219,3 +223,15 @@ def new_index_header_after(previous: IndexHeader | None) -> IndexHeader:
     return IndexHeader(
         previous.end_timestamp_ms, previous.end_timestamp_ms, previous.end_phy_offset, previous.end_phy_offset, 0, 0
     )
+
+
+@cache
+def _dtypes() -> dict[str, np.dtype]:
+    return {"SLOT_DTYPE": dtype_of(SLOT_FIELDS), "ENTRY_DTYPE": dtype_of(ENTRY_FIELDS)}
+
+
+def __getattr__(name: str) -> np.dtype:
+    # the numpy dtypes are built on first use, so a key lookup never imports numpy
+    if name in ("SLOT_DTYPE", "ENTRY_DTYPE"):
+        return _dtypes()[name]
+    raise AttributeError(name)

@@ -8,8 +8,10 @@ index key hash is ``abs(hash)`` with ``Integer.MIN_VALUE`` mapped to 0.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _MASK = 0xFFFFFFFF
 
@@ -45,6 +47,8 @@ _POW_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def _powers(width: int) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     cached = _POW_CACHE.get(width)
     if cached is None:
         p = np.empty(width, dtype=np.uint32)
@@ -63,6 +67,8 @@ def _powers(width: int) -> tuple[np.ndarray, np.ndarray]:
 
 def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
     """Vectorised ``java_hash`` over many strings; returns int32 array."""
+    import numpy as np
+
     n = len(strings)
     out = np.empty(n, dtype=np.int32)
     if n == 0:
@@ -88,6 +94,8 @@ def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
 
 def index_key_hash_batch(strings: Sequence[str]) -> np.ndarray:
     """Vectorised ``index_key_hash``; returns int32 array of non-negative values."""
+    import numpy as np
+
     h = java_hash_batch(strings).astype(np.int64)
     h = np.abs(h)
     h[h == 0x80000000] = 0
