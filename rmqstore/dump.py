@@ -57,7 +57,6 @@ from .commitlog import (
     host_str,
     parse_properties,
     read_head,
-    render_body,
 )
 from .consumequeue import (
     BCQ_UNIT_SIZE,
@@ -71,7 +70,7 @@ from .consumequeue import (
     entries_array,
 )
 from .dispatch import request_from_record
-from .errors import CorruptData, InputError, MissingExtra
+from .errors import CorruptData, InputError
 from .javahash import index_key_hash
 from .layout import Segment, list_segments, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
