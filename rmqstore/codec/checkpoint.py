@@ -6,16 +6,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptData
-from .fields import Field, struct_of
+from .fields import struct_of, table
 
 FILE_SIZE = 4096
 # §6: the first 40 bytes, declared once (the names are the Checkpoint attributes).
-FIELDS = (
-    Field("physic_msg_timestamp_ms", "physicMsgTimestamp", "q"),
-    Field("logics_msg_timestamp_ms", "logicsMsgTimestamp", "q"),
-    Field("index_msg_timestamp_ms", "indexMsgTimestamp", "q"),
-    Field("master_flushed_offset", "masterFlushedOffset", "q"),
-    Field("confirm_phy_offset", "confirmPhyOffset", "q"),
+FIELDS = table(
+    """
+    physic_msg_timestamp_ms  q  physicMsgTimestamp
+    logics_msg_timestamp_ms  q  logicsMsgTimestamp
+    index_msg_timestamp_ms   q  indexMsgTimestamp
+    master_flushed_offset    q  masterFlushedOffset
+    confirm_phy_offset       q  confirmPhyOffset
+    """
 )
 _FIELDS = struct_of(FIELDS)
 MARGIN_MS = 3000  # abnormal recovery starts 3 s before the older of physic and logics

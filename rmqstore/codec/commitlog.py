@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ChecksumMismatch, CorruptData, MissingExtra, RecordSizeMismatch
 from ..rules import rules_for, version_tuple  # noqa: F401  (version_tuple: old import path)
-from .fields import Field
+from .fields import Field, table
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB, 5.1.0+: 2-byte topic length
@@ -56,24 +56,26 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 # Fields 1-15 of §3.1, up to and including BODYLENGTH. BODY, TOPICLENGTH (1 byte V1 / 2 bytes V2),
 # TOPIC, PROPERTIESLENGTH (2 bytes) and PROPERTIES follow (see ``VARIABLE_PART``).
-RECORD_HEAD: tuple[Field, ...] = (
-    Field("total_size", "TOTALSIZE", "i"),
-    Field("magic", "MAGICCODE", "i"),
-    Field("body_crc", "BODYCRC", "i"),
-    Field("queue_id", "QUEUEID", "i"),
-    Field("flag", "FLAG", "i"),
-    Field("queue_offset", "QUEUEOFFSET", "q"),
-    Field("phy_offset", "PHYSICALOFFSET", "q"),
-    Field("sys_flag", "SYSFLAG", "i"),
-    Field("born_timestamp_ms", "BORNTIMESTAMP", "q"),
-    Field("born_addr", "BORNHOST", "addr"),
-    Field("born_port", "BORNHOST port", "i"),
-    Field("store_timestamp_ms", "STORETIMESTAMP", "q"),
-    Field("store_addr", "STOREHOSTADDRESS", "addr"),
-    Field("store_port", "STOREHOSTADDRESS port", "i"),
-    Field("reconsume_times", "RECONSUMETIMES", "i"),
-    Field("prepared_transaction_offset", "PREPARED TRANSACTION OFFSET", "q"),
-    Field("body_len", "BODYLENGTH", "i"),
+RECORD_HEAD: tuple[Field, ...] = table(
+    """
+    total_size                   i     TOTALSIZE
+    magic                        i     MAGICCODE
+    body_crc                     i     BODYCRC
+    queue_id                     i     QUEUEID
+    flag                         i     FLAG
+    queue_offset                 q     QUEUEOFFSET
+    phy_offset                   q     PHYSICALOFFSET
+    sys_flag                     i     SYSFLAG
+    born_timestamp_ms            q     BORNTIMESTAMP
+    born_addr                    addr  BORNHOST
+    born_port                    i     BORNHOST port
+    store_timestamp_ms           q     STORETIMESTAMP
+    store_addr                   addr  STOREHOSTADDRESS
+    store_port                   i     STOREHOSTADDRESS port
+    reconsume_times              i     RECONSUMETIMES
+    prepared_transaction_offset  q     PREPARED TRANSACTION OFFSET
+    body_len                     i     BODYLENGTH
+    """
 )
 VARIABLE_PART = ("body", "topic_len", "topic", "props_len", "properties")
 HEAD_NAMES = tuple(f.name for f in RECORD_HEAD)

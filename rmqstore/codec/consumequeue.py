@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
 from ..errors import CorruptData
-from .fields import Field, dtype_of, struct_of
+from .fields import lazy_dtypes, struct_of, table
 
 # §4.1: one entry, declared once; the struct (one entry) and the dtype (runs of entries) derive from it.
-ENTRY_FIELDS = (
-    Field("phy_offset", "commit log offset", "q"),
-    Field("size", "size", "i"),
-    Field("tags_code", "tagsCode", "q"),
+ENTRY_FIELDS = table(
+    """
+    phy_offset  q  commit log offset
+    size        i  size
+    tags_code   q  tagsCode
+    """
 )
 _ENTRY = struct_of(ENTRY_FIELDS)
 ENTRY_SIZE = _ENTRY.size  # 20
@@ -76,7 +77,7 @@ def entries_array(buf: Any, start: int = 0, end: int | None = None) -> np.ndarra
     count = (stop - start) // ENTRY_SIZE
     import numpy as np
 
-    return np.frombuffer(buf, dtype=_dtypes()["ENTRY_DTYPE"], count=count, offset=start)
+    return np.frombuffer(buf, dtype=__getattr__("ENTRY_DTYPE"), count=count, offset=start)
 
 
 def valid_prefix(arr: np.ndarray) -> int:
@@ -87,15 +88,17 @@ def valid_prefix(arr: np.ndarray) -> int:
 
 
 # §4.7: a 5.x batch consume queue unit (``batchconsumequeue/<topic>/<queueId>/``), declared once.
-BCQ_FIELDS = (
-    Field("phy_offset", "commit log offset", "q"),
-    Field("size", "size", "i"),
-    Field("tags_code", "tagsCode", "q"),
-    Field("store_timestamp_ms", "store timestamp", "q"),
-    Field("base_offset", "msgBaseOffset", "q"),
-    Field("batch_size", "batchSize", "h"),
-    Field("compacted_offset", "compactedOffset", "i"),
-    Field("reserved", "reserved", "i"),
+BCQ_FIELDS = table(
+    """
+    phy_offset          q  commit log offset
+    size                i  size
+    tags_code           q  tagsCode
+    store_timestamp_ms  q  store timestamp
+    base_offset         q  msgBaseOffset
+    batch_size          h  batchSize
+    compacted_offset    i  compactedOffset
+    reserved            i  reserved
+    """
 )
 _BCQ = struct_of(BCQ_FIELDS)
 BCQ_UNIT_SIZE = _BCQ.size  # 46
@@ -133,11 +136,13 @@ def encode_bcq_entry(
 
 
 # §4.6: a ConsumeQueueExt unit (``consumequeue_ext/<topic>/<queueId>/``): this head, then the filter bit map.
-EXT_HEAD_FIELDS = (
-    Field("size", "size (whole unit)", "h"),
-    Field("tags_code", "tagsCode", "q"),
-    Field("store_timestamp_ms", "msgStoreTime", "q"),
-    Field("bitmap_size", "bitMapSize", "h"),
+EXT_HEAD_FIELDS = table(
+    """
+    size                h  size (whole unit)
+    tags_code           q  tagsCode
+    store_timestamp_ms  q  msgStoreTime
+    bitmap_size         h  bitMapSize
+    """
 )
 _EXT_HEAD = struct_of(EXT_HEAD_FIELDS)
 EXT_MIN_UNIT_SIZE = _EXT_HEAD.size  # 20
@@ -174,13 +179,5 @@ def ext_real_offset(tags_code: int) -> int:
     return tags_code - EXT_ADDRESS_BASE
 
 
-@cache
-def _dtypes() -> dict[str, np.dtype]:
-    return {"ENTRY_DTYPE": dtype_of(ENTRY_FIELDS), "BCQ_DTYPE": dtype_of(BCQ_FIELDS)}
-
-
-def __getattr__(name: str) -> np.dtype:
-    # the numpy dtypes are built on first use, so reading one entry never imports numpy
-    if name in ("ENTRY_DTYPE", "BCQ_DTYPE"):
-        return _dtypes()[name]
-    raise AttributeError(name)
+# the numpy dtypes (ENTRY_DTYPE, BCQ_DTYPE), built on first use
+__getattr__ = lazy_dtypes(ENTRY_DTYPE=ENTRY_FIELDS, BCQ_DTYPE=BCQ_FIELDS)

@@ -8,7 +8,9 @@ from that one list, so the two readings cannot disagree.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +28,12 @@ class Field:
     code: str  # struct code, big-endian and signed as in Java; "addr" = a 4- or 16-byte address
 
 
+def table(text: str) -> tuple[Field, ...]:
+    """Fields written as a table, one a line: the attribute name, the struct code, the document's name."""
+    rows = (line.split(None, 2) for line in text.strip().splitlines())
+    return tuple(Field(name, java, code) for name, code, java in rows)
+
+
 def struct_of(fields: tuple[Field, ...]) -> struct.Struct:
     """The big-endian struct of ``fields`` (none of them an address)."""
     return struct.Struct(">" + "".join(f.code for f in fields))
@@ -37,3 +45,18 @@ def dtype_of(fields: tuple[Field, ...], codes: tuple[str, ...] | None = None) ->
 
     codes = codes or tuple(f.code for f in fields)
     return np.dtype([(f.name, _NUMPY[c]) for f, c in zip(fields, codes, strict=True)])
+
+
+def lazy_dtypes(**tables: tuple[Field, ...]) -> Callable[[str], np.dtype]:
+    """A module ``__getattr__`` giving the dtype of each named table, built on first use.
+
+    A command that reads a few entries with ``struct`` then never imports numpy.
+    """
+
+    @cache
+    def dtype(name: str) -> np.dtype:
+        if name not in tables:
+            raise AttributeError(name)
+        return dtype_of(tables[name])
+
+    return dtype

@@ -8,7 +8,6 @@ hashSlotCount rule and the first-entry time-diff quirk.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,24 +15,28 @@ if TYPE_CHECKING:
 
 from ..errors import CorruptData
 from ..rules import rules_for
-from .fields import Field, dtype_of, struct_of
+from .fields import Field, lazy_dtypes, struct_of, table
 from .javahash import index_key_hash
 
 # §5.1: the header, a slot and an entry, each declared once; structs and dtypes derive from them.
-HEADER_FIELDS = (
-    Field("begin_timestamp_ms", "beginTimestamp", "q"),
-    Field("end_timestamp_ms", "endTimestamp", "q"),
-    Field("begin_phy_offset", "beginPhyOffset", "q"),
-    Field("end_phy_offset", "endPhyOffset", "q"),
-    Field("hash_slot_count", "hashSlotCount", "i"),
-    Field("index_count", "indexCount", "i"),
+HEADER_FIELDS = table(
+    """
+    begin_timestamp_ms  q  beginTimestamp
+    end_timestamp_ms    q  endTimestamp
+    begin_phy_offset    q  beginPhyOffset
+    end_phy_offset      q  endPhyOffset
+    hash_slot_count     i  hashSlotCount
+    index_count         i  indexCount
+    """
 )
 SLOT_FIELDS = (Field("slot", "slot value (last entry number)", "i"),)
-ENTRY_FIELDS = (
-    Field("key_hash", "keyHash", "i"),
-    Field("phy_offset", "phyOffset", "q"),
-    Field("time_diff", "timeDiff (s)", "i"),
-    Field("prev", "prevIndex", "i"),
+ENTRY_FIELDS = table(
+    """
+    key_hash    i  keyHash
+    phy_offset  q  phyOffset
+    time_diff   i  timeDiff (s)
+    prev        i  prevIndex
+    """
 )
 HEADER = struct_of(HEADER_FIELDS)
 HEADER_SIZE = HEADER.size  # 40
@@ -147,7 +150,7 @@ class IndexFile:
         count = max(self.header().index_count, 1)
         import numpy as np
 
-        return np.frombuffer(self.buf, dtype=_dtypes()["ENTRY_DTYPE"], count=count, offset=self._entries_pos)
+        return np.frombuffer(self.buf, dtype=__getattr__("ENTRY_DTYPE"), count=count, offset=self._entries_pos)
 
     def slots_array(self) -> np.ndarray:
         import numpy as np
@@ -225,13 +228,5 @@ def new_index_header_after(previous: IndexHeader | None) -> IndexHeader:
     )
 
 
-@cache
-def _dtypes() -> dict[str, np.dtype]:
-    return {"SLOT_DTYPE": dtype_of(SLOT_FIELDS), "ENTRY_DTYPE": dtype_of(ENTRY_FIELDS)}
-
-
-def __getattr__(name: str) -> np.dtype:
-    # the numpy dtypes are built on first use, so a key lookup never imports numpy
-    if name in ("SLOT_DTYPE", "ENTRY_DTYPE"):
-        return _dtypes()[name]
-    raise AttributeError(name)
+# the numpy dtypes (SLOT_DTYPE, ENTRY_DTYPE), built on first use
+__getattr__ = lazy_dtypes(SLOT_DTYPE=SLOT_FIELDS, ENTRY_DTYPE=ENTRY_FIELDS)

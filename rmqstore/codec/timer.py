@@ -11,28 +11,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptData
-from .fields import Field, struct_of
+from .fields import struct_of, table
 
-SLOT_FIELDS = (
-    Field("time_ms", "timeMs", "q"),
-    Field("first_pos", "firstPos", "q"),
-    Field("last_pos", "lastPos", "q"),
-    Field("num", "num", "i"),
-    Field("magic", "magic", "i"),
+SLOT_FIELDS = table(
+    """
+    time_ms    q  timeMs
+    first_pos  q  firstPos
+    last_pos   q  lastPos
+    num        i  num
+    magic      i  magic
+    """
 )
 _SLOT = struct_of(SLOT_FIELDS)
 SLOT_SIZE = _SLOT.size  # 32
 
-UNIT_FIELDS = (
-    Field("size", "size", "i"),
-    Field("prev_pos", "prev pos", "q"),
-    Field("magic", "magic value", "i"),
-    Field("write_time_ms", "curr write time", "q"),
-    Field("delayed_time", "delayed time", "i"),
-    Field("offset_py", "offsetPy", "q"),
-    Field("size_py", "sizePy", "i"),
-    Field("topic_hash", "hash code of real topic", "i"),
-    Field("reserved", "reserved value", "q"),
+UNIT_FIELDS = table(
+    """
+    size           i  size
+    prev_pos       q  prev pos
+    magic          i  magic value
+    write_time_ms  q  curr write time
+    delayed_time   i  delayed time
+    offset_py      q  offsetPy
+    size_py        i  sizePy
+    topic_hash     i  hash code of real topic
+    reserved       q  reserved value
+    """
 )
 _UNIT = struct_of(UNIT_FIELDS)
 UNIT_SIZE = _UNIT.size  # 52
