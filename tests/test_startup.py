@@ -104,20 +104,13 @@ def test_plain_conversion_refuses_what_typer_refuses(argv, message):
     assert message in theirs[1] or message.startswith("'bogus'")  # typer prefixes "Value error, "
 
 
-def test_plain_conversion_gives_typer_s_values(tmp_path):
-    out = [
-        _run_with(p, ["dump", "consumequeue", str(SMALL), "TopicA", "0", "-f", "json", "--count", "2"])
-        for p in (True, False)
-    ]
-    assert out[0] == out[1]
-    from rmqstore.cli._coerce import _flag, _number
-
-    class Info:
-        min, max = 0, 10
-
-    assert _number("7", int, Info) == 7 and _number(" 3 ", int, Info) == 3
-    assert _flag("yes") is True and _flag("0") is False
-    with pytest.raises(ValueError):
-        _number("11", int, Info)
-    with pytest.raises(ValueError):
-        _flag("maybe")
+def test_plain_conversion_gives_typer_s_values():
+    argv = ["dump", "consumequeue", str(SMALL), "TopicA", "0", "-f", "json", "--from-index", " 1", "--count", "2"]
+    runs = []
+    for plain in (True, False):
+        prefix = "" if plain else "import rmqstore.cli._coerce as c\nc.install = lambda: None\n"
+        code = f"{prefix}import sys\nfrom rmqstore.cli import main\nsys.argv = ['rmqstore', *{argv!r}]\nmain()\n"
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+        runs.append((proc.returncode, proc.stdout))
+    assert runs[0] == runs[1]
+    assert runs[0][0] == 0 and '"queueOffset": 1,' in runs[0][1]
