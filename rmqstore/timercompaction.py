@@ -33,17 +33,6 @@ def read_timer_checkpoint(st: Store) -> tuple[Path, timercheck.TimerCheckpoint]:
         return path, timercheck.decode(buf, path=str(path))
 
 
-def compaction_queues(st: Store) -> list[tuple[str, int]]:
-    """(topic, queue id) of every ``compaction/compactionLog/<topic>/<queueId>`` directory."""
-    base = Path(st.root) / COMPACTION_LOG_DIR
-    out = []
-    for t in sorted(base.iterdir()) if base.is_dir() else []:
-        if not t.is_dir() or check_topic_name(t.name) is not None:
-            continue
-        out += [(t.name, int(q.name)) for q in sorted(t.iterdir()) if q.is_dir() and q.name.isdigit()]
-    return sorted(out)
-
-
 def _queue_dir(st: Store, sub: str, topic: str, queue_id: int) -> Path:
     why = check_topic_name(topic)
     if why is not None:
