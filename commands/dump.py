@@ -423,8 +423,11 @@ def timercheck_command(
     broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
-    """Show the 5.x timer checkpoint (config/timercheck): last read time, timer log flush position,
-    timer queue offsets and data version."""
+    """Show the 5.x timer checkpoint (config/timercheck).
+
+    Last read time, timer log flush position, the last and the master's timer queue offsets, and the data
+    version (state version, timestamp, counter).
+    """
     from rmqstore import timercompaction as tc
 
     fmt = default_format(fmt)
@@ -449,8 +452,11 @@ def compaction_log_command(
     body: Annotated[BodyMode | None, typer.Option(help="How to show bodies (default: text in tables).")] = None,
     fmt: FmtOpt = None,
 ) -> None:
-    """List the records of one 5.x compaction log queue (compaction/compactionLog/TOPIC/QUEUE): commit log
-    records whose commitLogOffset is their compaction log position, and each file's closing blank."""
+    """List the records of one 5.x compaction log queue (compaction/compactionLog/TOPIC/QUEUE).
+
+    Commit log records whose commitLogOffset is their position in the compaction log, and the blank that
+    closes a file.
+    """
     from rmqstore import timercompaction as tc
 
     fmt = default_format(fmt)
@@ -471,8 +477,11 @@ def compaction_cq_command(
     broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
 ) -> None:
-    """List the units of one 5.x compaction consume queue (compaction/compactionCq/TOPIC/QUEUE): compaction log
-    offset, size, tagsCode, store time and queue offset, and the end unit that closes a file."""
+    """List the units of one 5.x compaction consume queue (compaction/compactionCq/TOPIC/QUEUE).
+
+    Compaction log offset, size, tagsCode, store time and queue offset of each message, and the end unit
+    that closes a file.
+    """
     from rmqstore import timercompaction as tc
 
     fmt = default_format(fmt)
