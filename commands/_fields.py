@@ -51,3 +51,17 @@ PLAN_ACTION_TABLE = ("action", "path", "from", "to", "bytes", "kept", "why")
 
 assert set(COMMITLOG) >= set(MESSAGE) | set(MESSAGE_DERIVED)
 assert set(QUERY) >= set(MESSAGE) | set(MESSAGE_DERIVED)
+
+# `dump timercheck`: the 5.x timer checkpoint (one row), the data version flattened.
+TIMER_CHECKPOINT = (
+    "lastReadTimeMs", "lastReadTime", "lastTimerLogFlushPos", "lastTimerQueueOffset", "masterTimerQueueOffset",
+    "stateVersion", "dataVersionTimestamp", "dataVersionCounter",
+)  # fmt: skip
+# `dump compaction-log`: a compaction log record (commit log format) or its file's closing blank.
+COMPACTION_LOG = ("kind", "file", "pos", *MESSAGE, *MESSAGE_DERIVED)
+COMPACTION_LOG_TABLE = ("kind", "file", "pos", "commitLogOffset", "storeSize", "queueOffset", "keys", "tags", "body")
+# `dump compaction-cq`: a compactionCq unit (46 bytes) or the end unit that closes a file.
+COMPACTION_CQ = (
+    "kind", "file", "pos", "compactionLogOffset", "size", "tagsCode", "storeTimestamp", "queueOffset", "batchSize",
+    "compactedOffset",
+)  # fmt: skip

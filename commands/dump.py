@@ -415,6 +415,81 @@ def compaction_command(
         render_rows(({"key": k, "value": v} for k, v in lib.flatten(cf.data)), fmt, title=str(cf.path))
 
 
+@app.command("timercheck", epilog="Example: rmqstore dump timercheck STORE --format json")
+@reports_errors
+def timercheck_command(
+    store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """Show the 5.x timer checkpoint (config/timercheck).
+
+    Last read time, timer log flush position, the last and the master's timer queue offsets, and the data
+    version (state version, timestamp, counter).
+    """
+    from rmqstore import timercompaction as tc
+
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        path, cp = tc.read_timer_checkpoint(st)
+    row = {**cp.to_json(), "lastReadTime": format_time_ms(cp.last_read_time_ms)}
+    render_rows([row], fmt, columns=fields.TIMER_CHECKPOINT, title=str(path))
+
+
+CompactionTopic = Annotated[str, typer.Argument(help="Topic (the compaction queue's directory).", show_default=False)]
+CompactionQueue = Annotated[int, typer.Argument(help="Queue id.", show_default=False)]
+
+
+@app.command("compaction-log", epilog="Example: rmqstore dump compaction-log STORE TopicC 0 --format ndjson")
+@reports_errors
+def compaction_log_command(
+    store: StorePath,
+    topic: CompactionTopic,
+    queue: CompactionQueue,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    body: Annotated[BodyMode | None, typer.Option(help="How to show bodies (default: text in tables).")] = None,
+    fmt: FmtOpt = None,
+) -> None:
+    """List the records of one 5.x compaction log queue (compaction/compactionLog/TOPIC/QUEUE).
+
+    Commit log records whose commitLogOffset is their position in the compaction log, and the blank that
+    closes a file.
+    """
+    from rmqstore import timercompaction as tc
+
+    fmt = default_format(fmt)
+    mode = (body or (BodyMode.text if fmt is Format.table else BodyMode.base64)).value
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        rows = tc.compaction_log_rows(st, topic, queue, body=mode)
+        cols = fields.COMPACTION_LOG_TABLE if fmt is Format.table else fields.COMPACTION_LOG
+        render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else cols, title=f"{topic} {queue}")
+
+
+@app.command("compaction-cq", epilog="Example: rmqstore dump compaction-cq STORE TopicC 0 --format csv")
+@reports_errors
+def compaction_cq_command(
+    store: StorePath,
+    topic: CompactionTopic,
+    queue: CompactionQueue,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
+    fmt: FmtOpt = None,
+) -> None:
+    """List the units of one 5.x compaction consume queue (compaction/compactionCq/TOPIC/QUEUE).
+
+    Compaction log offset, size, tagsCode, store time and queue offset of each message, and the end unit
+    that closes a file.
+    """
+    from rmqstore import timercompaction as tc
+
+    fmt = default_format(fmt)
+    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+        rows = tc.compaction_cq_rows(st, topic, queue)
+        render_rows(rows, fmt, columns=fields.COMPACTION_CQ, title=f"{topic} {queue}")
+
+
 # ------------------------------------------------------------------------------------- index
 
 _INDEX_COLUMNS = [

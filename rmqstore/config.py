@@ -850,6 +850,53 @@ def set_consumer_offset(data: dict[str, Any], topic: str, group: str, queue_id: 
             group_topics[group] = [topic]
 
 
+LMQ_PREFIX = "%LMQ%"  # MixAll.LMQ_PREFIX
+
+
+def is_lmq(name: str) -> bool:
+    """``MixAll.isLmq``: a light message queue's topic or group name."""
+    return name.startswith(LMQ_PREFIX)
+
+
+def load_lmq_offsets(
+    data: Any, *, path: str | Path = "lmqConsumerOffset.json"
+) -> dict[tuple[str, str], dict[int, int]]:
+    """``lmqOffsetTable`` of 4.9.3+/5.x lmqConsumerOffset.json (``LmqConsumerOffsetManager``):
+    ``topic@group`` -> one offset, whatever the queue id; returned as queue 0, where LMQ queues live.
+
+    Raises:
+        ConfigError: the table or an offset has the wrong shape.
+    """
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    for key, offset in _table(data, "lmqOffsetTable", path).items():
+        if not isinstance(key, str):
+            _fail_shape(f"lmqOffsetTable key {key!r} is not a string", path)
+        topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        if sep:
+            out[(topic, group)] = {0: _int_or_fail(offset, f"{key}: offset", path)}
+    return out
+
+
+def set_lmq_offset(data: dict[str, Any], topic: str, group: str, offset: int) -> None:
+    """Set an LMQ group's committed offset in ``lmqOffsetTable`` in place (``commitOffset`` of an LMQ
+    group: one offset per ``topic@group``, the queue id ignored); a new key goes at the end.
+
+    Raises:
+        InputError: an empty name, ``@`` in the topic, or an offset outside Java's range.
+    """
+    if not topic or TOPIC_GROUP_SEPARATOR in topic:
+        raise InputError(f"topic {topic!r} must be non-empty and contain no '@'")
+    if not group:
+        raise InputError("consumer group must be non-empty")
+    if isinstance(offset, bool) or not 0 <= offset <= _JAVA_LONG_MAX:
+        raise InputError(f"offset {offset!r} is out of range")
+    table = data.get("lmqOffsetTable")
+    if not isinstance(table, dict):
+        table = {}
+        _put_sorted(data, "lmqOffsetTable", table)
+    table[f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"] = offset
+
+
 def load_delay_offsets(data: Any, *, path: str | Path = "delayOffset.json") -> dict[int, int]:
     """``offsetTable`` of delayOffset.json: delay level (1-based) -> next offset to deliver (§11.5).
 

@@ -1,9 +1,12 @@
 """Which broker version family wrote a store, from the store's own contents (facts only; which families
 a fact admits is decided in ``rules``).
 
-The commit log is sampled, never read whole: in the first two and the last two files the record chain
-is followed by its 8-byte headers (magic of every record, the end-of-file blank) up to a budget of
-hops, and the properties of the first records of each file are decoded.
+The commit log is sampled, never read whole: in at most 8 files (the first two, the last two and
+evenly spaced ones between) the record chain is followed from the file's start by its 8-byte headers
+(magic of every record, the end-of-file blank) up to a budget of hops per file, and the properties of
+the first records are decoded; then a few records are decoded at evenly spaced places of the file,
+each found by the next magic code whose record is intact and stores its own physical offset, so a V2
+record or a ``__CRC32#`` property in the middle of a large store is seen.
 """
 
 from __future__ import annotations
@@ -27,8 +30,12 @@ P = TypeVar("P")
 
 AUTO = "auto"
 _HEAD = struct.Struct(">ii")
-_HOP_BUDGET = 50_000  # record headers followed in all the files sampled
+_HOP_BUDGET = 50_000  # record headers followed in all the files sampled (shared out evenly)
 _SAMPLED_RECORDS = 64  # records per file whose properties are decoded
+_FILES_SAMPLED = 8  # the first two, the last two and evenly spaced files between
+_PLACES = 4  # evenly spaced places per file where a few records are decoded
+_PLACE_RECORDS = 8  # records read at each place
+_SEARCH_BYTES = 1 << 20  # how far a place looks for the next intact record
 _CRC_KEY = "__CRC32#"
 _LMQ_KEY = "INNER_MULTI_DISPATCH"
 _CONFIG_5X = ("topicQueueMapping.json", "messageRequestMode.json", "timercheck", "timermetrics")
@@ -135,52 +142,113 @@ def _config_facts(cfg: StoreConfig) -> list[Fact]:
     return out
 
 
+def sampled_files(segs: list[Segment], limit: int = _FILES_SAMPLED) -> list[Segment]:
+    """At most ``limit`` files: the first two, the last two, and evenly spaced ones between."""
+    n = len(segs)
+    if n <= limit:
+        return list(segs)
+    ends = {0, 1, n - 2, n - 1}
+    between = limit - len(ends)
+    picks = ends | {1 + round((i + 1) * (n - 3) / (between + 1)) for i in range(between)}
+    return [segs[i] for i in sorted(picks)]
+
+
 def _commitlog_facts(cfg: StoreConfig) -> list[Fact]:
-    """Facts of the first two and the last two non-empty commit log files (a one-shot command stays fast
-    on a store of many files)."""
+    """Facts of a bounded sample of the non-empty commit log files (a one-shot command stays fast on a
+    store of many large files)."""
     out: list[Fact] = []
-    budget = [_HOP_BUDGET]
     segs: list[Segment] = []
     for d in cfg.commitlog_dirs or (cfg.commitlog_dir,):
         segs += [s for s in list_segments(d, None)[0] if s.size > 0]
     segs.sort(key=lambda s: s.base_offset)
-    picked = segs if len(segs) <= 4 else segs[:2] + segs[-2:]
+    picked = sampled_files(segs)
     for seg in picked:
-        if budget[0] > 0:
-            with contextlib.suppress(OSError, ValueError):
-                out += _file_facts(seg, budget)
+        with contextlib.suppress(OSError, ValueError):
+            out += _file_facts(seg, _HOP_BUDGET // len(picked))
     return out
 
 
-def _file_facts(seg: Segment, budget: list[int]) -> list[Fact]:
+class _Seen:
+    """The per-file facts already reported (each once per file)."""
+
+    def __init__(self) -> None:
+        self.v2 = self.v6 = False
+
+
+def _record_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, decode: bool) -> list[Fact]:
+    """Facts of the intact record at ``pos``: its magic and host flags, with ``decode`` its properties."""
+    out: list[Fact] = []
+    if not seen.v2 and _HEAD.unpack_from(buf, pos)[1] == MAGIC_V2:
+        seen.v2 = True
+        out.append(Fact("v2-record", f"{seg.path} @{pos}"))
+    if not seen.v6 and buf[pos + 39] & 0x30:  # sysFlag's IPv6 bits (its lowest byte)
+        seen.v6 = True
+        out.append(Fact("ipv6-host", f"{seg.path} @{pos}"))
+    if decode:
+        rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=len(buf))
+        if isinstance(rec, Record):
+            out += _property_facts(rec, f"{seg.path} @{pos}")
+    return out
+
+
+def _file_facts(seg: Segment, hops: int) -> list[Fact]:
     import mmap
 
     out: list[Fact] = []
-    seen_v2 = seen_v6 = False
+    seen = _Seen()
     with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         pos, n, end = 0, 0, len(buf)
-        unpack = _HEAD.unpack_from
-        while pos + 8 <= end and budget[0] > 0:
-            budget[0] -= 1
-            total, magic = unpack(buf, pos)
+        while pos + 8 <= end and hops > 0:
+            hops -= 1
+            total, magic = _HEAD.unpack_from(buf, pos)
             if magic == BLANK_MAGIC:
                 out += _blank_fact(buf, pos, end, seg)
-                break
+                return out
             if (magic != MAGIC_V1 and magic != MAGIC_V2) or checked_size(buf, pos, end) is None:
-                break
-            if magic == MAGIC_V2 and not seen_v2:
-                seen_v2 = True
-                out.append(Fact("v2-record", f"{seg.path} @{pos}"))
-            if not seen_v6 and buf[pos + 39] & 0x30:  # sysFlag's IPv6 bits (its lowest byte)
-                seen_v6 = True
-                out.append(Fact("ipv6-host", f"{seg.path} @{pos}"))
-            if n < _SAMPLED_RECORDS:
-                rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-                if isinstance(rec, Record):
-                    out += _property_facts(rec, f"{seg.path} @{pos}")
-                n += 1
+                return out  # the end of the data (or damage): nothing after it is the broker's
+            out += _record_facts(buf, pos, seg, seen, n < _SAMPLED_RECORDS)
+            n += 1
             pos += total
+        for i in range(1, _PLACES + 1):  # inside the walked part too: only its first records were decoded
+            out += _place_facts(buf, end * i // (_PLACES + 1), seg, seen)
     return out
+
+
+def _place_facts(buf: Any, start: int, seg: Segment, seen: _Seen) -> list[Fact]:
+    """Facts of a few records from the first intact one at or after ``start``."""
+    pos = _next_record(buf, start, min(len(buf), start + _SEARCH_BYTES), seg.base_offset)
+    out: list[Fact] = []
+    for _ in range(_PLACE_RECORDS):
+        total = None if pos is None else checked_size(buf, pos, len(buf))
+        if pos is None or total is None or _phy_field(buf, pos) != seg.base_offset + pos:
+            break
+        out += _record_facts(buf, pos, seg, seen, True)
+        pos += total
+    return out
+
+
+_MAGICS = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
+_PHY = struct.Struct(">q")
+_PHY_AT = 28  # PHYSICALOFFSET: after size, magic, body CRC, queue id, flag, queue offset
+
+
+def _phy_field(buf: Any, pos: int) -> int:
+    return _PHY.unpack_from(buf, pos + _PHY_AT)[0] if pos + _PHY_AT + 8 <= len(buf) else -1
+
+
+def _next_record(buf: Any, start: int, stop: int, base: int) -> int | None:
+    """The first position in [start, stop) where an intact record starts that stores its own physical
+    offset (a magic code inside a body is not one: its bytes would have to match all of that)."""
+    at = start + 4
+    while at < stop:
+        hits = [h for h in (buf.find(m, at, stop + 4) for m in _MAGICS) if h >= 0]
+        if not hits:
+            return None
+        cand = min(hits) - 4
+        if checked_size(buf, cand, len(buf)) is not None and _phy_field(buf, cand) == base + cand:
+            return cand
+        at = cand + 5
+    return None
 
 
 def _blank_fact(buf: object, pos: int, end: int, seg: Segment) -> list[Fact]:

@@ -360,7 +360,7 @@ _EXTRA_PARTS = ("timerwheel", "timerlog", "config/timercheck", "config/timermetr
 
 
 def _extra_parts(root: Path) -> tuple[tuple[str, int], ...]:
-    """Files of the 5.x timer store, compaction and consume queue ext (listed; rmqstore does not decode them)."""
+    """Files of the 5.x timer store, compaction and consume queue ext (`dump timer`, `timercheck`, `compaction*`)."""
     out = []
     for name in _EXTRA_PARTS:
         p = root / name

@@ -240,3 +240,99 @@ def decode_record_at(buf: object, pos: int, seg: Segment, cfg: StoreConfig) -> R
 
     rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=cfg.broker)
     return rec if isinstance(rec, Record) else None
+
+
+# ------------------------------------------------------------------- recovery of batch consume queues
+
+
+def _bcq_units(buf: object) -> object:
+    """Every whole 46-byte unit of a mapped batch consume queue file, as a numpy record array."""
+    import numpy as np
+
+    from .codec.consumequeue import BCQ_DTYPE
+
+    n = len(buf) // BCQ_UNIT_SIZE  # type: ignore[arg-type]
+    return np.frombuffer(buf, dtype=BCQ_DTYPE, count=n)  # type: ignore[call-overload]
+
+
+def _bcq_valid(units: object) -> object:
+    """BatchConsumeQueue's test of a unit: offset >= 0, size > 0, base offset >= 0, batch size > 0."""
+    u = units  # numpy record array
+    return (u["phy_offset"] >= 0) & (u["size"] > 0) & (u["base_offset"] >= 0) & (u["batch_size"] > 0)  # type: ignore[index]
+
+
+def batch_queue_max_phy(segs: list[Segment]) -> int:
+    """``BatchConsumeQueue.getMaxPhysicOffset`` after its ``recover()``: the commit log offset (not offset
+    + size) of the last valid unit, reading from the third file from the end; -1 without units."""
+    import numpy as np
+
+    from .store import map_file
+
+    best = -1
+    for seg in segs[max(0, len(segs) - 3) :]:
+        with map_file(seg.path) as buf:
+            units = _bcq_units(buf)
+            bad = np.flatnonzero(~_bcq_valid(units))  # type: ignore[operator]
+            k = int(bad[0]) if bad.size else len(units)  # type: ignore[arg-type]
+            if k:
+                best = int(units["phy_offset"][k - 1])  # type: ignore[index]
+            del units
+        if k * BCQ_UNIT_SIZE < seg.size:  # a file not completely valid ends the queue
+            break
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCut:
+    """One removal ``BatchConsumeQueue.truncateDirtyLogicFiles`` makes in a batch consume queue."""
+
+    topic: str
+    queue_id: int
+    path: Path
+    verb: str  # "delete" (the whole file) | "zero" (from_pos up to the end of its data)
+    from_pos: int
+    to_pos: int
+    units: int  # units removed
+
+
+def plan_batch_cq_cut(topic: str, queue_id: int, segs: list[Segment], phy_offset: int) -> list[BatchCut]:
+    """What ``truncateDirtyLogicFiles(phyOffset)`` removes from one batch consume queue (reads only).
+
+    From the last file back: a file whose first unit points at or past ``phy_offset`` is deleted
+    (the first unit is not checked otherwise, zeros read as offset 0); in the first file that stays,
+    units are kept up to the first one that is invalid or points at or past ``phy_offset``, and
+    everything after them goes (the engine moves its write position there and overwrites the rest).
+    """
+    import numpy as np
+
+    from .store import map_file
+    from .walk import data_end
+
+    out: list[BatchCut] = []
+    for seg in reversed(segs):
+        with map_file(seg.path) as buf:
+            units = _bcq_units(buf)
+            phys = np.asarray(units["phy_offset"]).copy()  # type: ignore[index]
+            valid = np.asarray(_bcq_valid(units)).copy()
+            del units
+        if not len(phys):
+            break  # nothing in it to cut (the engine maps it full of zeros: unit 0 is offset 0)
+        if int(phys[0]) >= phy_offset:
+            out.append(BatchCut(topic, queue_id, seg.path, "delete", 0, seg.size, _leading(valid)))
+            continue
+        stop = np.flatnonzero(~valid[1:] | (phys[1:] >= phy_offset))
+        keep = 1 + (int(stop[0]) if stop.size else len(phys) - 1)
+        cut = keep * BCQ_UNIT_SIZE
+        end = data_end(seg.path, cut)
+        if end > cut:
+            out.append(BatchCut(topic, queue_id, seg.path, "zero", cut, end, _leading(valid[keep:])))
+        break
+    return out
+
+
+def _leading(valid: object) -> int:
+    """How many units lead ``valid`` before the first invalid one."""
+    import numpy as np
+
+    bad = np.flatnonzero(~np.asarray(valid))
+    return int(bad[0]) if bad.size else len(valid)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ through :func:`rmqstore.config.write_config`, and is a :func:`plan_set_offsets` 
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,22 +146,41 @@ class ConsumerProgress:
         }
 
 
-def read_consumer_offsets(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, str], dict[int, int]]]:
-    """consumerOffset.json as the broker loads it, and its table ``{(topic, group): {queue: offset}}``."""
-    cf = cfgjson.read_config(st.config.config_dir, CONSUMER_OFFSET_FILE)
+def lmq_offset_manager(st: Store) -> bool:
+    """Whether the broker keeps its offsets in lmqConsumerOffset.json: with ``enableLmq`` (4.9.3+) its
+    offset manager is ``LmqConsumerOffsetManager``, which persists every group there (consumerOffset.json
+    is then neither read nor written) and an LMQ group's one offset per queue in ``lmqOffsetTable``."""
+    return st.config.enable_lmq and rules_for(st.config.broker).multi_dispatch
+
+
+def offsets_file(st: Store) -> str:
+    """The name of the committed offsets file the broker of this store loads and persists."""
+    return LMQ_OFFSET_FILE if lmq_offset_manager(st) else CONSUMER_OFFSET_FILE
+
+
+def _offset_table(cf: cfgjson.ConfigFile, lmq: bool) -> dict[tuple[str, str], dict[int, int]]:
     path = cf.path if cf.source != "bak" else cf.path.with_name(cf.path.name + ".bak")
-    return cf, cfgjson.load_consumer_offsets(cf.data, path=path)
+    table = cfgjson.load_consumer_offsets(cf.data, path=path)
+    if lmq:
+        table.update(cfgjson.load_lmq_offsets(cf.data, path=path))
+    return table
+
+
+def read_consumer_offsets(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, str], dict[int, int]]]:
+    """The committed offsets file as the broker loads it (:func:`offsets_file`), and its table
+    ``{(topic, group): {queue: offset}}`` (an LMQ group's offset from lmqOffsetTable at queue 0)."""
+    name = offsets_file(st)
+    cf = cfgjson.read_config(st.config.config_dir, name)
+    return cf, _offset_table(cf, name == LMQ_OFFSET_FILE)
 
 
 def read_lmq_offsets(st: Store) -> dict[tuple[str, str], dict[int, int]]:
-    """4.9.3+/5.x ``lmqConsumerOffset.json`` (the %LMQ% queues' offsets, same layout as consumerOffset.json);
-    empty when the file is absent."""
+    """4.9.3+/5.x ``lmqConsumerOffset.json`` (``offsetTable`` as in consumerOffset.json, plus
+    ``lmqOffsetTable``: ``topic@group`` -> one offset, shown at queue 0); empty when the file is absent."""
     d = st.config.config_dir
     if not (d / LMQ_OFFSET_FILE).exists() and not (d / f"{LMQ_OFFSET_FILE}.bak").exists():
         return {}
-    cf = cfgjson.read_config(d, LMQ_OFFSET_FILE)
-    path = cf.path if cf.source != "bak" else cf.path.with_name(cf.path.name + ".bak")
-    return cfgjson.load_consumer_offsets(cf.data, path=path)
+    return _offset_table(cfgjson.read_config(d, LMQ_OFFSET_FILE), True)
 
 
 def _queue_ids_on_disk(st: Store) -> dict[str, list[int]]:
@@ -235,7 +255,7 @@ class OffsetChange:
 
 @dataclass(frozen=True, slots=True)
 class SetOffsetsPlan:
-    """A rewrite of consumerOffset.json: the new document and what changes in it."""
+    """A rewrite of the offsets file (consumerOffset.json, or lmqConsumerOffset.json with enableLmq)."""
 
     path: Path  # config/consumerOffset.json
     broker_version: str
@@ -251,16 +271,46 @@ RESET_MODES = ("offset", "earliest", "latest", "time")
 
 
 def _set_one(
-    data: Any, topic: str, group: str, qid: int, old: int | None, target: int, rng: Any, force: bool
+    data: Any, topic: str, group: str, qid: int, old: int | None, target: int, rng: Any, force: bool, lmq: bool
 ) -> OffsetChange:
-    """Set one committed offset in ``data``; outside the queue's [min, max] only with ``force``."""
+    """Set one committed offset in ``data``; outside the queue's [min, max] only with ``force``.
+    ``lmq``: the document is lmqConsumerOffset.json, where an LMQ group's offset goes to lmqOffsetTable."""
     if not rng.min_offset <= target <= rng.max_offset and not force:
         raise UnsafePlan(
             f"offset {target} is outside {topic} queue {qid}'s range [{rng.min_offset}, {rng.max_offset}]; "
             "use --force to write it anyway"
         )
-    cfgjson.set_consumer_offset(data, topic, group, qid, target)
+    if lmq and cfgjson.is_lmq(group):
+        if qid != 0:
+            raise InputError(f"LMQ group {group!r} has one offset, kept for queue 0 (lmqOffsetTable): give --queue 0")
+        cfgjson.set_lmq_offset(data, topic, group, target)
+    else:
+        cfgjson.set_consumer_offset(data, topic, group, qid, target)
     return OffsetChange(topic, group, qid, old, target, rng.min_offset, rng.max_offset)
+
+
+def _document_to_write(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, str], dict[int, int]], Any, bool]:
+    """The offsets file as loaded, its table, a copy of its document to change, and whether it is
+    lmqConsumerOffset.json. A missing file starts as the broker's empty manager would write it.
+
+    Raises:
+        ConfigError: the file exists but the broker would load its ``.bak`` instead.
+    """
+    cf, table = read_consumer_offsets(st)
+    if cf.skipped is not None:
+        raise ConfigError(
+            f"{cf.skipped.what}; the broker would load {cf.path.name}.bak instead: repair the file first",
+            path=cf.skipped.path,
+            line=cf.skipped.line,
+        )
+    lmq = cf.path.name == LMQ_OFFSET_FILE
+    data = copy.deepcopy(cf.data) if isinstance(cf.data, dict) and cf.data else None
+    if data is None and lmq and rules_for(st.config.broker).five:
+        version = cfgjson.bean(counter=0, stateVersion=0, timestamp=int(time.time() * 1000))
+        data = cfgjson.bean(dataVersion=version, groupTopicMap={}, lmqOffsetTable={}, offsetTable={})
+    elif data is None:
+        data = cfgjson.bean(lmqOffsetTable={}, offsetTable={}) if lmq else cfgjson.bean(offsetTable={})
+    return cf, table, data, lmq
 
 
 def plan_set_offsets(
@@ -292,13 +342,7 @@ def plan_set_offsets(
         raise InputError("--offset needs --queue")
     if mode == "time" and time_ms is None:
         raise InputError("--to-time needs a time")
-    cf, table = read_consumer_offsets(st)
-    if cf.skipped is not None:
-        raise ConfigError(
-            f"{cf.skipped.what}; the broker would load {CONSUMER_OFFSET_FILE}.bak instead: repair the file first",
-            path=cf.skipped.path,
-            line=cf.skipped.line,
-        )
+    cf, table, data, lmq = _document_to_write(st)
     committed = table.get((topic, group), {})
     if queue_id is not None:
         qids = [queue_id]
@@ -307,9 +351,6 @@ def plan_set_offsets(
         if not qids:
             raise InputError(f"topic {topic!r} has no consume queue in this store and {group!r} no offset on it")
     min_phy = commitlog_min_phy(st)
-    data = copy.deepcopy(cf.data) if isinstance(cf.data, dict) else {}
-    if not data:
-        data = cfgjson.bean(offsetTable={})
     changes = []
     for qid in qids:
         rng = queue_range(st, topic, qid, min_phy=min_phy)
@@ -323,7 +364,7 @@ def plan_set_offsets(
         else:
             assert time_ms is not None
             target = offset_by_time(st, topic, qid, time_ms).queue_offset
-        changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force))
+        changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force, lmq))
     raw = cf.raw if cf.source == "file" else None
     return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
 
@@ -394,16 +435,9 @@ def plan_reset_offsets(
         raise InputError("--offset needs --queue")
     if not pairs:
         raise InputError("no group and topic to set: consumerOffset.json has none that match")
-    cf, table = read_consumer_offsets(st)
-    if cf.skipped is not None:
-        raise ConfigError(
-            f"{cf.skipped.what}; the broker would load {CONSUMER_OFFSET_FILE}.bak instead: repair the file first",
-            path=cf.skipped.path,
-            line=cf.skipped.line,
-        )
+    cf, table, data, lmq = _document_to_write(st)
     on_disk = _queue_ids_on_disk(st)
     min_phy = commitlog_min_phy(st)
-    data = copy.deepcopy(cf.data) if isinstance(cf.data, dict) and cf.data else cfgjson.bean(offsetTable={})
     changes = []
     for topic, group in pairs:
         committed = table.get((topic, group), {})
@@ -411,7 +445,7 @@ def plan_reset_offsets(
         for qid in qids:
             rng = queue_range(st, topic, qid, min_phy=min_phy)
             target = _reset_target(st, rng, committed.get(qid), mode, offset, time_ms, shift_by)
-            changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force))
+            changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force, lmq))
     raw = cf.raw if cf.source == "file" else None
     return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
 

@@ -66,7 +66,7 @@ from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
 from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
-from .multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
+from .multiqueue import ExtraDispatcher, batch_cq_topics, batch_queue_max_phy, iter_records, plan_batch_cq_cut
 from .problems import LOAD_FAILURES
 from .rules import BrokerRules, rules_for
 from .safety import (
@@ -1384,7 +1384,7 @@ def plan_recover(
         queues[(topic, qid)] = _recover_queue(topic, qid, qdir, cfg, rules)
     max_cq = max((q.max_physic for q in queues.values()), default=-1)
     batch_topics = batch_cq_topics(cfg)
-    batch_max = _batch_queues_max(st, rules)
+    batch_max = max((batch_queue_max_phy(st.bcq_segments(t, q)[0]) for t, q, _ in st.batch_queues()), default=-1)
     max_cq = max(max_cq, batch_max)
     destroy_logics = not segs and (abort or rules.normal_destroys_logics)
     if not rebuild_consume_queue:
@@ -1437,6 +1437,11 @@ def plan_recover(
         )
         if truncate_logic and not rebuild_consume_queue:
             actions += _cq_truncate_actions(root, q, process_offset)
+    for t, qid, _ in st.batch_queues() if truncate_logic and not rebuild_consume_queue else ():
+        for c in plan_batch_cq_cut(t, qid, st.bcq_segments(t, qid)[0], process_offset):
+            why = f"batch units of {t}/{qid} pointing at or past processOffset {process_offset} (§8.5)"
+            actions.append(Action("cq-truncate", c.verb, "consumequeue", _rel(root, c.path), c.from_pos, c.to_pos, why,
+                                  entries_total=c.units))  # fmt: skip
 
     # The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum).
     dispatch: Redispatch | None = None
@@ -1447,8 +1452,6 @@ def plan_recover(
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
         elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
             dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
-    if batch_max >= process_offset:
-        raise UnsupportedStore(f"{root}: a batch consume queue points past the end of the commit log: not cut yet")
     if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
         keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)
 
