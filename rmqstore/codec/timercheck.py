@@ -12,16 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptData
-from .fields import Field, struct_of
+from .fields import struct_of, table
 
-TIMER_CHECKPOINT_FIELDS = (
-    Field("last_read_time_ms", "lastReadTimeMs", "q"),
-    Field("last_timer_log_flush_pos", "lastTimerLogFlushPos", "q"),
-    Field("last_timer_queue_offset", "lastTimerQueueOffset", "q"),
-    Field("master_timer_queue_offset", "masterTimerQueueOffset", "q"),
-    Field("state_version", "stateVersion", "q"),  # dataVersion.stateVersion
-    Field("data_timestamp_ms", "dataVersionTimestamp", "q"),  # dataVersion.timestamp
-    Field("data_counter", "dataVersionCounter", "q"),  # dataVersion.counter
+TIMER_CHECKPOINT_FIELDS = table(
+    """
+    last_read_time_ms          q  lastReadTimeMs
+    last_timer_log_flush_pos   q  lastTimerLogFlushPos
+    last_timer_queue_offset    q  lastTimerQueueOffset
+    master_timer_queue_offset  q  masterTimerQueueOffset
+    state_version              q  dataVersion.stateVersion
+    data_timestamp_ms          q  dataVersion.timestamp
+    data_counter               q  dataVersion.counter
+    """
 )
 _CHECKPOINT = struct_of(TIMER_CHECKPOINT_FIELDS)
 TIMER_CHECKPOINT_SIZE = _CHECKPOINT.size  # 56
