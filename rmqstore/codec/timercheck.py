@@ -20,9 +20,9 @@ TIMER_CHECKPOINT_FIELDS = table(
     last_timer_log_flush_pos   q  lastTimerLogFlushPos
     last_timer_queue_offset    q  lastTimerQueueOffset
     master_timer_queue_offset  q  masterTimerQueueOffset
-    state_version              q  dataVersion.stateVersion
-    data_timestamp_ms          q  dataVersion.timestamp
-    data_counter               q  dataVersion.counter
+    state_version              q  stateVersion
+    data_timestamp_ms          q  dataVersionTimestamp
+    data_counter               q  dataVersionCounter
     """
 )
 _CHECKPOINT = struct_of(TIMER_CHECKPOINT_FIELDS)
