@@ -844,7 +844,7 @@ _other_message = st.one_of(
 
 
 def _plan_or_error(root: Path, msgs: object, conf: Path, broker: str, min_run: int, monkeypatch) -> object:
-    monkeypatch.setattr(wr, "_FAST_MIN_RUN", min_run)
+    monkeypatch.setattr(wr.plan, "_FAST_MIN_RUN", min_run)
     ticks = iter(range(1_700_000_000_000, 1_800_000_000_000, 3))
     with open_store(root, broker_config=conf, broker=broker) as st_:
         try:
