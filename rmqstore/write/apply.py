@@ -9,7 +9,8 @@ import shlex
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,9 @@ def input_digest(messages: Sequence[Message] | MessageBatch) -> str:
     return hashlib.sha256(pickle.dumps(cols, protocol=5)).hexdigest()
 
 
-def _refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
+def refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
+    """Refuse a plan the store cannot take safely (see :func:`write_messages`); ``digest`` None skips
+    the check for a repeated input."""
     if not plan.records:
         return
     if digest is not None:
@@ -349,77 +352,110 @@ def apply_write(
     journal.save()
     abort_existed = cfg.abort_path.exists()
     try:
-        journal.mark("journal")
-        # the dispatch reads the plan, not the commit log: the commit log is written (and fsynced)
-        # by a second thread meanwhile; pwrite and fsync release the GIL
-        writer = _Background(_apply_commitlog, plan, cfg, sync)
-        stats = None
-        try:
-            if plan.dispatch:
-                stats = _dispatch_written(st, plan, index_clock or (lambda: now), sync)
-        finally:
-            writer.join()  # never roll back under a running writer
-        writer.result()
-        if plan.dispatch and plan.lmq_queues:  # reads the records back: only once they are written
-            _dispatch_lmq(st, plan.start_phy, plan.end_phy)
-        journal.mark("data")
-        if plan.new_topics:
-            _, cf = _load_topics(cfg)
-            data = cf.data if isinstance(cf.data, dict) else {}
-            for tc in plan.new_topics:
-                cfgmod.set_topic(data, tc, now_ms=now, broker_version=cfg.broker)
-            cfgmod.write_config(cfg.config_dir, "topics.json", data, broker_version=cfg.broker)
-        cp = None
-        if sync and not abort_existed:
-            old = st.read_checkpoint() or cpmod.Checkpoint(0, 0, 0)
-            logics = old.logics_msg_timestamp_ms
-            index_ts = old.index_msg_timestamp_ms
-            if stats is not None:
-                logics = max(logics, stats.logics_msg_timestamp_ms)
-                index_ts = max(index_ts, stats.index_msg_timestamp_ms)
-            cp = replace(
-                old,
-                physic_msg_timestamp_ms=max(old.physic_msg_timestamp_ms, plan.last_store_timestamp_ms),
-                logics_msg_timestamp_ms=logics,
-                index_msg_timestamp_ms=index_ts,
-            )
-            atomic_write(cfg.checkpoint_path, cpmod.encode(cp), tmp_dir=scratch_dir(root))
-        abort_created = False
-        if not plan.dispatch and not abort_existed:
-            fd = os.open(cfg.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-            os.close(fd)
-            abort_created = True
-        if sync:
-            _fsync_created_dirs(cfg, stats)
-            fsync_dir(root)
-        journal.mark("checkpoint")
-        journal.data["committed"] = {
-            "inputDigest": digest,
-            "startPhyOffset": plan.start_phy,
-            "endPhyOffset": plan.end_phy,
-            "messages": len(plan.records),
-            "finishedMs": now,
-        }
-        # the commit point: from here a re-run finishes this write instead of undoing it
-        journal.save()
+        stats, cp, abort_created = _apply_steps(st, plan, journal, now, sync, abort_existed, index_clock, digest)
     except BaseException as e:
-        j = pending_journal(root)
-        if j is not None:
-            _rollback(root, j)
-            _finish_journal(root)
-        if qdir is not None:
-            shutil.rmtree(qdir, ignore_errors=True)  # the bytes are back in place
-        if isinstance(e, RmqstoreError):
-            raise
-        if isinstance(e, OSError):
-            fe = from_os_error(e)
-            raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
+        _roll_back_failed(root, qdir, e)
         raise
     journal.hook("write:commit")
     _record_committed(root, journal.data["committed"], cfg.commitlog_dir)
     _finish_journal(root)
     journal.hook("write:finished")
     return WriteResult(plan, stats, cp, abort_created, qdir, None, flush)
+
+
+def _apply_steps(
+    st: Store,
+    plan: WritePlan,
+    journal: Journal,
+    now: int,
+    sync: bool,
+    abort_existed: bool,
+    index_clock: Callable[[], int] | None,
+    digest: str | None,
+) -> tuple[DispatchStats | None, cpmod.Checkpoint | None, bool]:
+    """The journaled steps up to the commit point: data, topics.json, checkpoint or abort."""
+    cfg = st.config
+    journal.mark("journal")
+    stats = _write_data(st, plan, sync, index_clock or (lambda: now))
+    journal.mark("data")
+    if plan.new_topics:
+        _add_topics(cfg, plan, now)
+    cp = _write_checkpoint(st, plan, stats) if sync and not abort_existed else None
+    abort_created = False
+    if not plan.dispatch and not abort_existed:
+        fd = os.open(cfg.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.close(fd)
+        abort_created = True
+    if sync:
+        _fsync_created_dirs(cfg, stats)
+        fsync_dir(st.root)
+    journal.mark("checkpoint")
+    journal.data["committed"] = {
+        "inputDigest": digest,
+        "startPhyOffset": plan.start_phy,
+        "endPhyOffset": plan.end_phy,
+        "messages": len(plan.records),
+        "finishedMs": now,
+    }
+    # the commit point: from here a re-run finishes this write instead of undoing it
+    journal.save()
+    return stats, cp, abort_created
+
+
+def _write_data(st: Store, plan: WritePlan, sync: bool, index_clock: Callable[[], int]) -> DispatchStats | None:
+    """The commit log, and the dispatch of the records (catch-up first)."""
+    # the dispatch reads the plan, not the commit log: the commit log is written (and fsynced)
+    # by a second thread meanwhile; pwrite and fsync release the GIL
+    writer = _Background(_apply_commitlog, plan, st.config, sync)
+    stats = None
+    try:
+        if plan.dispatch:
+            stats = _dispatch_written(st, plan, index_clock, sync)
+    finally:
+        writer.join()  # never roll back under a running writer
+    writer.result()
+    if plan.dispatch and plan.lmq_queues:  # reads the records back: only once they are written
+        _dispatch_lmq(st, plan.start_phy, plan.end_phy)
+    return stats
+
+
+def _add_topics(cfg: StoreConfig, plan: WritePlan, now: int) -> None:
+    _, cf = _load_topics(cfg)
+    data = cf.data if isinstance(cf.data, dict) else {}
+    for tc in plan.new_topics:
+        cfgmod.set_topic(data, tc, now_ms=now, broker_version=cfg.broker)
+    cfgmod.write_config(cfg.config_dir, "topics.json", data, broker_version=cfg.broker)
+
+
+def _write_checkpoint(st: Store, plan: WritePlan, stats: DispatchStats | None) -> cpmod.Checkpoint:
+    """Each time only moves forward, to data already on disk (see :func:`apply_write`)."""
+    old = st.read_checkpoint() or cpmod.Checkpoint(0, 0, 0)
+    logics = old.logics_msg_timestamp_ms
+    index_ts = old.index_msg_timestamp_ms
+    if stats is not None:
+        logics = max(logics, stats.logics_msg_timestamp_ms)
+        index_ts = max(index_ts, stats.index_msg_timestamp_ms)
+    cp = replace(
+        old,
+        physic_msg_timestamp_ms=max(old.physic_msg_timestamp_ms, plan.last_store_timestamp_ms),
+        logics_msg_timestamp_ms=logics,
+        index_msg_timestamp_ms=index_ts,
+    )
+    atomic_write(st.config.checkpoint_path, cpmod.encode(cp), tmp_dir=scratch_dir(st.root))
+    return cp
+
+
+def _roll_back_failed(root: Path, qdir: Path | None, e: BaseException) -> None:
+    """Undo a failed apply; an OS error is raised as one line saying so (the caller re-raises the rest)."""
+    j = pending_journal(root)
+    if j is not None:
+        _rollback(root, j)
+        _finish_journal(root)
+    if qdir is not None:
+        shutil.rmtree(qdir, ignore_errors=True)  # the bytes are back in place
+    if isinstance(e, OSError) and not isinstance(e, RmqstoreError):
+        fe = from_os_error(e)
+        raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
 
 
 def write_messages(
@@ -452,47 +488,73 @@ def write_messages(
     whose topic the broker never accepts, and the same input as the last write when nothing was
     written since (UnsafePlan unless ``again``). See :func:`plan_write` and :func:`apply_write`.
     """
-    from ..store import locked_error, open_store
-
     if flush not in ("sync", "async"):
         raise InputError(f"flush must be sync or async, not {flush!r}")
     opts = WriteOptions(
         clock, dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
     )
+    with open_for_write(root, broker_config=broker_config, broker=broker, create=create, dry_run=dry_run) as st:
+        plan, digest, rolled = prepare_write(st, messages, opts, again=again, dry_run=dry_run)
+        if dry_run:
+            return WriteResult(plan, None, None, False, None, None, flush, dry_run=True)
+        res = apply_write(
+            st,
+            plan,
+            flush=flush,
+            quarantine=quarantine,
+            use_quarantine=use_quarantine,
+            index_clock=clock,
+            now_ms=clock() if clock else None,
+            on_step=on_step,
+            digest=digest,
+        )
+    return replace(res, rolled_back=rolled) if rolled else res
+
+
+@contextmanager
+def open_for_write(
+    root: Path | str,
+    *,
+    broker_config: Path | str | None = None,
+    broker: str | None = None,
+    create: bool = False,
+    dry_run: bool = False,
+) -> Iterator[Store]:
+    """The store a write works on: open writable (the broker's lock), or for a dry run read-only but
+    still refusing a store a broker holds. A root that ``create`` made is removed again when what
+    runs inside fails (only its lock file and empty directories exist then)."""
+    from ..store import locked_error, open_store
+
     if dry_run:
         with open_store(root, broker_config=broker_config, broker=broker, create=False, operation="write") as st:
             pid = st.lock_holder()
             if pid is not None:
                 raise locked_error(st.config.lock_path, pid)
-            plan = plan_with(st, messages, opts)
-            _refuse_unsafe(st, plan, None if again else input_digest(messages))
-        return WriteResult(plan, None, None, False, None, None, flush, dry_run=True)
+            yield st
+        return
     new_root = Path(root)
     created = create and not new_root.exists()
     try:
         with open_store(
             root, broker_config=broker_config, writable=True, broker=broker, create=create, operation="write"
         ) as st:
-            rolled = rollback_pending(st)
-            plan = plan_with(st, messages, opts)
-            digest = input_digest(messages)
-            _refuse_unsafe(st, plan, None if again else digest)
-            res = apply_write(
-                st,
-                plan,
-                flush=flush,
-                quarantine=quarantine,
-                use_quarantine=use_quarantine,
-                index_clock=clock,
-                now_ms=clock() if clock else None,
-                on_step=on_step,
-                digest=digest,
-            )
+            yield st
     except BaseException:
         if created:
             _remove_new_root(new_root)
         raise
-    return replace(res, rolled_back=rolled) if rolled else res
+
+
+def prepare_write(
+    st: Store, messages: Sequence[Message] | MessageBatch, opts: WriteOptions, *, again: bool, dry_run: bool
+) -> tuple[WritePlan, str, RollbackReport | None]:
+    """Roll back (or finish) an interrupted write unless ``dry_run``, plan ``messages`` and refuse an
+    unsafe plan (see :func:`write_messages`): the plan, the input's digest and the rollback done."""
+    rolled = None if dry_run else rollback_pending(st)
+    plan = plan_with(st, messages, opts)
+    digest = input_digest(messages)
+    refuse_unsafe(st, plan, None if again else digest)
+    return plan, digest, rolled
 
 
 def _remove_new_root(root: Path) -> None:

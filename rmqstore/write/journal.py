@@ -207,43 +207,55 @@ def _zero_nonzero(path: Path, pos: int) -> bool:
 
 def _rollback(root: Path, j: dict[str, Any]) -> RollbackReport:
     """Undo a journaled write; every step is idempotent, so a killed rollback can run again."""
-    jd = _journal_dir(root)
     removed: list[Path] = []
-    zeroed = 0
-    cl = j["commitlog"]
+    zeroed = _rollback_commitlog(root, j["commitlog"], removed)
+    zeroed += _rollback_queues(root, j["queues"], removed)
+    zeroed += _rollback_index(root, j["index"], removed)
+    _rollback_files(root, j, removed)
+    return RollbackReport(_journal_path(root), j.get("pid"), j.get("startedMs"), tuple(removed), zeroed)
+
+
+def _rollback_commitlog(root: Path, cl: dict[str, Any], removed: list[Path]) -> int:
+    """Zero what the write appended, remove the files it created, put back the stale bytes it zeroed."""
+    jd = _journal_dir(root)
     cl_dir = Path(cl["dir"])
     fs = int(cl["fileSize"])
     zero_from, zero_to = int(cl["zeroFrom"]), int(cl["zeroTo"])
     existing = set(cl["existing"])
-    if cl_dir.is_dir():
-        for name in sorted(os.listdir(cl_dir)):
-            if not name.isdigit():
-                continue
-            base = int(name)
-            if base + fs <= zero_from or base >= zero_to:
-                continue  # outside what the write touched
-            p = cl_dir / name
-            if name not in existing:
-                p.unlink()
-                removed.append(p)
-                continue
-            lo = max(zero_from, base) - base
-            hi = min(zero_to, base + fs) - base
-            _zero_range(p, lo, hi - lo)
-            zeroed += 1
-        for b in cl["backups"]:
-            _write_at(Path(b["path"]), int(b["pos"]), (jd / b["file"]).read_bytes())
-        fsync_dir(cl_dir)
+    zeroed = 0
+    if not cl_dir.is_dir():
+        return 0
+    for name in sorted(os.listdir(cl_dir)):
+        if not name.isdigit():
+            continue
+        base = int(name)
+        if base + fs <= zero_from or base >= zero_to:
+            continue  # outside what the write touched
+        p = cl_dir / name
+        if name not in existing:
+            p.unlink()
+            removed.append(p)
+            continue
+        lo = max(zero_from, base) - base
+        hi = min(zero_to, base + fs) - base
+        _zero_range(p, lo, hi - lo)
+        zeroed += 1
+    for b in cl["backups"]:
+        _write_at(Path(b["path"]), int(b["pos"]), (jd / b["file"]).read_bytes())
+    fsync_dir(cl_dir)
+    return zeroed
+
+
+def _rollback_queues(root: Path, queues: list[dict[str, Any]], removed: list[Path]) -> int:
+    """Each consume queue back to its end before the write (and the bytes after it, if any)."""
+    jd = _journal_dir(root)
     cq_root = root / "consumequeue"
-    for q in j["queues"]:
+    zeroed = 0
+    for q in queues:
         d = root / q["dir"]
         if not d.is_dir():
             continue
-        keep = set(q["existing"])
-        for name in sorted(os.listdir(d)):
-            if name not in keep:
-                (d / name).unlink()
-                removed.append(d / name)
+        _remove_new_files(d, set(q["existing"]), removed, digits_only=False)
         if q["last"]:
             p = d / q["last"]
             if _zero_nonzero(p, int(q["end"])):
@@ -253,23 +265,39 @@ def _rollback(root: Path, j: dict[str, Any]) -> RollbackReport:
             fsync_dir(d)
         else:
             _remove_empty_dirs(d, cq_root)
-    ix = j["index"]
+    return zeroed
+
+
+def _rollback_index(root: Path, ix: dict[str, Any], removed: list[Path]) -> int:
+    """The last index file's header, slots and entries as they were; new index files removed."""
+    jd = _journal_dir(root)
     idir = root / "index"
-    if ix["tracked"] and idir.is_dir():
-        keep = set(ix["existing"])
-        for name in sorted(os.listdir(idir)):
-            if name.isdigit() and name not in keep:
-                (idir / name).unlink()
-                removed.append(idir / name)
-        if ix["last"]:
-            p = idir / ix["last"]
-            ef = int(ix["entriesFrom"])
-            if _zero_nonzero(p, ef):
-                zeroed += 1
-            _write_at(p, 0, (jd / ix["head"]).read_bytes())
-            if ix.get("entriesTail"):
-                _write_at(p, ef, (jd / ix["entriesTail"]).read_bytes())
-        fsync_dir(idir)
+    if not (ix["tracked"] and idir.is_dir()):
+        return 0
+    zeroed = 0
+    _remove_new_files(idir, set(ix["existing"]), removed, digits_only=True)
+    if ix["last"]:
+        p = idir / ix["last"]
+        ef = int(ix["entriesFrom"])
+        if _zero_nonzero(p, ef):
+            zeroed += 1
+        _write_at(p, 0, (jd / ix["head"]).read_bytes())
+        if ix.get("entriesTail"):
+            _write_at(p, ef, (jd / ix["entriesTail"]).read_bytes())
+    fsync_dir(idir)
+    return zeroed
+
+
+def _remove_new_files(d: Path, keep: set[str], removed: list[Path], *, digits_only: bool) -> None:
+    for name in sorted(os.listdir(d)):
+        if name not in keep and (name.isdigit() or not digits_only):
+            (d / name).unlink()
+            removed.append(d / name)
+
+
+def _rollback_files(root: Path, j: dict[str, Any], removed: list[Path]) -> None:
+    """topics.json (and its .bak) and the checkpoint as they were; abort and new directories removed."""
+    jd = _journal_dir(root)
     for item in j["files"]:
         p = root / item["path"]
         if item["existed"]:
@@ -289,7 +317,6 @@ def _rollback(root: Path, j: dict[str, Any]) -> RollbackReport:
         d = Path(rel) if Path(rel).is_absolute() else root / rel
         if not existed and d.is_dir() and not os.listdir(d):
             d.rmdir()
-    return RollbackReport(_journal_path(root), j.get("pid"), j.get("startedMs"), tuple(removed), zeroed)
 
 
 def _remove_empty_dirs(d: Path, stop: Path) -> None:
