@@ -191,7 +191,14 @@ def write_command(
     clock = (lambda: fixed) if now is not None else None
     uniq_keys = op.UniqKeySource(seed=uniq_key_seed) if uniq_key_seed is not None else None
     opts = op.WriteOptions(
-        clock, not no_dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
+        clock=clock,
+        dispatch=not no_dispatch,
+        store_host=store_host,
+        born_host=born_host,
+        allow_system_topic=allow_system_topic,
+        max_topic_length=max_topic_length,
+        uniq_keys=uniq_keys,
+        topic_queue_nums=topic_queue_nums,
     )
     fmt = default_format(fmt)
     with op.open_for_write(
@@ -240,8 +247,9 @@ def _report(result: op.WriteResult, view: PlanView, fmt: Format) -> None:
         render_rows((r.to_json() for r in result.plan.records), fmt, columns=_COLUMNS)
     elif fmt is Format.json:
         render_plan(view, fmt, result=result.summary())
-    else:
-        render_mapping(result.summary(), fmt, title="written")
+    else:  # what the plan did not say already
+        done = {k: v for k, v in result.summary().items() if k not in view.summary}
+        render_mapping(done, fmt, title="written")
 
 
 def _view(plan: op.WritePlan, fmt: Format) -> PlanView:

@@ -40,16 +40,22 @@ from .validate import (
 
 
 class WriteOptions(NamedTuple):
-    """The choices :func:`rmqstore.write.plan_write` documents, in its order."""
+    """How a write plans (the keyword arguments of :func:`~rmqstore.write.plan_write`).
 
-    clock: Callable[[], int] | None
-    dispatch: bool
-    store_host: str | None
-    born_host: str | None
-    allow_system_topic: bool
-    max_topic_length: int
-    uniq_keys: UniqKeySource | None
-    topic_queue_nums: int
+    ``clock`` gives the store time in ms (default: the system clock). Hosts are ``ip:port``; the store
+    host defaults to the last record's, else ``brokerIP1:listenPort``, else ``127.0.0.1:listenPort``;
+    the born host to ``127.0.0.1:0``. ``topic_queue_nums`` is the producer's ``defaultTopicQueueNums``
+    used when a topic is auto-created; ``max_topic_length`` the topic length limit.
+    """
+
+    clock: Callable[[], int] | None = None
+    dispatch: bool = True
+    store_host: str | None = None
+    born_host: str | None = None
+    allow_system_topic: bool = False
+    max_topic_length: int = _V1_TOPIC_MAX
+    uniq_keys: UniqKeySource | None = None
+    topic_queue_nums: int = 4
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,8 +46,7 @@ from .journal import (
     rollback_pending,
 )
 from .plan import plan_with
-from .uniq import UniqKeySource
-from .validate import _V1_TOPIC_MAX, _load_topics
+from .validate import _load_topics
 
 _DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
 
@@ -466,19 +465,12 @@ def write_messages(
     broker: str | None = None,
     create: bool = False,
     flush: str = "sync",
-    dispatch: bool = True,
-    clock: Callable[[], int] | None = None,
-    store_host: str | None = None,
-    born_host: str | None = None,
-    allow_system_topic: bool = False,
-    max_topic_length: int = _V1_TOPIC_MAX,
-    uniq_keys: UniqKeySource | None = None,
-    topic_queue_nums: int = 4,
     quarantine: Path | None = None,
     use_quarantine: bool = True,
     dry_run: bool = False,
     again: bool = False,
     on_step: StepHook | None = None,
+    **options: Any,
 ) -> WriteResult:
     """Open ``root`` writable (the broker's lock), finish or roll back an interrupted write, plan and apply.
 
@@ -486,13 +478,13 @@ def write_messages(
     Refused before anything is written: damage the broker's recovery would cut before the append
     point (CorruptData, run recover first), a damaged last index file, a record waiting for dispatch
     whose topic the broker never accepts, and the same input as the last write when nothing was
-    written since (UnsafePlan unless ``again``). See :func:`plan_write` and :func:`apply_write`.
+    written since (UnsafePlan unless ``again``). ``options``: those of :func:`plan_write`. See
+    :func:`plan_write` and :func:`apply_write`.
     """
     if flush not in ("sync", "async"):
         raise InputError(f"flush must be sync or async, not {flush!r}")
-    opts = WriteOptions(
-        clock, dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
-    )
+    opts = WriteOptions(**options)
+    clock = opts.clock
     with open_for_write(root, broker_config=broker_config, broker=broker, create=create, dry_run=dry_run) as st:
         plan, digest, rolled = prepare_write(st, messages, opts, again=again, dry_run=dry_run)
         if dry_run:

@@ -243,48 +243,30 @@ def _encode(
         chunk += _PACK_SHORT(len(props_b))
         chunk += props_b
     else:
-        chunk += _encode_other(m, topic, qid, qoff, phy, sys_flag, born_ts, born, store_ts, store, props_b, crc)
+        chunk += encode_record(
+            topic=topic,
+            queue_id=qid,
+            flag=m.flag,
+            queue_offset=qoff,
+            phy_offset=phy,
+            sys_flag=sys_flag,
+            born_timestamp_ms=born_ts,
+            born_addr=born[0],
+            born_port=born[1],
+            store_timestamp_ms=store_ts,
+            store_addr=store[0],
+            store_port=store[1],
+            reconsume_times=m.reconsume_times,
+            prepared_transaction_offset=m.prepared_transaction_offset,
+            body=body,
+            properties=props_b,
+            v2=len(tb) > _V1_TOPIC_MAX,
+            crc=crc,
+        )
     if p.prop_crc:  # 5.2.0+ enabledAppendPropCRC: CRC32 of the record before its last 20 bytes
         end = len(chunk)
         chunk[end - CRC32_RESERVED_LEN : end] = encode_prop_crc(zlib.crc32(memoryview(chunk)[end - size : end - 20]))
     out.pos += size
-
-
-def _encode_other(
-    m: Message,
-    topic: str,
-    qid: int,
-    qoff: int,
-    phy: int,
-    sys_flag: int,
-    born_ts: int,
-    born: tuple[bytes, int],
-    store_ts: int,
-    store: tuple[bytes, int],
-    props_b: bytes,
-    crc: int,
-) -> bytes:
-    """A record with an IPv6 host or a V2 topic length, by the codec's encoder."""
-    return encode_record(
-        topic=topic,
-        queue_id=qid,
-        flag=m.flag,
-        queue_offset=qoff,
-        phy_offset=phy,
-        sys_flag=sys_flag,
-        born_timestamp_ms=born_ts,
-        born_addr=born[0],
-        born_port=born[1],
-        store_timestamp_ms=store_ts,
-        store_addr=store[0],
-        store_port=store[1],
-        reconsume_times=m.reconsume_times,
-        prepared_transaction_offset=m.prepared_transaction_offset,
-        body=m.body,
-        properties=props_b,
-        v2=len(topic.encode("utf-8")) > _V1_TOPIC_MAX,
-        crc=crc,
-    )
 
 
 def _add_columns(

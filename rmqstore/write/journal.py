@@ -17,6 +17,7 @@ from ..fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from ..indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from ..indexfile import decode_header as decode_index_header
 from ..layout import list_segments
+from ..safety import Journal
 from ..store import Store
 from ..walk import data_end as _nonzero_end
 
@@ -41,19 +42,12 @@ def _journal_dir(root: Path) -> Path:
 def pending_journal(root: Path | str) -> dict[str, Any] | None:
     """The journal of an interrupted write in ``root``, or None."""
     p = _journal_path(Path(root))
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
+    j = Journal.load(p)
+    if j is None:
         return None
-    except OSError as e:
-        raise CorruptData(f"cannot read the write journal: {e.strerror}", path=p, pos=0) from None
-    try:
-        data = json.loads(raw)
-        if not isinstance(data, dict) or data.get("format") != _JOURNAL_FORMAT:
-            raise ValueError("unknown format")
-    except ValueError:
-        raise CorruptData("the write journal is not readable; restore the store from a backup", path=p, pos=0) from None
-    return data
+    if j.data.get("format") != _JOURNAL_FORMAT:
+        raise CorruptData("the write journal is not readable; restore the store from a backup", path=p, pos=0)
+    return j.data
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,18 +4,17 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import groupby
+from typing import Any
 
-from ..messages import Message, MessageBatch
+from ..messages import Message, MessageBatch, producer_columns
 from ..messages import paused_gc as _paused_gc
 from ..safety import PlannedAction
 from ..store import Store
 from .append import Planner, WriteOptions, WritePlan
 from .encode_one import put_one
 from .encode_run import PLAIN_DEFAULTS, PLAIN_FIELDS, Block, RunLane, run_codes
-from .uniq import UniqKeySource
-from .validate import _V1_TOPIC_MAX
 
 _FAST_BLOCK = 32768  # messages classified at a time
 _FAST_MIN_RUN = 8  # shorter runs of plain messages go one by one
@@ -23,35 +22,18 @@ _PLAIN_GETTERS = [(operator.attrgetter(f), d) for f, d in zip(PLAIN_FIELDS, PLAI
 _PLAIN_VALUES = operator.attrgetter(*PLAIN_FIELDS)
 
 
-def plan_write(
-    st: Store,
-    messages: Sequence[Message] | MessageBatch,
-    *,
-    clock: Callable[[], int] | None = None,
-    dispatch: bool = True,
-    store_host: str | None = None,
-    born_host: str | None = None,
-    allow_system_topic: bool = False,
-    max_topic_length: int = _V1_TOPIC_MAX,
-    uniq_keys: UniqKeySource | None = None,
-    topic_queue_nums: int = 4,
-) -> WritePlan:
+def plan_write(st: Store, messages: Sequence[Message] | MessageBatch, **options: Any) -> WritePlan:
     """Validate and encode ``messages`` and lay them out after the end of the commit log (reads only).
 
-    ``clock`` gives the store time in ms (default: the system clock). Hosts are ``ip:port``; the store
-    host defaults to the last record's, else ``brokerIP1:listenPort``, else ``127.0.0.1:listenPort``;
-    the born host to ``127.0.0.1:0``. ``topic_queue_nums`` is the producer's ``defaultTopicQueueNums``
-    used when a topic is auto-created.
+    ``options``: the fields of :class:`WriteOptions` (clock, dispatch, store_host, born_host,
+    allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums).
 
     Raises:
         InputError: a message the broker would refuse (names its origin), or a bad option.
         UnsafePlan: the store has data the write would have to destroy, or an interrupted write.
         UnsupportedStore, CorruptData, ConfigError: the store or its topics.json cannot be used.
     """
-    opts = WriteOptions(
-        clock, dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
-    )
-    return plan_with(st, messages, opts)
+    return plan_with(st, messages, WriteOptions(**options))
 
 
 def plan_with(st: Store, messages: Sequence[Message] | MessageBatch, opts: WriteOptions) -> WritePlan:
@@ -97,15 +79,7 @@ def _batch_block(batch: MessageBatch, s0: int, s1: int) -> Block:
 def _message_block(block: Sequence[Message]) -> tuple[list[int], Block]:
     """Per message: -1 for the reference lane, else its run code; and the block's columns."""
     k = len(block)
-    blk = Block(
-        [m.topic for m in block],
-        [m.body for m in block],
-        [m.queue_id for m in block],
-        [m.tags for m in block],
-        [m.keys for m in block],
-        [m.origin for m in block],
-        block,
-    )
+    blk = Block(*producer_columns(block), block)
     for get, default in _PLAIN_GETTERS:  # a field at a time: cheaper than a tuple per message
         values = list(map(get, block))
         if values.count(default) != k:
