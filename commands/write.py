@@ -190,15 +190,8 @@ def write_command(
     fixed = parse_time_ms(now) if now is not None else None
     clock = (lambda: fixed) if now is not None else None
     uniq_keys = op.UniqKeySource(seed=uniq_key_seed) if uniq_key_seed is not None else None
-    opts = op.WriteOptions(
-        clock=clock,
-        dispatch=not no_dispatch,
-        store_host=store_host,
-        born_host=born_host,
-        allow_system_topic=allow_system_topic,
-        max_topic_length=max_topic_length,
-        uniq_keys=uniq_keys,
-        topic_queue_nums=topic_queue_nums,
+    opts = op.WriteOptions(  # in its field order
+        clock, not no_dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
     )
     fmt = default_format(fmt)
     with op.open_for_write(
