@@ -208,7 +208,10 @@ class Planner:
             16: {},
             rules.properties_capacity: {},
         }
-        self.cols = _ColumnsBuilder()
+        self.cols = cols = _ColumnsBuilder()
+        # the reference lane's column appends, bound once (the builder clears these lists in place)
+        self.appends = (*(c.append for c in cols.one), cols.keys.append, cols.origin.append, cols.topic.append)
+        self.appends += (cols.one_uniq.append, cols.store_host.append)
         self.tags_codes: dict[str, int] = {}
         self.out = Layout(cfg.commitlog_dir, cfg.commitlog_file_size, ap.end_phy, {s.base_offset for s in ap.segments})
         self.last_ts = ap.last_store_ts

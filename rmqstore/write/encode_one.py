@@ -49,13 +49,13 @@ _PACK_HEAD = HEAD_V4.pack  # everything up to BODYLENGTH of a V1 record with IPv
 _PACK_SHORT = struct.Struct(">h").pack
 _SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
 _QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)  # the types that take a queue offset
+_Host = tuple[bytes, int]
 
 
 def put_one(p: Planner, m: Message) -> None:
     """The broker's append path for one message (any kind of message)."""
     origin = m.origin
-    topic, tc_bytes, qid, tt = _queue(p, m)
-    born, store_hp, sys_flag = _hosts(p, m)
+    topic, tc_bytes, qid, tt, born, store_hp, sys_flag = _queue_and_hosts(p, m)
     store_ts = m.store_timestamp_ms
     if store_ts is None:
         store_ts = p.now()
@@ -71,22 +71,51 @@ def put_one(p: Planner, m: Message) -> None:
     else:
         props, fmt, topic, qid, tc_bytes = _producer_properties(p, m, topic, qid, tt, born_ts, born[0], tc_bytes)
     props_b = _properties_bytes(p, props, fmt, topic, qid, origin)
-    qoff = p.take_queue_offsets(topic, qid) if tt in _QUEUED else 0
+    qoff = 0
+    if tt in _QUEUED:
+        qkey = (topic, qid)
+        qoff = p.next_qoff.get(qkey)
+        if qoff is None:
+            qoff = p.queue_offset(topic, qid)
+        p.next_qoff[qkey] = qoff + 1
     body = m.body
     v2 = len(tc_bytes) > _V1_TOPIC_MAX
     if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG) or v2:
         size = cal_msg_length(sys_flag, len(body), len(tc_bytes), len(props_b), v2=v2)
     else:
         size = 91 + len(body) + len(tc_bytes) + len(props_b)
-    _check_size(p, size, len(body), origin)
-    phy = p.out.place(size, origin)
-    args = (m, topic, tc_bytes, qid, qoff, phy, sys_flag, born_ts, born, store_ts, store_hp, props_b, size)
-    _encode(p, *args)
-    _add_columns(p, props, origin, topic, qid, qoff, phy, size, store_ts, sys_flag, store_hp, bool(props_b))
+    if p.rules.body_limit_only or size > p.cfg.max_message_size:
+        _check_size(p, size, len(body), origin)
+    out = p.out
+    phy = out.base + out.pos if size + 8 <= out.fs - out.pos else out.place(size, origin)
+    _encode(p, m, topic, tc_bytes, qid, qoff, phy, sys_flag, born_ts, born, store_ts, store_hp, props_b, size)
+    # what the dispatcher reads back from this record (§3.11, §4.2), into the plan's columns
+    tags = props.get(PROP_TAGS)
+    tcode = p.tags_code(tags) if tags else 0
+    if topic == SCHEDULE_TOPIC and PROP_DELAY in props:
+        try:  # the delivery time; a DELAY that is not a number stops the broker's dispatcher
+            tcode = delivery_tags_code(props[PROP_DELAY], store_ts, p.levels, tcode)
+        except ValueError:
+            raise InputError(f"{origin}: DELAY {props[PROP_DELAY]!r} is not a number") from None
+    a_tid, a_qid, a_qoff, a_phy, a_size, a_ts, a_sys, a_tcode, a_keys, a_origin, a_topic, a_uniq, a_host = p.appends
+    a_tid(p.cols.topic_id(topic))
+    a_qid(qid)
+    a_qoff(qoff)
+    a_phy(phy)
+    a_size(size)
+    a_ts(store_ts)
+    a_sys(sys_flag)
+    a_tcode(tcode)
+    a_keys(props.get(PROP_KEYS) if props_b else "")
+    a_origin(origin)
+    a_topic(topic)
+    a_uniq(props.get(PROP_UNIQ_KEY))
+    a_host(store_hp)
 
 
-def _queue(p: Planner, m: Message) -> tuple[str, bytes, int, int]:
-    """The topic (checked at its first use), its name's bytes, the queue id and the transaction type."""
+def _queue_and_hosts(p: Planner, m: Message) -> tuple[str, bytes, int, int, _Host, _Host, int]:
+    """The topic (checked at its first use), its name's bytes, the queue id, the transaction type;
+    born and store host (ip bytes, port), and the sysFlag with the IPv6 bits set to match them."""
     origin, topic = m.origin, m.topic
     info = p.topic_info.get(topic)
     tc, tb = info if info is not None else p.topic_entry(topic, origin)
@@ -100,17 +129,13 @@ def _queue(p: Planner, m: Message) -> tuple[str, bytes, int, int]:
             f"{origin}: queueId {qid} is not a queue of topic {topic!r} "
             f"({max(tc.read_queue_nums, tc.write_queue_nums)} queues)"
         )
-    return topic, tb, qid, m.sys_flag & TRANSACTION_MASK
-
-
-def _hosts(p: Planner, m: Message) -> tuple[tuple[bytes, int], tuple[bytes, int], int]:
-    """Born and store host (ip bytes, port), and the sysFlag with the IPv6 bits set to match them."""
-    born = p.hosts.get_host(m.born_host, m.origin, "bornHost") if m.born_host else p.default_born
-    store = p.hosts.get_host(m.store_host, m.origin, "storeHost") if m.store_host else p.default_store
+    born = p.hosts.get_host(m.born_host, origin, "bornHost") if m.born_host else p.default_born
+    store = p.hosts.get_host(m.store_host, origin, "storeHost") if m.store_host else p.default_store
     v6 = (BORNHOST_V6_FLAG if len(born[0]) == 16 else 0) | (STOREHOSTADDRESS_V6_FLAG if len(store[0]) == 16 else 0)
     if v6 and not p.rules.ipv6_hosts:
-        raise InputError(f"{m.origin}: IPv6 hosts need a 4.6.0+ broker (this store is {p.cfg.broker})")
-    return born, store, (m.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) | v6
+        raise InputError(f"{origin}: IPv6 hosts need a 4.6.0+ broker (this store is {p.cfg.broker})")
+    sys_flag = (m.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) | v6
+    return topic, tb, qid, sys_flag & TRANSACTION_MASK, born, store, sys_flag
 
 
 def _producer_properties(
@@ -223,9 +248,9 @@ def _encode(
     phy: int,
     sys_flag: int,
     born_ts: int,
-    born: tuple[bytes, int],
+    born: _Host,
     store_ts: int,
-    store: tuple[bytes, int],
+    store: _Host,
     props_b: bytes,
     size: int,
 ) -> None:
@@ -235,8 +260,27 @@ def _encode(
     body = m.body
     crc = zlib.crc32(body) & _INT_MAX
     if len(born[0]) == 4 and len(store[0]) == 4 and len(tb) <= _V1_TOPIC_MAX:
-        fields = (m.flag, qoff, phy, sys_flag, born_ts, *born, store_ts, *store, m.reconsume_times)
-        chunk += _PACK_HEAD(size, MAGIC_V1, crc, qid, *fields, m.prepared_transaction_offset, len(body))
+        born_addr, born_port = born
+        store_addr, store_port = store
+        chunk += _PACK_HEAD(
+            size,
+            MAGIC_V1,
+            crc,
+            qid,
+            m.flag,
+            qoff,
+            phy,
+            sys_flag,
+            born_ts,
+            born_addr,
+            born_port,
+            store_ts,
+            store_addr,
+            store_port,
+            m.reconsume_times,
+            m.prepared_transaction_offset,
+            len(body),
+        )
         chunk += body
         chunk.append(len(tb))
         chunk += tb
@@ -267,42 +311,3 @@ def _encode(
         end = len(chunk)
         chunk[end - CRC32_RESERVED_LEN : end] = encode_prop_crc(zlib.crc32(memoryview(chunk)[end - size : end - 20]))
     out.pos += size
-
-
-def _add_columns(
-    p: Planner,
-    props: dict[str, str],
-    origin: str,
-    topic: str,
-    qid: int,
-    qoff: int,
-    phy: int,
-    size: int,
-    store_ts: int,
-    sys_flag: int,
-    store: tuple[bytes, int],
-    has_props: bool,
-) -> None:
-    """What the dispatcher reads back from this record (§3.11, §4.2), into the plan's columns."""
-    tags = props.get(PROP_TAGS)
-    tcode = p.tags_code(tags) if tags else 0
-    if topic == SCHEDULE_TOPIC and PROP_DELAY in props:
-        try:  # the delivery time; a DELAY that is not a number stops the broker's dispatcher
-            tcode = delivery_tags_code(props[PROP_DELAY], store_ts, p.levels, tcode)
-        except ValueError:
-            raise InputError(f"{origin}: DELAY {props[PROP_DELAY]!r} is not a number") from None
-    cols = p.cols
-    tids, qids, qoffs, phys, sizes, times, flags, tcodes = cols.one
-    tids.append(cols.topic_id(topic))
-    qids.append(qid)
-    qoffs.append(qoff)
-    phys.append(phy)
-    sizes.append(size)
-    times.append(store_ts)
-    flags.append(sys_flag)
-    tcodes.append(tcode)
-    cols.keys.append(props.get(PROP_KEYS) if has_props else "")
-    cols.origin.append(origin)
-    cols.topic.append(topic)
-    cols.one_uniq.append(props.get(PROP_UNIQ_KEY))
-    cols.store_host.append(store)
