@@ -130,24 +130,29 @@ def _reputs(root: Path, stamps: list[int]) -> list[wr.Message]:
     out = []
     for rec, ts in zip(due, stamps, strict=True):
         p = rec.properties
-        out.append(
-            wr.Message(
-                topic=p["REAL_TOPIC"],
-                queue_id=int(p["REAL_QID"]),
-                body=rec.body,
-                flag=rec.flag,
-                sys_flag=rec.sys_flag,
-                born_timestamp_ms=rec.born_timestamp_ms,
-                born_host=rec.born_host,
-                store_host=rec.store_host,
-                store_timestamp_ms=ts,
-                reconsume_times=rec.reconsume_times,
-                properties=tuple(p.items()),
-                raw=True,
-                origin="reput",
-            )
-        )
+        out.append(_raw_message(rec, p["REAL_TOPIC"], int(p["REAL_QID"]), ts, tuple(p.items()), "reput"))
     return out
+
+
+def _raw_message(
+    rec: Record, topic: str, queue_id: int, store_ts: int, props: tuple[tuple[str, str], ...], origin: str
+) -> wr.Message:
+    """A raw message (stored as given) with ``rec``'s body, flags, hosts and times."""
+    return wr.Message(
+        topic=topic,
+        queue_id=queue_id,
+        body=rec.body,
+        flag=rec.flag,
+        sys_flag=rec.sys_flag,
+        born_timestamp_ms=rec.born_timestamp_ms,
+        born_host=rec.born_host,
+        store_host=rec.store_host,
+        store_timestamp_ms=store_ts,
+        reconsume_times=rec.reconsume_times,
+        properties=props,
+        raw=True,
+        origin=origin,
+    )
 
 
 def _write_real_case(case: str, tmp: Path, *, pause_dispatch: bool = True) -> Path:
@@ -694,6 +699,24 @@ def test_cli_single_message_and_dry_run(tmp_path: Path) -> None:
     assert parse_properties(rec.properties_raw)["color"] == "blue" and rec.keys == "a b"
 
 
+def test_cli_shows_the_plan_before_writing(tmp_path: Path) -> None:
+    root, _ = _fixture_copy_hashes(tmp_path)
+    args = ["write", str(root), "--topic", "TopicB", "--queue", "1", "--body", "hi", "--now", "1795400000000"]
+    with open_store(root) as st:
+        start = find_append_point(st).end_phy
+    shown = CliRunner().invoke(app, [*args, "--format", "plain"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    planned = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["write", "append"])
+    written = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["cqEntries"])
+    assert planned < written and str(start) in shown.stdout  # the plan (its append, the offset), then the result
+    assert lines[written].split()[1] == "1"
+    doc = json.loads(CliRunner().invoke(app, [*args, "--again", "--format", "json"]).stdout)
+    assert doc["operation"] == "write" and [a["action"] for a in doc["actions"]] == ["append"]
+    assert doc["messages"][0]["commitLogOffset"] == doc["summary"]["startPhyOffset"] > start
+    assert doc["result"]["cqEntries"] == 1 and doc["result"]["endPhyOffset"] == doc["summary"]["endPhyOffset"]
+
+
 def test_cli_refuses_a_store_a_broker_holds(tmp_path: Path) -> None:
     root, before = _fixture_copy_hashes(tmp_path)
     holder = subprocess.Popen(
@@ -988,21 +1011,8 @@ def _as_input(rec: Record) -> wr.Message:
         raw = raw[:-20]  # the 20 bytes 5.2.0 reserves after an LMQ record's properties
     pairs = [k.split("\x01", 1) for k in raw.split("\x02") if "\x01" in k]
     kept = [(k, v) for k, v in pairs if k not in _STORE_ADDED]
-    return wr.Message(
-        topic=rec.topic,
-        queue_id=rec.queue_id,
-        body=rec.body,
-        flag=rec.flag,
-        sys_flag=rec.sys_flag,
-        born_timestamp_ms=rec.born_timestamp_ms,
-        born_host=rec.born_host,
-        store_host=rec.store_host,
-        store_timestamp_ms=rec.store_timestamp_ms,
-        reconsume_times=rec.reconsume_times,
-        properties=tuple(kept),
-        raw=True,
-        origin=f"{rec.topic}@{rec.phy_offset}",
-    )
+    origin = f"{rec.topic}@{rec.phy_offset}"
+    return _raw_message(rec, rec.topic, rec.queue_id, rec.store_timestamp_ms, tuple(kept), origin)
 
 
 def _record_bytes(root: Path, recs: list[Record]) -> list[bytes]:

@@ -51,10 +51,6 @@ from .validate import _load_topics
 _DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
 
 
-# ---------------------------------------------------------------------------------------------
-# Apply
-
-
 @dataclass(frozen=True, slots=True)
 class WriteResult:
     plan: WritePlan

@@ -27,9 +27,6 @@ if TYPE_CHECKING:
 JOURNAL_NAME = "write.journal"
 _JOURNAL_FORMAT = 1
 
-# ---------------------------------------------------------------------------------------------
-# Journal and rollback
-
 
 def _journal_path(root: Path) -> Path:
     return Path(root, SCRATCH_DIR, JOURNAL_NAME)

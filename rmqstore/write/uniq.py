@@ -14,9 +14,6 @@ from ..columnar import range_hashes, topic_key_hashes
 from ..javahash import java_hash, java_hash_batch
 from .validate import _INT_MAX
 
-# ---------------------------------------------------------------------------------------------
-# UNIQ_KEY
-
 
 class UniqKeySource:
     """UNIQ_KEYs in the client's layout (§3.10): ip, low 16 bits of the pid, class-loader hash,

@@ -9,24 +9,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from .. import config as cfgmod
-from ..commitlog import (
-    SCHEDULE_TOPIC,
-    parse_host,
-)
+from ..commitlog import SCHEDULE_TOPIC, parse_host
 from ..errors import ConfigError, InputError
 from ..javahash import java_hash
 from ..layout import StoreConfig
-from ..multiqueue import (
-    LMQ_PREFIX,
-    PROP_MULTI_QUEUE_OFFSET,
-)
+from ..multiqueue import LMQ_PREFIX, PROP_MULTI_QUEUE_OFFSET
 from ..rules import rules_for
 
 PROP_CLUSTER = "CLUSTER"
-JOURNAL_NAME = "write.journal"
-_JOURNAL_FORMAT = 1
 _INT_MAX = 0x7FFFFFFF
-_LONG_MAX = (1 << 63) - 1
 _PROPS_MAX = 32767  # Short.MAX_VALUE: PROPERTIES_SIZE_EXCEEDED above it
 _V1_TOPIC_MAX = 127  # TOPICLENGTH is a signed byte in V1
 
