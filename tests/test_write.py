@@ -130,29 +130,10 @@ def _reputs(root: Path, stamps: list[int]) -> list[wr.Message]:
     out = []
     for rec, ts in zip(due, stamps, strict=True):
         p = rec.properties
-        out.append(_raw_message(rec, p["REAL_TOPIC"], int(p["REAL_QID"]), ts, tuple(p.items()), "reput"))
+        stored = _as_input(rec)  # the scheduled record as it is, then where the reput sends it
+        reput = {"topic": p["REAL_TOPIC"], "queue_id": int(p["REAL_QID"]), "store_timestamp_ms": ts}
+        out.append(replace(stored, **reput, properties=tuple(p.items()), origin="reput"))
     return out
-
-
-def _raw_message(
-    rec: Record, topic: str, queue_id: int, store_ts: int, props: tuple[tuple[str, str], ...], origin: str
-) -> wr.Message:
-    """A raw message (stored as given) with ``rec``'s body, flags, hosts and times."""
-    return wr.Message(
-        topic=topic,
-        queue_id=queue_id,
-        body=rec.body,
-        flag=rec.flag,
-        sys_flag=rec.sys_flag,
-        born_timestamp_ms=rec.born_timestamp_ms,
-        born_host=rec.born_host,
-        store_host=rec.store_host,
-        store_timestamp_ms=store_ts,
-        reconsume_times=rec.reconsume_times,
-        properties=props,
-        raw=True,
-        origin=origin,
-    )
 
 
 def _write_real_case(case: str, tmp: Path, *, pause_dispatch: bool = True) -> Path:
@@ -1011,8 +992,21 @@ def _as_input(rec: Record) -> wr.Message:
         raw = raw[:-20]  # the 20 bytes 5.2.0 reserves after an LMQ record's properties
     pairs = [k.split("\x01", 1) for k in raw.split("\x02") if "\x01" in k]
     kept = [(k, v) for k, v in pairs if k not in _STORE_ADDED]
-    origin = f"{rec.topic}@{rec.phy_offset}"
-    return _raw_message(rec, rec.topic, rec.queue_id, rec.store_timestamp_ms, tuple(kept), origin)
+    return wr.Message(
+        topic=rec.topic,
+        queue_id=rec.queue_id,
+        body=rec.body,
+        flag=rec.flag,
+        sys_flag=rec.sys_flag,
+        born_timestamp_ms=rec.born_timestamp_ms,
+        born_host=rec.born_host,
+        store_host=rec.store_host,
+        store_timestamp_ms=rec.store_timestamp_ms,
+        reconsume_times=rec.reconsume_times,
+        properties=tuple(kept),
+        raw=True,
+        origin=f"{rec.topic}@{rec.phy_offset}",
+    )
 
 
 def _record_bytes(root: Path, recs: list[Record]) -> list[bytes]:
