@@ -95,70 +95,83 @@ def _messages(
     ]
 
 
+# options of write_command whose declaration takes several lines
+_SourceOpt = Annotated[
+    str | None, typer.Argument(metavar="[INPUT]", help="NDJSON file, one message per line; - reads stdin.")
+]
+_QueueOpt = Annotated[
+    int | None, typer.Option("--queue", min=0, help="Queue id (default: round-robin over writeQueueNums).")
+]
+_PropOpt = Annotated[list[str] | None, typer.Option("--property", "-p", help="User property NAME=VALUE; repeat.")]
+_BrokerVersionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--broker-version",
+        help="Broker version whose append path to follow (default auto: decided from the store).",
+    ),
+]
+_NoDispatchOpt = Annotated[
+    bool, typer.Option("--no-dispatch", help="Leave consume queues and index to `redispatch` (creates abort).")
+]
+_StoreHostOpt = Annotated[
+    str | None, typer.Option("--store-host", help="ip:port stored as the store host (default: the last record's).")
+]
+_AllowSystemTopicOpt = Annotated[
+    bool,
+    typer.Option("--allow-system-topic", help="Allow topics producers may not send to (SCHEDULE_TOPIC_XXXX...)."),
+]
+_TopicQueueNumsOpt = Annotated[
+    int, typer.Option("--topic-queue-nums", min=1, help="Queues of an auto-created topic (producer default 4).")
+]
+_NowOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--now",
+        help="Fixed clock (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS) for reproducible stores.",
+    ),
+]
+_UniqKeySeedOpt = Annotated[
+    int | None, typer.Option("--uniq-key-seed", help="Fixed pid/class-loader part of generated UNIQ_KEYs.")
+]
+_QuarantineOpt = Annotated[
+    Path | None, typer.Option("--quarantine", help="Where zeroed stale bytes are copied (default beside STORE).")
+]
+_AgainOpt = Annotated[
+    bool,
+    typer.Option("--again", help="Write the input even if the last write wrote the same input (a second copy)."),
+]
+
+
 @app.command("write", cls=Command)
 @reports_errors
 def write_command(
     store: Annotated[Path, typer.Argument(help="Store root directory (storePathRootDir).", show_default=False)],
-    source: Annotated[
-        str | None, typer.Argument(metavar="[INPUT]", help="NDJSON file, one message per line; - reads stdin.")
-    ] = None,
+    source: _SourceOpt = None,
     input_file: Annotated[str | None, typer.Option("--input", "-i", help="Same as INPUT.")] = None,
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Topic of the one message to write.")] = None,
-    queue: Annotated[
-        int | None, typer.Option("--queue", min=0, help="Queue id (default: round-robin over writeQueueNums).")
-    ] = None,
+    queue: _QueueOpt = None,
     tags: Annotated[str | None, typer.Option("--tags", help="TAGS of the message.")] = None,
     keys: Annotated[str | None, typer.Option("--keys", help="KEYS, separated by spaces (each is indexed).")] = None,
     body: Annotated[str | None, typer.Option("--body", help="Body as UTF-8 text.")] = None,
     body_file: Annotated[Path | None, typer.Option("--body-file", help="Body bytes from a file.")] = None,
-    prop: Annotated[
-        list[str] | None, typer.Option("--property", "-p", help="User property NAME=VALUE; repeat.")
-    ] = None,
+    prop: _PropOpt = None,
     delay_level: Annotated[int, typer.Option("--delay-level", min=0, help="Delay level (1-based; 0: none).")] = 0,
     flag: Annotated[int, typer.Option("--flag", help="User flag.")] = 0,
     broker_config: BrokerConfigOpt = None,
-    broker_version: Annotated[
-        str | None,
-        typer.Option(
-            "--broker-version",
-            help="Broker version whose append path to follow (default auto: decided from the store).",
-        ),
-    ] = None,
-    no_dispatch: Annotated[
-        bool, typer.Option("--no-dispatch", help="Leave consume queues and index to `redispatch` (creates abort).")
-    ] = False,
+    broker_version: _BrokerVersionOpt = None,
+    no_dispatch: _NoDispatchOpt = False,
     flush: Annotated[Flush, typer.Option("--flush", help="sync: fsync before reporting success.")] = Flush.sync,
     create: Annotated[bool, typer.Option("--create", help="Create STORE if it does not exist.")] = False,
-    store_host: Annotated[
-        str | None, typer.Option("--store-host", help="ip:port stored as the store host (default: the last record's).")
-    ] = None,
+    store_host: _StoreHostOpt = None,
     born_host: Annotated[str | None, typer.Option("--born-host", help="ip:port of the producer.")] = None,
-    allow_system_topic: Annotated[
-        bool,
-        typer.Option("--allow-system-topic", help="Allow topics producers may not send to (SCHEDULE_TOPIC_XXXX...)."),
-    ] = False,
+    allow_system_topic: _AllowSystemTopicOpt = False,
     max_topic_length: Annotated[int, typer.Option("--max-topic-length", min=1, help="Topic length limit.")] = 127,
-    topic_queue_nums: Annotated[
-        int, typer.Option("--topic-queue-nums", min=1, help="Queues of an auto-created topic (producer default 4).")
-    ] = 4,
-    now: Annotated[
-        str | None,
-        typer.Option(
-            "--now",
-            help="Fixed clock (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS) for reproducible stores.",
-        ),
-    ] = None,
-    uniq_key_seed: Annotated[
-        int | None, typer.Option("--uniq-key-seed", help="Fixed pid/class-loader part of generated UNIQ_KEYs.")
-    ] = None,
-    quarantine: Annotated[
-        Path | None, typer.Option("--quarantine", help="Where zeroed stale bytes are copied (default beside STORE).")
-    ] = None,
+    topic_queue_nums: _TopicQueueNumsOpt = 4,
+    now: _NowOpt = None,
+    uniq_key_seed: _UniqKeySeedOpt = None,
+    quarantine: _QuarantineOpt = None,
     no_quarantine: Annotated[bool, typer.Option("--no-quarantine", help="Do not keep a copy of zeroed bytes.")] = False,
-    again: Annotated[
-        bool,
-        typer.Option("--again", help="Write the input even if the last write wrote the same input (a second copy)."),
-    ] = False,
+    again: _AgainOpt = False,
     dry_run: DryRunOpt = False,
     fmt: Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")] = None,
 ) -> None:
@@ -172,85 +185,69 @@ def write_command(
     """
     if source is not None and input_file is not None:
         raise InputError("give the NDJSON input once (INPUT or --input)")
-    msgs = _messages(
-        source if source is not None else input_file,
-        topic,
-        queue,
-        tags,
-        keys,
-        body,
-        body_file,
-        prop or [],
-        delay_level,
-        flag,
+    message_opts = (topic, queue, tags, keys, body, body_file, prop or [], delay_level, flag)
+    msgs = _messages(source if source is not None else input_file, *message_opts)
+    fixed = parse_time_ms(now) if now is not None else None
+    clock = (lambda: fixed) if now is not None else None
+    uniq_keys = op.UniqKeySource(seed=uniq_key_seed) if uniq_key_seed is not None else None
+    opts = op.WriteOptions(  # in its field order
+        clock, not no_dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
     )
-    clock = None
-    if now is not None:
-        fixed = parse_time_ms(now)
-        clock = lambda: fixed  # noqa: E731
-    result = op.write_messages(
-        store,
-        msgs,
-        broker_config=broker_config,
-        broker=broker_version,
-        create=create,
-        flush=flush.value,
-        dispatch=not no_dispatch,
-        clock=clock,
-        store_host=store_host,
-        born_host=born_host,
-        allow_system_topic=allow_system_topic,
-        max_topic_length=max_topic_length,
-        topic_queue_nums=topic_queue_nums,
-        uniq_keys=op.UniqKeySource(seed=uniq_key_seed) if uniq_key_seed is not None else None,
-        quarantine=quarantine,
-        use_quarantine=not no_quarantine,
-        dry_run=dry_run,
-        again=again,
-        on_step=step_hook(),
-    )
-    _report(result, default_format(fmt))
+    fmt = default_format(fmt)
+    with op.open_for_write(
+        store, broker_config=broker_config, broker=broker_version, create=create, dry_run=dry_run
+    ) as st:
+        plan, digest, rolled = op.prepare_write(st, msgs, opts, again=again, dry_run=dry_run)
+        view = _view(plan, fmt)
+        if dry_run:
+            err.print("dry run: nothing was written")
+            render_plan(view, fmt)
+            return
+        if fmt in (Format.table, Format.plain):  # json: one document after the run; ndjson, csv: the rows written
+            render_plan(view, fmt)
+        result = op.apply_write(
+            st,
+            plan,
+            flush=flush.value,
+            quarantine=quarantine,
+            use_quarantine=not no_quarantine,
+            index_clock=clock,
+            now_ms=fixed,
+            on_step=step_hook(),
+            digest=digest,
+        )
+    _notes(result, rolled)
+    _report(result, view, fmt)
 
 
-def _report(result: op.WriteResult, fmt: Format) -> None:
-    if result.rolled_back is not None:
+def _notes(result: op.WriteResult, rolled: op.RollbackReport | None) -> None:
+    if rolled is not None:
         done = (
             "finished an interrupted write that had committed"
-            if result.rolled_back.committed
+            if rolled.committed
             else "rolled back an interrupted write first"
         )
-        err.print(f"note: {done} ({result.rolled_back.journal})")
+        err.print(f"note: {done} ({rolled.journal})")
     if result.quarantine is not None:
         err.print(f"note: stale bytes after the end of the commit log copied to {str(result.quarantine)}")
     if result.abort_created:
         err.print("note: created abort: the broker re-dispatches on its next start (or run `rmqstore redispatch`)")
-    if result.dry_run:
-        err.print("dry run: nothing was written")
-        render_plan(_view(result, fmt), fmt)
-        return
-    records = result.plan.records
-    n = len(records)
-    summary = result.summary()
+
+
+def _report(result: op.WriteResult, view: PlanView, fmt: Format) -> None:
+    """What was written: the message rows (ndjson, csv), the plan with the result (json), the result summary."""
     if fmt in (Format.ndjson, Format.csv):
-        render_rows((r.to_json() for r in records), fmt, columns=_COLUMNS)
-        return
-    if fmt is Format.json:
-        doc = {"summary": summary}
-        if n <= _JSON_ROWS:
-            doc["messages"] = [r.to_json() for r in records]
-        render_mapping(doc, fmt)
-        return
-    if n <= _ROWS_SHOWN:
-        render_rows(
-            (r.to_json() for r in records), fmt, columns=_COLUMNS, title="written" if not result.dry_run else "plan"
-        )
-    if n > _ROWS_SHOWN or fmt is Format.table:
-        render_mapping(summary, fmt, title="summary")
+        render_rows((r.to_json() for r in result.plan.records), fmt, columns=_COLUMNS)
+    elif fmt is Format.json:
+        render_plan(view, fmt, result=result.summary())
+    else:  # what the plan did not say already
+        done = {k: v for k, v in result.summary().items() if k not in view.summary}
+        render_mapping(done, fmt, title="written")
 
 
-def _view(result: op.WriteResult, fmt: Format) -> PlanView:
-    """The append: the bytes zeroed and appended, the summary, and the messages as they would be stored."""
+def _view(plan: op.WritePlan, fmt: Format) -> PlanView:
+    """The append: the bytes zeroed and appended, the summary, and the messages as they will be stored."""
     shown = _JSON_ROWS if fmt is Format.json else _ROWS_SHOWN
-    messages = [r.to_json() for _, r in zip(range(shown), result.plan.records, strict=False)]
+    messages = [r.to_json() for _, r in zip(range(shown), plan.records, strict=False)]
     details = {"messages": Detail(messages, _COLUMNS, "messages")}
-    return PlanView("write", op.planned_actions(result.plan), result.summary(), details)
+    return PlanView("write", op.planned_actions(plan), plan.summary(), details)

@@ -99,12 +99,49 @@ def check_supported(st: Store) -> None:
 
 def find_append_point(st: Store) -> AppendPoint:
     cfg = st.config
-    fs = cfg.commitlog_file_size
     segs, problems = st.commitlog_segments()
     if problems:
         p = problems[0]
         raise UnsafePlan(f"{p}; the broker would not load this commit log: run `rmqstore check` or `recover` first")
-    # furthest consume queue entry over all queues
+    last = _furthest_cq_entry(st)
+    dispatched_end = last[0] + last[1] if last else 0
+    if not segs:
+        if dispatched_end:
+            raise UnsafePlan(
+                f"{cfg.commitlog_dir}: no commit log files, but consume queues refer to offset {last[0] if last else 0}; "
+                "run `rmqstore recover` first"
+            )
+        return AppendPoint(0, (), None, (), 0, 0, None)
+    start_idx, start_pos = _walk_start(segs, last, cfg.commitlog_file_size)
+    walk_start = segs[start_idx].base_offset + start_pos
+    if dispatched_end < walk_start and dispatched_end < segs[start_idx].base_offset:
+        raise UnsafePlan(
+            f"{cfg.consumequeue_dir}: consume queues end at commit log offset {dispatched_end} but the commit log "
+            f"continues far beyond it (from {walk_start}); run `rmqstore redispatch` first"
+        )
+    reqs, idx, stop_pos, blank = _walk(st, segs, start_idx, start_pos)
+    end_phy = segs[idx].base_offset + stop_pos
+    if dispatched_end > end_phy:
+        raise UnsafePlan(
+            f"{cfg.consumequeue_dir}: consume queues refer to commit log offsets up to {dispatched_end}, beyond the "
+            f"end of valid records at {end_phy}; run `rmqstore recover` first"
+        )
+    stale = _stale_after(st, segs, idx, stop_pos, blank)
+    pending = tuple(r for r in reqs if r.phy_offset >= dispatched_end)
+    last_ts, last_host = 0, None
+    if reqs:
+        tail = reqs[-1]
+        last_ts = tail.store_timestamp_ms
+        seg = segs[(tail.phy_offset - segs[0].base_offset) // cfg.commitlog_file_size]
+        with map_file(seg.path) as buf:
+            rec = decode_record(buf, tail.phy_offset - seg.base_offset, path=str(seg.path), file_from=seg.base_offset)
+        if isinstance(rec, Record):
+            last_host = (rec.store_addr, rec.store_port)
+    return AppendPoint(end_phy, tuple(segs), stale, pending, dispatched_end, last_ts, last_host)
+
+
+def _furthest_cq_entry(st: Store) -> tuple[int, int] | None:
+    """(phy offset, size) of the furthest consume queue entry over all queues."""
     last: tuple[int, int] | None = None
     for topic, qid, _ in st.queues():
         qsegs, qproblems = st.cq_segments(topic, qid)
@@ -114,19 +151,14 @@ def find_append_point(st: Store) -> AppendPoint:
         e = last_cq_entry(qsegs)
         if e is not None and (last is None or e[0] > last[0]):
             last = e
-    dispatched_end = last[0] + last[1] if last else 0
-    if not segs:
-        if dispatched_end:
-            raise UnsafePlan(
-                f"{cfg.commitlog_dir}: no commit log files, but consume queues refer to offset {last[0] if last else 0}; "
-                "run `rmqstore recover` first"
-            )
-        return AppendPoint(0, (), None, (), 0, 0, None)
-    first_base = segs[0].base_offset
-    # start the recovery walk at the last dispatched record if it is valid, else at the third-to-last file
-    start_idx, start_pos = max(0, len(segs) - 3), 0
+    return last
+
+
+def _walk_start(segs: list[Segment], last: tuple[int, int] | None, fs: int) -> tuple[int, int]:
+    """Where the recovery walk starts: at the last dispatched record if it is valid, else at the
+    third-to-last file (file index, position)."""
     if last is not None:
-        idx = (last[0] - first_base) // fs
+        idx = (last[0] - segs[0].base_offset) // fs
         if 0 <= idx < len(segs) and segs[idx].base_offset <= last[0] < segs[idx].base_offset + fs:
             pos = last[0] - segs[idx].base_offset
             with map_file(segs[idx].path) as buf:
@@ -137,15 +169,15 @@ def find_append_point(st: Store) -> AppendPoint:
                 except CorruptData:
                     rec = None
             if isinstance(rec, Record) and rec.total_size == last[1] and rec.phy_offset == last[0]:
-                start_idx, start_pos = idx, pos
-    walk_start = segs[start_idx].base_offset + start_pos
-    if dispatched_end < walk_start and dispatched_end < segs[start_idx].base_offset:
-        raise UnsafePlan(
-            f"{cfg.consumequeue_dir}: consume queues end at commit log offset {dispatched_end} but the commit log "
-            f"continues far beyond it (from {walk_start}); run `rmqstore redispatch` first"
-        )
+                return idx, pos
+    return max(0, len(segs) - 3), 0
+
+
+def _walk(st: Store, segs: list[Segment], idx: int, pos: int) -> tuple[list[DispatchRequest], int, int, bool]:
+    """The records from ``(idx, pos)`` to where recovery stops: the records, the file index and
+    position of the stop, and whether it stopped at a BLANK with no next file."""
+    cfg = st.config
     reqs: list[DispatchRequest] = []
-    idx, pos = start_idx, start_pos
     while True:
         seg = segs[idx]
         with map_file(seg.path) as buf:
@@ -156,46 +188,35 @@ def find_append_point(st: Store) -> AppendPoint:
         if stop.reason == "blank" and idx + 1 < len(segs):
             idx, pos = idx + 1, 0
             continue
-        end_phy = seg.base_offset + stop.pos
-        break
+        return reqs, idx, stop.pos, stop.reason == "blank"
+
+
+def _stale_after(st: Store, segs: list[Segment], idx: int, stop_pos: int, blank: bool) -> StaleRange | None:
+    """Stale bytes after the end in the same file; refused when more than a record, or in later files."""
+    cfg = st.config
     end_seg = segs[idx]
-    if dispatched_end > end_phy:
-        raise UnsafePlan(
-            f"{cfg.consumequeue_dir}: consume queues refer to commit log offsets up to {dispatched_end}, beyond the "
-            f"end of valid records at {end_phy}; run `rmqstore recover` first"
-        )
-    # stale bytes after the end, in the same file and in later files
+    end_phy = end_seg.base_offset + stop_pos
     stale = None
-    tail_end = data_end(end_seg.path, stop.pos, end_seg.size)
-    if stop.reason == "blank":  # no next file: the broker appends at the BLANK's position (§8.2)
-        if tail_end > stop.pos:
-            stale = StaleRange(end_seg.path, stop.pos, tail_end - stop.pos, end_phy, padding=True)
-    elif tail_end > stop.pos:
-        length = tail_end - stop.pos
+    tail_end = data_end(end_seg.path, stop_pos, end_seg.size)
+    if blank:  # no next file: the broker appends at the BLANK's position (§8.2)
+        if tail_end > stop_pos:
+            stale = StaleRange(end_seg.path, stop_pos, tail_end - stop_pos, end_phy, padding=True)
+    elif tail_end > stop_pos:
+        length = tail_end - stop_pos
         limit = cfg.max_message_size + RECORD_SLACK
         if length > limit:
             raise UnsafePlan(
-                f"{end_seg.path}: {length} bytes of data after the end of valid records at byte {stop.pos} "
+                f"{end_seg.path}: {length} bytes of data after the end of valid records at byte {stop_pos} "
                 f"(phy offset {end_phy}); more than one record can be: run `rmqstore check` or `recover` first"
             )
-        stale = StaleRange(end_seg.path, stop.pos, length, end_phy)
+        stale = StaleRange(end_seg.path, stop_pos, length, end_phy)
     for later in segs[idx + 1 :]:
         if data_end(later.path, 0, later.size) > 0:
             raise UnsafePlan(
                 f"{later.path}: holds data after the end of valid records at phy offset {end_phy}; "
                 "run `rmqstore check` or `recover` first"
             )
-    pending = tuple(r for r in reqs if r.phy_offset >= dispatched_end)
-    last_ts, last_host = 0, None
-    if reqs:
-        tail = reqs[-1]
-        last_ts = tail.store_timestamp_ms
-        seg = segs[(tail.phy_offset - first_base) // fs]
-        with map_file(seg.path) as buf:
-            rec = decode_record(buf, tail.phy_offset - seg.base_offset, path=str(seg.path), file_from=seg.base_offset)
-        if isinstance(rec, Record):
-            last_host = (rec.store_addr, rec.store_port)
-    return AppendPoint(end_phy, tuple(segs), stale, pending, dispatched_end, last_ts, last_host)
+    return stale
 
 
 def index_end_phy(st: Store) -> int:

@@ -58,6 +58,20 @@ class Message:  # which made building a million messages six times slower
     origin: str = "message"
 
 
+def producer_columns(
+    messages: Sequence[Message],
+) -> tuple[list[str], list[bytes], list[int | None], list[str | None], list[str | None], list[str]]:
+    """The producer fields of ``messages`` column by column: topic, body, queue id, tags, keys, origin."""
+    return (
+        [m.topic for m in messages],
+        [m.body for m in messages],
+        [m.queue_id for m in messages],
+        [m.tags for m in messages],
+        [m.keys for m in messages],
+        [m.origin for m in messages],
+    )
+
+
 @dataclass(slots=True)
 class MessageBatch:
     """Producer messages column by column: topic, body, queue id, TAGS and KEYS, every other field
@@ -93,14 +107,7 @@ class MessageBatch:
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> MessageBatch:
         """The producer fields (topic, body, queue id, tags, keys, origin) of ``messages``."""
-        return cls(
-            [m.topic for m in messages],
-            [m.body for m in messages],
-            [m.queue_id for m in messages],
-            [m.tags for m in messages],
-            [m.keys for m in messages],
-            [m.origin for m in messages],
-        )
+        return cls(*producer_columns(messages))
 
     def message(self, i: int) -> Message:
         return Message(
@@ -228,60 +235,14 @@ def message_from_json(obj: Any, *, origin: str = "message") -> Message:
     if simple is not None:
         topic, body, queue_id, tags, keys = simple
         return Message(topic=topic, body=body, queue_id=queue_id, tags=tags, keys=keys, origin=origin)
-    unknown = [k for k in obj if k not in _JSON_FIELDS and k not in _JSON_IGNORED]
-    if unknown:
-        import difflib
-
-        hint = difflib.get_close_matches(unknown[0], sorted(_JSON_FIELDS), n=1)
-        more = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise InputError(f"{origin}: unknown field {unknown[0]!r}{more}")
+    _check_json_fields(obj, origin)
     topic = obj.get("topic")
     if not isinstance(topic, str) or not topic:
         raise InputError(f"{origin}: topic is missing or not a string")
-    if "body" in obj and "bodyBase64" in obj:
-        raise InputError(f"{origin}: give body or bodyBase64, not both")
-    body = b""
-    if obj.get("bodyBase64") is not None:
-        b64 = obj["bodyBase64"]
-        if not isinstance(b64, str):
-            raise InputError(f"{origin}: bodyBase64 must be a string")
-        try:
-            body = base64.b64decode(b64, validate=True)
-        except (binascii.Error, ValueError):
-            raise InputError(f"{origin}: bodyBase64 is not valid base64") from None
-    elif obj.get("body") is not None:
-        text = obj["body"]
-        if not isinstance(text, str):
-            raise InputError(f"{origin}: body must be a string (UTF-8 text); use bodyBase64 for bytes")
-        try:
-            body = text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InputError(f"{origin}: body is not valid Unicode text") from None
-    keys = obj.get("keys")
-    if isinstance(keys, list):
-        if not all(isinstance(k, str) for k in keys):
-            raise InputError(f"{origin}: keys must be a string or a list of strings")
-        keys = " ".join(keys)
-    elif keys is not None and not isinstance(keys, str):
-        raise InputError(f"{origin}: keys must be a string or a list of strings")
-    props_obj = obj.get("properties") or {}
-    if not isinstance(props_obj, dict):
-        raise InputError(f"{origin}: properties must be an object of string values")
-    props = []
-    for k, v in props_obj.items():
-        if not isinstance(v, str):
-            raise InputError(f"{origin}: property {k!r} must have a string value, got {v!r}")
-        props.append((k, v))
-    sys_flag = _json_int(obj, "sysFlag", origin, -(1 << 31), _INT_MAX, 0) or 0
-    tx = obj.get("transactionType")
-    if tx is not None:
-        name = str(tx).upper().removeprefix("TRANSACTION_").removesuffix("_TYPE")
-        if name not in _TRANSACTION_TYPES:
-            raise InputError(f"{origin}: transactionType {tx!r} is not one of NOT, PREPARED, COMMIT, ROLLBACK")
-        bits = _TRANSACTION_TYPES[name]
-        if sys_flag & TRANSACTION_MASK and sys_flag & TRANSACTION_MASK != bits:
-            raise InputError(f"{origin}: transactionType {tx!r} contradicts sysFlag {sys_flag}")
-        sys_flag = (sys_flag & ~TRANSACTION_MASK) | bits
+    body = _json_body(obj, origin)
+    keys = _json_keys(obj, origin)
+    props = _json_properties(obj, origin)
+    sys_flag = _json_sys_flag(obj, origin)
     wait = obj.get("wait", True)
     if isinstance(wait, str) and wait.lower() in ("true", "false"):
         wait = wait.lower() == "true"
@@ -296,7 +257,7 @@ def message_from_json(obj: Any, *, origin: str = "message") -> Message:
         queue_id=_json_int(obj, "queueId", origin, 0, _INT_MAX, None),
         tags=_json_str(obj, "tags", origin),
         keys=keys,
-        properties=tuple(props),
+        properties=props,
         flag=_json_int(obj, "flag", origin, -(1 << 31), _INT_MAX, 0) or 0,
         sys_flag=sys_flag,
         born_timestamp_ms=_json_time(obj, "bornTimestamp", origin),
@@ -318,6 +279,76 @@ def message_from_json(obj: Any, *, origin: str = "message") -> Message:
         if msg.queue_id is None:
             raise InputError(f"{origin}: a raw message needs queueId")
     return msg
+
+
+def _check_json_fields(obj: dict[str, Any], origin: str) -> None:
+    unknown = [k for k in obj if k not in _JSON_FIELDS and k not in _JSON_IGNORED]
+    if unknown:
+        import difflib
+
+        hint = difflib.get_close_matches(unknown[0], sorted(_JSON_FIELDS), n=1)
+        more = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise InputError(f"{origin}: unknown field {unknown[0]!r}{more}")
+
+
+def _json_body(obj: dict[str, Any], origin: str) -> bytes:
+    """``body`` (UTF-8 text) or ``bodyBase64``; empty when neither is given."""
+    if "body" in obj and "bodyBase64" in obj:
+        raise InputError(f"{origin}: give body or bodyBase64, not both")
+    if obj.get("bodyBase64") is not None:
+        b64 = obj["bodyBase64"]
+        if not isinstance(b64, str):
+            raise InputError(f"{origin}: bodyBase64 must be a string")
+        try:
+            return base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InputError(f"{origin}: bodyBase64 is not valid base64") from None
+    if obj.get("body") is not None:
+        text = obj["body"]
+        if not isinstance(text, str):
+            raise InputError(f"{origin}: body must be a string (UTF-8 text); use bodyBase64 for bytes")
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{origin}: body is not valid Unicode text") from None
+    return b""
+
+
+def _json_keys(obj: dict[str, Any], origin: str) -> str | None:
+    """``keys``: a string, or a list of strings joined with spaces."""
+    keys = obj.get("keys")
+    if isinstance(keys, list):
+        if not all(isinstance(k, str) for k in keys):
+            raise InputError(f"{origin}: keys must be a string or a list of strings")
+        return " ".join(keys)
+    if keys is not None and not isinstance(keys, str):
+        raise InputError(f"{origin}: keys must be a string or a list of strings")
+    return keys
+
+
+def _json_properties(obj: dict[str, Any], origin: str) -> tuple[tuple[str, str], ...]:
+    props_obj = obj.get("properties") or {}
+    if not isinstance(props_obj, dict):
+        raise InputError(f"{origin}: properties must be an object of string values")
+    for k, v in props_obj.items():
+        if not isinstance(v, str):
+            raise InputError(f"{origin}: property {k!r} must have a string value, got {v!r}")
+    return tuple(props_obj.items())
+
+
+def _json_sys_flag(obj: dict[str, Any], origin: str) -> int:
+    """``sysFlag`` with the bits of ``transactionType`` (which must not contradict it)."""
+    sys_flag = _json_int(obj, "sysFlag", origin, -(1 << 31), _INT_MAX, 0) or 0
+    tx = obj.get("transactionType")
+    if tx is not None:
+        name = str(tx).upper().removeprefix("TRANSACTION_").removesuffix("_TYPE")
+        if name not in _TRANSACTION_TYPES:
+            raise InputError(f"{origin}: transactionType {tx!r} is not one of NOT, PREPARED, COMMIT, ROLLBACK")
+        bits = _TRANSACTION_TYPES[name]
+        if sys_flag & TRANSACTION_MASK and sys_flag & TRANSACTION_MASK != bits:
+            raise InputError(f"{origin}: transactionType {tx!r} contradicts sysFlag {sys_flag}")
+        sys_flag = (sys_flag & ~TRANSACTION_MASK) | bits
+    return sys_flag
 
 
 def paused_gc(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

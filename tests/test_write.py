@@ -130,23 +130,9 @@ def _reputs(root: Path, stamps: list[int]) -> list[wr.Message]:
     out = []
     for rec, ts in zip(due, stamps, strict=True):
         p = rec.properties
-        out.append(
-            wr.Message(
-                topic=p["REAL_TOPIC"],
-                queue_id=int(p["REAL_QID"]),
-                body=rec.body,
-                flag=rec.flag,
-                sys_flag=rec.sys_flag,
-                born_timestamp_ms=rec.born_timestamp_ms,
-                born_host=rec.born_host,
-                store_host=rec.store_host,
-                store_timestamp_ms=ts,
-                reconsume_times=rec.reconsume_times,
-                properties=tuple(p.items()),
-                raw=True,
-                origin="reput",
-            )
-        )
+        stored = _as_input(rec)  # the scheduled record as it is, then where the reput sends it
+        reput = {"topic": p["REAL_TOPIC"], "queue_id": int(p["REAL_QID"]), "store_timestamp_ms": ts}
+        out.append(replace(stored, **reput, properties=tuple(p.items()), origin="reput"))
     return out
 
 
@@ -694,6 +680,24 @@ def test_cli_single_message_and_dry_run(tmp_path: Path) -> None:
     assert parse_properties(rec.properties_raw)["color"] == "blue" and rec.keys == "a b"
 
 
+def test_cli_shows_the_plan_before_writing(tmp_path: Path) -> None:
+    root, _ = _fixture_copy_hashes(tmp_path)
+    args = ["write", str(root), "--topic", "TopicB", "--queue", "1", "--body", "hi", "--now", "1795400000000"]
+    with open_store(root) as st:
+        start = find_append_point(st).end_phy
+    shown = CliRunner().invoke(app, [*args, "--format", "plain"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    planned = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["write", "append"])
+    written = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["cqEntries"])
+    assert planned < written and str(start) in shown.stdout  # the plan (its append, the offset), then the result
+    assert lines[written].split()[1] == "1"
+    doc = json.loads(CliRunner().invoke(app, [*args, "--again", "--format", "json"]).stdout)
+    assert doc["operation"] == "write" and [a["action"] for a in doc["actions"]] == ["append"]
+    assert doc["messages"][0]["commitLogOffset"] == doc["summary"]["startPhyOffset"] > start
+    assert doc["result"]["cqEntries"] == 1 and doc["result"]["endPhyOffset"] == doc["summary"]["endPhyOffset"]
+
+
 def test_cli_refuses_a_store_a_broker_holds(tmp_path: Path) -> None:
     root, before = _fixture_copy_hashes(tmp_path)
     holder = subprocess.Popen(
@@ -844,7 +848,7 @@ _other_message = st.one_of(
 
 
 def _plan_or_error(root: Path, msgs: object, conf: Path, broker: str, min_run: int, monkeypatch) -> object:
-    monkeypatch.setattr(wr, "_FAST_MIN_RUN", min_run)
+    monkeypatch.setattr(wr.plan, "_FAST_MIN_RUN", min_run)
     ticks = iter(range(1_700_000_000_000, 1_800_000_000_000, 3))
     with open_store(root, broker_config=conf, broker=broker) as st_:
         try:
