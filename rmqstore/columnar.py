@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec.arrays import MAX_FAST_PROPERTIES, key_tokens, named, property_items
+from .codec.arrays import MAX_FAST_PROPERTIES, key_tokens, named_values
 from .codec.columnar import be, decode_heads, gather, head_column
 from .codec.commitlog import (
     BLANK_MAGIC,
@@ -288,101 +288,6 @@ def _decode_in_worker(
         m.close()
 
 
-_MAX_LAYOUTS = 256  # more distinct property layouts in a batch: the generic splitter
-
-
-def _property_values_by_layout(
-    mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
-) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """Like ``_property_values_generic`` for batches whose rows share a few separator layouts.
-
-    Producers write the same properties in the same order, so most rows have their 0x01/0x02
-    bytes at the same places: the items of a layout are found once, then every row of it has
-    its names compared at those places. None when the batch has too many layouts.
-    """
-    m, width = mat.shape
-    packed = np.packbits(marks, axis=1)
-    key = np.zeros((m, 8 + (-(-packed.shape[1] // 8)) * 8), np.uint8)
-    key[:, :4] = lens.astype(">u4").view(np.uint8).reshape(m, 4)
-    key[:, 8 : 8 + packed.shape[1]] = packed
-    words = key.view(np.uint64)
-    h = words[:, 0].copy()
-    for j in range(1, words.shape[1]):  # a hash of the layout; rows are compared with their representative below
-        h = h * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
-    uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    if len(uniq) > _MAX_LAYOUTS:
-        return None
-    inv = inv.ravel()
-    if not (key == key[first][inv]).all():
-        return None  # two layouts with one hash: the generic splitter
-    order = np.argsort(inv, kind="stable")
-    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
-    found: dict[bytes, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in _TARGETS}
-    for u, r in enumerate(first.tolist()):
-        rows = order[bounds[u] : bounds[u + 1]]
-        row = mat[r, : int(lens[r])].tobytes()
-        at, items = 0, []
-        for item in row.split(b"\x02"):
-            items.append((at, at + len(item), item))
-            at += len(item) + 1
-        # The key says where separators are, not which: rows with a 0x01 where this one has a 0x02
-        # (or the reverse) are another layout, left to the per-record path.
-        twos = [end for _, end, _ in items[:-1]]
-        if twos:
-            other = ~(mat[rows[:, None], twos] == 2).all(axis=1)
-            bad_rec[rows[other]] = True
-        value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in _TARGETS}
-        for start, end, item in items:
-            if not item:
-                continue
-            k = item.find(b"\x01")
-            if item.count(b"\x01") != 1 or not 0 < k < len(item) - 1:
-                bad_rec[rows] = True
-                break
-            if k not in (4, 8):
-                continue
-            names = mat[rows, start : start + k]
-            for target in _TARGETS:
-                if len(target) == k:
-                    hit = (names == np.frombuffer(target, np.uint8)).all(axis=1)
-                    if hit.any():
-                        value_at[target].append((hit, start + k + 1, end - start - k - 1))
-        else:
-            for target in _TARGETS:
-                # the later item wins, as in a map put
-                sel = np.full(len(rows), -1, np.int64)
-                vlen = np.zeros(len(rows), np.int64)
-                for hit, vstart, n in value_at[target]:
-                    sel[hit] = vstart
-                    vlen[hit] = n
-                has = sel >= 0
-                if has.any():
-                    found[target].append((rows[has], pstart[rows[has]] + sel[has], vlen[has]))
-    values = {}
-    for target, parts in found.items():
-        if parts:
-            rr = np.concatenate([q[0] for q in parts])
-            o = np.argsort(rr, kind="stable")
-            values[target] = tuple(np.concatenate([q[i] for q in parts])[o] for i in range(3))
-        else:
-            z = np.zeros(0, np.int64)
-            values[target] = (z, z, z)
-    return values  # type: ignore[return-value]
-
-
-def _property_values_generic(
-    u8: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
-) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """TAGS, KEYS and UNIQ_KEY value ranges of each row, from the codec's property items."""
-    items = property_items(u8, pstart, lens)
-    bad_rec |= items.bad
-    values = {}
-    for target in _TARGETS:
-        hit = named(u8, items, target)
-        values[target] = (items.row[hit], items.value_start[hit], items.value_len[hit])
-    return values
-
-
 def _fast_topics(
     buf: Any, u8: np.ndarray, fast: np.ndarray, tlen: np.ndarray, tstart: np.ndarray
 ) -> tuple[list[str], dict[bytes, int], np.ndarray]:
@@ -422,30 +327,10 @@ def _fast_topics(
 def _fast_property_values(
     u8: np.ndarray, fast: np.ndarray, ppos: np.ndarray, pl0: np.ndarray
 ) -> tuple[np.ndarray, dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
-    """TAGS, KEYS and UNIQ_KEY value ranges of the fast records (``ridx``), and which of them turn out bad.
-
-    The property strings form one matrix (a row per record): every 0x01 and 0x02 is found with one
-    compare, and items and their name/value separators are numbered in row order.
-    """
+    """TAGS, KEYS and UNIQ_KEY value ranges of the fast records (``ridx``), and which of them turn out bad."""
     fast &= pl0 <= MAX_FAST_PROPERTIES
     ridx = np.flatnonzero(fast)
-    m = len(ridx)
-    pstart = ppos[ridx] + 2
-    values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    bad_rec = np.zeros(m, dtype=bool)
-    if m:
-        lens = pl0[ridx]
-        width = max(int(lens.max()), 1)
-        mat = gather(u8, pstart, width)
-        marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
-        if not (lens == width).all():
-            marks &= np.arange(width, dtype=np.int32) < lens[:, None]
-        layout = _property_values_by_layout(mat, marks, lens, pstart, bad_rec)
-        values = layout if layout is not None else _property_values_generic(u8, lens, pstart, bad_rec)
-    else:
-        z = np.zeros(0, np.int64)
-        values = {t: (z, z, z) for t in _TARGETS}
-
+    values, bad_rec = named_values(u8, ppos[ridx] + 2, pl0[ridx], _TARGETS)
     return ridx, values, bad_rec
 
 

@@ -18,6 +18,7 @@ from rmqstore.codec.arrays import (
     key_tokens,
     msg_id_hex,
     named,
+    named_values,
     property_items,
     record_arrays,
 )
@@ -44,6 +45,7 @@ from rmqstore.commitlog import (
     offset_msg_id,
     parse_host,
     parse_properties,
+    parse_properties_by_rules,
     store_timestamp_at,
 )
 from rmqstore.consumequeue import (
@@ -466,6 +468,45 @@ def test_property_parsing_by_version(raw, old, new):
     assert parse_properties(raw, broker="4.4.0") == old
     assert parse_properties(raw, broker="4.9.7") == new
     assert parse_properties(raw, broker="5.3.3") == new
+
+
+@given(st.text(alphabet="ab\x01\x02é", max_size=24))
+@example("K\x01v\x02")
+@example("K\x01v\x01w\x02")
+@example("\x01v\x02K\x01w")
+def test_property_shortcut_equals_each_versions_parser(raw):
+    for broker in ("4.4.0", "4.9.7", "5.3.3"):
+        assert parse_properties(raw, broker=broker) == parse_properties_by_rules(raw, broker=broker)
+
+
+_PROPERTY_ITEMS = st.lists(
+    st.tuples(
+        st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "A", "", "KEYSX"]), st.sampled_from(["v", "", "x\x01y", "ab c"])
+    ),
+    max_size=4,
+)
+
+
+@given(st.lists(_PROPERTY_ITEMS, min_size=1, max_size=6), st.lists(st.integers(0, 5), max_size=40))
+def test_named_values_equal_parse_properties(shapes, picks):
+    """Strings sharing a few layouts (the layout shortcut) and every string's values as the per-record parser reads them."""
+    chosen = [shapes[i % len(shapes)] for i in picks or [0]]
+    strings = [encode_properties(items) for items in chosen]
+    buf = b"".join(strings) + bytes(8)
+    starts = np.cumsum([0] + [len(x) for x in strings[:-1]]).astype(np.int64)
+    lens = np.array([len(x) for x in strings], np.int64)
+    names = (b"TAGS", b"KEYS", b"UNIQ_KEY")
+    u8 = np.frombuffer(buf, np.uint8)
+    values, bad = named_values(u8, starts, lens, names)
+    for i, raw in enumerate(strings):
+        assert bad[i] == any(not k or not v or "\x01" in v for k, v in chosen[i])
+        if bad[i]:
+            continue
+        want = parse_properties(raw.decode(), broker="4.4.0")
+        for name in names:
+            rows, vstart, vlen = values[name]
+            got = [buf[a : a + n].decode() for r, a, n in zip(rows, vstart, vlen, strict=True) if r == i]
+            assert got == ([want[name.decode()]] if name.decode() in want else []), (raw, name)
 
 
 def test_duplicate_property_later_wins():
