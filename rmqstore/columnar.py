@@ -370,28 +370,32 @@ def _request_keys(req: DispatchRequest) -> tuple[list[int], list[int]]:
     return hashes, seqs
 
 
-def decode_batch(
-    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
-) -> tuple[Columns | None, ScanStop | None]:
-    """Decode the records starting at positions ``p`` of one segment buffer into columns.
+@dataclass
+class _Heads:
+    """Head fields and variable-part bounds of a batch, up to the first record the broker stops at."""
 
-    ``u8`` is a uint8 view of ``buf``, ``end`` the end of valid data in it. Returns the columns of
-    the records before the first one the broker's check would stop at, and that stop (or None).
-    Used by the local scanner and by the Spark redispatch executors.
-    """
-    n = len(p)
+    p: np.ndarray
+    head: np.ndarray
+    total: np.ndarray
+    sys_flag: np.ndarray
+    fast: np.ndarray  # V1, IPv4 hosts, bounds inside the data: candidates for the array path
+    keep: np.ndarray  # not a skipped size mismatch
+    tstart: np.ndarray
+    tlen: np.ndarray
+    ppos: np.ndarray
+    pl0: np.ndarray
+
+    def field(self, name: str) -> np.ndarray:
+        return head_column(self.head, name)
+
+
+def _read_heads(buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, end: int) -> tuple[_Heads, ScanStop | None]:
     head = decode_heads(u8, p)  # every head field of an IPv4/IPv4 record, one gather
-
-    def field(name: str) -> np.ndarray:
-        return head_column(head, name)
-
-    total = field("total_size")
-    magic = field("magic")
-    sys_flag = field("sys_flag")
-    fast = (magic == MAGIC_V1) & ((sys_flag & 0x30) == 0)
+    total = head_column(head, "total_size")
+    sys_flag = head_column(head, "sys_flag")
+    fast = (head_column(head, "magic") == MAGIC_V1) & ((sys_flag & 0x30) == 0)
     # Reads are bounded by the buffer (the broker's ByteBuffer), not by TOTALSIZE.
-    bl = field("body_len")
-    bl0 = np.maximum(bl, 0)
+    bl0 = np.maximum(head_column(head, "body_len"), 0)
     tpos = p + HEAD_V4_SIZE + bl0
     ok_t = (total >= HEAD_V4_SIZE) & (tpos + 3 <= end)
     tlen = u8[np.minimum(tpos, end - 1)].astype(np.int8).astype(np.int64)
@@ -407,28 +411,41 @@ def decode_batch(
     if invalid.any():
         k = int(np.flatnonzero(invalid)[0])
         pos = int(p[k])
-        err = explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-        stop = ScanStop(pos, "invalid", err)
-        n = k
+        stop = ScanStop(
+            pos, "invalid", explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
+        )
         p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head = (
             a[:k] for a in (p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head)
         )
-    keep = ~(fast & mismatch)
     tstart = ppos - np.maximum(tlen, 0)
+    return _Heads(p, head, total, sys_flag, fast, ~(fast & mismatch), tstart, tlen, ppos, pl0), stop
 
-    topics, topic_index, topic_id = _fast_topics(buf, u8, fast, tlen, tstart)
-    sched = topic_index.get(SCHEDULE_TOPIC.encode())
-    if sched is not None:
-        fast &= topic_id != sched
 
-    ridx, values, bad_rec = _fast_property_values(u8, fast, ppos, pl0)
+@dataclass
+class _Keys:
+    """Index keys found so far: record index, keyHash and put order within the record, in parts."""
+
+    rec: list[np.ndarray]
+    hash: list[np.ndarray]
+    seq: list[np.ndarray]
+
+    def add(self, rec: np.ndarray, h: np.ndarray, seq: np.ndarray) -> None:
+        self.rec.append(rec)
+        self.hash.append(h)
+        self.seq.append(seq)
+
+
+def _fast_keys(u8: np.ndarray, h: _Heads, topics: list[str], topic_id: np.ndarray) -> tuple[np.ndarray, _Keys]:
+    """Tags codes and index keys of the records on the array path; clears ``h.fast`` for the records
+    whose properties or keys turn out to need the exact decoder."""
+    n = len(h.p)
+    fast = h.fast
+    ridx, values, bad_rec = _fast_property_values(u8, fast, h.ppos, h.pl0)
     tags_code = np.zeros(n, dtype=np.int64)
-    # TAGS
     trec, tstart_v, tlen_v = values[b"TAGS"]
     th, tascii = range_hashes(u8, tstart_v, tlen_v)
     bad_rec[trec[~tascii]] = True
     tags_code[ridx[trec]] = _to_int32(th)
-    # UNIQ_KEY and KEYS tokens -> index key hashes
     urec, ustart, ulen = values[b"UNIQ_KEY"]
     uh, uascii = range_hashes(u8, ustart, ulen)
     bad_rec[urec[~uascii]] = True
@@ -447,75 +464,77 @@ def decode_batch(
     tok_seq = np.concatenate([np.zeros(int(plain.sum()), np.int64), sq])
     kh, kascii = range_hashes(u8, tok_start, tok_len)
     bad_rec[tok_rec[~kascii]] = True
-    bad_fast = np.zeros(n, dtype=bool)
-    bad_fast[ridx[bad_rec]] = True
-    fast &= ~bad_fast
+    fast[ridx[bad_rec]] = False
 
     prefix = np.array([(java_hash(t + "#") & 0xFFFFFFFF) for t in topics] or [0], dtype=np.uint64)
+    keys = _Keys([], [], [])
+    for recs, hashes, lens, seq in (
+        (urec, uh, ulen, np.zeros(len(urec), np.int64)),
+        (tok_rec, kh, tok_len, tok_seq + 1),
+    ):
+        still = fast[ridx[recs]]  # records that left the fast path get their keys from the exact path only
+        combined = topic_key_hashes(prefix[topic_id[ridx[recs]]], hashes, lens)
+        keys.add(ridx[recs][still], combined[still], seq[still])
+    return tags_code, keys
 
-    def combine(recs: np.ndarray, h: np.ndarray, lens_: np.ndarray) -> np.ndarray:
-        return topic_key_hashes(prefix[topic_id[ridx[recs]]], h, lens_)
 
-    key_rec_parts = [ridx[urec], ridx[tok_rec]]
-    key_hash_parts = [combine(urec, uh, ulen), combine(tok_rec, kh, tok_len)]
-    key_seq_parts = [np.zeros(len(urec), np.int64), tok_seq + 1]
-    for j in range(2):  # records that left the fast path get their keys from the exact path only
-        still = fast[key_rec_parts[j]]
-        key_rec_parts[j], key_hash_parts[j], key_seq_parts[j] = (
-            key_rec_parts[j][still],
-            key_hash_parts[j][still],
-            key_seq_parts[j][still],
-        )
-
-    # Per-record path for everything not on the fast path (and not a skipped size mismatch).
-    slow_reqs, slow_stop = _slow_requests(buf, p, np.flatnonzero(~fast & keep), keep, seg, cfg, end)
-    stop = slow_stop or stop
-    phy = field("phy_offset")
-    qid = field("queue_id")
-    qoff = field("queue_offset")
-    ts = field("store_timestamp_ms")
+def _merge_slow(
+    slow_reqs: list[tuple[int, DispatchRequest]], cols: dict[str, np.ndarray], topics: list[str], keys: _Keys
+) -> None:
+    """Put the exact decoder's requests into the batch's columns and keys."""
     for k, req in slow_reqs:
         if req.topic not in topics:
             topics.append(req.topic)
-        topic_id[k] = topics.index(req.topic)
-        tags_code[k] = req.tags_code
-        phy[k], qid[k], qoff[k], ts[k], sys_flag[k] = (
-            req.phy_offset,
-            req.queue_id,
-            req.queue_offset,
-            req.store_timestamp_ms,
-            req.sys_flag,
-        )
-        total[k] = req.size
+        cols["topic_id"][k] = topics.index(req.topic)
+        cols["tags_code"][k] = req.tags_code
+        cols["phy"][k], cols["queue_id"][k], cols["queue_offset"][k] = req.phy_offset, req.queue_id, req.queue_offset
+        cols["store_ts"][k], cols["sys_flag"][k], cols["size"][k] = req.store_timestamp_ms, req.sys_flag, req.size
         extra_h, extra_s = _request_keys(req)
-        key_rec_parts.append(np.full(len(extra_h), k, np.int64))
-        key_hash_parts.append(np.array(extra_h, np.int64))
-        key_seq_parts.append(np.array(extra_s, np.int64))
-    key_rec = np.concatenate(key_rec_parts)
-    key_hash = np.concatenate(key_hash_parts)
-    key_seq = np.concatenate(key_seq_parts)
+        keys.add(np.full(len(extra_h), k, np.int64), np.array(extra_h, np.int64), np.array(extra_s, np.int64))
+
+
+def decode_batch(
+    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
+) -> tuple[Columns | None, ScanStop | None]:
+    """Decode the records starting at positions ``p`` of one segment buffer into columns.
+
+    ``u8`` is a uint8 view of ``buf``, ``end`` the end of valid data in it. Returns the columns of
+    the records before the first one the broker's check would stop at, and that stop (or None).
+    Used by the local scanner and by the Spark redispatch executors.
+    """
+    h, stop = _read_heads(buf, u8, p, seg, end)
+    n = len(h.p)
+    topics, topic_index, topic_id = _fast_topics(buf, u8, h.fast, h.tlen, h.tstart)
+    sched = topic_index.get(SCHEDULE_TOPIC.encode())
+    if sched is not None:
+        h.fast &= topic_id != sched
+    tags_code, keys = _fast_keys(u8, h, topics, topic_id)
+
+    # Per-record path for everything not on the fast path (and not a skipped size mismatch).
+    slow_reqs, slow_stop = _slow_requests(buf, h.p, np.flatnonzero(~h.fast & h.keep), h.keep, seg, cfg, end)
+    stop = slow_stop or stop
+    cols = {
+        "phy": h.field("phy_offset"),
+        "size": h.total,
+        "queue_id": h.field("queue_id"),
+        "queue_offset": h.field("queue_offset"),
+        "store_ts": h.field("store_timestamp_ms"),
+        "sys_flag": h.sys_flag,
+        "tags_code": tags_code,
+        "topic_id": topic_id,
+    }
+    _merge_slow(slow_reqs, cols, topics, keys)
+    key_rec, key_hash, key_seq = (np.concatenate(part) for part in (keys.rec, keys.hash, keys.seq))
     # keep only keys of kept records that are either fast or handled by the slow path
-    handled = keep & (fast | np.isin(np.arange(n), [k for k, _ in slow_reqs]))
+    handled = h.keep & (h.fast | np.isin(np.arange(n), [k for k, _ in slow_reqs]))
     sel = handled[key_rec]
     key_rec, key_hash, key_seq = key_rec[sel], key_hash[sel], key_seq[sel]
     order = np.lexsort((key_seq, key_rec))
     rec_sel = np.flatnonzero(handled)
     remap = np.full(n, -1, dtype=np.int64)
     remap[rec_sel] = np.arange(len(rec_sel))
-    cols = Columns(
-        phy[rec_sel],
-        total[rec_sel],
-        qid[rec_sel],
-        qoff[rec_sel],
-        ts[rec_sel],
-        sys_flag[rec_sel],
-        tags_code[rec_sel],
-        topic_id[rec_sel],
-        topics,
-        remap[key_rec[order]],
-        key_hash[order],
-    )
-    return cols, stop
+    picked = {name: col[rec_sel] for name, col in cols.items()}
+    return Columns(**picked, topics=topics, key_rec=remap[key_rec[order]], key_hash=key_hash[order]), stop
 
 
 @dataclass

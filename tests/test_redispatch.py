@@ -25,6 +25,7 @@ from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import redispatch as op
 from rmqstore.cli import app
+from rmqstore.codec import arrays as property_arrays
 from rmqstore.columnar import iter_columns, scan_columns
 from rmqstore.commitlog import encode_blank, encode_properties, encode_record
 from rmqstore.dispatch import ScanStop, scan_requests
@@ -301,7 +302,7 @@ def test_columnar_scan_without_layouts_equals_per_record_scan(recs: list[bytes])
     """The property items of the record arrays (the path for batches of many layouts) give the same scan."""
     cfg = StoreConfig(store_root=Path("."), broker="4.9.7")
     buf = b"".join(recs) + bytes(16)
-    with mock.patch.object(columnar, "_MAX_LAYOUTS", 0):
+    with mock.patch.object(property_arrays, "_MAX_LAYOUTS", 0):
         assert _via_columns(buf, cfg) == _via_records(buf, cfg)
 
 
