@@ -35,6 +35,7 @@ from ._common import (
     render_rows,
     reports_errors,
 )
+from ._options import FmtOpt, SinceOpt, TopicFilterOpt, UntilOpt
 
 app = typer.Typer(
     name="dump",
@@ -42,9 +43,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-FmtOpt = Annotated[
-    Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
-]
 StoresArg = Annotated[
     list[Path],
     typer.Argument(
@@ -116,6 +114,23 @@ def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
     out.write("\n]\n" if sep != "\n" else "]\n")
 
 
+BodyOpt = Annotated[
+    BodyMode | None,
+    typer.Option(help="How to show bodies, decompressed (default: text in tables, base64 otherwise)."),
+]
+QueueOpt = Annotated[int | None, typer.Option("--queue", help="Only this queue id.")]
+KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Only messages with this KEYS token or UNIQ_KEY.")]
+TagOpt = Annotated[str | None, typer.Option("--tag", help="Only messages with this TAGS value ('A || B' for either).")]
+FromOffsetOpt = Annotated[int | None, typer.Option("--from-offset", min=0, help="First commit log offset.")]
+ToOffsetOpt = Annotated[int | None, typer.Option("--to-offset", min=0, help="Stop before this commit log offset.")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")]
+VerifyCrcOpt = Annotated[bool, typer.Option("--verify-crc", help="Check every body CRC; mismatches are flagged.")]
+CountOpt = Annotated[bool, typer.Option("--count", help="Only count records, BLANKs, end-of-data and damage.")]
+JobsOpt = Annotated[
+    int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
+]
+
+
 @app.command(
     "commitlog", cls=Command, epilog="Example: rmqstore dump commitlog STORE --topic TopicA --format ndjson | jq .msgId"
 )
@@ -125,37 +140,19 @@ def commitlog_command(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",
     fmt: FmtOpt = None,
-    body: Annotated[
-        BodyMode | None,
-        typer.Option(help="How to show bodies, decompressed (default: text in tables, base64 otherwise)."),
-    ] = None,
-    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
-    queue: Annotated[int | None, typer.Option("--queue", help="Only this queue id.")] = None,
-    key: Annotated[
-        str | None, typer.Option("--key", "-k", help="Only messages with this KEYS token or UNIQ_KEY.")
-    ] = None,
-    tag: Annotated[
-        str | None, typer.Option("--tag", help="Only messages with this TAGS value ('A || B' for either).")
-    ] = None,
-    from_offset: Annotated[int | None, typer.Option("--from-offset", min=0, help="First commit log offset.")] = None,
-    to_offset: Annotated[
-        int | None, typer.Option("--to-offset", min=0, help="Stop before this commit log offset.")
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option(
-            help="Store time from (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS)."
-        ),
-    ] = None,
-    until: Annotated[str | None, typer.Option(help="Store time up to, inclusive (same forms as --since).")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")] = None,
-    verify_crc: Annotated[
-        bool, typer.Option("--verify-crc", help="Check every body CRC; mismatches are flagged.")
-    ] = False,
-    count: Annotated[bool, typer.Option("--count", help="Only count records, BLANKs, end-of-data and damage.")] = False,
-    jobs: Annotated[
-        int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
-    ] = 0,
+    body: BodyOpt = None,
+    topic: TopicFilterOpt = None,
+    queue: QueueOpt = None,
+    key: KeyOpt = None,
+    tag: TagOpt = None,
+    from_offset: FromOffsetOpt = None,
+    to_offset: ToOffsetOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    limit: LimitOpt = None,
+    verify_crc: VerifyCrcOpt = False,
+    count: CountOpt = False,
+    jobs: JobsOpt = 0,
     quiet: QuietOpt = False,
 ) -> None:
     """List every commit log record: offset, size, topic, queue, times, hosts, keys, tags, msgId, properties, body.
@@ -181,7 +178,6 @@ def commitlog_command(
     )
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
     targets = _commitlog_targets(store, from_offset, to_offset)
-    multi = len(targets) > 1
     problems: list[Problem] = []
 
     def scans() -> Iterator[tuple[str, lib.CommitLogScan, lib.MessageOptions]]:
@@ -195,34 +191,54 @@ def commitlog_command(
                     yield str(root), scan, opts
                 problems.extend(found)
 
-    labelled = (lambda label, row: {"store": label, **row}) if multi else (lambda label, row: row)
     if count:
-        rows = (labelled(label, r) for label, scan, opts in scans() for r in lib.count_commitlog(scan, opts).to_rows())
-        cols = ["store"] * multi + ["kind", "count", "bytes"]
-        render_rows(rows, fmt, columns=cols, title="commit log")
-    elif fmt is Format.ndjson and not multi:
+        _show_counts(scans(), fmt, multi=len(targets) > 1)
+    elif fmt is Format.ndjson and len(targets) == 1:
         for _, scan, opts in scans():
-            total = scan.total_bytes()
-            workers = jobs or (min(2, os.cpu_count() or 1) if total >= _PARALLEL_MIN_BYTES else 1)
-            sys.stdout.flush()
-            lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
-            sys.stdout.buffer.flush()
+            _write_ndjson(scan, opts, jobs, limit)
     else:
-        row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
-        rows = (
-            labelled(label, row_of(item))
-            for label, scan, opts in scans()
-            for item in lib.iter_messages(scan, opts, limit=limit)
-        )
-        if fmt is Format.json:
-            _write_json_array(rows)
-        else:
-            cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
-            render_rows(
-                rows, fmt, columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols), title="commit log"
-            )
+        _show_messages(scans(), fmt, multi=len(targets) > 1, limit=limit)
     sys.stdout.flush()
     _finish(problems, quiet)
+
+
+Scans = Iterator[tuple[str, lib.CommitLogScan, lib.MessageOptions]]
+
+
+def _labelled(multi: bool) -> Any:
+    """With several stores each row starts with its store."""
+    return (lambda label, row: {"store": label, **row}) if multi else (lambda label, row: row)
+
+
+def _show_counts(scans: Scans, fmt: Format, *, multi: bool) -> None:
+    labelled = _labelled(multi)
+    rows = (labelled(label, r) for label, scan, opts in scans for r in lib.count_commitlog(scan, opts).to_rows())
+    render_rows(rows, fmt, columns=["store"] * multi + ["kind", "count", "bytes"], title="commit log")
+
+
+def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, limit: int | None) -> None:
+    """One store as ndjson straight from the scan, in worker processes for large dumps."""
+    workers = jobs or (min(2, os.cpu_count() or 1) if scan.total_bytes() >= _PARALLEL_MIN_BYTES else 1)
+    sys.stdout.flush()
+    lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
+    sys.stdout.buffer.flush()
+
+
+def _show_messages(scans: Scans, fmt: Format, *, multi: bool, limit: int | None) -> None:
+    labelled = _labelled(multi)
+    row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
+    rows = (
+        labelled(label, row_of(item))
+        for label, scan, opts in scans
+        for item in lib.iter_messages(scan, opts, limit=limit)
+    )
+    if fmt is Format.json:
+        _write_json_array(rows)
+    else:
+        cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
+        render_rows(
+            rows, fmt, columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols), title="commit log"
+        )
 
 
 def _commitlog_targets(

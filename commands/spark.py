@@ -19,6 +19,7 @@ from ._common import (
     render_rows,
     reports_errors,
 )
+from ._options import FmtOpt, NoQuarantineOpt, QuarantineOpt
 
 app = typer.Typer(
     name="spark",
@@ -59,9 +60,6 @@ SplitSizeOpt = Annotated[
 ]
 VerifyCrcOpt = Annotated[
     bool, typer.Option("--verify-crc", help="Treat a record whose body CRC does not match as damaged (skip it).")
-]
-FmtOpt = Annotated[
-    Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
 ]
 DEFAULT_MASTER = "local[*]"
 
@@ -300,10 +298,8 @@ def redispatch_command(
     broker_version: BrokerVersionOpt = "auto",
     topic: Annotated[list[str] | None, typer.Option("--topic", help="Only these topics' consume queues.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")] = False,
-    quarantine: Annotated[Path | None, typer.Option("--quarantine", help="Where the replaced directories go.")] = None,
-    no_quarantine: Annotated[
-        bool, typer.Option("--no-quarantine", help="Delete the replaced directories instead of keeping them.")
-    ] = False,
+    quarantine: QuarantineOpt = None,
+    no_quarantine: NoQuarantineOpt = False,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
