@@ -8,6 +8,7 @@ import zlib
 import crcmod.predefined
 import numpy as np
 import pytest
+from conftest import small_record
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -83,24 +84,6 @@ from rmqstore.msgid import decode_offset_msg_id, decode_uniq_key
 
 def hx(text: str) -> bytes:
     return bytes.fromhex("".join(text.split()))
-
-
-def small_record(**fields) -> bytes:
-    """A minimal IPv4 record; ``fields`` override any encode_record argument."""
-    lo = bytes([10, 0, 0, 1])
-    base = dict(
-        topic="T",
-        queue_id=0,
-        queue_offset=0,
-        phy_offset=0,
-        born_timestamp_ms=1,
-        born_addr=lo,
-        born_port=1,
-        store_timestamp_ms=2,
-        store_addr=lo,
-        store_port=2,
-    )
-    return encode_record(**{**base, **fields})
 
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -224,19 +207,14 @@ V6_HEX = """
 def test_ipv6_record_round_trip():
     born, born_port = parse_host("[2001:db8::1]:40000")
     store, store_port = parse_host("[2001:db8::2]:10911")
-    data = encode_record(
+    hosts = {"born_addr": born, "born_port": born_port, "store_addr": store, "store_port": store_port}
+    data = small_record(
         topic="T6",
-        queue_id=0,
-        queue_offset=0,
-        phy_offset=0,
         sys_flag=BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG,
         born_timestamp_ms=1700000000000,
-        born_addr=born,
-        born_port=born_port,
         store_timestamp_ms=1700000000001,
-        store_addr=store,
-        store_port=store_port,
         body=b"x",
+        **hosts,
     )
     assert data == hx(V6_HEX)
     assert len(data) == 118
@@ -258,19 +236,7 @@ V2_HEX = """
 
 def test_v2_record_round_trip():
     lo = bytes([127, 0, 0, 1])
-    data = encode_record(
-        topic="T",
-        queue_id=0,
-        queue_offset=0,
-        phy_offset=0,
-        born_timestamp_ms=1,
-        born_addr=lo,
-        born_port=1,
-        store_timestamp_ms=2,
-        store_addr=lo,
-        store_port=10911,
-        v2=True,
-    )
+    data = small_record(born_addr=lo, store_addr=lo, store_port=10911, v2=True)
     assert data == hx(V2_HEX)
     rec = decode_record(data, 0, broker="5.3.3")
     assert isinstance(rec, Record)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+from pathlib import Path
 
 import crcmod.predefined
 import pytest
@@ -271,14 +272,20 @@ def test_index_chain_walk_finds_every_truth_hit(any_real_case):
     assert checked > 0
 
 
-def test_first_bad_record_is_reported_with_file_and_offset(tmp_path):
+def _victim(tmp_path, after: int) -> tuple[dict, Path, dict, bytearray, int]:
+    """A copy of clean-2topics and its first message after offset ``after``: (truth, file, message,
+    the file's bytes, the message's position in it)."""
     truth = load_truth("clean-2topics")
     root = copy_real_store("clean-2topics", tmp_path)
-    victim = next(r for r in truth["commitlog"] if r["kind"] == "message" and r["offset"] > 40000)
+    victim = next(r for r in truth["commitlog"] if r["kind"] == "message" and r["offset"] > after)
     seg_base = victim["offset"] - victim["offset"] % 32768
     path = root / "commitlog" / f"{seg_base:020d}"
-    data = bytearray(path.read_bytes())
-    pos = victim["offset"] - seg_base
+    return truth, path, victim, bytearray(path.read_bytes()), victim["offset"] - seg_base
+
+
+def test_first_bad_record_is_reported_with_file_and_offset(tmp_path):
+    truth, path, victim, data, pos = _victim(tmp_path, 40000)
+    root = path.parents[1]
     struct.pack_into(">i", data, pos + 4, 0x12345678)  # MAGICCODE
     path.write_bytes(data)
     with open_store(root) as st:
@@ -292,13 +299,8 @@ def test_first_bad_record_is_reported_with_file_and_offset(tmp_path):
 
 
 def test_body_crc_checked_only_when_asked(tmp_path):
-    truth = load_truth("clean-2topics")
-    root = copy_real_store("clean-2topics", tmp_path)
-    victim = next(r for r in truth["commitlog"] if r["kind"] == "message" and r["offset"] > 70000)
-    seg_base = victim["offset"] - victim["offset"] % 32768
-    path = root / "commitlog" / f"{seg_base:020d}"
-    data = bytearray(path.read_bytes())
-    pos = victim["offset"] - seg_base
+    truth, path, victim, data, pos = _victim(tmp_path, 70000)
+    root = path.parents[1]
     data[pos + 88] ^= 0x01  # first body byte (IPv4 hosts: body starts at 88)
     path.write_bytes(data)
     with open_store(root) as st:
