@@ -25,7 +25,14 @@ from .commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from .consumequeue import EXT_ADDR_MAX, FILLER_SIZE
+from .indexfile import HEADER_FIELDS, IndexHeader
 from .timeparse import format_time_ms
+
+
+def index_header_json(h: IndexHeader | None) -> dict[str, int | None]:
+    """An index file header with the format's field names (all None when it cannot be read)."""
+    return {f.java: None if h is None else getattr(h, f.name) for f in HEADER_FIELDS}
+
 
 TRANSACTION_NAMES = {
     TRANSACTION_NOT_TYPE: "not transactional",

@@ -70,6 +70,7 @@ from .consumequeue import (
     decode_ext_units,
     entries_array,
 )
+from .describe import index_header_json
 from .dispatch import request_from_record
 from .errors import CorruptData, InputError, MissingExtra
 from .javahash import index_key_hash
@@ -1192,12 +1193,7 @@ class IndexSummary:
         cap = max(self.max_entries - 1, 1)
         return {
             "name": self.path.name,
-            "beginTimestamp": None if h is None else h.begin_timestamp_ms,
-            "endTimestamp": None if h is None else h.end_timestamp_ms,
-            "beginPhyOffset": None if h is None else h.begin_phy_offset,
-            "endPhyOffset": None if h is None else h.end_phy_offset,
-            "hashSlotCount": None if h is None else h.hash_slot_count,
-            "indexCount": None if h is None else h.index_count,
+            **index_header_json(h),
             "entryCount": self.entry_count,
             "usedSlots": self.used_slots,
             "slotFill": None if self.used_slots is None else round(self.used_slots / max(self.slots, 1), 6),

@@ -25,6 +25,7 @@ import numpy as np
 from . import checkpoint as cpmod
 from .columnar import iter_columns
 from .consumequeue import entries_array, valid_prefix
+from .describe import index_header_json
 from .dispatch import Dispatcher, DispatchStats, ScanStop
 from .errors import InputError, UnsafePlan, UnsupportedStore
 from .fsutil import SCRATCH_DIR, atomic_write, scratch_dir
@@ -175,17 +176,7 @@ def _index_summary(root: Path) -> list[dict[str, Any]]:
         for name in sorted(n for n in os.listdir(d) if n.isdigit()):
             with open(d / name, "rb") as f:
                 h = decode_header(f.read(40), path=str(d / name))
-            out.append(
-                {
-                    "name": name,
-                    "beginTimestamp": h.begin_timestamp_ms,
-                    "endTimestamp": h.end_timestamp_ms,
-                    "beginPhyOffset": h.begin_phy_offset,
-                    "endPhyOffset": h.end_phy_offset,
-                    "hashSlotCount": h.hash_slot_count,
-                    "indexCount": h.index_count,
-                }
-            )
+            out.append({"name": name, **index_header_json(h)})
     return out
 
 

@@ -15,9 +15,11 @@ from pathlib import Path
 import crcmod.predefined
 import pytest
 from conftest import REAL_WORLD, case_dir, copy_real_store, is_crash, load_truth
+from helpers import truth_message_head
 
 from rmqstore.commitlog import PROP_DELAY, PROP_TAGS, SCHEDULE_TOPIC, Blank, Record, body_crc
 from rmqstore.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, decode_entry
+from rmqstore.describe import index_header_json
 from rmqstore.errors import ChecksumMismatch, CorruptData
 from rmqstore.indexfile import IndexFile, decode_header
 from rmqstore.javahash import java_hash
@@ -55,15 +57,7 @@ def as_truth_row(seg: Segment, rec: Record | Blank, cfg: StoreConfig) -> dict:
     if isinstance(rec, Blank):
         return {"offset": rec.phy_offset, "kind": "blank", "size": seg.size - rec.pos}
     return {
-        "offset": seg.base_offset + rec.pos,
-        "kind": "message",
-        "size": rec.total_size,
-        "topic": rec.topic,
-        "queueId": rec.queue_id,
-        "queueOffset": rec.queue_offset,
-        "sysFlag": rec.sys_flag,
-        "storeTimestamp": rec.store_timestamp_ms,
-        "tagsCode": expected_tags_code(rec, cfg),
+        **truth_message_head(rec, seg.base_offset + rec.pos, expected_tags_code(rec, cfg)),
         "magic": f"{rec.magic & 0xFFFFFFFF:08x}",
         "keys": rec.keys,
         "uniqKey": rec.uniq_key,
@@ -230,16 +224,7 @@ def test_index_headers_match_truth(any_real_case):
                 continue
             with map_file(path) as buf:
                 h = IndexFile(buf, slots=cfg.max_hash_slot_num, entries=cfg.max_index_num, path=str(path)).header()
-            got = {
-                "name": path.name,
-                "beginTimestamp": h.begin_timestamp_ms,
-                "endTimestamp": h.end_timestamp_ms,
-                "beginPhyOffset": h.begin_phy_offset,
-                "endPhyOffset": h.end_phy_offset,
-                "hashSlotCount": h.hash_slot_count,
-                "indexCount": h.index_count,
-                "writeFull": h.index_count >= cfg.max_index_num,
-            }
+            got = {"name": path.name, **index_header_json(h), "writeFull": h.index_count >= cfg.max_index_num}
             assert got == want
             compared += 1
     assert compared == len(truth["indexFiles"]) - (1 if is_crash(any_real_case) else 0)
