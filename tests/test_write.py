@@ -137,20 +137,9 @@ def _reputs(root: Path, stamps: list[int]) -> list[wr.Message]:
 
 def _message_of(rec: Record, **fields) -> wr.Message:
     """A raw message (properties as given) with the fields of ``rec``; ``fields`` override them."""
-    base = dict(
-        topic=rec.topic,
-        queue_id=rec.queue_id,
-        body=rec.body,
-        flag=rec.flag,
-        sys_flag=rec.sys_flag,
-        born_timestamp_ms=rec.born_timestamp_ms,
-        born_host=rec.born_host,
-        store_host=rec.store_host,
-        store_timestamp_ms=rec.store_timestamp_ms,
-        reconsume_times=rec.reconsume_times,
-        raw=True,
-    )
-    return wr.Message(**{**base, **fields})
+    copied = ("topic", "queue_id", "body", "flag", "sys_flag", "born_timestamp_ms", "born_host", "store_host")
+    base = {name: getattr(rec, name) for name in (*copied, "store_timestamp_ms", "reconsume_times")}
+    return wr.Message(**{**base, "raw": True, **fields})
 
 
 def _write_real_case(case: str, tmp: Path, *, pause_dispatch: bool = True) -> Path:
