@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._common import TIME_FORMS
+from ._common import TIME_FORMS, BrokerConfigOpt, BrokerVersionOpt
 from ._render import Format
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,6 +33,21 @@ NoQuarantineOpt = Annotated[
 TopicFilterOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
 SinceOpt = Annotated[str | None, typer.Option("--since", help=f"Store time from ({TIME_FORMS}).")]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="Store time up to, inclusive (same forms as --since).")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How a store is opened and what its data is shown as: the options of every read-only command."""
+
+    broker_config: BrokerConfigOpt = None
+    broker_version: BrokerVersionOpt = "auto"
+    fmt: FmtOpt = None
+
+    def open(self, store: Path) -> Any:
+        """``open_store`` with these options (a context manager)."""
+        from rmqstore.store import open_store
+
+        return open_store(store, broker_config=self.broker_config, broker=self.broker_version)
 
 
 def option_group(name: str, group: type) -> Callable[[F], F]:
