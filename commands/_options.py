@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._common import TIME_FORMS, BrokerConfigOpt, BrokerVersionOpt, DryRunOpt, FormatOpt
+from ._common import TIME_FORMS, BrokerConfigOpt, BrokerVersionOpt
 from ._render import Format
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,16 +48,6 @@ class Reading:
         from rmqstore.store import open_store
 
         return open_store(store, broker_config=self.broker_config, broker=self.broker_version)
-
-
-@dataclasses.dataclass(frozen=True)
-class Changing:
-    """The options of a command that changes a store: how it is opened, a dry run, the plan's format."""
-
-    broker_config: BrokerConfigOpt = None
-    broker_version: BrokerVersionOpt = "auto"
-    dry_run: DryRunOpt = False
-    fmt: FormatOpt = None  # type: ignore[assignment]
 
 
 def option_group(name: str, group: type) -> Callable[[F], F]:

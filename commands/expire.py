@@ -13,8 +13,12 @@ import typer
 from rmqstore import expire as op
 
 from ._common import (
+    BrokerConfigOpt,
+    BrokerVersionOpt,
     Command,
+    DryRunOpt,
     Format,
+    FormatOpt,
     StorePath,
     default_format,
     err,
@@ -25,7 +29,6 @@ from ._common import (
     reports_errors,
     step_hook,
 )
-from ._options import Changing, option_group
 from ._plan import PlanView, render_plan
 
 app = typer.Typer()
@@ -177,9 +180,10 @@ DetailedExitcodeOpt = Annotated[
 
 @app.command("expire", cls=Command, help=_HELP, epilog=_EPILOG)
 @reports_errors
-@option_group("change", Changing)
 def expire_command(
     store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
     file_reserved_time: FileReservedTimeOpt = None,
     delete_when: DeleteWhenOpt = None,
     disk_max_used_space_ratio: DiskMaxUsedSpaceRatioOpt = None,
@@ -191,16 +195,14 @@ def expire_command(
     now: NowOpt = None,
     disk_used_ratio: DiskUsedRatioOpt = None,
     quarantine: QuarantineOpt = None,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,  # type: ignore[assignment]
     verbose: VerboseOpt = False,
     detailed_exitcode: DetailedExitcodeOpt = False,
-    *,
-    change: Changing,
 ) -> None:
-    fmt = default_format(change.fmt)
+    fmt = default_format(fmt)
     now_ms = parse_time_ms(now) if now is not None else _wall_ms()
-    with op.open_for_expire(
-        store, broker_config=change.broker_config, broker=change.broker_version, dry_run=change.dry_run
-    ) as st:
+    with op.open_for_expire(store, broker_config=broker_config, broker=broker_version, dry_run=dry_run) as st:
         settings = op.expire_settings(
             st.config,
             file_reserved_time_h=file_reserved_time,
@@ -212,13 +214,13 @@ def expire_command(
             disk_space_clean_forcibly_ratio=disk_space_clean_forcibly_ratio,
         )
         disk = (lambda _p: disk_used_ratio) if disk_used_ratio is not None else op.measured_disk_usage(settings.broker)
-        if not change.dry_run:
+        if not dry_run:
             finished = op.finish_pending(st.root, on_step=step_hook())
             if finished is not None:
                 err.print(escape(f"finished an interrupted expire run: {len(finished.done)} file(s) removed"))
         plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
         _notes(plan, st.root, verbose)
-        if change.dry_run:
+        if dry_run:
             ratio, over = op.over_forced_ratio(plan, st.config, disk)
             code = op.exit_code(plan, over_forced=over, detailed=detailed_exitcode)
             if plan.actions or verbose or over:

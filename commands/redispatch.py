@@ -12,7 +12,11 @@ from rmqstore import redispatch as op
 from rmqstore.store import locked_error, open_store
 
 from ._common import (
+    BrokerConfigOpt,
+    BrokerVersionOpt,
     Command,
+    DryRunOpt,
+    FormatOpt,
     QuietOpt,
     StorePath,
     default_format,
@@ -21,7 +25,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
-from ._options import Changing, NoQuarantineOpt, QuarantineOpt, option_group
+from ._options import NoQuarantineOpt, QuarantineOpt
 from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
@@ -58,9 +62,10 @@ ForceOpt = Annotated[
 
 @app.command("redispatch", cls=Command)
 @reports_errors
-@option_group("change", Changing)
 def redispatch_command(
     store: StorePath,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
     from_offset: FromOffsetOpt = None,
     topic: TopicOpt = None,
     only: OnlyOpt = None,
@@ -70,9 +75,9 @@ def redispatch_command(
     quarantine: QuarantineOpt = None,
     no_quarantine: NoQuarantineOpt = False,
     force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
-    *,
-    change: Changing,
 ) -> None:
     """Rebuild consume queues and index files from the commit log and swap them in atomically.
 
@@ -83,20 +88,20 @@ def redispatch_command(
     far fewer consume queue entries than the store has now unless --force (exit 8). A dry run builds
     in a temporary folder outside the store and writes nothing in it.
     """
-    fmt = default_format(change.fmt)
+    fmt = default_format(fmt)
     if engine is Engine.spark:
         import rmqstore.spark.redispatch  # noqa: F401  # registers the spark engine
     with open_store(
         store,
-        broker_config=change.broker_config,
-        writable=not change.dry_run and output is None,
-        broker=change.broker_version,
+        broker_config=broker_config,
+        writable=not dry_run and output is None,
+        broker=broker_version,
         operation="redispatch",
     ) as st:
-        if change.dry_run and st.lock_holder() is not None:  # as every dry run: the plan of a store in use is not one
+        if dry_run and st.lock_holder() is not None:  # as every dry run: the plan of a store in use is not one
             raise locked_error(st.config.lock_path, st.lock_holder())
         pending = op.pending_journal(st.root)
-        if pending is not None and not change.dry_run:
+        if pending is not None and not dry_run:
             q = op.finish(st.root, pending, on_step=step_hook())
             err.print(f"finished an interrupted redispatch; replaced files are in {q}")
             return
@@ -112,18 +117,18 @@ def redispatch_command(
                 engine=engine.value,
                 progress=advance,
                 spark_master=master,
-                dry_run=change.dry_run,
+                dry_run=dry_run,
             )
         view = _view(plan, quarantine, keep_old=not no_quarantine)
         for note in plan.notes:
             err.print(f"note: {note}")
-        if change.dry_run or output is not None or not plan.changed:
+        if dry_run or output is not None or not plan.changed:
             render_plan(view, fmt)
             if output is not None:
                 err.print(f"built into {output}; the store was not changed")
                 return
             op.discard(plan)
-            if not change.dry_run:
+            if not dry_run:
                 err.print("nothing to do: the rebuilt files are identical to the current ones")
             return
 
