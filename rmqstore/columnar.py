@@ -238,9 +238,9 @@ def scan_columns(
     seg: Segment,
     cfg: StoreConfig,
     *,
+    workers: int = 1,
     start_pos: int = 0,
     end_pos: int | None = None,
-    workers: int = 1,
 ) -> tuple[list[Columns], ScanStop]:
     """Like ``dispatch.scan_requests`` (dispatcher semantics, no CRC), as column batches.
 

@@ -524,22 +524,18 @@ def decode_record(
     )  # fmt: skip
 
 
-def explain_invalid(
-    buf: Any,
-    pos: int,
-    *,
-    path: str = "<buffer>",
-    file_from: int = 0,
-    end: int | None = None,
-    check_crc: bool = False,
-    broker: str = "4.4.0",
-) -> CorruptData:
-    """Why the record at ``pos`` stops a walk: the decoder's own error for it (the one explanation)."""
+def explain_invalid(buf: Any, pos: int, **where: Any) -> CorruptData:
+    """Why the record at ``pos`` stops a walk: the decoder's own error for it (the one explanation).
+
+    ``where`` holds ``decode_record``'s keyword arguments (path, file_from, end, check_crc, broker).
+    """
     try:
-        decode_record(buf, pos, path=path, file_from=file_from, end=end, check_crc=check_crc, broker=broker)
+        decode_record(buf, pos, **where)
     except CorruptData as e:
         return e
-    return CorruptData("invalid record", path=path, pos=pos, phy_offset=file_from + pos)
+    return CorruptData(
+        "invalid record", path=where.get("path", "<buffer>"), pos=pos, phy_offset=where.get("file_from", 0) + pos
+    )
 
 
 def encode_record(
