@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,23 @@ FIXTURES = REPO / "fixtures" / "stores"
 INDEX_HEADER_FIELDS = (
     "name", "beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount", "writeFull",
 )  # fmt: skip
+
+
+def hold_lock(root: Path, *argv: str) -> subprocess.Popen:
+    """A process that holds ``root``'s lock as a running broker does (``argv`` is its command line)."""
+
+    code = textwrap.dedent(
+        f"""
+        import fcntl, os, time
+        fd = os.open({str(root / "lock")!r}, os.O_RDWR)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        print("locked", flush=True)
+        time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
 
 
 def small_record(**fields) -> bytes:
