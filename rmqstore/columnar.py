@@ -48,7 +48,7 @@ from .codec.commitlog import (
 from .dispatch import DispatchRequest, ScanStop, request_from_record
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash, java_hash
-from .layout import Segment, StoreConfig
+from .layout import Segment, StoreConfig, segment_ranges
 
 _M32 = np.uint64(0xFFFFFFFF)
 _PHY_END = OFFSETS_V4["phy_offset"] + 8  # PHYSICALOFFSET is bytes 28-35 of every record
@@ -655,13 +655,7 @@ def iter_columns(
 
     pool = None
     try:
-        for seg in segments:
-            if seg.base_offset + seg.size <= from_phy:
-                continue
-            if to_phy is not None and seg.base_offset >= to_phy:
-                break
-            start = max(0, from_phy - seg.base_offset)
-            end = seg.size if to_phy is None else min(seg.size, to_phy - seg.base_offset)
+        for seg, start, end in segment_ranges(segments, from_phy, to_phy):
             done = start
             if workers > 1 and end - start > part_size:
                 if pool is None:

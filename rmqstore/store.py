@@ -41,6 +41,7 @@ from .layout import (
     load_broker_config,
 )
 from .problems import Problem
+from .safety import read_if_present
 
 _HEAD = struct.Struct(">ii")
 _RELEASE_EVERY = 16 << 20
@@ -89,12 +90,9 @@ class Store:
 
     def read_checkpoint(self) -> cpmod.Checkpoint | None:
         p = self.config.checkpoint_path
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
+        data = read_if_present(p, "checkpoint")
+        if data is None:
             return None
-        except OSError as e:
-            raise CorruptData(f"cannot read checkpoint: {e.strerror}", path=p, pos=0) from None
         if len(data) != cpmod.FILE_SIZE:
             raise CorruptData(f"checkpoint is {len(data)} bytes, expected {cpmod.FILE_SIZE}", path=p, pos=len(data))
         return cpmod.decode(data, path=str(p))
