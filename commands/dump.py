@@ -413,11 +413,7 @@ def timer_command(
 @app.command("compaction")
 @reports_errors
 @option_group("reading", Reading)
-def compaction_command(
-    store: StorePath,
-    *,
-    reading: Reading,
-) -> None:
+def compaction_command(store: StorePath, *, reading: Reading) -> None:
     """Show the 5.x compaction service's position-checkpoint (the queue offsets compacted so far)."""
     fmt = default_format(reading.fmt)
     with reading.open(store) as st:
@@ -523,11 +519,7 @@ def index_command(
 @app.command("checkpoint", cls=Command)
 @reports_errors
 @option_group("reading", Reading)
-def checkpoint_command(
-    store: StorePath,
-    *,
-    reading: Reading,
-) -> None:
+def checkpoint_command(store: StorePath, *, reading: Reading) -> None:
     """Show the checkpoint file: the three flush timestamps and what recovery derives from them."""
     fmt = default_format(reading.fmt)
     with reading.open(store) as st:
