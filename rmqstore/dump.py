@@ -22,7 +22,6 @@ import binascii
 import contextlib
 import json
 import mmap
-import os
 import re
 import struct
 import zlib
@@ -76,7 +75,7 @@ from .errors import CorruptData, InputError, MissingExtra
 from .javahash import index_key_hash
 from .layout import Segment, list_segments, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
-from .store import Store, map_file
+from .store import Store, map_file, names_in
 from .walk import first_nonzero, zero_tail_start
 
 Progress = Callable[[int], None]
@@ -1383,9 +1382,7 @@ def config_files(st: Store) -> list[ConfigListing]:
     """The files in ``config/`` (``.bak`` copies included), by name."""
     d = st.config.config_dir
     try:
-        names = sorted(os.listdir(d))
-    except FileNotFoundError:
-        return []
+        names = names_in(d)
     except OSError as e:
         raise InputError(f"{d}: cannot list: {e.strerror}") from None
     return [ConfigListing(n, (d / n).stat().st_size) for n in names if (d / n).is_file()]

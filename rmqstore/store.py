@@ -67,6 +67,14 @@ def lock_holder_pid(lock_path: Path) -> int | None:
         os.close(fd)
 
 
+def names_in(directory: Path) -> list[str]:
+    """The names in a directory, sorted; none when it does not exist."""
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
 @dataclass
 class Store:
     """An opened store. Use :func:`open_store`."""
@@ -112,11 +120,7 @@ class Store:
         """Every ``consumequeue/<topic>/<queueId>`` directory, as the broker loads them (§4.5)."""
         out = []
         base = self.config.consumequeue_dir
-        try:
-            topics = sorted(os.listdir(base))
-        except FileNotFoundError:
-            return []
-        for topic in topics:
+        for topic in names_in(base):
             tdir = base / topic
             if not tdir.is_dir():
                 continue
