@@ -425,12 +425,8 @@ class BadTopic(CorruptData):
 
     def __init__(self, topic: str, why: str, *, path: Path | str, pos: int, phy_offset: int | None):
         self.topic = topic
-        super().__init__(
-            f"record topic '{shown(topic)}' is not a topic name the broker accepts ({why})",
-            path=path,
-            pos=pos,
-            phy_offset=phy_offset,
-        )
+        what = f"record topic '{shown(topic)}' is not a topic name the broker accepts ({why})"
+        super().__init__(what, path=path, pos=pos, phy_offset=phy_offset)
 
 
 def queue_dir(
