@@ -35,6 +35,7 @@ def generate(root: Path, n: int) -> int:
     cl.mkdir(parents=True)
     body = bytes(range(200))
     born, store = bytes([192, 168, 0, 10]), bytes([192, 168, 0, 2])
+    hosts = {"born_addr": born, "born_port": 50000, "store_addr": store, "store_port": 10911}
     qoff = [0] * 8
     phy = 0
     out = None
@@ -56,13 +57,10 @@ def generate(root: Path, n: int) -> int:
             queue_offset=qoff[q],
             phy_offset=phy,
             born_timestamp_ms=ts,
-            born_addr=born,
-            born_port=50000,
             store_timestamp_ms=ts,
-            store_addr=store,
-            store_port=10911,
             body=body,
             properties=props,
+            **hosts,
         )
         if out is None or phy % FILE_SIZE + len(rec_bytes) + 8 > FILE_SIZE:
             if out is not None:

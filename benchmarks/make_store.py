@@ -70,6 +70,9 @@ def _be(values: np.ndarray, dtype: str) -> np.ndarray:
     return values.astype(dtype).view(np.uint8).reshape(len(values), -1)
 
 
+HOSTS = {"born_addr": BORN_ADDR, "born_port": BORN_PORT, "store_addr": STORE_ADDR, "store_port": STORE_PORT}
+
+
 class Layout:
     """Where every field of the template record lies (V1, IPv4 hosts)."""
 
@@ -90,13 +93,10 @@ class Layout:
                 queue_offset=0,
                 phy_offset=0,
                 born_timestamp_ms=0,
-                born_addr=BORN_ADDR,
-                born_port=BORN_PORT,
                 store_timestamp_ms=0,
-                store_addr=STORE_ADDR,
-                store_port=STORE_PORT,
                 body=b"b" * msg_size,
                 properties=self.props_bytes,
+                **HOSTS,
             )
         )
         self.size = len(self.template)

@@ -15,13 +15,10 @@ import typer
 from rmqstore import dump as lib
 from rmqstore.errors import InputError, ProblemsFound
 from rmqstore.problems import ERROR, Problem
-from rmqstore.store import open_store
 
 from . import _fields as fields
 from . import _stores as stores
 from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
     Command,
     Format,
     QuietOpt,
@@ -35,6 +32,7 @@ from ._common import (
     render_rows,
     reports_errors,
 )
+from ._options import Reading, SinceOpt, TopicFilterOpt, UntilOpt, option_group
 
 app = typer.Typer(
     name="dump",
@@ -42,9 +40,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-FmtOpt = Annotated[
-    Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
-]
 StoresArg = Annotated[
     list[Path],
     typer.Argument(
@@ -116,47 +111,46 @@ def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
     out.write("\n]\n" if sep != "\n" else "]\n")
 
 
+BodyOpt = Annotated[
+    BodyMode | None,
+    typer.Option(help="How to show bodies, decompressed (default: text in tables, base64 otherwise)."),
+]
+QueueOpt = Annotated[int | None, typer.Option("--queue", help="Only this queue id.")]
+KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Only messages with this KEYS token or UNIQ_KEY.")]
+TagOpt = Annotated[str | None, typer.Option("--tag", help="Only messages with this TAGS value ('A || B' for either).")]
+FromOffsetOpt = Annotated[int | None, typer.Option("--from-offset", min=0, help="First commit log offset.")]
+ToOffsetOpt = Annotated[int | None, typer.Option("--to-offset", min=0, help="Stop before this commit log offset.")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")]
+VerifyCrcOpt = Annotated[bool, typer.Option("--verify-crc", help="Check every body CRC; mismatches are flagged.")]
+CountOpt = Annotated[bool, typer.Option("--count", help="Only count records, BLANKs, end-of-data and damage.")]
+JobsOpt = Annotated[
+    int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
+]
+
+
 @app.command(
     "commitlog", cls=Command, epilog="Example: rmqstore dump commitlog STORE --topic TopicA --format ndjson | jq .msgId"
 )
 @reports_errors
+@option_group("reading", Reading)
 def commitlog_command(
     store: StoresArg,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
-    body: Annotated[
-        BodyMode | None,
-        typer.Option(help="How to show bodies, decompressed (default: text in tables, base64 otherwise)."),
-    ] = None,
-    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
-    queue: Annotated[int | None, typer.Option("--queue", help="Only this queue id.")] = None,
-    key: Annotated[
-        str | None, typer.Option("--key", "-k", help="Only messages with this KEYS token or UNIQ_KEY.")
-    ] = None,
-    tag: Annotated[
-        str | None, typer.Option("--tag", help="Only messages with this TAGS value ('A || B' for either).")
-    ] = None,
-    from_offset: Annotated[int | None, typer.Option("--from-offset", min=0, help="First commit log offset.")] = None,
-    to_offset: Annotated[
-        int | None, typer.Option("--to-offset", min=0, help="Stop before this commit log offset.")
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option(
-            help="Store time from (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS)."
-        ),
-    ] = None,
-    until: Annotated[str | None, typer.Option(help="Store time up to, inclusive (same forms as --since).")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")] = None,
-    verify_crc: Annotated[
-        bool, typer.Option("--verify-crc", help="Check every body CRC; mismatches are flagged.")
-    ] = False,
-    count: Annotated[bool, typer.Option("--count", help="Only count records, BLANKs, end-of-data and damage.")] = False,
-    jobs: Annotated[
-        int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
-    ] = 0,
+    body: BodyOpt = None,
+    topic: TopicFilterOpt = None,
+    queue: QueueOpt = None,
+    key: KeyOpt = None,
+    tag: TagOpt = None,
+    from_offset: FromOffsetOpt = None,
+    to_offset: ToOffsetOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    limit: LimitOpt = None,
+    verify_crc: VerifyCrcOpt = False,
+    count: CountOpt = False,
+    jobs: JobsOpt = 0,
     quiet: QuietOpt = False,
+    *,
+    reading: Reading,
 ) -> None:
     """List every commit log record: offset, size, topic, queue, times, hosts, keys, tags, msgId, properties, body.
 
@@ -169,7 +163,7 @@ def commitlog_command(
     --format ndjson each message is one object with RocketMQ's field names; other rows carry a
     "kind" field. plain and csv show the same fields (RocketMQ's names, plus keys, tags and uniqKey from the properties); the terminal table shows the main ones. Exits 3 when damage or a CRC mismatch was found, after printing everything.
     """
-    fmt = default_format(fmt)
+    fmt = default_format(reading.fmt)
     tags = None if tag is None else lib.parse_tag_expression(tag)
     flt = lib.MessageFilter(
         topic=topic,
@@ -181,12 +175,11 @@ def commitlog_command(
     )
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
     targets = _commitlog_targets(store, from_offset, to_offset)
-    multi = len(targets) > 1
     problems: list[Problem] = []
 
     def scans() -> Iterator[tuple[str, lib.CommitLogScan, lib.MessageOptions]]:
         for root, lo, hi in targets:
-            with open_store(root, broker_config=broker_config, broker=broker_version) as st:
+            with reading.open(root) as st:
                 segs, found = st.commitlog_segments()
                 opts = lib.MessageOptions(body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt)
                 scan = lib.CommitLogScan(segs, broker=st.config.broker, from_phy=lo, to_phy=hi, problems=found)
@@ -195,34 +188,54 @@ def commitlog_command(
                     yield str(root), scan, opts
                 problems.extend(found)
 
-    labelled = (lambda label, row: {"store": label, **row}) if multi else (lambda label, row: row)
     if count:
-        rows = (labelled(label, r) for label, scan, opts in scans() for r in lib.count_commitlog(scan, opts).to_rows())
-        cols = ["store"] * multi + ["kind", "count", "bytes"]
-        render_rows(rows, fmt, columns=cols, title="commit log")
-    elif fmt is Format.ndjson and not multi:
+        _show_counts(scans(), fmt, multi=len(targets) > 1)
+    elif fmt is Format.ndjson and len(targets) == 1:
         for _, scan, opts in scans():
-            total = scan.total_bytes()
-            workers = jobs or (min(2, os.cpu_count() or 1) if total >= _PARALLEL_MIN_BYTES else 1)
-            sys.stdout.flush()
-            lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
-            sys.stdout.buffer.flush()
+            _write_ndjson(scan, opts, jobs, limit)
     else:
-        row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
-        rows = (
-            labelled(label, row_of(item))
-            for label, scan, opts in scans()
-            for item in lib.iter_messages(scan, opts, limit=limit)
-        )
-        if fmt is Format.json:
-            _write_json_array(rows)
-        else:
-            cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
-            render_rows(
-                rows, fmt, columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols), title="commit log"
-            )
+        _show_messages(scans(), fmt, multi=len(targets) > 1, limit=limit)
     sys.stdout.flush()
     _finish(problems, quiet)
+
+
+Scans = Iterator[tuple[str, lib.CommitLogScan, lib.MessageOptions]]
+
+
+def _labelled(multi: bool) -> Any:
+    """With several stores each row starts with its store."""
+    return (lambda label, row: {"store": label, **row}) if multi else (lambda label, row: row)
+
+
+def _show_counts(scans: Scans, fmt: Format, *, multi: bool) -> None:
+    labelled = _labelled(multi)
+    rows = (labelled(label, r) for label, scan, opts in scans for r in lib.count_commitlog(scan, opts).to_rows())
+    render_rows(rows, fmt, columns=["store"] * multi + ["kind", "count", "bytes"], title="commit log")
+
+
+def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, limit: int | None) -> None:
+    """One store as ndjson straight from the scan, in worker processes for large dumps."""
+    workers = jobs or (min(2, os.cpu_count() or 1) if scan.total_bytes() >= _PARALLEL_MIN_BYTES else 1)
+    sys.stdout.flush()
+    lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
+    sys.stdout.buffer.flush()
+
+
+def _show_messages(scans: Scans, fmt: Format, *, multi: bool, limit: int | None) -> None:
+    labelled = _labelled(multi)
+    row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
+    rows = (
+        labelled(label, row_of(item))
+        for label, scan, opts in scans
+        for item in lib.iter_messages(scan, opts, limit=limit)
+    )
+    if fmt is Format.json:
+        _write_json_array(rows)
+    else:
+        cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
+        render_rows(
+            rows, fmt, columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols), title="commit log"
+        )
 
 
 def _commitlog_targets(
@@ -275,6 +288,7 @@ def _page(rows: Iterator[lib.CqRow], start: int, count: int | None) -> Iterator[
 
 @app.command("consumequeue", cls=Command, epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
 @reports_errors
+@option_group("reading", Reading)
 def consumequeue_command(
     store: Annotated[
         Path,
@@ -292,13 +306,12 @@ def consumequeue_command(
     count: Annotated[
         int | None, typer.Option("--count", min=0, help="List at most this many slots (queryCq -c).")
     ] = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
     resolve: Annotated[
         bool, typer.Option("--resolve", help="Join each entry to its commit log record and flag every mismatch.")
     ] = False,
     quiet: QuietOpt = False,
+    *,
+    reading: Reading,
 ) -> None:
     """List the entries of one consume queue: queue offset, commit log offset, size, tagsCode.
 
@@ -310,7 +323,7 @@ def consumequeue_command(
     topic, queue, queue offset, tagsCode, PHYSICALOFFSET, past the end of the commit log). Exits 3
     when a mismatch was found, after printing everything.
     """
-    fmt = default_format(fmt)
+    fmt = default_format(reading.fmt)
     problems: list[Problem] = []
     seg = stores.segment_file(store)
     if seg is not None:
@@ -327,7 +340,7 @@ def consumequeue_command(
         raise InputError("give TOPIC and QUEUE after the store (or one consume queue file instead)")
     else:
         stores.refuse_parent_of_store(store)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    with reading.open(store) as st:
         if lib.is_batch_queue(st, topic, queue):  # 5.x batchconsumequeue/: 46-byte units
             render_rows(
                 (r.to_json() for r in lib.scan_batch_queue(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
@@ -357,21 +370,21 @@ def consumequeue_command(
 
 @app.command("consumequeue-ext", epilog="Example: rmqstore dump consumequeue-ext STORE TopicA 0 --format json")
 @reports_errors
+@option_group("reading", Reading)
 def consumequeue_ext_command(
     store: StorePath,
     topic: Annotated[str, typer.Argument(help="Topic (the consumequeue_ext/ sub-directory name).", show_default=False)],
     queue: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
+    *,
+    reading: Reading,
 ) -> None:
     """List the units of one consume queue ext queue (enableConsumeQueueExt).
 
     Each unit: its address (what a consume queue entry's tagsCode holds), size, tagsCode, store time
     and the filter bit map.
     """
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    fmt = default_format(reading.fmt)
+    with reading.open(store) as st:
         render_rows(
             (r.to_json() for r in lib.scan_consume_queue_ext(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
         )
@@ -379,35 +392,31 @@ def consumequeue_ext_command(
 
 @app.command("timer", epilog="Example: rmqstore dump timer STORE --log --format ndjson")
 @reports_errors
+@option_group("reading", Reading)
 def timer_command(
     store: StorePath,
     log: Annotated[bool, typer.Option("--log", help="The timerlog/ units instead of the wheel's slots.")] = False,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
+    *,
+    reading: Reading,
 ) -> None:
     """List the 5.x timer store: the used slots of timerwheel, or with --log the units of timerlog/.
 
     Slots: time, first and last timer log position, message count. Units: position, previous position,
     magic, write time, delay, and the commit log offset and size of the message.
     """
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    fmt = default_format(reading.fmt)
+    with reading.open(store) as st:
         rows = lib.timer_log_units(st) if log else lib.timer_wheel_slots(st)
         render_rows(rows, fmt, title="timerlog" if log else "timerwheel")
 
 
 @app.command("compaction")
 @reports_errors
-def compaction_command(
-    store: StorePath,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
-) -> None:
+@option_group("reading", Reading)
+def compaction_command(store: StorePath, *, reading: Reading) -> None:
     """Show the 5.x compaction service's position-checkpoint (the queue offsets compacted so far)."""
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    fmt = default_format(reading.fmt)
+    with reading.open(store) as st:
         cf = lib.compaction_checkpoint(st)
     if fmt in (Format.json, Format.ndjson):
         render_mapping(cf.data, fmt)
@@ -508,17 +517,17 @@ def _with_times(row: dict[str, Any]) -> dict[str, Any]:
 
 @app.command("index", cls=Command, epilog="Example: rmqstore dump index STORE --key TopicA order-42")
 @reports_errors
+@option_group("reading", Reading)
 def index_command(
     store: StorePath,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
     key: Annotated[
         tuple[str, str] | None,
         typer.Option("--key", metavar="TOPIC KEY", help="Show the slot of TOPIC#KEY in every file and walk its chain."),
     ] = None,
     entries: Annotated[bool, typer.Option("--entries", help="List every entry of every index file.")] = False,
     quiet: QuietOpt = False,
+    *,
+    reading: Reading,
 ) -> None:
     """Show the header of every index file: time range, offset range, slot and entry counts, fill.
 
@@ -528,7 +537,7 @@ def index_command(
     (newest first; hashMatch says whether an entry's keyHash is the key's, as the broker compares
     only hashes). --entries lists every entry instead. Exits 3 when a file is damaged.
     """
-    fmt = default_format(fmt)
+    fmt = default_format(reading.fmt)
     problems: list[Problem] = []
     only: str | None = None  # one index file given instead of the store
     seg = stores.segment_file(store)
@@ -536,7 +545,7 @@ def index_command(
         if seg.kind != "index":
             raise InputError(f"{store}: not an index file; use rmqstore dump {seg.kind} {store}")
         store, only = seg.root, seg.path.name
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    with reading.open(store) as st:
         if key is not None:
             rows: list[dict[str, Any]] = []
             for head, chain in lib.index_key_chains(st, key[0], key[1], problems=problems):
@@ -584,15 +593,11 @@ def index_command(
 
 @app.command("checkpoint", cls=Command)
 @reports_errors
-def checkpoint_command(
-    store: StorePath,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
-) -> None:
+@option_group("reading", Reading)
+def checkpoint_command(store: StorePath, *, reading: Reading) -> None:
     """Show the checkpoint file: the three flush timestamps and what recovery derives from them."""
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    fmt = default_format(reading.fmt)
+    with reading.open(store) as st:
         cp = st.read_checkpoint()
         if cp is None:
             raise ProblemsFound(f"{st.config.checkpoint_path}: no checkpoint file")
@@ -609,20 +614,20 @@ def checkpoint_command(
 
 @app.command("config", cls=Command, epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
 @reports_errors
+@option_group("reading", Reading)
 def config_command(
     store: StorePath,
     name: Annotated[str | None, typer.Argument(help="Config file name, e.g. topics.json (default: list them).")] = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
+    *,
+    reading: Reading,
 ) -> None:
     """Show a config/*.json file as the broker loads it (fastjson integer keys handled), or list them.
 
     A file that is missing, empty or unparsable is read from its .bak copy, as the broker does;
     that is reported on stderr and exits 3 after printing.
     """
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    fmt = default_format(reading.fmt)
+    with reading.open(store) as st:
         if name is None:
             files = [{"name": c.name, "size": c.size} for c in lib.config_files(st)]
             render_rows(files, fmt, columns=["name", "size"], title=str(st.config.config_dir))

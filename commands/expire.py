@@ -101,91 +101,104 @@ def _action_line(a: op.FileAction, verb: str, at_ms: int) -> str:
     return f"{format_time_ms(at_ms)} {verb} {a.rel_path} ({a.size} bytes, mtime {format_time_ms(a.mtime_ms)}): {a.why}"
 
 
+FileReservedTimeOpt = Annotated[
+    int | None,
+    typer.Option("--file-reserved-time", min=0, help="fileReservedTime: hours to keep a file. Broker default 72."),
+]
+DeleteWhenOpt = Annotated[
+    str | None,
+    typer.Option("--delete-when", help="deleteWhen: local hours to clean, ';'-separated. Broker default 04."),
+]
+DiskMaxUsedSpaceRatioOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--disk-max-used-space-ratio", help="diskMaxUsedSpaceRatio, percent, clamped to 10..95. Broker default 75."
+    ),
+]
+DiskSpaceCleanForciblyRatioOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--disk-space-clean-forcibly-ratio",
+        help="Forced-clean level (JVM property rocketmq.broker.diskSpaceCleanForciblyRatio; 5.x key). Broker default 0.85.",
+    ),
+]
+DiskSpaceWarningLevelRatioOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--disk-space-warning-level-ratio",
+        help="Disk-full level (JVM property rocketmq.broker.diskSpaceWarningLevelRatio; 5.x key). Broker default 0.90.",
+    ),
+]
+CleanFileForciblyOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--clean-file-forcibly/--no-clean-file-forcibly",
+        help="cleanFileForciblyEnable: above the forced-clean level delete files whatever their age. Broker default on.",
+    ),
+]
+DeleteFileBatchMaxOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--delete-file-batch-max",
+        min=1,
+        help="deleteFileBatchMax: commit log files per run. Broker default 10 (a 4.x broker ignores the key).",
+    ),
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Manual mode (mqadmin deleteExpiredCommitLog): clean at any hour.")
+]
+NowOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--now",
+        help="Evaluate at this time instead of now (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS).",
+    ),
+]
+DiskUsedRatioOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--disk-used-ratio",
+        min=0.0,
+        max=1.0,
+        help="Use this used-space ratio for the disks instead of measuring them (what-if, tests).",
+    ),
+]
+QuarantineOpt = Annotated[
+    Path | None,
+    typer.Option("--quarantine", help="Move the files to DIR/expire-<time>/ (with manifest.json) instead of deleting."),
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Also say why when there is nothing to do.")]
+DetailedExitcodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--detailed-exitcode",
+        help="Exit 9 when files were deleted (a dry run: would be), 0 when there was nothing to do. "
+        "Without it a successful run exits 0 either way, as cron and job schedulers expect.",
+    ),
+]
+
+
 @app.command("expire", cls=Command, help=_HELP, epilog=_EPILOG)
 @reports_errors
 def expire_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",
-    file_reserved_time: Annotated[
-        int | None,
-        typer.Option("--file-reserved-time", min=0, help="fileReservedTime: hours to keep a file. Broker default 72."),
-    ] = None,
-    delete_when: Annotated[
-        str | None,
-        typer.Option("--delete-when", help="deleteWhen: local hours to clean, ';'-separated. Broker default 04."),
-    ] = None,
-    disk_max_used_space_ratio: Annotated[
-        int | None,
-        typer.Option(
-            "--disk-max-used-space-ratio", help="diskMaxUsedSpaceRatio, percent, clamped to 10..95. Broker default 75."
-        ),
-    ] = None,
-    disk_space_clean_forcibly_ratio: Annotated[
-        float | None,
-        typer.Option(
-            "--disk-space-clean-forcibly-ratio",
-            help="Forced-clean level (JVM property rocketmq.broker.diskSpaceCleanForciblyRatio; 5.x key). Broker default 0.85.",
-        ),
-    ] = None,
-    disk_space_warning_level_ratio: Annotated[
-        float | None,
-        typer.Option(
-            "--disk-space-warning-level-ratio",
-            help="Disk-full level (JVM property rocketmq.broker.diskSpaceWarningLevelRatio; 5.x key). Broker default 0.90.",
-        ),
-    ] = None,
-    clean_file_forcibly: Annotated[
-        bool | None,
-        typer.Option(
-            "--clean-file-forcibly/--no-clean-file-forcibly",
-            help="cleanFileForciblyEnable: above the forced-clean level delete files whatever their age. Broker default on.",
-        ),
-    ] = None,
-    delete_file_batch_max: Annotated[
-        int | None,
-        typer.Option(
-            "--delete-file-batch-max",
-            min=1,
-            help="deleteFileBatchMax: commit log files per run. Broker default 10 (a 4.x broker ignores the key).",
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Manual mode (mqadmin deleteExpiredCommitLog): clean at any hour.")
-    ] = False,
-    now: Annotated[
-        str | None,
-        typer.Option(
-            "--now",
-            help="Evaluate at this time instead of now (epoch s or ms (by magnitude), now, -1h, ISO-8601 or yyyy-MM-dd#HH:mm:ss:SSS).",
-        ),
-    ] = None,
-    disk_used_ratio: Annotated[
-        float | None,
-        typer.Option(
-            "--disk-used-ratio",
-            min=0.0,
-            max=1.0,
-            help="Use this used-space ratio for the disks instead of measuring them (what-if, tests).",
-        ),
-    ] = None,
-    quarantine: Annotated[
-        Path | None,
-        typer.Option(
-            "--quarantine", help="Move the files to DIR/expire-<time>/ (with manifest.json) instead of deleting."
-        ),
-    ] = None,
+    file_reserved_time: FileReservedTimeOpt = None,
+    delete_when: DeleteWhenOpt = None,
+    disk_max_used_space_ratio: DiskMaxUsedSpaceRatioOpt = None,
+    disk_space_clean_forcibly_ratio: DiskSpaceCleanForciblyRatioOpt = None,
+    disk_space_warning_level_ratio: DiskSpaceWarningLevelRatioOpt = None,
+    clean_file_forcibly: CleanFileForciblyOpt = None,
+    delete_file_batch_max: DeleteFileBatchMaxOpt = None,
+    force: ForceOpt = False,
+    now: NowOpt = None,
+    disk_used_ratio: DiskUsedRatioOpt = None,
+    quarantine: QuarantineOpt = None,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,  # type: ignore[assignment]
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also say why when there is nothing to do.")] = False,
-    detailed_exitcode: Annotated[
-        bool,
-        typer.Option(
-            "--detailed-exitcode",
-            help="Exit 9 when files were deleted (a dry run: would be), 0 when there was nothing to do. "
-            "Without it a successful run exits 0 either way, as cron and job schedulers expect.",
-        ),
-    ] = False,
+    verbose: VerboseOpt = False,
+    detailed_exitcode: DetailedExitcodeOpt = False,
 ) -> None:
     fmt = default_format(fmt)
     now_ms = parse_time_ms(now) if now is not None else _wall_ms()

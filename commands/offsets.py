@@ -30,6 +30,7 @@ from ._common import (
     render_rows,
     reports_errors,
 )
+from ._options import FmtOpt, TopicFilterOpt
 from ._plan import Detail, PlanView, show_and_apply
 
 
@@ -50,9 +51,7 @@ app = typer.Typer(
     "Set committed offsets: `rmqstore offsets set STORE --group G --topic T ...`.",
 )
 
-FmtOpt = Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")]
 GroupFilter = Annotated[str | None, typer.Option("--group", "-g", help="Only this consumer group.")]
-TopicFilter = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
 PROGRESS_COLUMNS = [
     "group", "topic", "queueId", "consumerOffset", "minOffset", "maxOffset", "lag", "lastConsumedTimestamp",
     "lastConsumedAt",
@@ -69,7 +68,7 @@ CHANGE_COLUMNS = ["group", "topic", "queueId", "before", "after", "minOffset", "
 def show_command(
     store: StorePath,
     group: GroupFilter = None,
-    topic: TopicFilter = None,
+    topic: TopicFilterOpt = None,
     broker_config: BrokerConfigOpt = None,
     fmt: FmtOpt = None,
 ) -> None:
@@ -97,40 +96,53 @@ def show_command(
         render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals")
 
 
+GroupOpt = Annotated[str | None, typer.Option("--group", "-g", help="Consumer group.", show_default=False)]
+AllGroupsOpt = Annotated[
+    bool, typer.Option("--all-groups", help="Every group with committed offsets (on --topic, if given).")
+]
+TopicOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--topic", "-t", help="Topic (default: every topic the group(s) committed offsets on).", show_default=False
+    ),
+]
+QueueOpt = Annotated[int | None, typer.Option("--queue", help="Queue id (default: every queue).")]
+OffsetOpt = Annotated[int | None, typer.Option("--offset", help="New committed offset (needs --queue).")]
+ToEarliestOpt = Annotated[bool, typer.Option("--to-earliest", help="Set to the queue's min offset.")]
+ToLatestOpt = Annotated[bool, typer.Option("--to-latest", help="Set to the queue's max offset.")]
+ToTimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--to-time",
+        help=f"Set to the broker's offset for this time, as mqadmin resetOffsetByTime ({TIME_FORMS}).",
+    ),
+]
+ShiftByOpt = Annotated[
+    int | None,
+    typer.Option("--shift-by", help="Move the committed offset by N (negative: back), kept inside [min, max]."),
+]
+ByDurationOpt = Annotated[
+    str | None,
+    typer.Option("--by-duration", help="Set to the offset for now minus this duration (1h30m, 2d, PT1H)."),
+]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Allow offsets outside the queue's [min, max].")]
+
+
 @app.command("set", cls=Command, epilog=SET_EXAMPLES)
 @reports_errors
 def set_command(
     store: StorePath,
-    group: Annotated[str | None, typer.Option("--group", "-g", help="Consumer group.", show_default=False)] = None,
-    all_groups: Annotated[
-        bool, typer.Option("--all-groups", help="Every group with committed offsets (on --topic, if given).")
-    ] = False,
-    topic: Annotated[
-        str | None,
-        typer.Option(
-            "--topic", "-t", help="Topic (default: every topic the group(s) committed offsets on).", show_default=False
-        ),
-    ] = None,
-    queue: Annotated[int | None, typer.Option("--queue", help="Queue id (default: every queue).")] = None,
-    offset: Annotated[int | None, typer.Option("--offset", help="New committed offset (needs --queue).")] = None,
-    to_earliest: Annotated[bool, typer.Option("--to-earliest", help="Set to the queue's min offset.")] = False,
-    to_latest: Annotated[bool, typer.Option("--to-latest", help="Set to the queue's max offset.")] = False,
-    to_time: Annotated[
-        str | None,
-        typer.Option(
-            "--to-time",
-            help=f"Set to the broker's offset for this time, as mqadmin resetOffsetByTime ({TIME_FORMS}).",
-        ),
-    ] = None,
-    shift_by: Annotated[
-        int | None,
-        typer.Option("--shift-by", help="Move the committed offset by N (negative: back), kept inside [min, max]."),
-    ] = None,
-    by_duration: Annotated[
-        str | None,
-        typer.Option("--by-duration", help="Set to the offset for now minus this duration (1h30m, 2d, PT1H)."),
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Allow offsets outside the queue's [min, max].")] = False,
+    group: GroupOpt = None,
+    all_groups: AllGroupsOpt = False,
+    topic: TopicOpt = None,
+    queue: QueueOpt = None,
+    offset: OffsetOpt = None,
+    to_earliest: ToEarliestOpt = False,
+    to_latest: ToLatestOpt = False,
+    to_time: ToTimeOpt = None,
+    shift_by: ShiftByOpt = None,
+    by_duration: ByDurationOpt = None,
+    force: ForceOpt = False,
     dry_run: DryRunOpt = False,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",

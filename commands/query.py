@@ -7,6 +7,7 @@ import enum
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,15 +17,11 @@ from rmqstore import query as op
 from rmqstore.commitlog import Record
 from rmqstore.errors import InputError
 from rmqstore.fsutil import atomic_write
-from rmqstore.store import open_store
 
 from . import _fields as fields
 from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
     Command,
     Format,
-    FormatOpt,
     QuietOpt,
     StorePath,
     default_format,
@@ -35,6 +32,7 @@ from ._common import (
     render_rows,
     reports_errors,
 )
+from ._options import Reading, option_group
 
 app = typer.Typer()
 query_app = typer.Typer(
@@ -90,6 +88,17 @@ def record_row(rec: Record, body: Body) -> dict[str, Any]:
     row["tags"] = rec.tags
     row["storeTime"] = format_time_ms(rec.store_timestamp_ms)
     return row
+
+
+@dataclass(frozen=True)
+class Shown(Reading):
+    """How the store is opened and the messages found are shown: the options of every query."""
+
+    body: BodyOpt = None
+
+    @property
+    def body_mode(self) -> Body:
+        return _body(self.body, self.fmt)
 
 
 @contextlib.contextmanager
@@ -173,6 +182,7 @@ def query_key_command(
     store: StorePath,
     topic: TopicArg,
     key: Annotated[str, typer.Argument(help="One message key (a token of the KEYS property).", show_default=False)],
+    shown: Shown,
     begin: BeginOpt = None,
     end: EndOpt = None,
     max_num: Annotated[
@@ -180,10 +190,6 @@ def query_key_command(
     ] = op.KEY_QUERY_MAX_NUM,
     scan: ScanOpt = False,
     raw: RawOpt = False,
-    fmt: FormatOpt = None,  # type: ignore[assignment]
-    body: BodyOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does.
@@ -198,23 +204,26 @@ def query_key_command(
     stderr says 'no message found'.
     """
     b, e = _window(begin, end)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st, _progress(quiet) as progress:
+    with shown.open(store) as st, _progress(quiet) as progress:
         r = op.query_key(st, topic, key, max_num=max_num, begin_ms=b, end_ms=e, scan=scan, progress=progress)
-    _render_key_result(r, fmt, body, raw)
+    _render_key_result(r, shown.fmt, shown.body, raw)
 
 
+query_key_command = option_group("shown", Shown)(query_key_command)
 query_app.command("key", cls=Command)(reports_errors(query_key_command))
 app.command("query-by-key", cls=Command, help=query_key_command.__doc__)(reports_errors(query_key_command))
 
 
 @query_app.command("uniq", cls=Command)
 @reports_errors
+@option_group("shown", Shown)
 def query_uniq_command(
     store: StorePath,
     topic: TopicArg,
     uniq_key: Annotated[
         str, typer.Argument(help="The UNIQ_KEY property (the msgId clients show).", show_default=False)
     ],
+    shown: Shown,
     begin: BeginOpt = None,
     end: EndOpt = None,
     max_num: Annotated[
@@ -225,10 +234,6 @@ def query_uniq_command(
     ] = False,
     scan: ScanOpt = False,
     raw: RawOpt = False,
-    fmt: FormatOpt = None,  # type: ignore[assignment]
-    body: BodyOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find the message of TOPIC with this unique key (UNIQ_KEY), as clients query a msgId.
@@ -241,7 +246,7 @@ def query_uniq_command(
     stderr says 'no message found'.
     """
     b, e = _window(begin, end)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st, _progress(quiet) as progress:
+    with shown.open(store) as st, _progress(quiet) as progress:
         r = op.query_uniq(
             st,
             topic,
@@ -253,23 +258,23 @@ def query_uniq_command(
             all_copies=all_copies,
             progress=progress,
         )
-    _render_key_result(r, fmt, body, raw)
+    _render_key_result(r, shown.fmt, shown.body, raw)
 
 
 @query_app.command("id", cls=Command)
 @reports_errors
+@option_group("shown", Shown)
 def query_id_command(
     store: StorePath,
     msg_ids: Annotated[
         list[str], typer.Argument(help="Message ids (several, or comma-separated as the broker lists a batch).")
     ],
+    shown: Shown,
     topic: Annotated[
         list[str] | None, typer.Option("--topic", "-t", help="Topic(s) to look a unique key up in (default: all).")
     ] = None,
     all_copies: Annotated[bool, typer.Option("--all", help="Show every stored copy of a unique key.")] = False,
     scan: ScanOpt = False,
-    fmt: FormatOpt = None,  # type: ignore[assignment]
-    body: BodyOpt = None,
     body_out: Annotated[
         Path | None,
         typer.Option(
@@ -278,8 +283,6 @@ def query_id_command(
             "refused when several messages are found. - writes it to standard output.",
         ),
     ] = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Find messages by id, as mqadmin queryMsgById does.
@@ -292,11 +295,11 @@ def query_id_command(
     stderr says 'no message found'.
     """
     ids = [i.strip() for arg in msg_ids for i in arg.split(",") if i.strip()]
-    b = _body(body, fmt)
+    b = shown.body_mode
     rows: list[dict[str, Any]] = []
     hits: list[Record] = []
     with (
-        open_store(store, broker_config=broker_config, broker=broker_version) as st,
+        shown.open(store) as st,
         op.Searcher(st) as searcher,
         _progress(quiet) as progress,
     ):
@@ -311,7 +314,7 @@ def query_id_command(
         _write_body(hits, body_out)
         if str(body_out) == "-":
             return
-    _emit(rows, fmt, fields.QUERY_ID, b, fields.QUERY_ID_TABLE)
+    _emit(rows, shown.fmt, fields.QUERY_ID, b, fields.QUERY_ID_TABLE)
 
 
 def _write_body(hits: list[Record], dest: Path) -> None:
@@ -339,29 +342,28 @@ def _queue_rows(hit: op.QueueHit, body: Body) -> list[dict[str, Any]]:
 
 @query_app.command("offset", cls=Command)
 @reports_errors
+@option_group("shown", Shown)
 def query_offset_command(
     store: StorePath,
     topic: TopicArg,
     queue_id: Annotated[int, typer.Argument(help="Queue id.", show_default=False)],
     queue_offset: Annotated[int, typer.Argument(help="Queue offset (consume queue slot).", show_default=False)],
-    fmt: FormatOpt = None,  # type: ignore[assignment]
-    body: BodyOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
+    shown: Shown,
 ) -> None:
     """Show the message at QUEUE_OFFSET of TOPIC/QUEUE_ID, read through the consume queue.
 
     Exit status 0 also when nothing is found: stdout is then empty ([] with --format json) and
     stderr says 'no message found' after a note saying why (offset out of range, filler entry...).
     """
-    b = _body(body, fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    b = shown.body_mode
+    with shown.open(store) as st:
         hit = op.query_queue_offset(st, topic, queue_id, queue_offset)
-    _emit(_queue_rows(hit, b), fmt, fields.QUERY, b, fields.QUERY_TABLE)
+    _emit(_queue_rows(hit, b), shown.fmt, fields.QUERY, b, fields.QUERY_TABLE)
 
 
 @query_app.command("time", cls=Command)
 @reports_errors
+@option_group("shown", Shown)
 def query_time_command(
     store: StorePath,
     topic: TopicArg,
@@ -374,6 +376,7 @@ def query_time_command(
             show_default=False,
         ),
     ],
+    shown: Shown,
     by_mtime: Annotated[
         bool,
         typer.Option(
@@ -382,10 +385,6 @@ def query_time_command(
             "time of each file's last message, which survives copying the store).",
         ),
     ] = False,
-    fmt: FormatOpt = None,  # type: ignore[assignment]
-    body: BodyOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
 ) -> None:
     """Find the queue offset for TIME in TOPIC/QUEUE_ID, as the broker's searchOffset does.
 
@@ -395,8 +394,8 @@ def query_time_command(
     answers, with a note on stderr).
     """
     ts = parse_time_ms(time_text)
-    b = _body(body, fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    b = shown.body_mode
+    with shown.open(store) as st:
         hit = op.offset_by_time(st, topic, queue_id, ts, file_by_mtime=by_mtime)
     err.print(
         f"queue offset {hit.queue_offset} for {format_time_ms(ts)} in {topic}/{queue_id} "
@@ -407,4 +406,4 @@ def query_time_command(
     if hit.record is not None:
         row |= record_row(hit.record, b)
         row["queueOffset"] = hit.queue_offset
-    _emit([row], fmt, fields.QUERY_TIME, b, fields.QUERY_TIME_TABLE)
+    _emit([row], shown.fmt, fields.QUERY_TIME, b, fields.QUERY_TIME_TABLE)

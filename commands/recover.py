@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -27,6 +26,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
+from ._options import NoQuarantineOpt, QuarantineOpt
 from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
@@ -47,13 +47,8 @@ def recover_command(
     rebuild_consumequeue: Annotated[
         bool, typer.Option("--rebuild-consumequeue", help="Rebuild every consume queue from the commit log.")
     ] = False,
-    quarantine: Annotated[
-        Path | None,
-        typer.Option("--quarantine", help="Folder for removed bytes (default: STORE/../<name>.quarantine/<time>)."),
-    ] = None,
-    no_quarantine: Annotated[
-        bool, typer.Option("--no-quarantine", help="Do not keep the removed bytes and files.")
-    ] = False,
+    quarantine: QuarantineOpt = None,
+    no_quarantine: NoQuarantineOpt = False,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",
     fmt: FormatOpt = None,  # type: ignore[assignment]

@@ -25,6 +25,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
+from ._options import NoQuarantineOpt, QuarantineOpt
 from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
@@ -40,44 +41,40 @@ class Engine(str, enum.Enum):
     spark = "spark"
 
 
+FromOffsetOpt = Annotated[
+    int | None,
+    typer.Option("--from-offset", help="Re-dispatch from this physical offset, continuing the current files."),
+]
+TopicOpt = Annotated[list[str] | None, typer.Option("--topic", help="Only these topics' consume queues (repeatable).")]
+OnlyOpt = Annotated[Only | None, typer.Option("--only", help="Rebuild only consume queues or only index files.")]
+OutputOpt = Annotated[
+    Path | None, typer.Option("--output", help="Build into this directory beside the store and swap nothing.")
+]
+EngineOpt = Annotated[Engine, typer.Option("--engine", help="local (numpy, default) or spark (PySpark).")]
+MasterOpt = Annotated[
+    str | None, typer.Option("--master", help="Spark master URL for --engine spark (default local[*]).")
+]
+ForceOpt = Annotated[
+    bool,
+    typer.Option("--force", help="Swap in a rebuild that holds far fewer consume queue entries than the store."),
+]
+
+
 @app.command("redispatch", cls=Command)
 @reports_errors
 def redispatch_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",
-    from_offset: Annotated[
-        int | None,
-        typer.Option("--from-offset", help="Re-dispatch from this physical offset, continuing the current files."),
-    ] = None,
-    topic: Annotated[
-        list[str] | None, typer.Option("--topic", help="Only these topics' consume queues (repeatable).")
-    ] = None,
-    only: Annotated[
-        Only | None, typer.Option("--only", help="Rebuild only consume queues or only index files.")
-    ] = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", help="Build into this directory beside the store and swap nothing.")
-    ] = None,
-    engine: Annotated[
-        Engine, typer.Option("--engine", help="local (numpy, default) or spark (PySpark).")
-    ] = Engine.local,
-    master: Annotated[
-        str | None, typer.Option("--master", help="Spark master URL for --engine spark (default local[*]).")
-    ] = None,
-    quarantine: Annotated[
-        Path | None,
-        typer.Option(
-            "--quarantine", help="Where the replaced directories go (default: STORE/../<name>.quarantine/<time>)."
-        ),
-    ] = None,
-    no_quarantine: Annotated[
-        bool, typer.Option("--no-quarantine", help="Delete the replaced directories instead of keeping them.")
-    ] = False,
-    force: Annotated[
-        bool,
-        typer.Option("--force", help="Swap in a rebuild that holds far fewer consume queue entries than the store."),
-    ] = False,
+    from_offset: FromOffsetOpt = None,
+    topic: TopicOpt = None,
+    only: OnlyOpt = None,
+    output: OutputOpt = None,
+    engine: EngineOpt = Engine.local,
+    master: MasterOpt = None,
+    quarantine: QuarantineOpt = None,
+    no_quarantine: NoQuarantineOpt = False,
+    force: ForceOpt = False,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,

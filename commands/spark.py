@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ from ._common import (
     render_rows,
     reports_errors,
 )
+from ._options import FmtOpt, NoQuarantineOpt, QuarantineOpt, option_group
 
 app = typer.Typer(
     name="spark",
@@ -60,9 +62,6 @@ SplitSizeOpt = Annotated[
 VerifyCrcOpt = Annotated[
     bool, typer.Option("--verify-crc", help="Treat a record whose body CRC does not match as damaged (skip it).")
 ]
-FmtOpt = Annotated[
-    Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
-]
 DEFAULT_MASTER = "local[*]"
 
 
@@ -84,29 +83,30 @@ def _conf(quiet: bool, conf: list[str] | None = None, max_failures: int | None =
     return out
 
 
-def _session(
-    master: str,
-    quiet: bool,
-    conf: list[str] | None,
-    executor_python: str | None,
-    max_failures: int | None,
-    stores: list[str],
-) -> Any:
-    from rmqstore.spark.session import spark_session
+@dataclass(frozen=True)
+class SparkOptions:
+    """Where and how Spark runs: every Spark command takes these options."""
 
-    return spark_session(master, conf=_conf(quiet, conf, max_failures), executor_python=executor_python, stores=stores)
+    master: MasterOpt = DEFAULT_MASTER
+    conf: ConfOpt = None
+    executor_python: ExecutorPythonOpt = None
+    task_max_failures: MaxFailuresOpt = None
+
+    def session(self, quiet: bool, stores: list[str]) -> Any:
+        from rmqstore.spark.session import spark_session
+
+        conf = _conf(quiet, self.conf, self.task_max_failures)
+        return spark_session(self.master, conf=conf, executor_python=self.executor_python, stores=stores)
 
 
 @app.command("export", epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")
 @reports_errors
+@option_group("spark_opts", SparkOptions)
 def export_command(
     stores: StoresArg,
+    spark_opts: SparkOptions,
     output: Annotated[Path, typer.Option("--output", "-o", help="Parquet output directory.", show_default=False)],
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")] = False,
-    master: MasterOpt = DEFAULT_MASTER,
-    conf: ConfOpt = None,
-    executor_python: ExecutorPythonOpt = None,
-    task_max_failures: MaxFailuresOpt = None,
     split_size: SplitSizeOpt = None,
     verify_crc: VerifyCrcOpt = False,
     broker_version: Annotated[
@@ -131,7 +131,7 @@ def export_command(
     opts = jobs.ReadOptions(split_size=split_size, verify_crc=verify_crc, broker=broker_version, crc_ok=crc_ok)
     roots = jobs.check_stores(_stores(stores), opts)  # bad input is reported before Spark starts
     jobs.check_output(output, overwrite=overwrite)
-    with _session(master, quiet, conf, executor_python, task_max_failures, roots) as spark:
+    with spark_opts.session(quiet, roots) as spark:
         res = jobs.export_parquet(spark, roots, output, overwrite=overwrite, options=opts, by_date=not no_date)
     err.print(f"exported {res.rows} records of {len(res.stores)} store(s) to {res.output}")
     render_mapping({"output": res.output, "rows": res.rows, "stores": list(res.stores)}, default_format(fmt))
@@ -144,12 +144,10 @@ _STATS_TABLE = [
 
 @app.command("stats", epilog="Example: rmqstore spark stats '/data/broker-*/store' --format csv > stats.csv")
 @reports_errors
+@option_group("spark_opts", SparkOptions)
 def stats_command(
     stores: StoresArg,
-    master: MasterOpt = DEFAULT_MASTER,
-    conf: ConfOpt = None,
-    executor_python: ExecutorPythonOpt = None,
-    task_max_failures: MaxFailuresOpt = None,
+    spark_opts: SparkOptions,
     split_size: SplitSizeOpt = None,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
@@ -165,7 +163,7 @@ def stats_command(
     fmt = default_format(fmt)
     opts = jobs.ReadOptions(split_size)
     roots = jobs.check_stores(_stores(stores), opts)
-    with _session(master, quiet, conf, executor_python, task_max_failures, roots) as spark:
+    with spark_opts.session(quiet, roots) as spark:
         rows = [r.asDict() for r in jobs.stats(spark, roots, options=opts).collect()]
     if fmt in (Format.table, Format.plain):
         for r in rows:
@@ -222,8 +220,10 @@ def _find_row(store: str, rec: Any, body: str, text: bool) -> dict[str, Any]:
 
 @app.command("find", epilog="Example: rmqstore spark find '/data/broker-*/store' --key order-42 --format ndjson")
 @reports_errors
+@option_group("spark_opts", SparkOptions)
 def find_command(
     stores: StoresArg,
+    spark_opts: SparkOptions,
     key: Annotated[
         list[str] | None, typer.Option("--key", "-k", help="A KEYS token or UNIQ_KEY (repeatable: any).")
     ] = None,
@@ -243,10 +243,6 @@ def find_command(
     body: Annotated[
         BodyMode | None, typer.Option(help="How to show bodies (default: text in tables, base64 otherwise).")
     ] = None,
-    master: MasterOpt = DEFAULT_MASTER,
-    conf: ConfOpt = None,
-    executor_python: ExecutorPythonOpt = None,
-    task_max_failures: MaxFailuresOpt = None,
     split_size: SplitSizeOpt = None,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
@@ -276,7 +272,7 @@ def find_command(
     roots = jobs.check_stores(_stores(stores), opts)
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
     text = fmt in (Format.table, Format.plain)
-    with _session(master, quiet, conf, executor_python, task_max_failures, roots) as spark:
+    with spark_opts.session(quiet, roots) as spark:
         found = jobs.find_records(spark, roots, query, limit=limit, options=opts)
         n = render_rows(
             (_find_row(store, rec, body_mode, text) for store, _, rec in found),
@@ -289,21 +285,17 @@ def find_command(
 
 @app.command("redispatch", epilog="Example: rmqstore spark redispatch STORE --output /tmp/rebuild")
 @reports_errors
+@option_group("spark_opts", SparkOptions)
 def redispatch_command(
     store: Annotated[Path, typer.Argument(help="Store root directory.", show_default=False)],
+    spark_opts: SparkOptions,
     output: Annotated[Path | None, typer.Option("--output", help="Build into this directory and swap nothing.")] = None,
-    master: MasterOpt = DEFAULT_MASTER,
-    conf: ConfOpt = None,
-    executor_python: ExecutorPythonOpt = None,
-    task_max_failures: MaxFailuresOpt = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",
     topic: Annotated[list[str] | None, typer.Option("--topic", help="Only these topics' consume queues.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")] = False,
-    quarantine: Annotated[Path | None, typer.Option("--quarantine", help="Where the replaced directories go.")] = None,
-    no_quarantine: Annotated[
-        bool, typer.Option("--no-quarantine", help="Delete the replaced directories instead of keeping them.")
-    ] = False,
+    quarantine: QuarantineOpt = None,
+    no_quarantine: NoQuarantineOpt = False,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -321,7 +313,7 @@ def redispatch_command(
 
     session: Any = contextlib.nullcontext()
     if not dry_run and store.is_dir():  # the session the engine then runs in; errors before it are local_command's
-        session = _session(master, quiet, conf, executor_python, task_max_failures, [str(store)])
+        session = spark_opts.session(quiet, [str(store)])
     with session:
         local_command(
             store,
@@ -332,7 +324,7 @@ def redispatch_command(
             only=None,
             output=output,
             engine=Engine.spark,
-            master=master,
+            master=spark_opts.master,
             quarantine=quarantine,
             no_quarantine=no_quarantine,
             dry_run=dry_run,

@@ -660,17 +660,7 @@ def _crc(body: bytes) -> int:
 
 
 def fast_properties(raw: str, *, broker: str) -> dict[str, str]:
-    """``parse_properties`` with a fast path for well-formed strings.
-
-    When every item is exactly ``name 0x01 value`` with both parts non-empty, every broker
-    version's parser gives the same map (§3.7); anything else goes to the version's own parser.
-    """
-    body = raw[:-1] if raw and raw[-1] == "\x02" else raw
-    if body and body[0] != "\x01" and body[-1] != "\x01" and "\x01\x02" not in body and "\x02\x01" not in body:
-        try:
-            return dict(item.split("\x01") for item in body.split("\x02"))  # type: ignore[misc]
-        except ValueError:  # an item without exactly one separator: the parsers differ there
-            pass
+    """``parse_properties`` (the codec's one splitter, fast path included), under its earlier name."""
     return parse_properties(raw, broker=broker)
 
 

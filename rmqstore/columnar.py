@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec.arrays import MAX_FAST_PROPERTIES, key_tokens, named, property_items
+from .codec.arrays import MAX_FAST_PROPERTIES, key_tokens, named_values
 from .codec.columnar import be, decode_heads, gather, head_column
 from .codec.commitlog import (
     BLANK_MAGIC,
@@ -48,7 +48,7 @@ from .codec.commitlog import (
 from .dispatch import DispatchRequest, ScanStop, request_from_record
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash, java_hash
-from .layout import Segment, StoreConfig
+from .layout import Segment, StoreConfig, segment_ranges
 
 _M32 = np.uint64(0xFFFFFFFF)
 _PHY_END = OFFSETS_V4["phy_offset"] + 8  # PHYSICALOFFSET is bytes 28-35 of every record
@@ -238,9 +238,9 @@ def scan_columns(
     seg: Segment,
     cfg: StoreConfig,
     *,
+    workers: int = 1,
     start_pos: int = 0,
     end_pos: int | None = None,
-    workers: int = 1,
 ) -> tuple[list[Columns], ScanStop]:
     """Like ``dispatch.scan_requests`` (dispatcher semantics, no CRC), as column batches.
 
@@ -288,101 +288,6 @@ def _decode_in_worker(
         m.close()
 
 
-_MAX_LAYOUTS = 256  # more distinct property layouts in a batch: the generic splitter
-
-
-def _property_values_by_layout(
-    mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
-) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """Like ``_property_values_generic`` for batches whose rows share a few separator layouts.
-
-    Producers write the same properties in the same order, so most rows have their 0x01/0x02
-    bytes at the same places: the items of a layout are found once, then every row of it has
-    its names compared at those places. None when the batch has too many layouts.
-    """
-    m, width = mat.shape
-    packed = np.packbits(marks, axis=1)
-    key = np.zeros((m, 8 + (-(-packed.shape[1] // 8)) * 8), np.uint8)
-    key[:, :4] = lens.astype(">u4").view(np.uint8).reshape(m, 4)
-    key[:, 8 : 8 + packed.shape[1]] = packed
-    words = key.view(np.uint64)
-    h = words[:, 0].copy()
-    for j in range(1, words.shape[1]):  # a hash of the layout; rows are compared with their representative below
-        h = h * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
-    uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    if len(uniq) > _MAX_LAYOUTS:
-        return None
-    inv = inv.ravel()
-    if not (key == key[first][inv]).all():
-        return None  # two layouts with one hash: the generic splitter
-    order = np.argsort(inv, kind="stable")
-    bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
-    found: dict[bytes, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in _TARGETS}
-    for u, r in enumerate(first.tolist()):
-        rows = order[bounds[u] : bounds[u + 1]]
-        row = mat[r, : int(lens[r])].tobytes()
-        at, items = 0, []
-        for item in row.split(b"\x02"):
-            items.append((at, at + len(item), item))
-            at += len(item) + 1
-        # The key says where separators are, not which: rows with a 0x01 where this one has a 0x02
-        # (or the reverse) are another layout, left to the per-record path.
-        twos = [end for _, end, _ in items[:-1]]
-        if twos:
-            other = ~(mat[rows[:, None], twos] == 2).all(axis=1)
-            bad_rec[rows[other]] = True
-        value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in _TARGETS}
-        for start, end, item in items:
-            if not item:
-                continue
-            k = item.find(b"\x01")
-            if item.count(b"\x01") != 1 or not 0 < k < len(item) - 1:
-                bad_rec[rows] = True
-                break
-            if k not in (4, 8):
-                continue
-            names = mat[rows, start : start + k]
-            for target in _TARGETS:
-                if len(target) == k:
-                    hit = (names == np.frombuffer(target, np.uint8)).all(axis=1)
-                    if hit.any():
-                        value_at[target].append((hit, start + k + 1, end - start - k - 1))
-        else:
-            for target in _TARGETS:
-                # the later item wins, as in a map put
-                sel = np.full(len(rows), -1, np.int64)
-                vlen = np.zeros(len(rows), np.int64)
-                for hit, vstart, n in value_at[target]:
-                    sel[hit] = vstart
-                    vlen[hit] = n
-                has = sel >= 0
-                if has.any():
-                    found[target].append((rows[has], pstart[rows[has]] + sel[has], vlen[has]))
-    values = {}
-    for target, parts in found.items():
-        if parts:
-            rr = np.concatenate([q[0] for q in parts])
-            o = np.argsort(rr, kind="stable")
-            values[target] = tuple(np.concatenate([q[i] for q in parts])[o] for i in range(3))
-        else:
-            z = np.zeros(0, np.int64)
-            values[target] = (z, z, z)
-    return values  # type: ignore[return-value]
-
-
-def _property_values_generic(
-    u8: np.ndarray, lens: np.ndarray, pstart: np.ndarray, bad_rec: np.ndarray
-) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """TAGS, KEYS and UNIQ_KEY value ranges of each row, from the codec's property items."""
-    items = property_items(u8, pstart, lens)
-    bad_rec |= items.bad
-    values = {}
-    for target in _TARGETS:
-        hit = named(u8, items, target)
-        values[target] = (items.row[hit], items.value_start[hit], items.value_len[hit])
-    return values
-
-
 def _fast_topics(
     buf: Any, u8: np.ndarray, fast: np.ndarray, tlen: np.ndarray, tstart: np.ndarray
 ) -> tuple[list[str], dict[bytes, int], np.ndarray]:
@@ -422,30 +327,10 @@ def _fast_topics(
 def _fast_property_values(
     u8: np.ndarray, fast: np.ndarray, ppos: np.ndarray, pl0: np.ndarray
 ) -> tuple[np.ndarray, dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
-    """TAGS, KEYS and UNIQ_KEY value ranges of the fast records (``ridx``), and which of them turn out bad.
-
-    The property strings form one matrix (a row per record): every 0x01 and 0x02 is found with one
-    compare, and items and their name/value separators are numbered in row order.
-    """
+    """TAGS, KEYS and UNIQ_KEY value ranges of the fast records (``ridx``), and which of them turn out bad."""
     fast &= pl0 <= MAX_FAST_PROPERTIES
     ridx = np.flatnonzero(fast)
-    m = len(ridx)
-    pstart = ppos[ridx] + 2
-    values: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    bad_rec = np.zeros(m, dtype=bool)
-    if m:
-        lens = pl0[ridx]
-        width = max(int(lens.max()), 1)
-        mat = gather(u8, pstart, width)
-        marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
-        if not (lens == width).all():
-            marks &= np.arange(width, dtype=np.int32) < lens[:, None]
-        layout = _property_values_by_layout(mat, marks, lens, pstart, bad_rec)
-        values = layout if layout is not None else _property_values_generic(u8, lens, pstart, bad_rec)
-    else:
-        z = np.zeros(0, np.int64)
-        values = {t: (z, z, z) for t in _TARGETS}
-
+    values, bad_rec = named_values(u8, ppos[ridx] + 2, pl0[ridx], _TARGETS)
     return ridx, values, bad_rec
 
 
@@ -485,28 +370,32 @@ def _request_keys(req: DispatchRequest) -> tuple[list[int], list[int]]:
     return hashes, seqs
 
 
-def decode_batch(
-    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
-) -> tuple[Columns | None, ScanStop | None]:
-    """Decode the records starting at positions ``p`` of one segment buffer into columns.
+@dataclass
+class _Heads:
+    """Head fields and variable-part bounds of a batch, up to the first record the broker stops at."""
 
-    ``u8`` is a uint8 view of ``buf``, ``end`` the end of valid data in it. Returns the columns of
-    the records before the first one the broker's check would stop at, and that stop (or None).
-    Used by the local scanner and by the Spark redispatch executors.
-    """
-    n = len(p)
+    p: np.ndarray
+    head: np.ndarray
+    total: np.ndarray
+    sys_flag: np.ndarray
+    fast: np.ndarray  # V1, IPv4 hosts, bounds inside the data: candidates for the array path
+    keep: np.ndarray  # not a skipped size mismatch
+    tstart: np.ndarray
+    tlen: np.ndarray
+    ppos: np.ndarray
+    pl0: np.ndarray
+
+    def field(self, name: str) -> np.ndarray:
+        return head_column(self.head, name)
+
+
+def _read_heads(buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, end: int) -> tuple[_Heads, ScanStop | None]:
     head = decode_heads(u8, p)  # every head field of an IPv4/IPv4 record, one gather
-
-    def field(name: str) -> np.ndarray:
-        return head_column(head, name)
-
-    total = field("total_size")
-    magic = field("magic")
-    sys_flag = field("sys_flag")
-    fast = (magic == MAGIC_V1) & ((sys_flag & 0x30) == 0)
+    total = head_column(head, "total_size")
+    sys_flag = head_column(head, "sys_flag")
+    fast = (head_column(head, "magic") == MAGIC_V1) & ((sys_flag & 0x30) == 0)
     # Reads are bounded by the buffer (the broker's ByteBuffer), not by TOTALSIZE.
-    bl = field("body_len")
-    bl0 = np.maximum(bl, 0)
+    bl0 = np.maximum(head_column(head, "body_len"), 0)
     tpos = p + HEAD_V4_SIZE + bl0
     ok_t = (total >= HEAD_V4_SIZE) & (tpos + 3 <= end)
     tlen = u8[np.minimum(tpos, end - 1)].astype(np.int8).astype(np.int64)
@@ -522,28 +411,41 @@ def decode_batch(
     if invalid.any():
         k = int(np.flatnonzero(invalid)[0])
         pos = int(p[k])
-        err = explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-        stop = ScanStop(pos, "invalid", err)
-        n = k
+        stop = ScanStop(
+            pos, "invalid", explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
+        )
         p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head = (
             a[:k] for a in (p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head)
         )
-    keep = ~(fast & mismatch)
     tstart = ppos - np.maximum(tlen, 0)
+    return _Heads(p, head, total, sys_flag, fast, ~(fast & mismatch), tstart, tlen, ppos, pl0), stop
 
-    topics, topic_index, topic_id = _fast_topics(buf, u8, fast, tlen, tstart)
-    sched = topic_index.get(SCHEDULE_TOPIC.encode())
-    if sched is not None:
-        fast &= topic_id != sched
 
-    ridx, values, bad_rec = _fast_property_values(u8, fast, ppos, pl0)
+@dataclass
+class _Keys:
+    """Index keys found so far: record index, keyHash and put order within the record, in parts."""
+
+    rec: list[np.ndarray]
+    hash: list[np.ndarray]
+    seq: list[np.ndarray]
+
+    def add(self, rec: np.ndarray, h: np.ndarray, seq: np.ndarray) -> None:
+        self.rec.append(rec)
+        self.hash.append(h)
+        self.seq.append(seq)
+
+
+def _fast_keys(u8: np.ndarray, h: _Heads, topics: list[str], topic_id: np.ndarray) -> tuple[np.ndarray, _Keys]:
+    """Tags codes and index keys of the records on the array path; clears ``h.fast`` for the records
+    whose properties or keys turn out to need the exact decoder."""
+    n = len(h.p)
+    fast = h.fast
+    ridx, values, bad_rec = _fast_property_values(u8, fast, h.ppos, h.pl0)
     tags_code = np.zeros(n, dtype=np.int64)
-    # TAGS
     trec, tstart_v, tlen_v = values[b"TAGS"]
     th, tascii = range_hashes(u8, tstart_v, tlen_v)
     bad_rec[trec[~tascii]] = True
     tags_code[ridx[trec]] = _to_int32(th)
-    # UNIQ_KEY and KEYS tokens -> index key hashes
     urec, ustart, ulen = values[b"UNIQ_KEY"]
     uh, uascii = range_hashes(u8, ustart, ulen)
     bad_rec[urec[~uascii]] = True
@@ -562,75 +464,77 @@ def decode_batch(
     tok_seq = np.concatenate([np.zeros(int(plain.sum()), np.int64), sq])
     kh, kascii = range_hashes(u8, tok_start, tok_len)
     bad_rec[tok_rec[~kascii]] = True
-    bad_fast = np.zeros(n, dtype=bool)
-    bad_fast[ridx[bad_rec]] = True
-    fast &= ~bad_fast
+    fast[ridx[bad_rec]] = False
 
     prefix = np.array([(java_hash(t + "#") & 0xFFFFFFFF) for t in topics] or [0], dtype=np.uint64)
+    keys = _Keys([], [], [])
+    for recs, hashes, lens, seq in (
+        (urec, uh, ulen, np.zeros(len(urec), np.int64)),
+        (tok_rec, kh, tok_len, tok_seq + 1),
+    ):
+        still = fast[ridx[recs]]  # records that left the fast path get their keys from the exact path only
+        combined = topic_key_hashes(prefix[topic_id[ridx[recs]]], hashes, lens)
+        keys.add(ridx[recs][still], combined[still], seq[still])
+    return tags_code, keys
 
-    def combine(recs: np.ndarray, h: np.ndarray, lens_: np.ndarray) -> np.ndarray:
-        return topic_key_hashes(prefix[topic_id[ridx[recs]]], h, lens_)
 
-    key_rec_parts = [ridx[urec], ridx[tok_rec]]
-    key_hash_parts = [combine(urec, uh, ulen), combine(tok_rec, kh, tok_len)]
-    key_seq_parts = [np.zeros(len(urec), np.int64), tok_seq + 1]
-    for j in range(2):  # records that left the fast path get their keys from the exact path only
-        still = fast[key_rec_parts[j]]
-        key_rec_parts[j], key_hash_parts[j], key_seq_parts[j] = (
-            key_rec_parts[j][still],
-            key_hash_parts[j][still],
-            key_seq_parts[j][still],
-        )
-
-    # Per-record path for everything not on the fast path (and not a skipped size mismatch).
-    slow_reqs, slow_stop = _slow_requests(buf, p, np.flatnonzero(~fast & keep), keep, seg, cfg, end)
-    stop = slow_stop or stop
-    phy = field("phy_offset")
-    qid = field("queue_id")
-    qoff = field("queue_offset")
-    ts = field("store_timestamp_ms")
+def _merge_slow(
+    slow_reqs: list[tuple[int, DispatchRequest]], cols: dict[str, np.ndarray], topics: list[str], keys: _Keys
+) -> None:
+    """Put the exact decoder's requests into the batch's columns and keys."""
     for k, req in slow_reqs:
         if req.topic not in topics:
             topics.append(req.topic)
-        topic_id[k] = topics.index(req.topic)
-        tags_code[k] = req.tags_code
-        phy[k], qid[k], qoff[k], ts[k], sys_flag[k] = (
-            req.phy_offset,
-            req.queue_id,
-            req.queue_offset,
-            req.store_timestamp_ms,
-            req.sys_flag,
-        )
-        total[k] = req.size
+        cols["topic_id"][k] = topics.index(req.topic)
+        cols["tags_code"][k] = req.tags_code
+        cols["phy"][k], cols["queue_id"][k], cols["queue_offset"][k] = req.phy_offset, req.queue_id, req.queue_offset
+        cols["store_ts"][k], cols["sys_flag"][k], cols["size"][k] = req.store_timestamp_ms, req.sys_flag, req.size
         extra_h, extra_s = _request_keys(req)
-        key_rec_parts.append(np.full(len(extra_h), k, np.int64))
-        key_hash_parts.append(np.array(extra_h, np.int64))
-        key_seq_parts.append(np.array(extra_s, np.int64))
-    key_rec = np.concatenate(key_rec_parts)
-    key_hash = np.concatenate(key_hash_parts)
-    key_seq = np.concatenate(key_seq_parts)
+        keys.add(np.full(len(extra_h), k, np.int64), np.array(extra_h, np.int64), np.array(extra_s, np.int64))
+
+
+def decode_batch(
+    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
+) -> tuple[Columns | None, ScanStop | None]:
+    """Decode the records starting at positions ``p`` of one segment buffer into columns.
+
+    ``u8`` is a uint8 view of ``buf``, ``end`` the end of valid data in it. Returns the columns of
+    the records before the first one the broker's check would stop at, and that stop (or None).
+    Used by the local scanner and by the Spark redispatch executors.
+    """
+    h, stop = _read_heads(buf, u8, p, seg, end)
+    n = len(h.p)
+    topics, topic_index, topic_id = _fast_topics(buf, u8, h.fast, h.tlen, h.tstart)
+    sched = topic_index.get(SCHEDULE_TOPIC.encode())
+    if sched is not None:
+        h.fast &= topic_id != sched
+    tags_code, keys = _fast_keys(u8, h, topics, topic_id)
+
+    # Per-record path for everything not on the fast path (and not a skipped size mismatch).
+    slow_reqs, slow_stop = _slow_requests(buf, h.p, np.flatnonzero(~h.fast & h.keep), h.keep, seg, cfg, end)
+    stop = slow_stop or stop
+    cols = {
+        "phy": h.field("phy_offset"),
+        "size": h.total,
+        "queue_id": h.field("queue_id"),
+        "queue_offset": h.field("queue_offset"),
+        "store_ts": h.field("store_timestamp_ms"),
+        "sys_flag": h.sys_flag,
+        "tags_code": tags_code,
+        "topic_id": topic_id,
+    }
+    _merge_slow(slow_reqs, cols, topics, keys)
+    key_rec, key_hash, key_seq = (np.concatenate(part) for part in (keys.rec, keys.hash, keys.seq))
     # keep only keys of kept records that are either fast or handled by the slow path
-    handled = keep & (fast | np.isin(np.arange(n), [k for k, _ in slow_reqs]))
+    handled = h.keep & (h.fast | np.isin(np.arange(n), [k for k, _ in slow_reqs]))
     sel = handled[key_rec]
     key_rec, key_hash, key_seq = key_rec[sel], key_hash[sel], key_seq[sel]
     order = np.lexsort((key_seq, key_rec))
     rec_sel = np.flatnonzero(handled)
     remap = np.full(n, -1, dtype=np.int64)
     remap[rec_sel] = np.arange(len(rec_sel))
-    cols = Columns(
-        phy[rec_sel],
-        total[rec_sel],
-        qid[rec_sel],
-        qoff[rec_sel],
-        ts[rec_sel],
-        sys_flag[rec_sel],
-        tags_code[rec_sel],
-        topic_id[rec_sel],
-        topics,
-        remap[key_rec[order]],
-        key_hash[order],
-    )
-    return cols, stop
+    picked = {name: col[rec_sel] for name, col in cols.items()}
+    return Columns(**picked, topics=topics, key_rec=remap[key_rec[order]], key_hash=key_hash[order]), stop
 
 
 @dataclass
@@ -751,13 +655,7 @@ def iter_columns(
 
     pool = None
     try:
-        for seg in segments:
-            if seg.base_offset + seg.size <= from_phy:
-                continue
-            if to_phy is not None and seg.base_offset >= to_phy:
-                break
-            start = max(0, from_phy - seg.base_offset)
-            end = seg.size if to_phy is None else min(seg.size, to_phy - seg.base_offset)
+        for seg, start, end in segment_ranges(segments, from_phy, to_phy):
             done = start
             if workers > 1 and end - start > part_size:
                 if pool is None:

@@ -25,7 +25,14 @@ from .commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from .consumequeue import EXT_ADDR_MAX, FILLER_SIZE
+from .indexfile import HEADER_FIELDS, IndexHeader
 from .timeparse import format_time_ms
+
+
+def index_header_json(h: IndexHeader | None) -> dict[str, int | None]:
+    """An index file header with the format's field names (all None when it cannot be read)."""
+    return {f.java: None if h is None else getattr(h, f.name) for f in HEADER_FIELDS}
+
 
 TRANSACTION_NAMES = {
     TRANSACTION_NOT_TYPE: "not transactional",
@@ -72,6 +79,15 @@ def compression_name(sys_flag: int) -> str | None:
     return COMPRESSION_NAMES.get((sys_flag & COMPRESSION_TYPE_MASK) >> 8, "unknown")
 
 
+_FLAG_WORDS = (
+    (MULTI_TAGS_FLAG, "multi tags"),
+    (BORNHOST_V6_FLAG, "born host IPv6"),
+    (STOREHOSTADDRESS_V6_FLAG, "store host IPv6"),
+    (INNER_BATCH_FLAG, "inner batch"),
+    (NEED_UNWRAP_FLAG, "needs unwrap"),
+)
+
+
 def sys_flag_words(sys_flag: int) -> list[str]:
     """Every meaning of a SYSFLAG value, one word group per bit or bit field (§3.3)."""
     words = [TRANSACTION_NAMES[sys_flag & TRANSACTION_MASK]]
@@ -80,16 +96,7 @@ def sys_flag_words(sys_flag: int) -> list[str]:
         words.append(f"compressed ({comp})")
     elif sys_flag & COMPRESSION_TYPE_MASK:
         words.append("compression type bits set without the compressed flag")
-    if sys_flag & MULTI_TAGS_FLAG:
-        words.append("multi tags")
-    if sys_flag & BORNHOST_V6_FLAG:
-        words.append("born host IPv6")
-    if sys_flag & STOREHOSTADDRESS_V6_FLAG:
-        words.append("store host IPv6")
-    if sys_flag & INNER_BATCH_FLAG:
-        words.append("inner batch")
-    if sys_flag & NEED_UNWRAP_FLAG:
-        words.append("needs unwrap")
+    words += [word for bit, word in _FLAG_WORDS if sys_flag & bit]
     unknown = sys_flag & ~_KNOWN_BITS & 0xFFFFFFFF
     if unknown:
         words.append(f"unknown bits 0x{unknown:X}")

@@ -22,7 +22,6 @@ import binascii
 import contextlib
 import json
 import mmap
-import os
 import re
 import struct
 import zlib
@@ -69,12 +68,13 @@ from .consumequeue import (
     decode_ext_units,
     entries_array,
 )
+from .describe import index_header_json
 from .dispatch import request_from_record
 from .errors import CorruptData, InputError
 from .javahash import index_key_hash
 from .layout import Segment, list_segments, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
-from .store import Store, map_file
+from .store import Store, map_file, names_in
 from .walk import first_nonzero, zero_tail_start
 
 Progress = Callable[[int], None]
@@ -545,6 +545,32 @@ class NdjsonFormatter:
             return b'"' + body.hex().encode() + b'"'
         return str(encode_basestring(body.decode("utf-8", "backslashreplace"))).encode()
 
+    def _decoded_line(self, buf: Any, pos: int, path: str, file_from: int, bad: list[CrcMismatch]) -> bytes | None:
+        """The line of a record off the straight path (V2, IPv6, compressed), through ``message_row``."""
+        opts, verify = self.opts, self.opts.verify_crc
+        rec = _intact_record(buf, pos, path, file_from, opts.broker)
+        if opts.filter.active and not opts.filter.matches(rec):
+            return None
+        row = message_row(rec, body=opts.body, verify_crc=verify, path=path)
+        if verify and not row["crcOk"]:
+            bad.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, zlib.crc32(rec.body) & 0x7FFFFFFF))
+        return _json_line(row).encode()
+
+    def _matches(self, topic: bytes, queue_id: int, store_ts: int, raw: bytes) -> bool:
+        """The filter on a record read straight from the buffer (properties parsed only when asked for)."""
+        flt = self.opts.filter
+        if self._topic_b is not None and topic != self._topic_b:
+            return False
+        if flt.queue_id is not None and queue_id != flt.queue_id:
+            return False
+        if (flt.since_ms is not None and store_ts < flt.since_ms) or (
+            flt.until_ms is not None and store_ts > flt.until_ms
+        ):
+            return False
+        if flt.needs_properties:
+            return flt.matches_props(parse_properties(raw.decode("utf-8", "replace"), broker=self.opts.broker), not raw)
+        return True
+
     def format(
         self, buf: Any, path: str, file_from: int, positions: np.ndarray | Sequence[int], limit: int | None = None
     ) -> tuple[list[bytes], list[CrcMismatch]]:
@@ -555,8 +581,6 @@ class NdjsonFormatter:
         unpack = HEAD_V4.unpack_from
         hosts, topics = self._hosts, self._topics
         filtering = flt.active
-        topic_b, queue_id_f, since, until = self._topic_b, flt.queue_id, flt.since_ms, flt.until_ms
-        need_props = flt.needs_properties
         with_body = opts.body != "none"
         b64, b2a = opts.body == "base64", binascii.b2a_base64
         verify = opts.verify_crc
@@ -571,15 +595,11 @@ class NdjsonFormatter:
             (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_addr, born_port, store_ts,
              store_addr, store_port, reconsume, prepared, body_len) = unpack(buf, pos)  # fmt: skip
             if magic != MAGIC_V1 or sys_flag & _SLOW_FLAGS:
-                rec = _intact_record(buf, pos, path, file_from, opts.broker)
-                if filtering and not flt.matches(rec):
-                    continue
-                row = message_row(rec, body=opts.body, verify_crc=verify, path=path)
-                if verify and not row["crcOk"]:
-                    bad.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, zlib.crc32(rec.body) & 0x7FFFFFFF))
-                lines.append(_json_line(row).encode())
-                if limit is not None and len(lines) >= limit:
-                    break
+                slow = self._decoded_line(buf, pos, path, file_from, bad)
+                if slow is not None:
+                    lines.append(slow)
+                    if limit is not None and len(lines) >= limit:
+                        break
                 continue
             p = pos + HEAD_V4.size
             body_end = p + body_len if body_len > 0 else p
@@ -587,17 +607,8 @@ class NdjsonFormatter:
             pp = t0 + buf[body_end]  # TOPICLENGTH, a signed byte the index proved >= 0
             props_len = (buf[pp] << 8) | buf[pp + 1]
             raw = buf[pp + 2 : pp + 2 + props_len] if 0 < props_len < 0x8000 else b""
-            if filtering:
-                if topic_b is not None and buf[t0:pp] != topic_b:
-                    continue
-                if queue_id_f is not None and queue_id != queue_id_f:
-                    continue
-                if (since is not None and store_ts < since) or (until is not None and store_ts > until):
-                    continue
-                if need_props and not flt.matches_props(
-                    parse_properties(raw.decode("utf-8", "replace"), broker=opts.broker), not raw
-                ):
-                    continue
+            if filtering and not self._matches(buf[t0:pp], queue_id, store_ts, raw):
+                continue
             tail = b""
             if b64_only:
                 tail = b2a(buf[p:body_end], newline=False)  # the line template holds ,"body":"..."
@@ -1043,6 +1054,28 @@ def _check_entry(
     return rec, expected, bad, ERROR if bad else INFO
 
 
+def _segment_entries(seg: Segment, problems: list[Problem]) -> tuple[list[int], list[int], list[int]]:
+    """(commit log offsets, sizes, tags codes) of one consume queue file's slots; odd names and tails to ``problems``."""
+    if seg.base_offset % ENTRY_SIZE:
+        problems.append(Problem(seg.path, None, f"file name {seg.base_offset} is not a multiple of 20"))
+    with map_file(seg.path) as buf:
+        arr = entries_array(buf)
+        out = (arr["phy_offset"].tolist(), arr["size"].tolist(), arr["tags_code"].tolist())
+        del arr
+        tail = len(buf) % ENTRY_SIZE
+        if tail:
+            problems.append(Problem(seg.path, len(buf) - tail, f"{tail} trailing bytes, not a whole entry"))
+    return out
+
+
+def _commitlog_join(st: Store) -> tuple[CommitLogReader, int | None, int | None]:
+    """A reader of the commit log, its first offset and the end of its data, to join entries to records."""
+    clog_segs, _ = st.commitlog_segments()
+    reader = CommitLogReader(clog_segs, st.config.commitlog_file_size, broker=st.config.broker)
+    clog_min = clog_segs[0].base_offset if clog_segs else None
+    return reader, clog_min, commitlog_end(clog_segs, broker=st.config.broker)
+
+
 def scan_consume_queue(
     st: Store,
     topic: str,
@@ -1064,12 +1097,7 @@ def scan_consume_queue(
         raise InputError(f"{qdir}: no consume queue for topic {topic!r} queue {queue_id}")
     segs, seg_problems = st.cq_segments(topic, queue_id)
     problems.extend(seg_problems)
-    reader = clog_min = clog_end = None
-    if resolve:
-        clog_segs, _ = st.commitlog_segments()
-        reader = CommitLogReader(clog_segs, st.config.commitlog_file_size, broker=st.config.broker)
-        clog_min = clog_segs[0].base_offset if clog_segs else None
-        clog_end = commitlog_end(clog_segs, broker=st.config.broker)
+    reader, clog_min, clog_end = _commitlog_join(st) if resolve else (None, None, None)
     empty_from: int | None = None
     empty_path: Path | None = None
     empty_pos = 0
@@ -1077,20 +1105,7 @@ def scan_consume_queue(
     prev_phy = -1
     try:
         for seg in segs:
-            if seg.base_offset % ENTRY_SIZE:
-                problems.append(Problem(seg.path, None, f"file name {seg.base_offset} is not a multiple of 20"))
-            with map_file(seg.path) as buf:
-                arr = entries_array(buf)
-                phys, sizes, tags = (arr["phy_offset"].tolist(), arr["size"].tolist(), arr["tags_code"].tolist())
-                del arr
-                if len(buf) % ENTRY_SIZE:
-                    problems.append(
-                        Problem(
-                            seg.path,
-                            len(buf) - len(buf) % ENTRY_SIZE,
-                            f"{len(buf) % ENTRY_SIZE} trailing bytes, not a whole entry",
-                        )
-                    )
+            phys, sizes, tags = _segment_entries(seg, problems)
             first_q = seg.base_offset // ENTRY_SIZE
             for i, (phy, size, tags_code) in enumerate(zip(phys, sizes, tags, strict=True)):
                 qo = first_q + i
@@ -1165,12 +1180,7 @@ class IndexSummary:
         cap = max(self.max_entries - 1, 1)
         return {
             "name": self.path.name,
-            "beginTimestamp": None if h is None else h.begin_timestamp_ms,
-            "endTimestamp": None if h is None else h.end_timestamp_ms,
-            "beginPhyOffset": None if h is None else h.begin_phy_offset,
-            "endPhyOffset": None if h is None else h.end_phy_offset,
-            "hashSlotCount": None if h is None else h.hash_slot_count,
-            "indexCount": None if h is None else h.index_count,
+            **index_header_json(h),
             "entryCount": self.entry_count,
             "usedSlots": self.used_slots,
             "slotFill": None if self.used_slots is None else round(self.used_slots / max(self.slots, 1), 6),
@@ -1360,9 +1370,7 @@ def config_files(st: Store) -> list[ConfigListing]:
     """The files in ``config/`` (``.bak`` copies included), by name."""
     d = st.config.config_dir
     try:
-        names = sorted(os.listdir(d))
-    except FileNotFoundError:
-        return []
+        names = names_in(d)
     except OSError as e:
         raise InputError(f"{d}: cannot list: {e.strerror}") from None
     return [ConfigListing(n, (d / n).stat().st_size) for n in names if (d / n).is_file()]

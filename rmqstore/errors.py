@@ -52,14 +52,7 @@ class CorruptData(RmqstoreError):
 
     exit_code = 6
 
-    def __init__(
-        self,
-        what: str,
-        *,
-        path: Path | str,
-        pos: int,
-        phy_offset: int | None = None,
-    ) -> None:
+    def __init__(self, what: str, *, path: Path | str, pos: int, phy_offset: int | None = None) -> None:
         self.what = what
         self.path = Path(path)
         self.pos = pos
@@ -71,22 +64,11 @@ class CorruptData(RmqstoreError):
 class ChecksumMismatch(CorruptData):
     """A record's stored body CRC differs from the CRC of its body bytes."""
 
-    def __init__(
-        self,
-        *,
-        path: Path | str,
-        pos: int,
-        phy_offset: int | None,
-        stored: int,
-        computed: int,
-    ) -> None:
+    def __init__(self, *, path: Path | str, pos: int, phy_offset: int | None, stored: int, computed: int) -> None:
         self.stored = stored
         self.computed = computed
         super().__init__(
-            f"body CRC mismatch: stored {stored}, computed {computed}",
-            path=path,
-            pos=pos,
-            phy_offset=phy_offset,
+            f"body CRC mismatch: stored {stored}, computed {computed}", path=path, pos=pos, phy_offset=phy_offset
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -484,3 +485,17 @@ def require_size(seg: Segment, expected: int) -> None:
 
 def with_overrides(cfg: StoreConfig, **kw: object) -> StoreConfig:
     return replace(cfg, **kw)  # type: ignore[arg-type]
+
+
+def segment_ranges(
+    segments: list[Segment], from_phy: int = 0, to_phy: int | None = None
+) -> Iterator[tuple[Segment, int, int]]:
+    """The files that hold commit log offsets [from_phy, to_phy), in order, each with the byte range
+    of it inside that span: (segment, start, end)."""
+    for seg in segments:
+        if seg.base_offset + seg.size <= from_phy:
+            continue
+        if to_phy is not None and seg.base_offset >= to_phy:
+            break
+        end = seg.size if to_phy is None else min(seg.size, to_phy - seg.base_offset)
+        yield seg, max(0, from_phy - seg.base_offset), end

@@ -49,7 +49,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from .codec.commitlog import read_head
 from .commitlog import (
@@ -151,7 +151,25 @@ class IndexUnusable(Exception):
 # -- the index, as the broker loads and walks it ----------------------------------------------------
 
 
-class IndexSet:
+class MapsOpen:
+    """A reader whose mapped files stay open until ``close`` (or the end of its ``with`` block)."""
+
+    _mapped: dict[Any, mmap.mmap | bytes]
+
+    def close(self) -> None:
+        for m in self._mapped.values():
+            if isinstance(m, mmap.mmap):
+                m.close()
+        self._mapped.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class IndexSet(MapsOpen):
     """The store's index files in name order, read lazily.
 
     A file is mapped only when a query's time window matches its header; for any other file only
@@ -180,7 +198,8 @@ class IndexSet:
         self.file_size = cfg.index_file_size()
         self.broker = cfg.broker
         self._headers: dict[int, IndexHeader] = {}
-        self._files: dict[int, tuple[mmap.mmap | bytes, IndexFile]] = {}
+        self._mapped: dict[int, mmap.mmap | bytes] = {}
+        self._files: dict[int, IndexFile] = {}  # of the files in ``_mapped``
         # §5.5: after an abnormal exit, files ending past indexMsgTimestamp are destroyed at load.
         # (A running broker also keeps ``abort``; its files are live, nothing is dropped.)
         self.drop_after_ms: int | None = None
@@ -233,8 +252,7 @@ class IndexSet:
         return None
 
     def _file(self, i: int) -> IndexFile:
-        got = self._files.get(i)
-        if got is None:
+        if i not in self._mapped:
             path = self.dir / self.names[i]
             m: mmap.mmap | bytes = b""
             try:
@@ -243,13 +261,13 @@ class IndexSet:
                     # Chain walks hop across 400 MB: read-ahead would turn each ~0.1 ms page fault
                     # into several milliseconds of reading pages never used.
                     m.madvise(mmap.MADV_RANDOM)
-                got = (m, IndexFile(m, slots=self.slots, entries=self.entries, path=str(path), broker=self.broker))
+                got = IndexFile(m, slots=self.slots, entries=self.entries, path=str(path), broker=self.broker)
             except CorruptData as e:
                 if isinstance(m, mmap.mmap):
                     m.close()
                 raise IndexUnusable(str(e)) from None
-            self._files[i] = got
-        return got[1]
+            self._mapped[i], self._files[i] = m, got
+        return self._files[i]
 
     def lookup(self, index_key: str, *, max_num: int, begin_ms: int, end_ms: int, found: list[int]) -> None:
         """``IndexService.queryOffset`` (§5.4) for an already built ``topic#key``; appends to ``found``."""
@@ -292,18 +310,6 @@ class IndexSet:
                 hi = mid - 1
         return lo
 
-    def close(self) -> None:
-        for m, _ in self._files.values():
-            if isinstance(m, mmap.mmap):
-                m.close()
-        self._files.clear()
-
-    def __enter__(self) -> IndexSet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 # -- the commit log ------------------------------------------------------------------------------------
 
@@ -319,24 +325,24 @@ def _map_readonly(path: Path) -> mmap.mmap | bytes:
         raise CorruptData(f"cannot map: {e.strerror}", path=path, pos=0) from None
 
 
-class CommitLogReader:
+class CommitLogReader(MapsOpen):
     """Reads single records by commit log offset, keeping the files it mapped open until closed."""
 
     def __init__(self, st: Store) -> None:
         self.segments, _ = st.commitlog_segments()
         self.file_size = st.config.commitlog_file_size
         self.broker = st.config.broker
-        self._maps: dict[Path, mmap.mmap | bytes] = {}
+        self._mapped: dict[Path, mmap.mmap | bytes] = {}
 
     @property
     def min_phy_offset(self) -> int:
         return self.segments[0].base_offset if self.segments else 0
 
     def buffer(self, seg: Segment) -> mmap.mmap | bytes:
-        buf = self._maps.get(seg.path)
+        buf = self._mapped.get(seg.path)
         if buf is None:
             buf = _map_readonly(seg.path)
-            self._maps[seg.path] = buf
+            self._mapped[seg.path] = buf
         return buf
 
     def locate(self, phy_offset: int) -> tuple[Segment, int] | None:
@@ -357,18 +363,6 @@ class CommitLogReader:
         if isinstance(rec, Blank):
             raise CorruptData("end-of-file blank, not a message", path=seg.path, pos=pos, phy_offset=phy_offset)
         return rec
-
-    def close(self) -> None:
-        for buf in self._maps.values():
-            if isinstance(buf, mmap.mmap):
-                buf.close()
-        self._maps.clear()
-
-    def __enter__(self) -> CommitLogReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass
@@ -573,43 +567,19 @@ class Searcher:
         return self._query(topic, uniq_key, True, n, begin_ms, end_ms, scan, progress, all_copies=all_copies)
 
     def _query(
-        self,
-        topic: str,
-        key: str,
-        unique: bool,
-        max_num: int,
-        begin_ms: int,
-        end_ms: int,
-        scan: bool,
-        progress: Progress | None,
-        *,
-        all_copies: bool,
-    ) -> KeyQueryResult:
+        self, topic: str, key: str, unique: bool, max_num: int, begin_ms: int, end_ms: int, scan: bool,
+        progress: Progress | None, *, all_copies: bool,
+    ) -> KeyQueryResult:  # fmt: skip
         max_num = min(max_num, self.st.config.max_msgs_num_batch)
-        notices: list[str] = []
+        q = _Lookup(topic, key, unique, max_num, begin_ms, end_ms, progress, [], all_copies)
         if not scan:
             try:
-                return _query_index(
-                    self.index(),
-                    self.reader,
-                    topic,
-                    key,
-                    unique,
-                    max_num,
-                    begin_ms,
-                    end_ms,
-                    progress,
-                    notices,
-                    all_copies,
-                )
+                return _query_index(self.index(), self.reader, q)
             except IndexUnusable as e:
-                notices.append(self._index_failed(e))
-        found = _scan_matches(self.reader, topic, key, unique, max_num, begin_ms, end_ms, None, progress, notices)
-        raw = tuple(r.phy_offset for r in reversed(found))
+                q.notices.append(self._index_failed(e))
+        found = _scan_matches(self.reader, q, None)
         hits, later = _finish(found, unique, all_copies)
-        return KeyQueryResult(
-            topic, key, unique, max_num, begin_ms, end_ms, "scan", raw, hits, later, notices=tuple(notices)
-        )
+        return q.result("scan", tuple(r.phy_offset for r in reversed(found)), hits, later)
 
     # -- message ids -------------------------------------------------------------------------------
     def msg_id(
@@ -694,45 +664,50 @@ def query_msg_id(st: Store, msg_id: str, **kw: Any) -> MsgIdResult:
         return s.msg_id(msg_id, **kw)
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """One key or unique-key query as the broker runs it, and the notices it collects."""
+
+    topic: str
+    key: str
+    unique: bool
+    max_num: int
+    begin_ms: int
+    end_ms: int
+    progress: Progress | None
+    notices: list[str]
+    all_copies: bool
+
+    def wanted(self, rec: Record) -> bool:
+        """A record the index would name for this query."""
+        return _indexed_match(rec, self.topic, self.key, self.unique, self.begin_ms, self.end_ms)
+
+    def result(
+        self, method: str, raw: tuple[int, ...], hits: tuple[Record, ...], rejected: tuple[Rejected, ...], *index: Any
+    ) -> KeyQueryResult:
+        """The answer; ``index`` is what the index lookup adds (last update time and offset, tail start)."""
+        return KeyQueryResult(
+            self.topic, self.key, self.unique, self.max_num, self.begin_ms, self.end_ms, method, raw, hits, rejected,
+            *index, notices=tuple(self.notices),
+        )  # fmt: skip
+
+
 def _scan_matches(
-    reader: CommitLogReader,
-    topic: str,
-    key: str,
-    unique: bool,
-    max_num: int,
-    begin_ms: int,
-    end_ms: int,
-    after_phy: int | None,
-    progress: Progress | None,
-    notices: list[str],
-    stats: ScanStats | None = None,
+    reader: CommitLogReader, q: _Lookup, after_phy: int | None, stats: ScanStats | None = None
 ) -> list[Record]:
     """Records the index would name, stored after ``after_phy`` (None: all); the newest ``max_num``."""
     found: list[Record] = []
     start = 0 if after_phy is None else after_phy
     for rec in scan_records(
-        reader, key.encode("utf-8"), from_phy=start, progress=progress, notices=notices, stats=stats
+        reader, q.key.encode("utf-8"), from_phy=start, progress=q.progress, notices=q.notices, stats=stats
     ):
-        if (after_phy is None or rec.phy_offset > after_phy) and _indexed_match(
-            rec, topic, key, unique, begin_ms, end_ms
-        ):
+        if (after_phy is None or rec.phy_offset > after_phy) and q.wanted(rec):
             found.append(rec)
-    return found[-max_num:]
+    return found[-q.max_num :]
 
 
-def _query_index(
-    idx: IndexSet,
-    reader: CommitLogReader,
-    topic: str,
-    key: str,
-    unique: bool,
-    max_num: int,
-    begin_ms: int,
-    end_ms: int,
-    progress: Progress | None,
-    notices: list[str],
-    all_copies: bool,
-) -> KeyQueryResult:
+def _query_index(idx: IndexSet, reader: CommitLogReader, q: _Lookup) -> KeyQueryResult:
+    topic, key, unique, max_num, notices = q.topic, q.key, q.unique, q.max_num, q.notices
     if idx.dropped:
         notices.append(
             f"abort file present: {idx.dropped} index file(s) newer than the checkpoint's indexMsgTimestamp are "
@@ -742,9 +717,7 @@ def _query_index(
     # Everything after the newest indexed record is not in the index yet (None: nothing is).
     after = last.end_phy_offset if last is not None and (last.index_count > 1 or last.end_phy_offset > 0) else None
     stats = ScanStats()
-    tail, indexed_first = _tail_matches(
-        reader, topic, key, unique, max_num, begin_ms, end_ms, after, progress, notices, stats
-    )
+    tail, indexed_first = _tail_matches(reader, q, after, stats)
     if stats.records > indexed_first:
         where = "no index file covers any record" if after is None else f"the index ends at offset {after}"
         notices.append(
@@ -752,7 +725,7 @@ def _query_index(
         )
     raw: list[int] = [r.phy_offset for r in reversed(tail)]
     if len(raw) < max_num:
-        idx.lookup(index_key(topic, key), max_num=max_num, begin_ms=begin_ms, end_ms=end_ms, found=raw)
+        idx.lookup(index_key(topic, key), max_num=max_num, begin_ms=q.begin_ms, end_ms=q.end_ms, found=raw)
     scanned = {r.phy_offset: r for r in tail}
     records: list[Record] = []
     rejected: list[Rejected] = []
@@ -777,38 +750,14 @@ def _query_index(
             )
         else:
             records.append(rec)
-    hits, later = _finish(records, unique, all_copies)
-    return KeyQueryResult(
-        topic,
-        key,
-        unique,
-        max_num,
-        begin_ms,
-        end_ms,
-        "index+tail" if tail else "index",
-        tuple(raw),
-        hits,
-        tuple(rejected) + later,
-        last.end_timestamp_ms if last else 0,
-        last.end_phy_offset if last else 0,
-        after,
-        tuple(notices),
+    hits, later = _finish(records, unique, q.all_copies)
+    last_ms, last_phy = (last.end_timestamp_ms, last.end_phy_offset) if last else (0, 0)
+    return q.result(
+        "index+tail" if tail else "index", tuple(raw), hits, tuple(rejected) + later, last_ms, last_phy, after
     )
 
 
-def _tail_matches(
-    reader: CommitLogReader,
-    topic: str,
-    key: str,
-    unique: bool,
-    max_num: int,
-    begin_ms: int,
-    end_ms: int,
-    after: int | None,
-    progress: Progress | None,
-    notices: list[str],
-    stats: ScanStats,
-) -> tuple[list[Record], int]:
+def _tail_matches(reader: CommitLogReader, q: _Lookup, after: int | None, stats: ScanStats) -> tuple[list[Record], int]:
     """Matches among the records the index does not cover yet (stored after ``after``), and
     1 if the scan starts at the newest indexed record itself (0 otherwise)."""
     if not reader.segments:
@@ -823,8 +772,7 @@ def _tail_matches(
         indexed_first = 1
     elif after is not None:
         after = max(after, reader.min_phy_offset - 1)  # the indexed range is gone: scan what is left
-    found = _scan_matches(reader, topic, key, unique, max_num, begin_ms, end_ms, after, progress, notices, stats)
-    return found, indexed_first
+    return _scan_matches(reader, q, after, stats), indexed_first
 
 
 def _finish(records: list[Record], unique: bool, all_copies: bool) -> tuple[tuple[Record, ...], tuple[Rejected, ...]]:

@@ -25,6 +25,7 @@ import numpy as np
 from . import checkpoint as cpmod
 from .columnar import iter_columns
 from .consumequeue import entries_array, valid_prefix
+from .describe import index_header_json
 from .dispatch import Dispatcher, DispatchStats, ScanStop
 from .errors import InputError, UnsafePlan, UnsupportedStore
 from .fsutil import SCRATCH_DIR, atomic_write, scratch_dir
@@ -175,17 +176,7 @@ def _index_summary(root: Path) -> list[dict[str, Any]]:
         for name in sorted(n for n in os.listdir(d) if n.isdigit()):
             with open(d / name, "rb") as f:
                 h = decode_header(f.read(40), path=str(d / name))
-            out.append(
-                {
-                    "name": name,
-                    "beginTimestamp": h.begin_timestamp_ms,
-                    "endTimestamp": h.end_timestamp_ms,
-                    "beginPhyOffset": h.begin_phy_offset,
-                    "endPhyOffset": h.end_phy_offset,
-                    "hashSlotCount": h.hash_slot_count,
-                    "indexCount": h.index_count,
-                }
-            )
+            out.append({"name": name, **index_header_json(h)})
     return out
 
 
@@ -207,7 +198,18 @@ def _index_identical(cur_root: Path, new_root: Path) -> bool:
     return True
 
 
-BuildEngine = Callable[..., tuple[DispatchStats, int, str]]
+@dataclass(frozen=True)
+class BuildScope:
+    """What a build dispatches: from which commit log offset (None: the first record), the consume
+    queues of which topics (None: all), and which kinds of files."""
+
+    from_phy: int | None = None
+    topics: tuple[str, ...] | None = None
+    consume_queue: bool = True
+    index: bool = True
+
+
+BuildEngine = Callable[..., tuple[DispatchStats, int, str]]  # (store, build root, scope, master=...)
 
 # Engines other than the local one register here when their package is imported (the library
 # itself never imports the Spark package): ``rmqstore.spark.redispatch`` adds "spark".
@@ -249,15 +251,7 @@ def build(
                 f"engine {engine!r} is not loaded; use local, or import its package first "
                 "(rmqstore.spark.redispatch for spark, which the command does)"
             )
-        return fn(
-            st,
-            build_root,
-            from_phy=start,
-            topics=topics,
-            consume_queue=consume_queue,
-            index=index,
-            master=spark_master,
-        )
+        return fn(st, build_root, BuildScope(start, topics, consume_queue, index), master=spark_master)
     bcq = batch_cq_topics(cfg)
     d = Dispatcher(
         cfg,

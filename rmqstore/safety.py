@@ -28,6 +28,17 @@ from typing import Any
 from .errors import CorruptData, RmqstoreError, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, fsync_file, scratch_dir
 
+
+def read_if_present(path: Path, what: str) -> bytes | None:
+    """The bytes of a small file the store may lack (None then); a file that cannot be read is damage."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise CorruptData(f"cannot read {what}: {e.strerror}", path=path, pos=0) from None
+
+
 __all__ = [
     "MANIFEST_SCHEMA",
     "Journal",
@@ -85,12 +96,9 @@ class Journal:
 
     @classmethod
     def load(cls, path: Path, hook: StepHook | None = None) -> Journal | None:
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw = read_if_present(path, "the journal")
+        if raw is None:
             return None
-        except OSError as e:
-            raise CorruptData(f"cannot read the journal: {e.strerror}", path=path, pos=0) from None
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
@@ -417,12 +425,8 @@ class BadTopic(CorruptData):
 
     def __init__(self, topic: str, why: str, *, path: Path | str, pos: int, phy_offset: int | None):
         self.topic = topic
-        super().__init__(
-            f"record topic '{shown(topic)}' is not a topic name the broker accepts ({why})",
-            path=path,
-            pos=pos,
-            phy_offset=phy_offset,
-        )
+        what = f"record topic '{shown(topic)}' is not a topic name the broker accepts ({why})"
+        super().__init__(what, path=path, pos=pos, phy_offset=phy_offset)
 
 
 def queue_dir(

@@ -41,6 +41,7 @@ from .layout import (
     load_broker_config,
 )
 from .problems import Problem
+from .safety import read_if_present
 
 _HEAD = struct.Struct(">ii")
 _RELEASE_EVERY = 16 << 20
@@ -66,6 +67,14 @@ def lock_holder_pid(lock_path: Path) -> int | None:
         os.close(fd)
 
 
+def names_in(directory: Path) -> list[str]:
+    """The names in a directory, sorted; none when it does not exist."""
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
 @dataclass
 class Store:
     """An opened store. Use :func:`open_store`."""
@@ -89,12 +98,9 @@ class Store:
 
     def read_checkpoint(self) -> cpmod.Checkpoint | None:
         p = self.config.checkpoint_path
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
+        data = read_if_present(p, "checkpoint")
+        if data is None:
             return None
-        except OSError as e:
-            raise CorruptData(f"cannot read checkpoint: {e.strerror}", path=p, pos=0) from None
         if len(data) != cpmod.FILE_SIZE:
             raise CorruptData(f"checkpoint is {len(data)} bytes, expected {cpmod.FILE_SIZE}", path=p, pos=len(data))
         return cpmod.decode(data, path=str(p))
@@ -114,11 +120,7 @@ class Store:
         """Every ``consumequeue/<topic>/<queueId>`` directory, as the broker loads them (§4.5)."""
         out = []
         base = self.config.consumequeue_dir
-        try:
-            topics = sorted(os.listdir(base))
-        except FileNotFoundError:
-            return []
-        for topic in topics:
+        for topic in names_in(base):
             tdir = base / topic
             if not tdir.is_dir():
                 continue

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,47 @@ NEWER_CASES = tuple(f"4.9.4/{c}" for c in ("clean-2topics", "crash-midwrite", "d
 )
 ALL_REAL_CASES = REAL_CASES + NEWER_CASES
 FIXTURES = REPO / "fixtures" / "stores"
+# the index file header fields truth.json lists for every index file
+INDEX_HEADER_FIELDS = (
+    "name", "beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount", "writeFull",
+)  # fmt: skip
+
+
+def hold_lock(root: Path, *argv: str) -> subprocess.Popen:
+    """A process that holds ``root``'s lock as a running broker does (``argv`` is its command line)."""
+
+    code = textwrap.dedent(
+        f"""
+        import fcntl, os, time
+        fd = os.open({str(root / "lock")!r}, os.O_RDWR)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        print("locked", flush=True)
+        time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def small_record(**fields) -> bytes:
+    """A minimal IPv4 commit log record; ``fields`` override any ``encode_record`` argument."""
+    from rmqstore.codec.commitlog import encode_record
+
+    lo = bytes([10, 0, 0, 1])
+    base = dict(
+        topic="T",
+        queue_id=0,
+        queue_offset=0,
+        phy_offset=0,
+        born_timestamp_ms=1,
+        born_addr=lo,
+        born_port=1,
+        store_timestamp_ms=2,
+        store_addr=lo,
+        store_port=2,
+    )
+    return encode_record(**{**base, **fields})
 
 
 def case_dir(case: str) -> Path:

@@ -8,6 +8,7 @@ import zlib
 import crcmod.predefined
 import numpy as np
 import pytest
+from conftest import small_record
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from rmqstore.codec.arrays import (
     key_tokens,
     msg_id_hex,
     named,
+    named_values,
     property_items,
     record_arrays,
 )
@@ -44,6 +46,7 @@ from rmqstore.commitlog import (
     offset_msg_id,
     parse_host,
     parse_properties,
+    parse_properties_by_rules,
     store_timestamp_at,
 )
 from rmqstore.consumequeue import (
@@ -81,24 +84,6 @@ from rmqstore.msgid import decode_offset_msg_id, decode_uniq_key
 
 def hx(text: str) -> bytes:
     return bytes.fromhex("".join(text.split()))
-
-
-def small_record(**fields) -> bytes:
-    """A minimal IPv4 record; ``fields`` override any encode_record argument."""
-    lo = bytes([10, 0, 0, 1])
-    base = dict(
-        topic="T",
-        queue_id=0,
-        queue_offset=0,
-        phy_offset=0,
-        born_timestamp_ms=1,
-        born_addr=lo,
-        born_port=1,
-        store_timestamp_ms=2,
-        store_addr=lo,
-        store_port=2,
-    )
-    return encode_record(**{**base, **fields})
 
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -222,19 +207,14 @@ V6_HEX = """
 def test_ipv6_record_round_trip():
     born, born_port = parse_host("[2001:db8::1]:40000")
     store, store_port = parse_host("[2001:db8::2]:10911")
-    data = encode_record(
+    hosts = {"born_addr": born, "born_port": born_port, "store_addr": store, "store_port": store_port}
+    data = small_record(
         topic="T6",
-        queue_id=0,
-        queue_offset=0,
-        phy_offset=0,
         sys_flag=BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG,
         born_timestamp_ms=1700000000000,
-        born_addr=born,
-        born_port=born_port,
         store_timestamp_ms=1700000000001,
-        store_addr=store,
-        store_port=store_port,
         body=b"x",
+        **hosts,
     )
     assert data == hx(V6_HEX)
     assert len(data) == 118
@@ -256,19 +236,7 @@ V2_HEX = """
 
 def test_v2_record_round_trip():
     lo = bytes([127, 0, 0, 1])
-    data = encode_record(
-        topic="T",
-        queue_id=0,
-        queue_offset=0,
-        phy_offset=0,
-        born_timestamp_ms=1,
-        born_addr=lo,
-        born_port=1,
-        store_timestamp_ms=2,
-        store_addr=lo,
-        store_port=10911,
-        v2=True,
-    )
+    data = small_record(born_addr=lo, store_addr=lo, store_port=10911, v2=True)
     assert data == hx(V2_HEX)
     rec = decode_record(data, 0, broker="5.3.3")
     assert isinstance(rec, Record)
@@ -466,6 +434,45 @@ def test_property_parsing_by_version(raw, old, new):
     assert parse_properties(raw, broker="4.4.0") == old
     assert parse_properties(raw, broker="4.9.7") == new
     assert parse_properties(raw, broker="5.3.3") == new
+
+
+@given(st.text(alphabet="ab\x01\x02é", max_size=24))
+@example("K\x01v\x02")
+@example("K\x01v\x01w\x02")
+@example("\x01v\x02K\x01w")
+def test_property_shortcut_equals_each_versions_parser(raw):
+    for broker in ("4.4.0", "4.9.7", "5.3.3"):
+        assert parse_properties(raw, broker=broker) == parse_properties_by_rules(raw, broker=broker)
+
+
+_PROPERTY_ITEMS = st.lists(
+    st.tuples(
+        st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "A", "", "KEYSX"]), st.sampled_from(["v", "", "x\x01y", "ab c"])
+    ),
+    max_size=4,
+)
+
+
+@given(st.lists(_PROPERTY_ITEMS, min_size=1, max_size=6), st.lists(st.integers(0, 5), max_size=40))
+def test_named_values_equal_parse_properties(shapes, picks):
+    """Strings sharing a few layouts (the layout shortcut) and every string's values as the per-record parser reads them."""
+    chosen = [shapes[i % len(shapes)] for i in picks or [0]]
+    strings = [encode_properties(items) for items in chosen]
+    buf = b"".join(strings) + bytes(8)
+    starts = np.cumsum([0] + [len(x) for x in strings[:-1]]).astype(np.int64)
+    lens = np.array([len(x) for x in strings], np.int64)
+    names = (b"TAGS", b"KEYS", b"UNIQ_KEY")
+    u8 = np.frombuffer(buf, np.uint8)
+    values, bad = named_values(u8, starts, lens, names)
+    for i, raw in enumerate(strings):
+        assert bad[i] == any(not k or not v or "\x01" in v for k, v in chosen[i])
+        if bad[i]:
+            continue
+        want = parse_properties(raw.decode(), broker="4.4.0")
+        for name in names:
+            rows, vstart, vlen = values[name]
+            got = [buf[a : a + n].decode() for r, a, n in zip(rows, vstart, vlen, strict=True) if r == i]
+            assert got == ([want[name.decode()]] if name.decode() in want else []), (raw, name)
 
 
 def test_duplicate_property_later_wins():

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import ALL_REAL_CASES, case_dir, copy_real_store
+from conftest import ALL_REAL_CASES, case_dir, copy_real_store, small_record
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -131,23 +131,8 @@ def test_commitlog_detection_rule(tmp_path, case, fact, families):
 
 
 def test_ipv6_host_rule(tmp_path):
-    from rmqstore.codec.commitlog import encode_record
-
     root = bare_store(tmp_path)
-    rec = encode_record(
-        topic="T",
-        queue_id=0,
-        queue_offset=0,
-        phy_offset=0,
-        sys_flag=0x30,
-        born_timestamp_ms=1,
-        born_addr=bytes(16),
-        born_port=1,
-        store_timestamp_ms=2,
-        store_addr=bytes(15) + b"\x01",
-        store_port=10911,
-        body=b"x",
-    )
+    rec = small_record(sys_flag=0x30, born_addr=bytes(16), store_addr=bytes(15) + b"\x01", store_port=10911, body=b"x")
     (root / "commitlog" / f"{0:020d}").write_bytes(rec + bytes(4096))
     assert facts_of(root) == {"ipv6-host"}
     assert "4.4" in families_for(["ipv6-host"])[0]  # 4.6.0 and later: the 4.4 family's tail still admits it

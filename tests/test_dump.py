@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import case_dir, copy_real_store, load_truth
+from conftest import INDEX_HEADER_FIELDS, case_dir, copy_real_store, load_truth
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -571,16 +571,7 @@ def test_consume_queue_unknown_queue_is_an_error():
 def test_index_headers_match_truth(real_case):
     truth = load_truth(real_case)
     got = json.loads(dump("index", store_of(real_case), "-f", "json").stdout)
-    keys = (
-        "name",
-        "beginTimestamp",
-        "endTimestamp",
-        "beginPhyOffset",
-        "endPhyOffset",
-        "hashSlotCount",
-        "indexCount",
-        "writeFull",
-    )
+    keys = INDEX_HEADER_FIELDS
     want = {f["name"]: {k: f[k] for k in keys} for f in truth["indexFiles"]}
     cp = truth["beforeOpen"]["checkpointFile"]
     for f in got:

@@ -18,12 +18,11 @@ import shutil
 import struct
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REAL_CASES, copy_real_store, load_truth
+from conftest import FIXTURES, REAL_CASES, copy_real_store, hold_lock, load_truth
 from typer.testing import CliRunner
 
 from rmqstore import expire as ex
@@ -502,18 +501,8 @@ def test_cli_second_run_waits_for_no_one(tmp_path):
 def test_cli_refuses_a_store_a_running_broker_holds(tmp_path):
     root = copy_real_store("clean-2topics", tmp_path)
     age_commitlog(root, [100, 100], AT_04)
-    holder = textwrap.dedent(
-        f"""
-        import fcntl, os, sys, time
-        fd = os.open({str(root / "lock")!r}, os.O_RDWR)
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-        print("locked", flush=True)
-        time.sleep(60)
-        """
-    )
-    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    proc = hold_lock(root)
     try:
-        assert proc.stdout.readline().strip() == "locked"
         for extra in ([], ["--dry-run"]):
             r = run(str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", *extra)
             assert r.exit_code == ex.EXIT_LOCKED

@@ -17,13 +17,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, copy_real_store, load_truth
+from conftest import REPO, copy_real_store, hold_lock, load_truth
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -452,21 +451,6 @@ def test_write_refuses_a_damaged_last_index_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------ 9. a locked store: nothing written inside
-
-
-def hold_lock(root: Path, *argv: str) -> subprocess.Popen:
-    code = textwrap.dedent(
-        f"""
-        import fcntl, os, time
-        fd = os.open({str(root / "lock")!r}, os.O_RDWR)
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-        print("locked", flush=True)
-        time.sleep(60)
-        """
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
 
 
 LOCKED_COMMANDS = [

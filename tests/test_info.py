@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import NEWER_CASES, REAL_STORES, case_dir, copy_real_store, is_crash, load_truth
+from conftest import INDEX_HEADER_FIELDS, NEWER_CASES, REAL_STORES, case_dir, copy_real_store, is_crash, load_truth
 from hypothesis import example, given
 from test_codecs import damaged
 from typer.testing import CliRunner
@@ -90,16 +90,7 @@ def test_info_matches_truth_for_clean_stores(case):
         if str(w["lastOffset"]).startswith("error:"):  # the engine's own read failed (5.2.0, %LMQ% queues)
             g["lastOffset"] = w["lastOffset"]
     assert got == want
-    keys = (
-        "name",
-        "beginTimestamp",
-        "endTimestamp",
-        "beginPhyOffset",
-        "endPhyOffset",
-        "hashSlotCount",
-        "indexCount",
-        "writeFull",
-    )
+    keys = INDEX_HEADER_FIELDS
     assert [{k: f.to_json()[k] for k in keys} for f in info.index_files] == truth["indexFiles"]
     assert info.problems == ()
     # the last message of the commit log, by a full walk

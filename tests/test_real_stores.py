@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+from pathlib import Path
 
 import crcmod.predefined
 import pytest
 from conftest import REAL_WORLD, case_dir, copy_real_store, is_crash, load_truth
+from helpers import truth_message_head
 
 from rmqstore.commitlog import PROP_DELAY, PROP_TAGS, SCHEDULE_TOPIC, Blank, Record, body_crc
 from rmqstore.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, decode_entry
+from rmqstore.describe import index_header_json
 from rmqstore.errors import ChecksumMismatch, CorruptData
 from rmqstore.indexfile import IndexFile, decode_header
 from rmqstore.javahash import java_hash
@@ -54,15 +57,7 @@ def as_truth_row(seg: Segment, rec: Record | Blank, cfg: StoreConfig) -> dict:
     if isinstance(rec, Blank):
         return {"offset": rec.phy_offset, "kind": "blank", "size": seg.size - rec.pos}
     return {
-        "offset": seg.base_offset + rec.pos,
-        "kind": "message",
-        "size": rec.total_size,
-        "topic": rec.topic,
-        "queueId": rec.queue_id,
-        "queueOffset": rec.queue_offset,
-        "sysFlag": rec.sys_flag,
-        "storeTimestamp": rec.store_timestamp_ms,
-        "tagsCode": expected_tags_code(rec, cfg),
+        **truth_message_head(rec, seg.base_offset + rec.pos, expected_tags_code(rec, cfg)),
         "magic": f"{rec.magic & 0xFFFFFFFF:08x}",
         "keys": rec.keys,
         "uniqKey": rec.uniq_key,
@@ -229,16 +224,7 @@ def test_index_headers_match_truth(any_real_case):
                 continue
             with map_file(path) as buf:
                 h = IndexFile(buf, slots=cfg.max_hash_slot_num, entries=cfg.max_index_num, path=str(path)).header()
-            got = {
-                "name": path.name,
-                "beginTimestamp": h.begin_timestamp_ms,
-                "endTimestamp": h.end_timestamp_ms,
-                "beginPhyOffset": h.begin_phy_offset,
-                "endPhyOffset": h.end_phy_offset,
-                "hashSlotCount": h.hash_slot_count,
-                "indexCount": h.index_count,
-                "writeFull": h.index_count >= cfg.max_index_num,
-            }
+            got = {"name": path.name, **index_header_json(h), "writeFull": h.index_count >= cfg.max_index_num}
             assert got == want
             compared += 1
     assert compared == len(truth["indexFiles"]) - (1 if is_crash(any_real_case) else 0)
@@ -271,14 +257,20 @@ def test_index_chain_walk_finds_every_truth_hit(any_real_case):
     assert checked > 0
 
 
-def test_first_bad_record_is_reported_with_file_and_offset(tmp_path):
+def _victim(tmp_path, after: int) -> tuple[dict, Path, dict, bytearray, int]:
+    """A copy of clean-2topics and its first message after offset ``after``: (truth, file, message,
+    the file's bytes, the message's position in it)."""
     truth = load_truth("clean-2topics")
     root = copy_real_store("clean-2topics", tmp_path)
-    victim = next(r for r in truth["commitlog"] if r["kind"] == "message" and r["offset"] > 40000)
+    victim = next(r for r in truth["commitlog"] if r["kind"] == "message" and r["offset"] > after)
     seg_base = victim["offset"] - victim["offset"] % 32768
     path = root / "commitlog" / f"{seg_base:020d}"
-    data = bytearray(path.read_bytes())
-    pos = victim["offset"] - seg_base
+    return truth, path, victim, bytearray(path.read_bytes()), victim["offset"] - seg_base
+
+
+def test_first_bad_record_is_reported_with_file_and_offset(tmp_path):
+    truth, path, victim, data, pos = _victim(tmp_path, 40000)
+    root = path.parents[1]
     struct.pack_into(">i", data, pos + 4, 0x12345678)  # MAGICCODE
     path.write_bytes(data)
     with open_store(root) as st:
@@ -292,13 +284,8 @@ def test_first_bad_record_is_reported_with_file_and_offset(tmp_path):
 
 
 def test_body_crc_checked_only_when_asked(tmp_path):
-    truth = load_truth("clean-2topics")
-    root = copy_real_store("clean-2topics", tmp_path)
-    victim = next(r for r in truth["commitlog"] if r["kind"] == "message" and r["offset"] > 70000)
-    seg_base = victim["offset"] - victim["offset"] % 32768
-    path = root / "commitlog" / f"{seg_base:020d}"
-    data = bytearray(path.read_bytes())
-    pos = victim["offset"] - seg_base
+    truth, path, victim, data, pos = _victim(tmp_path, 70000)
+    root = path.parents[1]
     data[pos + 88] ^= 0x01  # first body byte (IPv4 hosts: body starts at 88)
     path.write_bytes(data)
     with open_store(root) as st:

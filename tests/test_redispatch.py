@@ -25,6 +25,7 @@ from rmqstore import columnar
 from rmqstore import indexfile as ix
 from rmqstore import redispatch as op
 from rmqstore.cli import app
+from rmqstore.codec import arrays as property_arrays
 from rmqstore.columnar import iter_columns, scan_columns
 from rmqstore.commitlog import encode_blank, encode_properties, encode_record
 from rmqstore.dispatch import ScanStop, scan_requests
@@ -247,26 +248,30 @@ def records(draw: st.DrawFn) -> list[bytes]:
     return out
 
 
+def _add_columns(c, rows: list[tuple], keys: list[tuple[int, int]]) -> None:
+    """The requests and index keys of one column batch, as ``_via_records`` lists them."""
+    base = len(rows)
+    for k in range(len(c)):
+        rows.append(
+            (
+                c.topics[c.topic_id[k]],
+                int(c.queue_id[k]),
+                int(c.phy[k]),
+                int(c.size[k]),
+                int(c.tags_code[k]),
+                int(c.store_ts[k]),
+                int(c.queue_offset[k]),
+                int(c.sys_flag[k]),
+            )
+        )
+    keys += [(base + int(r), int(h)) for r, h in zip(c.key_rec, c.key_hash, strict=True)]
+
+
 def _via_columns(buf: bytes, cfg: StoreConfig) -> tuple[list[tuple], list[tuple[int, int]], int, str]:
     batches, stop = scan_columns(buf, Segment(Path("f"), 0, len(buf)), cfg)
     rows, keys = [], []
-    base = 0
     for c in batches:
-        for k in range(len(c)):
-            rows.append(
-                (
-                    c.topics[c.topic_id[k]],
-                    int(c.queue_id[k]),
-                    int(c.phy[k]),
-                    int(c.size[k]),
-                    int(c.tags_code[k]),
-                    int(c.store_ts[k]),
-                    int(c.queue_offset[k]),
-                    int(c.sys_flag[k]),
-                )
-            )
-        keys += [(base + int(r), int(h)) for r, h in zip(c.key_rec, c.key_hash, strict=True)]
-        base += len(c)
+        _add_columns(c, rows, keys)
     return rows, keys, stop.pos, stop.reason
 
 
@@ -301,7 +306,7 @@ def test_columnar_scan_without_layouts_equals_per_record_scan(recs: list[bytes])
     """The property items of the record arrays (the path for batches of many layouts) give the same scan."""
     cfg = StoreConfig(store_root=Path("."), broker="4.9.7")
     buf = b"".join(recs) + bytes(16)
-    with mock.patch.object(columnar, "_MAX_LAYOUTS", 0):
+    with mock.patch.object(property_arrays, "_MAX_LAYOUTS", 0):
         assert _via_columns(buf, cfg) == _via_records(buf, cfg)
 
 
@@ -332,21 +337,31 @@ def test_columnar_scan_tells_the_two_separators_apart() -> None:
     assert [row[4] != 0 for row in got[0]] == [True, False] * 3
 
 
-def test_columnar_scan_on_random_corruption_of_a_real_file() -> None:
+def _real_commitlog() -> bytes:
     src = REAL_STORES / "clean-2topics" / "store" / "commitlog" / "00000000000000000000"
     if not src.exists():
         pytest.skip("real stores absent")
+    return src.read_bytes()
+
+
+def _corrupted(data: bytes, rnd: random.Random) -> bytes:
+    """A copy with a few flipped bits and, sometimes, a random int written over a head field."""
+    b = bytearray(data)
+    for _ in range(rnd.randint(1, 4)):
+        pos = rnd.randrange(len(b))
+        b[pos] ^= 1 << rnd.randrange(8)
+    if rnd.random() < 0.3:
+        struct.pack_into(">i", b, rnd.randrange(0, 3000, 4), rnd.randint(-5, 400))
+    return bytes(b)
+
+
+def test_columnar_scan_on_random_corruption_of_a_real_file() -> None:
+    data = _real_commitlog()
     cfg = StoreConfig(store_root=Path("."))
     rnd = random.Random(7)
-    data = src.read_bytes()
     for _ in range(40):
-        b = bytearray(data)
-        for _ in range(rnd.randint(1, 4)):
-            pos = rnd.randrange(len(b))
-            b[pos] ^= 1 << rnd.randrange(8)
-        if rnd.random() < 0.3:
-            struct.pack_into(">i", b, rnd.randrange(0, 3000, 4), rnd.randint(-5, 400))
-        assert _via_columns(bytes(b), cfg) == _via_records(bytes(b), cfg)
+        b = _corrupted(data, rnd)
+        assert _via_columns(b, cfg) == _via_records(b, cfg)
 
 
 # --- the parallel scan (ranges walked and decoded by worker processes) equals the serial one ---
@@ -363,21 +378,7 @@ def _via_parallel(buf: bytes, cfg: StoreConfig, part_size: int) -> tuple[list[tu
             if isinstance(item, ScanStop):
                 stop = item
                 continue
-            base = len(rows)
-            for k in range(len(item)):
-                rows.append(
-                    (
-                        item.topics[item.topic_id[k]],
-                        int(item.queue_id[k]),
-                        int(item.phy[k]),
-                        int(item.size[k]),
-                        int(item.tags_code[k]),
-                        int(item.store_ts[k]),
-                        int(item.queue_offset[k]),
-                        int(item.sys_flag[k]),
-                    )
-                )
-            keys += [(base + int(r), int(h)) for r, h in zip(item.key_rec, item.key_hash, strict=True)]
+            _add_columns(item, rows, keys)
     assert stop is not None
     return rows, keys, stop.pos, stop.reason
 
@@ -399,21 +400,13 @@ def test_parallel_scan_equals_per_record_scan(recs: list[bytes], tail: str, part
 
 
 def test_parallel_scan_on_random_corruption_of_a_real_file() -> None:
-    src = REAL_STORES / "clean-2topics" / "store" / "commitlog" / "00000000000000000000"
-    if not src.exists():
-        pytest.skip("real stores absent")
+    data = _real_commitlog()
     cfg = StoreConfig(store_root=Path("."))
     rnd = random.Random(11)
-    data = src.read_bytes()
     assert _via_parallel(data, cfg, 1000) == _via_records(data, cfg)
     for _ in range(25):
-        b = bytearray(data)
-        for _ in range(rnd.randint(1, 4)):
-            pos = rnd.randrange(len(b))
-            b[pos] ^= 1 << rnd.randrange(8)
-        if rnd.random() < 0.3:
-            struct.pack_into(">i", b, rnd.randrange(0, 3000, 4), rnd.randint(-5, 400))
-        assert _via_parallel(bytes(b), cfg, rnd.randint(200, 5000)) == _via_records(bytes(b), cfg)
+        b = _corrupted(data, rnd)
+        assert _via_parallel(b, cfg, rnd.randint(200, 5000)) == _via_records(b, cfg)
 
 
 def test_parallel_pick_up_refused_when_a_body_holds_a_record_copy() -> None:

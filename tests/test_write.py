@@ -130,10 +130,16 @@ def _reputs(root: Path, stamps: list[int]) -> list[wr.Message]:
     out = []
     for rec, ts in zip(due, stamps, strict=True):
         p = rec.properties
-        stored = _as_input(rec)  # the scheduled record as it is, then where the reput sends it
-        reput = {"topic": p["REAL_TOPIC"], "queue_id": int(p["REAL_QID"]), "store_timestamp_ms": ts}
-        out.append(replace(stored, **reput, properties=tuple(p.items()), origin="reput"))
+        fields = {"topic": p["REAL_TOPIC"], "queue_id": int(p["REAL_QID"]), "store_timestamp_ms": ts}
+        out.append(_message_of(rec, properties=tuple(p.items()), origin="reput", **fields))
     return out
+
+
+def _message_of(rec: Record, **fields) -> wr.Message:
+    """A raw message (properties as given) with the fields of ``rec``; ``fields`` override them."""
+    copied = ("topic", "queue_id", "body", "flag", "sys_flag", "born_timestamp_ms", "born_host", "store_host")
+    base = {name: getattr(rec, name) for name in (*copied, "store_timestamp_ms", "reconsume_times")}
+    return wr.Message(**{**base, "raw": True, **fields})
 
 
 def _write_real_case(case: str, tmp: Path, *, pause_dispatch: bool = True) -> Path:
@@ -992,21 +998,7 @@ def _as_input(rec: Record) -> wr.Message:
         raw = raw[:-20]  # the 20 bytes 5.2.0 reserves after an LMQ record's properties
     pairs = [k.split("\x01", 1) for k in raw.split("\x02") if "\x01" in k]
     kept = [(k, v) for k, v in pairs if k not in _STORE_ADDED]
-    return wr.Message(
-        topic=rec.topic,
-        queue_id=rec.queue_id,
-        body=rec.body,
-        flag=rec.flag,
-        sys_flag=rec.sys_flag,
-        born_timestamp_ms=rec.born_timestamp_ms,
-        born_host=rec.born_host,
-        store_host=rec.store_host,
-        store_timestamp_ms=rec.store_timestamp_ms,
-        reconsume_times=rec.reconsume_times,
-        properties=tuple(kept),
-        raw=True,
-        origin=f"{rec.topic}@{rec.phy_offset}",
-    )
+    return _message_of(rec, properties=tuple(kept), origin=f"{rec.topic}@{rec.phy_offset}")
 
 
 def _record_bytes(root: Path, recs: list[Record]) -> list[bytes]:

@@ -303,3 +303,134 @@ def key_tokens(
     grp_start = np.maximum.accumulate(np.where(newv, np.arange(len(o)), 0))
     seq = np.arange(len(o)) - grp_start
     return rec[o], idx[s], e - s, seq
+
+
+# ---------------------------------------------------------------------------------------------
+# Values of a few named properties, the one array splitter the dispatch columns use
+
+Ranges = tuple[np.ndarray, np.ndarray, np.ndarray]  # (row, value start, value length)
+_MAX_LAYOUTS = 256  # more distinct separator layouts among the strings: ``property_items``
+
+
+def named_values(
+    u8: np.ndarray, start: np.ndarray, length: np.ndarray, names: tuple[bytes, ...]
+) -> tuple[dict[bytes, Ranges], np.ndarray]:
+    """The value of each of ``names`` in every property string (the last item of that name, as a map
+    put), and the rows that are not plain (as ``PropertyItems.bad``; their values are left out).
+
+    Producers write the same properties in the same order, so most strings have their 0x01/0x02
+    bytes at the same places: the items of such a layout are split once, then the names of all its
+    rows are compared at those places. With too many layouts, ``property_items`` splits every row.
+    """
+    m = len(start)
+    bad = np.zeros(m, dtype=bool)
+    if m:
+        lens = np.minimum(length, MAX_FAST_PROPERTIES)
+        width = max(int(lens.max()), 1)
+        mat = gather(u8, start, width)
+        marks = (mat - np.uint8(1)) <= np.uint8(1)  # 0x01 or 0x02
+        if not (lens == width).all():
+            marks &= np.arange(width, dtype=np.int32) < lens[:, None]
+        bad |= length > MAX_FAST_PROPERTIES
+        values = _values_by_layout(mat, marks, lens, start, names, bad)
+        if values is not None:
+            return values, bad
+    items = property_items(u8, start, length)
+    bad |= items.bad
+    found = {}
+    for name in names:
+        hit = named(u8, items, name)
+        found[name] = (items.row[hit], items.value_start[hit], items.value_len[hit])
+    return found, bad
+
+
+def _layouts(mat: np.ndarray, marks: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """First row of each separator layout and each row's layout, or None past ``_MAX_LAYOUTS``."""
+    m = len(mat)
+    packed = np.packbits(marks, axis=1)
+    key = np.zeros((m, 8 + (-(-packed.shape[1] // 8)) * 8), np.uint8)
+    key[:, :4] = lens.astype(">u4").view(np.uint8).reshape(m, 4)
+    key[:, 8 : 8 + packed.shape[1]] = packed
+    words = key.view(np.uint64)
+    h = words[:, 0].copy()
+    for j in range(1, words.shape[1]):  # a hash of the layout; rows are compared with their representative below
+        h = h * np.uint64(0x9E3779B97F4A7C15) + words[:, j]
+    uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if len(uniq) > _MAX_LAYOUTS:
+        return None
+    inv = inv.ravel()
+    if not (key == key[first][inv]).all():
+        return None  # two layouts with one hash
+    return first, inv
+
+
+def _values_by_layout(
+    mat: np.ndarray, marks: np.ndarray, lens: np.ndarray, start: np.ndarray, names: tuple[bytes, ...], bad: np.ndarray
+) -> dict[bytes, Ranges] | None:
+    """``named_values`` for strings that share a few layouts; None when there are too many."""
+    layouts = _layouts(mat, marks, lens)
+    if layouts is None:
+        return None
+    first, inv = layouts
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(first) + 1))
+    found: dict[bytes, list[Ranges]] = {t: [] for t in names}
+    for u, r in enumerate(first.tolist()):
+        rows = order[bounds[u] : bounds[u + 1]]
+        for name, (sel, vlen) in _layout_values(mat, rows, mat[r, : int(lens[r])].tobytes(), names, bad).items():
+            has = sel >= 0
+            if has.any():
+                found[name].append((rows[has], start[rows[has]] + sel[has], vlen[has]))
+    values = {}
+    for name, parts in found.items():
+        if parts:
+            rr = np.concatenate([q[0] for q in parts])
+            o = np.argsort(rr, kind="stable")
+            values[name] = tuple(np.concatenate([q[i] for q in parts])[o] for i in range(3))
+        else:
+            z = np.zeros(0, np.int64)
+            values[name] = (z, z, z)
+    return values  # type: ignore[return-value]
+
+
+def _layout_values(
+    mat: np.ndarray, rows: np.ndarray, row: bytes, names: tuple[bytes, ...], bad: np.ndarray
+) -> dict[bytes, tuple[np.ndarray, np.ndarray]]:
+    """For the ``rows`` of one layout (``row`` is one of them): each name's value column and length
+    per row (-1 where absent); marks ``bad`` the rows that are not plain."""
+    at, items = 0, []
+    for item in row.split(b"\x02"):
+        items.append((at, at + len(item), item))
+        at += len(item) + 1
+    # The layout says where separators are, not which: rows with a 0x01 where this one has a 0x02
+    # (or the reverse) are another layout, left to the per-record path.
+    twos = [end for _, end, _ in items[:-1]]
+    if twos:
+        other = ~(mat[rows[:, None], twos] == 2).all(axis=1)
+        bad[rows[other]] = True
+    widths = {len(t) for t in names}
+    value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in names}
+    for begin, end, item in items:
+        if not item:
+            continue
+        k = item.find(b"\x01")
+        if item.count(b"\x01") != 1 or not 0 < k < len(item) - 1:
+            bad[rows] = True
+            return {}
+        if k not in widths:
+            continue
+        row_names = mat[rows, begin : begin + k]
+        for name in names:
+            if len(name) == k:
+                hit = (row_names == np.frombuffer(name, np.uint8)).all(axis=1)
+                if hit.any():
+                    value_at[name].append((hit, begin + k + 1, end - begin - k - 1))
+    out = {}
+    for name in names:  # the later item wins, as in a map put
+        sel = np.full(len(rows), -1, np.int64)
+        vlen = np.zeros(len(rows), np.int64)
+        for hit, vstart, n in value_at[name]:
+            sel[hit] = vstart
+            vlen[hit] = n
+        out[name] = (sel, vlen)
+    return out

@@ -39,6 +39,8 @@ COMPRESSION_TYPE_MASK = 0x700
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+_EMPTY_VALUE = NAME_VALUE_SEPARATOR + PROPERTY_SEPARATOR  # an item ending at its 0x01
+_EMPTY_NAME = PROPERTY_SEPARATOR + NAME_VALUE_SEPARATOR  # an item starting with its 0x01
 
 PROP_KEYS = "KEYS"
 PROP_TAGS = "TAGS"
@@ -166,10 +168,32 @@ def body_crc(body: bytes | memoryview) -> int:
 
 
 def parse_properties(raw: str, *, broker: str = "4.4.0") -> dict[str, str]:
-    """Decode a property string exactly as the given broker version does (§3.7)."""
-    props: dict[str, str] = {}
+    """Decode a property string exactly as the given broker version does (§3.7).
+
+    The one property splitter of the per-record path. When every item is exactly ``name 0x01 value``
+    with both parts non-empty, every version's parser gives the same map, so one ``split`` builds it;
+    anything else is split by the version's own rules.
+    """
     if not raw:
-        return props
+        return {}
+    body = raw[:-1] if raw[-1] == PROPERTY_SEPARATOR else raw
+    if (
+        body
+        and body[0] != NAME_VALUE_SEPARATOR
+        and body[-1] != NAME_VALUE_SEPARATOR
+        and _EMPTY_VALUE not in body
+        and _EMPTY_NAME not in body
+    ):
+        try:
+            return dict(item.split(NAME_VALUE_SEPARATOR) for item in body.split(PROPERTY_SEPARATOR))  # type: ignore[misc]
+        except ValueError:  # an item without exactly one separator: the versions' parsers differ there
+            pass
+    return parse_properties_by_rules(raw, broker=broker)
+
+
+def parse_properties_by_rules(raw: str, *, broker: str = "4.4.0") -> dict[str, str]:
+    """``parse_properties`` without its shortcut: the given version's parser step by step (§3.7)."""
+    props: dict[str, str] = {}
     if not rules_for(broker).new_properties_parser:
         # Java String.split on each separator: trailing empty strings dropped, 2 parts kept.
         for item in raw.split(PROPERTY_SEPARATOR):
@@ -517,22 +541,18 @@ def decode_record(
     )  # fmt: skip
 
 
-def explain_invalid(
-    buf: Any,
-    pos: int,
-    *,
-    path: str = "<buffer>",
-    file_from: int = 0,
-    end: int | None = None,
-    check_crc: bool = False,
-    broker: str = "4.4.0",
-) -> CorruptData:
-    """Why the record at ``pos`` stops a walk: the decoder's own error for it (the one explanation)."""
+def explain_invalid(buf: Any, pos: int, **where: Any) -> CorruptData:
+    """Why the record at ``pos`` stops a walk: the decoder's own error for it (the one explanation).
+
+    ``where`` holds ``decode_record``'s keyword arguments (path, file_from, end, check_crc, broker).
+    """
     try:
-        decode_record(buf, pos, path=path, file_from=file_from, end=end, check_crc=check_crc, broker=broker)
+        decode_record(buf, pos, **where)
     except CorruptData as e:
         return e
-    return CorruptData("invalid record", path=path, pos=pos, phy_offset=file_from + pos)
+    return CorruptData(
+        "invalid record", path=where.get("path", "<buffer>"), pos=pos, phy_offset=where.get("file_from", 0) + pos
+    )
 
 
 def encode_record(

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from ..dispatch import Dispatcher, DispatchStats
 from ..errors import CorruptData
 from ..layout import Segment, StoreConfig
+from ..redispatch import BuildScope
 from ..store import Store, map_file
 from . import codec as columnar  # the columnar decoder, through the package's one import of the codecs
 from .session import spark_session
@@ -163,11 +164,8 @@ def _decoded(
 def spark_redispatch(
     st: Store,
     build_root: Path,
+    scope: BuildScope | None = None,
     *,
-    from_phy: int | None = None,
-    topics: tuple[str, ...] | None = None,
-    consume_queue: bool = True,
-    index: bool = True,
     master: str | None = None,
     batch: int = columnar.BATCH,
 ) -> tuple[DispatchStats, int, str]:
@@ -176,12 +174,11 @@ def spark_redispatch(
     ``batch`` is the number of records per Spark task; the default is the local engine's chunk
     size, so even the Dispatcher's batches are the same.
     """
-    cfg = st.config
+    cfg, scope = st.config, scope or BuildScope()
     segs, _ = st.commitlog_segments()
-    start = from_phy if from_phy is not None else (segs[0].base_offset if segs else 0)
-    d = Dispatcher(
-        cfg, root=build_root, consume_queue=consume_queue, index=index, topics=set(topics) if topics else None
-    )
+    start = scope.from_phy if scope.from_phy is not None else (segs[0].base_offset if segs else 0)
+    topics = set(scope.topics) if scope.topics else None
+    d = Dispatcher(cfg, root=build_root, consume_queue=scope.consume_queue, index=scope.index, topics=topics)
     end, reason = start, "end"
     try:
         with spark_session(master, conf={"spark.ui.showConsoleProgress": "false"}) as spark:

@@ -1,0 +1,77 @@
+"""Options several subcommands take, declared once: the same name, short form and help everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from ._common import TIME_FORMS, BrokerConfigOpt, BrokerVersionOpt
+from ._render import Format
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FmtOpt = Annotated[
+    Format | None, typer.Option("--format", "-f", help="Output format (default: table on a terminal, else plain).")
+]
+QuarantineOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--quarantine",
+        help="Folder for the removed bytes and replaced files (default: STORE/../<name>.quarantine/<time>).",
+    ),
+]
+NoQuarantineOpt = Annotated[
+    bool, typer.Option("--no-quarantine", help="Do not keep the removed bytes and replaced files.")
+]
+TopicFilterOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
+SinceOpt = Annotated[str | None, typer.Option("--since", help=f"Store time from ({TIME_FORMS}).")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Store time up to, inclusive (same forms as --since).")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How a store is opened and what its data is shown as: the options of every read-only command."""
+
+    broker_config: BrokerConfigOpt = None
+    broker_version: BrokerVersionOpt = "auto"
+    fmt: FmtOpt = None
+
+    def open(self, store: Path) -> Any:
+        """``open_store`` with these options (a context manager)."""
+        from rmqstore.store import open_store
+
+        return open_store(store, broker_config=self.broker_config, broker=self.broker_version)
+
+
+def option_group(name: str, group: type) -> Callable[[F], F]:
+    """Give a command the options declared as the fields of dataclass ``group`` (``Annotated`` option
+    types with defaults), passed to it as one argument ``name``: options that belong together are
+    declared once, in one place, for every command that takes them."""
+    hints = typing.get_type_hints(group, include_extras=True)
+    extra = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[f.name], default=f.default)
+        for f in dataclasses.fields(group)
+    ]
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != name]
+
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = group(**{p.name: kwargs.pop(p.name) for p in extra})
+            return fn(*args, **kwargs)
+
+        params = own + extra
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
+        return command  # type: ignore[return-value]
+
+    return decorate
