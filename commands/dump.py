@@ -426,12 +426,8 @@ def compaction_command(store: StorePath, *, reading: Reading) -> None:
 
 @app.command("timercheck", epilog="Example: rmqstore dump timercheck STORE --format json")
 @reports_errors
-def timercheck_command(
-    store: StorePath,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
-) -> None:
+@option_group("reading", Reading)
+def timercheck_command(store: StorePath, *, reading: Reading) -> None:
     """Show the 5.x timer checkpoint (config/timercheck).
 
     Last read time, timer log flush position, the last and the master's timer queue offsets, and the data
@@ -439,8 +435,8 @@ def timercheck_command(
     """
     from rmqstore import timercompaction as tc
 
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    fmt = default_format(reading.fmt)
+    with reading.open(store) as st:
         path, cp = tc.read_timer_checkpoint(st)
     row = {**cp.to_json(), "lastReadTime": format_time_ms(cp.last_read_time_ms)}
     render_rows([row], fmt, columns=fields.TIMER_CHECKPOINT, title=str(path))
@@ -452,14 +448,14 @@ CompactionQueue = Annotated[int, typer.Argument(help="Queue id.", show_default=F
 
 @app.command("compaction-log", epilog="Example: rmqstore dump compaction-log STORE TopicC 0 --format ndjson")
 @reports_errors
+@option_group("reading", Reading)
 def compaction_log_command(
     store: StorePath,
     topic: CompactionTopic,
     queue: CompactionQueue,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     body: Annotated[BodyMode | None, typer.Option(help="How to show bodies (default: text in tables).")] = None,
-    fmt: FmtOpt = None,
+    *,
+    reading: Reading,
 ) -> None:
     """List the records of one 5.x compaction log queue (compaction/compactionLog/TOPIC/QUEUE).
 
@@ -468,9 +464,9 @@ def compaction_log_command(
     """
     from rmqstore import timercompaction as tc
 
-    fmt = default_format(fmt)
+    fmt = default_format(reading.fmt)
     mode = (body or (BodyMode.text if fmt is Format.table else BodyMode.base64)).value
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    with reading.open(store) as st:
         rows = tc.compaction_log_rows(st, topic, queue, body=mode)
         cols = fields.COMPACTION_LOG_TABLE if fmt is Format.table else fields.COMPACTION_LOG
         render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else cols, title=f"{topic} {queue}")
@@ -478,13 +474,9 @@ def compaction_log_command(
 
 @app.command("compaction-cq", epilog="Example: rmqstore dump compaction-cq STORE TopicC 0 --format csv")
 @reports_errors
+@option_group("reading", Reading)
 def compaction_cq_command(
-    store: StorePath,
-    topic: CompactionTopic,
-    queue: CompactionQueue,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
+    store: StorePath, topic: CompactionTopic, queue: CompactionQueue, *, reading: Reading
 ) -> None:
     """List the units of one 5.x compaction consume queue (compaction/compactionCq/TOPIC/QUEUE).
 
@@ -493,8 +485,8 @@ def compaction_cq_command(
     """
     from rmqstore import timercompaction as tc
 
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config, broker=broker_version) as st:
+    fmt = default_format(reading.fmt)
+    with reading.open(store) as st:
         rows = tc.compaction_cq_rows(st, topic, queue)
         render_rows(rows, fmt, columns=fields.COMPACTION_CQ, title=f"{topic} {queue}")
 
