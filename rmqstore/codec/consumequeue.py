@@ -87,12 +87,10 @@ def valid_prefix(arr: np.ndarray) -> int:
     return int(idx[0]) if idx.size else len(arr)
 
 
-# §4.7: a 5.x batch consume queue unit (``batchconsumequeue/<topic>/<queueId>/``), declared once.
-BCQ_FIELDS = table(
+# §4.7: a 5.x batch consume queue unit (``batchconsumequeue/<topic>/<queueId>/``), declared once:
+# a consume queue entry followed by the batch's fields.
+BCQ_FIELDS = ENTRY_FIELDS + table(
     """
-    phy_offset          q  commit log offset
-    size                i  size
-    tags_code           q  tagsCode
     store_timestamp_ms  q  store timestamp
     base_offset         q  msgBaseOffset
     batch_size          h  batchSize

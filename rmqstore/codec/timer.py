@@ -25,6 +25,7 @@ SLOT_FIELDS = table(
 _SLOT = struct_of(SLOT_FIELDS)
 SLOT_SIZE = _SLOT.size  # 32
 
+# a unit: its own head (chain and timing), then the commit log message it stands for
 UNIT_FIELDS = table(
     """
     size           i  size
@@ -32,6 +33,9 @@ UNIT_FIELDS = table(
     magic          i  magic value
     write_time_ms  q  curr write time
     delayed_time   i  delayed time
+    """
+) + table(
+    """
     offset_py      q  offsetPy
     size_py        i  sizePy
     topic_hash     i  hash code of real topic

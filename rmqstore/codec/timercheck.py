@@ -14,12 +14,16 @@ from typing import Any
 from ..errors import CorruptData
 from .fields import struct_of, table
 
+# the four offsets (all a reader needs), then the data version 5.1 added
 TIMER_CHECKPOINT_FIELDS = table(
     """
     last_read_time_ms          q  lastReadTimeMs
     last_timer_log_flush_pos   q  lastTimerLogFlushPos
     last_timer_queue_offset    q  lastTimerQueueOffset
     master_timer_queue_offset  q  masterTimerQueueOffset
+    """
+) + table(
+    """
     state_version              q  stateVersion
     data_timestamp_ms          q  dataVersionTimestamp
     data_counter               q  dataVersionCounter
