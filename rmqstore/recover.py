@@ -1311,6 +1311,221 @@ class RecoveryEnd:
             self.stop = f"invalid record: {w.error}" if w.error else "invalid record"
 
 
+@dataclass
+class RecoveryFacts:
+    """What the broker's recovery finds in a store, worked out once (§8.1-§8.5).
+
+    Where the commit log data ends (``end.process_offset``), where each consume queue ends
+    (``queues``), and the inputs of what the broker truncates; ``plan_recover`` turns them into
+    actions, ``check`` and ``info`` report them.
+    """
+
+    rules: BrokerRules
+    check_crc: bool
+    abort: bool
+    segs: list[Segment]  # the commit log files the broker loads (an empty last file left out)
+    empty_last: Segment | None
+    notes: list[str]
+    cp_bytes: bytes | None  # the checkpoint page as mapped, None when there is no file
+    cp: cpmod.Checkpoint
+    kept_index: list[Path]
+    dropped_index: list[tuple[Path, str, bool]]
+    last_index_end: int  # endPhyOffset of the last kept index file, -1 when none
+    queues: dict[tuple[str, int], _QueueState]
+    max_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
+    batch_topics: frozenset[str]
+    batch_max: int
+    start_idx: int
+    start_why: str
+    end: RecoveryEnd
+    cq_check: _CqCheck
+    fused_columns: list[Any]
+
+    @property
+    def start_phy(self) -> int:
+        return self.segs[self.start_idx].base_offset if self.segs else 0
+
+    @property
+    def process_offset(self) -> int:
+        return self.end.process_offset
+
+    @property
+    def truncate_logic(self) -> bool:
+        """``truncateDirtyLogicFiles`` runs: a consume queue points at or past processOffset (§8.5)."""
+        return bool(self.segs) and self.max_cq >= self.process_offset
+
+    @property
+    def destroy_logics(self) -> bool:
+        """No commit log file: the broker destroys every consume queue."""
+        return not self.segs and (self.abort or self.rules.normal_destroys_logics)
+
+
+def _loaded_commitlog(st: Store, root: Path) -> tuple[list[Segment], Segment | None, list[str]]:
+    """The commit log files as the broker loads them (§2.4), the empty last file, and notes."""
+    segs, problems = st.commitlog_segments()
+    empty_last = segs[-1] if segs and segs[-1].size == 0 else None
+    notes = []
+    for p in problems:
+        if empty_last is not None and p.path == empty_last.path:
+            continue
+        if p.kind in LOAD_FAILURES:
+            raise CorruptData(
+                f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
+                "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
+                path=p.path,
+                pos=0,
+            )
+        notes.append(f"{_rel(root, p.path)}: {p.what}")
+    if empty_last is not None:
+        segs.pop()  # mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing
+    return segs, empty_last, notes
+
+
+def recovery_facts(
+    st: Store, *, check_crc: bool | None = None, progress: Callable[[int], None] | None = None
+) -> RecoveryFacts:
+    """Walk the store as the broker's recovery does (§8.1 order) and say what it finds; reads only."""
+    cfg = st.config
+    rules = broker_rules(cfg.broker)
+    check = cfg.check_crc_on_recover if check_crc is None else check_crc
+    # 1. lastExitOK, and the commit log files as the broker loads them (§2.4).
+    abort = st.abort_exists()
+    segs, empty_last, notes = _loaded_commitlog(st, Path(st.root))
+    # 2.-3. consume queues (loaded), checkpoint.
+    cp_bytes = _read_checkpoint_bytes(cfg.checkpoint_path)
+    cp = cpmod.decode(cp_bytes) if cp_bytes is not None else cpmod.Checkpoint(0, 0, 0)
+    if cp_bytes is None:
+        notes.append("no checkpoint file: the broker creates a zeroed one")
+    # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
+    kept, dropped_index = _index_files_kept(st, abort, cp)
+    last_index_end = -1
+    if kept:
+        with map_file(kept[-1]) as buf:
+            last_index_end = ix.decode_header(buf).end_phy_offset
+    # 5. every consume queue's own recovery (§8.4).
+    queues = {(topic, qid): _recover_queue(topic, qid, qdir, cfg, rules) for topic, qid, qdir in st.queues()}
+    batch_max = _batch_queues_max(st, rules)
+    max_cq = max(max((q.max_physic for q in queues.values()), default=-1), batch_max)
+    # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
+    start_idx, start_why = _walk_start(segs, abort, cp, cfg, rules, max_cq)
+    facts = RecoveryFacts(
+        rules, check, abort, segs, empty_last, notes, cp_bytes, cp, kept, dropped_index, last_index_end, queues,
+        max_cq, batch_cq_topics(cfg), batch_max, start_idx, start_why, RecoveryEnd(0), _CqCheck(), [],
+    )  # fmt: skip
+    facts.end = RecoveryEnd(facts.start_phy)
+    facts.cq_check = _CqCheck(skip=facts.batch_topics)
+    topics = TopicIds()
+    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
+        facts.end.add(w, last_index_end, max_cq)
+        facts.cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
+    return facts
+
+
+def _check_plannable(st: Store, rebuild_index: bool) -> None:
+    cfg = st.config
+    if cfg.duplication_enable:
+        raise UnsupportedStore(f"{st.root}: duplicationEnable=true (replica mode) recovery is not supported")
+    if cfg.enable_consume_queue_ext:
+        raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
+    if rebuild_index and not cfg.message_index_enable:
+        raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
+
+
+def _queue_actions(root: Path, f: RecoveryFacts, cq_file_size: int) -> list[Action]:
+    """Each consume queue's own recovery (§8.4), or every queue destroyed when no commit log is left."""
+    out: list[Action] = []
+    for q in f.queues.values():
+        if not f.destroy_logics:
+            out += _cq_recover_actions(root, q, cq_file_size)
+            continue
+        for s in q.segs:
+            why = "no commit log file: the broker destroys every consume queue"
+            n = _count_entries(s.path, 0, s.size)
+            out.append(
+                Action("cq-truncate", "delete", "consumequeue", _rel(root, s.path), 0, s.size, why, entries_total=n)
+            )
+        q.files_left = []
+    return out
+
+
+def _queue_ends(f: RecoveryFacts) -> list[QueueEnd]:
+    out = []
+    for (topic, qid), q in sorted(f.queues.items()):
+        last = q.files_left[-1] if q.files_left else None
+        out.append(
+            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
+        )
+    return out
+
+
+def _plan_dispatch(f: RecoveryFacts, cfg: StoreConfig, want_cq: bool, want_ix: bool) -> Redispatch | None:
+    """The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum)."""
+    po, start, e = f.process_offset, f.start_phy, f.end
+    if not f.segs or po <= start or not (want_cq or want_ix):
+        return None
+    if f.abort:
+        return Redispatch(start, po, e.records, want_cq, want_ix, None, e.last_cq_ts)
+    if f.rules.normal_dispatch_beyond_cq and f.max_cq < po:  # nothing past the CQ maximum: no-op
+        return Redispatch(start, po, e.records, want_cq, want_ix, f.max_cq, e.last_cq_ts_after_cq)
+    return None
+
+
+def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Action | None:
+    """The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
+    zero them first so that a re-dispatch killed half way can be rolled back exactly."""
+    with map_file(last) as buf:
+        h = ix.decode_header(buf)
+    used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
+    end = data_end(last, used)
+    if end <= used:
+        return None
+    return Action(
+        "index-delete", "zero", "index", _rel(root, last), used, end, "stale bytes after the last entry (indexCount)"
+    )
+
+
+def _plan_checkpoint(
+    f: RecoveryFacts, cfg: StoreConfig, dispatch: Redispatch | None, rebuild_index: bool, rebuild_cq: bool
+) -> tuple[dict[str, int] | None, dict[str, int], bool, bool]:
+    """The checkpoint the broker leaves at shutdown (§6): physic unchanged (nothing is flushed),
+    logics = store time of the last record dispatched to a consume queue, index = end time of
+    the last index file that filled up during the re-dispatch.
+
+    Returns (before, after, index settled by the re-dispatch, whether to write it).
+    """
+    before = _cp_dict(f.cp) if f.cp_bytes is not None else None
+    after = _cp_dict(f.cp)
+    if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
+        after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
+    index_pending = (dispatch is not None and dispatch.index) or rebuild_index
+    current = cfg.checkpoint_path.read_bytes() if f.cp_bytes is not None else None
+    write_cp = current is None or checkpoint_bytes(f.cp_bytes, after) != current
+    write_cp = write_cp or index_pending or rebuild_cq
+    if write_cp and f.rules.checkpoint_confirm_offset and f.end.last_record >= 0:
+        after["confirmPhyOffset"] = f.end.last_record  # set by recovery, written by the shutdown flush
+    return before, after, index_pending, write_cp
+
+
+def _plan_actions(
+    root: Path, f: RecoveryFacts, cfg: StoreConfig, rebuild_index: bool, rebuild_cq: bool
+) -> list[Action]:
+    """The removals in the broker's order: empty last file, index files, consume queues' own recovery,
+    then ``truncateDirtyFiles`` and ``truncateDirtyLogicFiles(processOffset)`` (§8.4, §8.5)."""
+    actions: list[Action] = []
+    if f.empty_last is not None:
+        actions.append(
+            Action("commitlog-truncate", "delete", "commitlog", _rel(root, f.empty_last.path), 0, 0, "empty last file")
+        )
+    if not rebuild_index:
+        for p, why, _garbage in f.dropped_index:
+            actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
+    if not rebuild_cq:
+        actions += _queue_actions(root, f, cfg.cq_file_size)
+    short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
+    actions += _commitlog_cut_actions(root, f.segs, f.process_offset, short.get(f.end.reason, "end"), cfg.broker)
+    return actions
+
+
 def plan_recover(
     st: Store,
     *,
@@ -1328,202 +1543,58 @@ def plan_recover(
     """
     cfg = st.config
     root = Path(st.root)
-    rules = broker_rules(cfg.broker)
-    if cfg.duplication_enable:
-        raise UnsupportedStore(f"{root}: duplicationEnable=true (replica mode) recovery is not supported")
-    if cfg.enable_consume_queue_ext:
-        raise UnsupportedStore(f"{root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
-    if rebuild_index and not cfg.message_index_enable:
-        raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
-    check = cfg.check_crc_on_recover if check_crc is None else check_crc
-    notes: list[str] = []
-    actions: list[Action] = []
-    losses: list[Loss] = []
-
-    # 1. lastExitOK, and the commit log files as the broker loads them (§2.4).
-    abort = st.abort_exists()
-    segs, problems = st.commitlog_segments()
-    empty_last = segs[-1] if segs and segs[-1].size == 0 else None
-    for p in problems:
-        if empty_last is not None and p.path == empty_last.path:
-            continue
-        if p.kind in LOAD_FAILURES:
-            raise CorruptData(
-                f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
-                "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
-                path=p.path,
-                pos=0,
-            )
-        notes.append(f"{_rel(root, p.path)}: {p.what}")
-    if empty_last is not None:
-        # Mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing.
-        segs.pop()
-        actions.append(
-            Action("commitlog-truncate", "delete", "commitlog", _rel(root, empty_last.path), 0, 0, "empty last file")
-        )
-
-    # 2.-3. consume queues (loaded), checkpoint.
-    cp_bytes = _read_checkpoint_bytes(cfg.checkpoint_path)
-    cp = cpmod.decode(cp_bytes) if cp_bytes is not None else cpmod.Checkpoint(0, 0, 0)
-    if cp_bytes is None:
-        notes.append("no checkpoint file: the broker creates a zeroed one")
-
-    # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
-    kept, dropped_index = _index_files_kept(st, abort, cp)
-    if not rebuild_index:
-        for p, why, _garbage in dropped_index:
-            actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
-    last_index_end = -1
-    if kept:
-        with map_file(kept[-1]) as buf:
-            last_index_end = ix.decode_header(buf).end_phy_offset
-
-    # 5. every consume queue's own recovery (§8.4).
-    queues: dict[tuple[str, int], _QueueState] = {}
-    for topic, qid, qdir in st.queues():
-        queues[(topic, qid)] = _recover_queue(topic, qid, qdir, cfg, rules)
-    max_cq = max((q.max_physic for q in queues.values()), default=-1)
-    batch_topics = batch_cq_topics(cfg)
-    batch_max = _batch_queues_max(st, rules)
-    max_cq = max(max_cq, batch_max)
-    destroy_logics = not segs and (abort or rules.normal_destroys_logics)
-    if not rebuild_consume_queue:
-        for q in queues.values():
-            if destroy_logics:
-                for s in q.segs:
-                    actions.append(
-                        Action(
-                            "cq-truncate",
-                            "delete",
-                            "consumequeue",
-                            _rel(root, s.path),
-                            0,
-                            s.size,
-                            "no commit log file: the broker destroys every consume queue",
-                            entries_total=_count_entries(s.path, 0, s.size),
-                        )
-                    )
-                q.files_left = []
-            else:
-                actions += _cq_recover_actions(root, q, cfg.cq_file_size)
-
-    # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
-    path = "abnormal" if abort else "normal"
-    reason = "abort file present: the last shutdown was not clean" if abort else "no abort file: clean shutdown"
-    start_idx, start_why = _walk_start(segs, abort, cp, cfg, rules, max_cq)
-    start_phy = segs[start_idx].base_offset if segs else 0
-    min_phy = segs[0].base_offset if segs else 0
-    topics = TopicIds()
-    cq_check = _CqCheck(skip=batch_topics)
-    fused_columns: list[Any] = []
-    end = RecoveryEnd(start_phy)
-    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, fused_columns) if segs else ():
-        end.add(w, last_index_end, max_cq)
-        cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
-    process_offset, stop, last_reason, records = end.process_offset, end.stop, end.reason, end.records
-    last_record = end.last_record
-    last_cq_ts, last_cq_ts_after_cq, not_indexed = end.last_cq_ts, end.last_cq_ts_after_cq, end.not_indexed
-
-    # truncateDirtyFiles(processOffset) (§8.5).
-    short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
-    actions += _commitlog_cut_actions(root, segs, process_offset, short.get(last_reason, "end"), cfg.broker)
-    # truncateDirtyLogicFiles(processOffset) when a queue points at or past it (§8.5).
-    truncate_logic = bool(segs) and max_cq >= process_offset
-    queue_ends = []
-    for (topic, qid), q in sorted(queues.items()):
-        last = q.files_left[-1] if q.files_left else None
-        queue_ends.append(
-            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
-        )
-        if truncate_logic and not rebuild_consume_queue:
-            actions += _cq_truncate_actions(root, q, process_offset)
-
-    # The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum).
-    dispatch: Redispatch | None = None
-    want_cq = not rebuild_consume_queue
-    want_ix = cfg.message_index_enable and not rebuild_index
-    if segs and process_offset > start_phy and (want_cq or want_ix):
-        if abort:
-            dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
-        elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
-            dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
-    if batch_max >= process_offset:
+    _check_plannable(st, rebuild_index)
+    f = recovery_facts(st, check_crc=check_crc, progress=progress)
+    actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
+    queue_ends = _queue_ends(f)
+    if f.truncate_logic and not rebuild_consume_queue:
+        for _key, q in sorted(f.queues.items()):
+            actions += _cq_truncate_actions(root, q, f.process_offset)
+    dispatch = _plan_dispatch(f, cfg, not rebuild_consume_queue, cfg.message_index_enable and not rebuild_index)
+    if f.batch_max >= f.process_offset:
         raise UnsupportedStore(f"{root}: a batch consume queue points past the end of the commit log: not cut yet")
-    if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
-        keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)
-
-    if dispatch is not None and dispatch.index and kept:
-        # The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
-        # zero them first so that a re-dispatch killed half way can be rolled back exactly.
-        last = kept[-1]
-        with map_file(last) as buf:
-            h = ix.decode_header(buf)
-        used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
-        end = data_end(last, used)
-        if end > used:
-            why = "stale bytes after the last entry (indexCount)"
-            actions.append(Action("index-delete", "zero", "index", _rel(root, last), used, end, why))
-
-    # What the broker's way loses.
-    losses += _losses(
-        path,
-        rules,
-        cfg,
-        cq_check,
-        start_phy,
-        process_offset,
-        max_cq,
-        last_index_end,
-        not_indexed,
-        dropped_index,
-        actions,
+    if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
+        keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
+    tail = (
+        _index_tail_action(root, cfg, f.kept_index[-1])
+        if dispatch is not None and dispatch.index and f.kept_index
+        else None
     )
-
-    # The checkpoint the broker leaves at shutdown (§6): physic unchanged (nothing is flushed),
-    # logics = store time of the last record dispatched to a consume queue, index = end time of
-    # the last index file that filled up during the re-dispatch.
-    before = _cp_dict(cp) if cp_bytes is not None else None
-    after = _cp_dict(cp)
-    if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
-        after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
-    index_pending = (dispatch is not None and dispatch.index) or rebuild_index
-    current = cfg.checkpoint_path.read_bytes() if cp_bytes is not None else None
-    write_cp = current is None or checkpoint_bytes(cp_bytes, after) != current
-    write_cp = write_cp or index_pending or rebuild_consume_queue
-    if write_cp and rules.checkpoint_confirm_offset and last_record >= 0:
-        after["confirmPhyOffset"] = last_record  # set by recovery, written by the shutdown flush
-
+    actions += [tail] if tail is not None else []
+    losses = _losses(f, cfg, actions)
+    before, after, index_pending, write_cp = _plan_checkpoint(f, cfg, dispatch, rebuild_index, rebuild_consume_queue)
     qdir: str | None = None
     if use_quarantine:
         qpath = Path(quarantine) if quarantine is not None else default_quarantine(root, now_ms)
         _check_quarantine_dir(qpath, cfg)
         qdir = str(qpath.resolve())
+    start_file = f.segs[f.start_idx].path.name if f.segs else None
     return RecoverPlan(
         root=str(root),
         broker=cfg.broker,
-        path=path,
-        reason=reason,
-        check_crc=check,
-        start_file=segs[start_idx].path.name if segs else None,
-        start_phy=start_phy,
-        min_phy=min_phy,
-        process_offset=process_offset,
-        stop=stop + (f"; walked from {segs[start_idx].path.name}: {start_why}" if segs else ""),
-        max_phy_offset_cq=max_cq,
-        truncate_logic_files=truncate_logic,
+        path="abnormal" if f.abort else "normal",
+        reason="abort file present: the last shutdown was not clean" if f.abort else "no abort file: clean shutdown",
+        check_crc=f.check_crc,
+        start_file=start_file,
+        start_phy=f.start_phy,
+        min_phy=f.segs[0].base_offset if f.segs else 0,
+        process_offset=f.process_offset,
+        stop=f.end.stop + (f"; walked from {start_file}: {f.start_why}" if f.segs else ""),
+        max_phy_offset_cq=f.max_cq,
+        truncate_logic_files=f.truncate_logic,
         actions=tuple(actions),
         dispatch=dispatch,
         rebuild_consume_queue=rebuild_consume_queue,
         rebuild_index=rebuild_index,
         queue_ends=tuple(queue_ends),
-        index_files_kept=tuple(p.name for p in kept),
+        index_files_kept=tuple(p.name for p in f.kept_index),
         checkpoint_before=before,
         checkpoint_after=after,
         checkpoint_index_from_dispatch=index_pending,
         write_checkpoint=write_cp,
-        remove_abort=abort,
+        remove_abort=f.abort,
         losses=tuple(losses),
-        notes=tuple(notes),
+        notes=tuple(f.notes),
         quarantine_dir=qdir,
         created_ms=now_ms,
     )
@@ -1548,19 +1619,10 @@ def _batch_queues_max(st: Store, rules: BrokerRules) -> int:
     return best
 
 
-def _losses(
-    path: str,
-    rules: BrokerRules,
-    cfg: StoreConfig,
-    cq: _CqCheck,
-    start_phy: int,
-    process_offset: int,
-    max_cq: int,
-    last_index_end: int,
-    not_indexed: int,
-    dropped_index: list[tuple[Path, str, bool]],
-    actions: list[Action],
-) -> list[Loss]:
+def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[Loss]:
+    """What the broker's way loses (or leaves missing), and what repairs it."""
+    rules, cq, start_phy, process_offset = f.rules, f.cq_check, f.start_phy, f.process_offset
+    path, last_index_end, not_indexed = ("abnormal" if f.abort else "normal"), f.last_index_end, f.end.not_indexed
     out: list[Loss] = []
     walked = f"records between phy offsets {start_phy} and {process_offset}"
     if cq.missing:
@@ -1586,7 +1648,7 @@ def _losses(
                 f"broker {cfg.broker} does not re-dispatch after a clean shutdown"
             )
         out.append(Loss("index-entries", not_indexed, detail, "--rebuild-index"))
-    for p, why, garbage in dropped_index:
+    for p, why, garbage in f.dropped_index:
         if garbage:
             out.append(Loss("index-keys", 0, f"{p.name} ({why}): whatever keys it held", "--rebuild-index"))
             continue
