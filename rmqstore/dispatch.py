@@ -52,6 +52,7 @@ from .layout import Segment, StoreConfig, file_name, list_segments
 from .problems import ProblemKind
 from .rules import rules_for
 from .safety import queue_dir, record_place
+from .walk import Stop, StopKind
 
 _INT_MAX = 0x7FFFFFFF
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -150,13 +151,7 @@ def request_from_record(rec: Record, cfg: StoreConfig, *, path: str = "<buffer>"
 # Fast scan of one commit log file into dispatch requests (the dispatcher reads without CRC).
 
 
-@dataclass(slots=True)
-class ScanStop:
-    """Why a scan of one file ended."""
-
-    pos: int  # where the next record would start
-    reason: str  # "blank" | "end" (zeros / end of file) | "invalid"
-    error: CorruptData | None = None
+ScanStop = Stop  # the walk's typed stop (kind, position, explanation)
 
 
 def scan_requests(
@@ -169,7 +164,7 @@ def scan_requests(
     check_crc: bool = False,
     skip_size_mismatch: bool = True,
     out: list[DispatchRequest] | None = None,
-) -> tuple[list[DispatchRequest], ScanStop]:
+) -> tuple[list[DispatchRequest], Stop]:
     """Dispatch requests of the records of one commit log file, from ``start_pos``.
 
     Follows the dispatcher (§9.2): a BLANK ends the file, an invalid record stops the scan,
@@ -184,9 +179,9 @@ def scan_requests(
     while pos + 8 <= size:
         total, magic = read_head(buf, pos)
         if magic == BLANK_MAGIC:
-            return reqs, ScanStop(pos, "blank")
+            return reqs, Stop(pos, StopKind.BLANK, None, seg.path, seg.base_offset)
         if total == 0 and magic == 0:
-            return reqs, ScanStop(pos, "end")
+            return reqs, Stop(pos, StopKind.END, None, seg.path, seg.base_offset)
         try:
             rec = decode_record(
                 buf, pos, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
@@ -195,11 +190,11 @@ def scan_requests(
             append(request_from_record(rec, cfg, path=path))
         except RecordSizeMismatch as e:
             if not skip_size_mismatch:
-                return reqs, ScanStop(pos, "invalid", e)
+                return reqs, Stop(pos, StopKind.INVALID, e, seg.path, seg.base_offset)
         except CorruptData as e:
-            return reqs, ScanStop(pos, "invalid", e)
+            return reqs, Stop(pos, StopKind.INVALID, e, seg.path, seg.base_offset)
         pos += total
-    return reqs, ScanStop(pos, "end")
+    return reqs, Stop(pos, StopKind.END, None, seg.path, seg.base_offset)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,7 +80,15 @@ from .safety import (
     sha256_file,
 )
 from .store import Store, map_file
-from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns
+from .walk import (
+    FusedFile,
+    Stop,
+    data_end,
+    keep_dispatch_columns,
+    recovery_walk_file,
+    take_dispatch_columns,
+    walk_chain,
+)
 from .workers import close_pool, worker_pool
 
 JOURNAL_NAME = "recover.journal.json"
@@ -485,9 +493,19 @@ class _FileWalk:
     sys_flag: np.ndarray
     store_ts: np.ndarray
     topic_id: np.ndarray
-    stop_pos: int
-    reason: str  # "blank" | "end" | "invalid"
-    error: CorruptData | None
+    stop: Stop
+
+    @property
+    def stop_pos(self) -> int:
+        return self.stop.pos
+
+    @property
+    def reason(self) -> str:  # "blank" | "end" | "invalid"
+        return self.stop.reason
+
+    @property
+    def error(self) -> CorruptData | None:
+        return self.stop.error
 
 
 class TopicIds:
@@ -548,6 +566,121 @@ def _first_prop_crc_error(
     return None
 
 
+@dataclass
+class _Batch:
+    """One batch of a checked walk: the records' fixed heads, and how far they pass the checks."""
+
+    p: np.ndarray  # record positions
+    head: np.ndarray
+    simple: np.ndarray  # V1 records with IPv4 hosts (as this broker reads them): checked on arrays
+    bl: np.ndarray  # body lengths (negatives as 0)
+    topic_len: np.ndarray
+    limit: int  # records before the first invalid one
+    error: CorruptData | None = None
+    exact: dict[int, Record] = field(default_factory=dict)  # records the exact decoder read
+
+
+def _check_structure(
+    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, rules: BrokerRules, check_crc: bool
+) -> _Batch:
+    """Lengths against TOTALSIZE and magic on arrays; the exact decoder for the records that need it."""
+    path = str(seg.path)
+    head = decode_heads(u8, p)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
+    total, magic, sys_flag = _field(head, "total_size"), _field(head, "magic"), _field(head, "sys_flag")
+    # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
+    simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
+    bl = np.maximum(_field(head, "body_len"), 0)
+    ok = simple & (total >= MIN_RECORD_SIZE_V1) & (MIN_RECORD_SIZE_V1 + bl <= total)
+    tpos = np.where(ok, p + HEAD_V4_SIZE + bl, p)
+    topic_len = be(u8, tpos, ">i1")
+    ok &= (topic_len >= 0) & (MIN_RECORD_SIZE_V1 + bl + topic_len <= total)
+    props_len = be(u8, np.where(ok, tpos + 1 + topic_len, p), ">i2")
+    ok &= MIN_RECORD_SIZE_V1 + bl + topic_len + np.maximum(props_len, 0) == total
+    b = _Batch(p, head, simple, bl, topic_len, len(p))
+    for i in np.flatnonzero(~ok).tolist():  # the first record the simple checks reject or leave to the decoder
+        if simple[i]:
+            b.limit = i  # a plain V1 record that fails a length check: invalid
+            break
+        if magic[i] == MAGIC_V2 and not rules.v2_magic:
+            msg = f"V2 record magic 0xDAA320AB: broker {rules.broker} cannot read it"
+            b.limit, b.error = i, CorruptData(msg, path=path, pos=int(p[i]))
+            break
+        try:
+            rec = decode_record(
+                buf, int(p[i]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+            )
+        except CorruptData as e:
+            b.limit, b.error = i, e
+            break
+        assert isinstance(rec, Record)
+        b.exact[i] = rec
+    if b.limit < len(p) and b.error is None and simple[b.limit]:
+        b.error = explain_invalid(
+            buf, int(p[b.limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+        )
+    return b
+
+
+def _check_crcs(buf: Any, b: _Batch, seg: Segment, check_crc: bool, prop_crc: bool) -> None:
+    """Body CRC (or the __CRC32# property) of the records before the limit; moves the limit to the first bad one."""
+    path, p, limit = str(seg.path), b.p, b.limit
+    if check_crc and limit:
+        body_len, crc = _field(b.head, "body_len"), _field(b.head, "body_crc")
+        sel = np.flatnonzero(b.simple[:limit] & (body_len[:limit] > 0))
+        got = body_crcs(buf, p[sel] + HEAD_V4_SIZE, body_len[sel])
+        bad = np.flatnonzero(got != crc[sel])
+        if bad.size:
+            i = int(sel[bad[0]])
+            at = int(p[i])
+            b.limit = i
+            b.error = ChecksumMismatch(
+                path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
+            )
+    if prop_crc and b.limit:
+        bad_prop = _first_prop_crc_error(buf, p[: b.limit], _field(b.head, "total_size")[: b.limit], seg, path)
+        if bad_prop is not None:
+            b.limit, b.error = bad_prop
+
+
+def _batch_topics(buf: Any, u8: np.ndarray, b: _Batch, seg: Segment, cfg: StoreConfig, topics: TopicIds) -> np.ndarray:
+    """Topic ids of the records before the limit, then the DELAY check of SCHEDULE_TOPIC_XXXX records
+    (a non-numeric level is invalid: the limit moves there)."""
+    path, p = str(seg.path), b.p
+    tid = np.empty(b.limit, dtype=np.int64)
+    s_idx = np.flatnonzero(b.simple[: b.limit])
+    if s_idx.size:
+        tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + b.bl[s_idx], b.topic_len[s_idx], topics)
+    for i, rec in b.exact.items():
+        if i < b.limit:
+            tid[i] = topics.id(rec.topic)
+    sched = topics.ids.get(SCHEDULE_TOPIC)
+    for i in np.flatnonzero(tid == sched).tolist() if sched is not None else ():
+        try:
+            rec = b.exact.get(i) or decode_record(
+                buf, int(p[i]), path=path, file_from=seg.base_offset, broker=cfg.broker
+            )
+            assert isinstance(rec, Record)
+            request_from_record(rec, cfg, path=path)
+        except CorruptData as e:
+            b.limit, b.error = i, e
+            break
+    return tid[: b.limit]
+
+
+_WALK_COLUMNS = ("pos", "phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts", "topic_id")
+
+
+def _batch_columns(b: _Batch, tid: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The walk's columns (``_WALK_COLUMNS``) of the records before the limit."""
+    h = b.head[: b.limit]
+    store_ts = _field(h, "store_timestamp_ms")
+    for i, rec in b.exact.items():
+        if i < b.limit:
+            store_ts[i] = rec.store_timestamp_ms
+    names = ("phy_offset", "total_size", "queue_id", "queue_offset", "sys_flag")
+    return (b.p[: b.limit], *(_field(h, n) for n in names), store_ts, tid)
+
+
 def walk_file_checked(
     buf: Any,
     seg: Segment,
@@ -570,130 +703,22 @@ def walk_file_checked(
     check_crc = check_crc and not prop_crc
     positions, stop_pos, reason = walk_positions(buf, start_pos, size)
     u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
-    path = str(seg.path)
-    cols: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("pos", "phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts", "topic_id")
-    }
+    cols: list[tuple[np.ndarray, ...]] = []
     error: CorruptData | None = None
-    bad_at: int | None = None
     for b0 in range(0, len(positions), _CHASE_BATCH):
-        p = positions[b0 : b0 + _CHASE_BATCH]
-        n = len(p)
-        head = decode_heads(u8, p)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
-        total = _field(head, "total_size")
-        magic = _field(head, "magic")
-        crc = _field(head, "body_crc")
-        sys_flag = _field(head, "sys_flag")
-        # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
-        simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
-        body_len = _field(head, "body_len")
-        bl = np.maximum(body_len, 0)
-        ok = simple & (total >= MIN_RECORD_SIZE_V1) & (MIN_RECORD_SIZE_V1 + bl <= total)
-        tpos = np.where(ok, p + HEAD_V4_SIZE + bl, p)
-        topic_len = be(u8, tpos, ">i1")
-        ok &= (topic_len >= 0) & (MIN_RECORD_SIZE_V1 + bl + topic_len <= total)
-        ppos = np.where(ok, tpos + 1 + topic_len, p)
-        props_len = be(u8, ppos, ">i2")
-        ok &= MIN_RECORD_SIZE_V1 + bl + topic_len + np.maximum(props_len, 0) == total
-        # First record the simple checks reject or that needs the exact decoder.
-        rest = np.flatnonzero(~ok)
-        limit = n
-        exact: dict[int, Record] = {}
-        for i in rest.tolist():
-            if simple[i]:
-                limit = i  # a plain V1 record that fails a length check: invalid
-                break
-            if magic[i] == MAGIC_V2 and not rules.v2_magic:
-                limit = i
-                error = CorruptData(
-                    f"V2 record magic 0xDAA320AB: broker {rules.broker} cannot read it", path=path, pos=int(p[i])
-                )
-                break
-            try:
-                rec = decode_record(
-                    buf, int(p[i]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-                )
-            except CorruptData as e:
-                limit, error = i, e
-                break
-            assert isinstance(rec, Record)
-            exact[i] = rec
-        if limit < n and error is None and simple[limit]:
-            error = explain_invalid(
-                buf, int(p[limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-            )
-        # Body CRC of the simple records before the limit.
-        if check_crc and limit:
-            sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
-            got = body_crcs(buf, p[sel] + HEAD_V4_SIZE, body_len[sel])
-            bad = np.flatnonzero(got != crc[sel])
-            if bad.size:
-                limit = i = int(sel[bad[0]])
-                at = int(p[i])
-                error = ChecksumMismatch(
-                    path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
-                )
-        if prop_crc and limit:
-            bad_prop = _first_prop_crc_error(buf, p[:limit], total[:limit], seg, path)
-            if bad_prop is not None:
-                limit, error = bad_prop
-        # Topics, then the DELAY check of SCHEDULE_TOPIC_XXXX records (a non-numeric level is invalid).
-        tid = np.empty(limit, dtype=np.int64)
-        s_idx = np.flatnonzero(simple[:limit])
-        if s_idx.size:
-            tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + bl[s_idx], topic_len[s_idx], topics)
-        store_ts = _field(head[:limit], "store_timestamp_ms")
-        phy = _field(head[:limit], "phy_offset")
-        qid = _field(head[:limit], "queue_id")
-        qoff = _field(head[:limit], "queue_offset")
-        for i, rec in exact.items():
-            if i < limit:
-                tid[i] = topics.id(rec.topic)
-                store_ts[i] = rec.store_timestamp_ms
-        sched = topics.ids.get(SCHEDULE_TOPIC)
-        if sched is not None:
-            for i in np.flatnonzero(tid == sched).tolist():
-                try:
-                    rec = exact.get(i) or decode_record(
-                        buf, int(p[i]), path=path, file_from=seg.base_offset, broker=cfg.broker
-                    )
-                    assert isinstance(rec, Record)
-                    request_from_record(rec, cfg, path=path)
-                except CorruptData as e:
-                    limit, error = i, e
-                    break
-        cols["pos"].append(p[:limit])
-        cols["phy"].append(phy[:limit])
-        cols["size"].append(total[:limit])
-        cols["queue_id"].append(qid[:limit])
-        cols["queue_offset"].append(qoff[:limit])
-        cols["sys_flag"].append(sys_flag[:limit])
-        cols["store_ts"].append(store_ts[:limit])
-        cols["topic_id"].append(tid[:limit])
-        if limit < n:
-            bad_at = int(p[limit])
+        b = _check_structure(buf, u8, positions[b0 : b0 + _CHASE_BATCH], seg, cfg, rules, check_crc)
+        _check_crcs(buf, b, seg, check_crc, prop_crc)
+        tid = _batch_topics(buf, u8, b, seg, cfg, topics)
+        cols.append(_batch_columns(b, tid))
+        if b.limit < len(b.p):
+            stop_pos, reason, error = int(b.p[b.limit]), "invalid", b.error
             break
-    if bad_at is not None:
-        stop_pos, reason = bad_at, "invalid"
-    elif reason == "invalid":
-        # The size chain itself ended on bytes that are neither a record, zeros nor a blank.
-        error = explain_invalid(buf, stop_pos, path=path, file_from=seg.base_offset, broker=cfg.broker)
-    cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
-    return _FileWalk(
-        seg,
-        start_pos,
-        cat["pos"],
-        cat["phy"],
-        cat["size"],
-        cat["queue_id"],
-        cat["queue_offset"],
-        cat["sys_flag"],
-        cat["store_ts"],
-        cat["topic_id"],
-        stop_pos,
-        reason,
-        error,
-    )
+    else:
+        if reason == "invalid":  # the size chain itself ended on bytes that are neither a record, zeros nor a blank
+            error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, broker=cfg.broker)
+    arrays = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in zip(*cols, strict=True)] if cols else None
+    arrays = arrays or [np.zeros(0, np.int64) for _ in _WALK_COLUMNS]
+    return _FileWalk(seg, start_pos, *arrays, Stop(stop_pos, reason, error, seg.path, seg.base_offset))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1023,7 +1048,7 @@ def _fused_file_walk(seg: Segment, f: FusedFile, topics: TopicIds) -> _FileWalk:
     tids = [np.array([topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id] for c in f.batches]
     tid = np.concatenate(tids) if tids else np.zeros(0, np.int64)
     cols = [cat(n) for n in ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")]
-    return _FileWalk(seg, 0, f.positions, *cols, tid, f.stop_pos, f.reason, None)
+    return _FileWalk(seg, 0, f.positions, *cols, tid, Stop(f.stop_pos, f.reason, None, seg.path, seg.base_offset))
 
 
 def _walk_commitlog(
@@ -1043,31 +1068,32 @@ def _walk_commitlog(
     """
     pool = None
     fused_all = True
+
+    def walk_file(seg: Segment, start_pos: int) -> _FileWalk:
+        nonlocal pool, fused_all
+        fused = None
+        # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
+        if fused_all and seg.size > walk.PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
+            pool = pool or worker_pool()
+            fused = recovery_walk_file(
+                pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
+            )
+        if fused is not None:
+            w = _fused_file_walk(seg, fused, topics)
+            if dispatch_columns is not None:
+                dispatch_columns.extend(fused.batches)
+        else:
+            fused_all = False
+            if dispatch_columns is not None:
+                dispatch_columns.clear()
+            with map_file(seg.path) as buf:
+                w = walk_file_checked(buf, seg, cfg, rules, topics, start_pos=start_pos, check_crc=check_crc)
+        if progress:
+            progress(w.stop_pos)
+        return w
+
     try:
-        for i in range(start_idx, len(segs)):
-            seg = segs[i]
-            fused = None
-            # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
-            if fused_all and seg.size > walk.PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
-                pool = pool or worker_pool()
-                fused = recovery_walk_file(
-                    pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
-                )
-            if fused is not None:
-                w = _fused_file_walk(seg, fused, topics)
-                if dispatch_columns is not None:
-                    dispatch_columns += fused.batches
-            else:
-                fused_all = False
-                if dispatch_columns is not None:
-                    dispatch_columns.clear()
-                with map_file(seg.path) as buf:
-                    w = walk_file_checked(buf, seg, cfg, rules, topics, start_pos=0, check_crc=check_crc)
-            if progress:
-                progress(w.stop_pos)
-            yield w
-            if w.reason != "blank":
-                return
+        yield from walk_chain(segs, start_idx, walk_file)
     finally:
         if pool is not None:
             close_pool(pool)

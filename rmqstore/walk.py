@@ -19,39 +19,89 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
 from .codec.columnar import body_crcs, decode_heads, head_column
 from .codec.commitlog import MAGIC_V2
-from .columnar import BATCH, Columns, decode_batch, find_record_start, walk_positions
 from .errors import CorruptData
 from .layout import Segment, StoreConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from .columnar import Columns
+
+
+class _Stopped(Protocol):
+    @property
+    def stop(self) -> Stop: ...
+
+
+_W = TypeVar("_W", bound=_Stopped)
 
 PART_SIZE = 32 << 20  # bytes of a file one worker checks and decodes at a time
 _SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
 CACHE_BUDGET = 192 << 20  # dispatch columns kept between the recovery walk and its re-dispatch
 
 
-class StopKind(enum.Enum):
-    """Why the walk of one commit log file ended."""
+class StopKind(str, enum.Enum):
+    """Why the walk of one commit log file ended (equal to its plain string, as older callers compare)."""
 
     BLANK = "blank"  # a BLANK record: the file is full, the chain goes on in the next file
     END = "end"  # zeros or the end of the file: the end of the data
-    INVALID = "invalid"  # a record the broker's check rejects
+    INVALID = "invalid"  # a record the walk's rules reject
     UNTIL = "until"  # the caller's bound
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stop:
-    """Where (position in the file and physical offset) and why a walk ended."""
+    """Where and why the walk of one commit log file ended.
 
-    kind: StopKind
+    ``pos`` is where the next record would start in the file; with the file's ``base_offset`` it
+    is the physical offset. ``error`` explains an INVALID stop.
+    """
+
     pos: int
-    phy_offset: int
-    explanation: str
+    kind: StopKind
     error: CorruptData | None = None
+    file: Path | None = None
+    base_offset: int = 0
+
+    def __post_init__(self) -> None:
+        self.kind = StopKind(self.kind)
+
+    @property
+    def reason(self) -> str:
+        return self.kind.value
+
+    @property
+    def phy_offset(self) -> int:
+        return self.base_offset + self.pos
+
+    @property
+    def explanation(self) -> str:
+        if self.kind is StopKind.INVALID:
+            return f"invalid record: {self.error}" if self.error else "invalid record"
+        if self.kind is StopKind.BLANK:
+            return f"blank record at {self.phy_offset}"
+        return "end of data" if self.kind is StopKind.END else f"bound at {self.phy_offset}"
+
+
+def walk_chain(
+    segs: Sequence[Segment], start_idx: int, walk_file: Callable[[Segment, int], _W], *, start_pos: int = 0
+) -> Iterator[_W]:
+    """Walk the commit log chain from ``segs[start_idx]`` at ``start_pos``: ``walk_file(seg, pos)`` walks
+    one file and says where it stopped (``.stop``); a BLANK moves on to the start of the next file,
+    anything else ends the chain (§8.2, §9.2)."""
+    pos = start_pos
+    for seg in segs[start_idx:]:
+        w = walk_file(seg, pos)
+        yield w
+        if w.stop.kind is not StopKind.BLANK:
+            return
+        pos = 0
 
 
 @dataclass
@@ -78,6 +128,8 @@ def _check_part(
     buf: Any, u8: np.ndarray, seg: Segment, cfg: StoreConfig, p: np.ndarray, end: int, flags: tuple[bool, bool, bool]
 ) -> Columns | None:
     """Dispatch columns of the records at ``p`` if every one passes recovery's checks, else None."""
+    from .columnar import decode_batch
+
     check_crc, ipv6_hosts, v2_magic = flags
     cols, bad = decode_batch(buf, u8, p, seg, cfg, end)
     if bad is not None or cols is None or len(cols) != len(p):
@@ -100,6 +152,12 @@ def _check_part(
 def _walk_part(
     buf: Any, seg: Segment, cfg: StoreConfig, lo: int, hi: int, end: int, known: bool, flags: tuple[bool, bool, bool]
 ) -> _Part:
+    from .columnar import (
+        BATCH,
+        find_record_start,
+        walk_positions,
+    )  # columnar imports the dispatcher, which imports this
+
     u8 = np.frombuffer(buf, dtype=np.uint8, count=end)
     sync = lo if known else find_record_start(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
     if sync is None:
