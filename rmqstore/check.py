@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import zlib
 from array import array
 from collections import Counter
@@ -46,12 +45,10 @@ import numpy as np
 from . import checkpoint as cpmod
 from . import config as cfgjson
 from .commitlog import (
-    BLANK_MAGIC,
     HEAD_V4,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE_V1,
-    OFFSETS_V4,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -79,12 +76,10 @@ from .offsets import commitlog_min_phy, queue_range, range_from_files, read_cons
 from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from .rules import rules_for
 from .store import Store, map_file
-from .walk import first_nonzero
+from .walk import RecordStarts, first_nonzero
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
-_MAGIC_BYTES = {m: struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC)}
-_PHY_AT = OFFSETS_V4["phy_offset"]
 _V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
@@ -307,6 +302,23 @@ class _LogScan:
         return safe, hit
 
 
+@dataclass
+class _OpenFile:
+    """The commit log file a walk is in, mapped."""
+
+    seg: Segment
+    buf: Any
+    view: memoryview
+    size: int
+    run: _FileRun
+    shifts: list[tuple[int, int]]
+    starts: RecordStarts | None = None  # built at the first resync
+
+    @property
+    def path(self) -> str:
+        return str(self.seg.path)
+
+
 class _Walker:
     """Lenient walk over commit log files, building a :class:`_LogScan`."""
 
@@ -320,7 +332,6 @@ class _Walker:
         self.out = out
         self.progress = progress
         self.v2_ok = rules_for(self.broker).v2_magic
-        self.magics = [MAGIC_V1, MAGIC_V2] if self.v2_ok else [MAGIC_V1]
         try:
             self.levels = st.config.delay_levels_ms()
         except ValueError:
@@ -332,36 +343,6 @@ class _Walker:
         self._topics: dict[bytes, tuple[str, int]] = {}
 
     # -- helpers ------------------------------------------------------------------
-    def _resync(self, buf: Any, start: int, seg: Segment) -> int | None:
-        """The next position >= ``start`` where a record (or end-of-file BLANK) verifiably starts."""
-        n = len(buf)
-        nexts = {m: buf.find(_MAGIC_BYTES[m], start + 4) for m in (*self.magics, BLANK_MAGIC)}
-        while True:
-            live = {m: i for m, i in nexts.items() if i >= 0}
-            if not live:
-                return None
-            magic = min(live, key=lambda m: live[m])
-            i = live[magic]
-            cand = i - 4
-            if cand >= start and self._verifies(buf, cand, seg, magic, n):
-                return cand
-            nexts[magic] = buf.find(_MAGIC_BYTES[magic], i + 1)
-
-    def _verifies(self, buf: Any, pos: int, seg: Segment, magic: int, n: int) -> bool:
-        total, _ = read_head(buf, pos)
-        if magic == BLANK_MAGIC:
-            return total == n - pos
-        if (
-            pos + _PHY_AT + 8 > n
-            or int.from_bytes(buf[pos + _PHY_AT : pos + _PHY_AT + 8], "big", signed=True) != seg.base_offset + pos
-        ):
-            return False
-        try:
-            decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
-        except CorruptData:
-            return False
-        return True
-
     def _stop(self, phy: int) -> None:
         if not self.scan.stops or self.scan.stops[-1] != phy:
             self.scan.stops.append(phy)
@@ -390,130 +371,129 @@ class _Walker:
 
     def _walk_file(self, seg: Segment) -> _FileRun:
         run = _FileRun(seg)
-        path = str(seg.path)
         shifts: list[tuple[int, int]] = []
         reported = 0
-        base = seg.base_offset
         with map_file(seg.path) as buf, memoryview(buf) as view:
-            n = len(buf)
-            pos = 0
-            unpack = HEAD_V4.unpack_from
-            while True:
+            f = _OpenFile(seg, buf, view, len(buf), run, shifts)
+            pos: int | None = 0
+            while pos is not None:
                 if pos - reported >= _CHUNK and self.progress is not None:
                     self.progress(pos - reported)
                     reported = pos
-                if n - pos >= HEAD_V4.size:
-                    # Fast path: a V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly
-                    # what decode_record accepts for such a record; anything else goes through it.
-                    (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
-                     body_len) = unpack(buf, pos)  # fmt: skip
-                    if (
-                        magic == MAGIC_V1
-                        and not sys_flag & _V6_FLAGS
-                        and MIN_RECORD_SIZE_V1 <= total <= n - pos
-                        and body_len >= 0
-                    ):
-                        end = pos + total
-                        p = pos + HEAD_V4.size + body_len
-                        if p < end:
-                            topic_len = buf[p]
-                            q = p + 1 + topic_len
-                            if topic_len < 128 and q + 2 <= end:
-                                props_len = (buf[q] << 8) | buf[q + 1]
-                                if (
-                                    props_len < 0x8000
-                                    and MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len == total
-                                ):
-                                    if body_len:
-                                        start = pos + HEAD_V4.size
-                                        computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
-                                        if computed != crc:
-                                            self._crc_problem(path, pos, base + pos, crc, computed)
-                                    if self.prop_crc:
-                                        self._check_prop_crc(buf, path, pos, base, total)
-                                    topic = self._topic(bytes(view[p + 1 : q]))
-                                    raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
-                                    self._accept(
-                                        path, pos, base + pos, magic, phy_field, sys_flag, qid, qoff, total, store_ts,
-                                        topic, raw, shifts,
-                                    )  # fmt: skip
-                                    run.records += 1
-                                    pos = end
-                                    continue
-                if n - pos < 8:
-                    run.end_kind, run.end_pos = "eof", pos
-                    self._stop(base + pos)
-                    if pos < n and any(buf[pos:n]):
-                        run.garbage_pos, run.tail_what = pos, f"{n - pos} bytes too short for a record header"
-                    break
-                total, magic = read_head(buf, pos)
-                if total == 0 and magic == 0:
-                    self._stop(base + pos)
-                    nz = first_nonzero(buf, pos, n, path=seg.path)
-                    # a record's TOTALSIZE has a non-zero byte among its first four
-                    nxt = None if nz is None else self._resync(buf, max(pos, nz - 3), seg)
-                    if nxt is None:
-                        run.end_kind, run.end_pos = "zeros", pos
-                        run.garbage_pos = nz
-                        break
-                    self.out.add(
-                        path,
-                        pos,
-                        f"zero bytes from byte {pos} to {nxt} inside the data: the broker stops reading here "
-                        "and truncates the records after it",
-                        phy_offset=base + pos,
-                        group="zero gap",
-                    )
-                    pos = nxt
-                    continue
-                try:
-                    rec = decode_record(buf, pos, path=path, file_from=base, broker=self.broker)
-                except CorruptData as e:
-                    self._stop(base + pos)
-                    nxt = self._resync(buf, pos + 1, seg)
-                    if nxt is None:
-                        run.end_kind, run.end_pos = "invalid", pos
-                        run.garbage_pos, run.tail_what = pos, e.what
-                        break
-                    skipped = "" if isinstance(e, RecordSizeMismatch) else "unreadable "
-                    self.out.add(
-                        path,
-                        pos,
-                        f"{e.what}; {nxt - pos} {skipped}bytes up to the next valid record at byte {nxt}",
-                        phy_offset=base + pos,
-                        group="bad record",
-                    )
-                    pos = nxt
-                    continue
-                if isinstance(rec, Blank):
-                    self.scan.blanks += 1
-                    if rec.total_size != n - pos:
-                        self.out.add(
-                            path,
-                            pos,
-                            f"BLANK record says {rec.total_size} bytes remain, the file has {n - pos} left",
-                            WARNING,
-                            phy_offset=rec.phy_offset,
-                        )
-                    run.end_kind, run.end_pos = "blank", pos
-                    break
-                if rec.body and not rec.crc_ok():
-                    self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
-                if self.prop_crc:
-                    self._check_prop_crc(buf, path, pos, base, rec.total_size)
-                self._accept(
-                    path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
-                    rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw,
-                    shifts,
-                )  # fmt: skip
-                run.records += 1
-                pos += rec.total_size
+                nxt = self._fast_record(f, pos) if f.size - pos >= HEAD_V4.size else None
+                pos = nxt if nxt is not None else self._slow_step(f, pos)
+            f.starts = None
         if self.progress is not None:
             self.progress(seg.size - reported)
         self._report_shifts(seg, run, shifts)
         if len(self._key_strs) > 200_000:
             self._flush_keys()
         return run
+
+    def _fast_record(self, f: _OpenFile, pos: int) -> int | None:
+        """A V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly what decode_record
+        accepts for such a record: read it here and return where the next one starts; None leaves
+        anything else to the decoder."""
+        buf, view, n, base = f.buf, f.view, f.size, f.seg.base_offset
+        (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
+         body_len) = HEAD_V4.unpack_from(buf, pos)  # fmt: skip
+        if magic != MAGIC_V1 or sys_flag & _V6_FLAGS or not MIN_RECORD_SIZE_V1 <= total <= n - pos or body_len < 0:
+            return None
+        end = pos + total
+        p = pos + HEAD_V4.size + body_len
+        if p >= end:
+            return None
+        topic_len = buf[p]
+        q = p + 1 + topic_len
+        if topic_len >= 128 or q + 2 > end:
+            return None
+        props_len = (buf[q] << 8) | buf[q + 1]
+        if props_len >= 0x8000 or MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len != total:
+            return None
+        if body_len:
+            start = pos + HEAD_V4.size
+            computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
+            if computed != crc:
+                self._crc_problem(f.path, pos, base + pos, crc, computed)
+        if self.prop_crc:
+            self._check_prop_crc(buf, f.path, pos, base, total)
+        topic = self._topic(bytes(view[p + 1 : q]))
+        raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
+        self._accept(
+            f.path, pos, base + pos, magic, phy_field, sys_flag, qid, qoff, total, store_ts, topic, raw, f.shifts
+        )
+        f.run.records += 1
+        return end
+
+    def _resync(self, f: _OpenFile, start: int) -> int | None:
+        """The next position >= ``start`` where a record (or the file-ending BLANK) verifiably starts."""
+        if f.starts is None:
+            f.starts = RecordStarts(f.buf, f.size, f.seg.base_offset, v2=self.v2_ok)
+        return f.starts.resync(start - 1)
+
+    def _slow_step(self, f: _OpenFile, pos: int) -> int | None:
+        """One step through the decoder: the end of the data, a gap, damage, a BLANK or a record."""
+        buf, n, base, path, run = f.buf, f.size, f.seg.base_offset, f.path, f.run
+        if n - pos < 8:
+            run.end_kind, run.end_pos = "eof", pos
+            self._stop(base + pos)
+            if pos < n and any(buf[pos:n]):
+                run.garbage_pos, run.tail_what = pos, f"{n - pos} bytes too short for a record header"
+            return None
+        total, magic = read_head(buf, pos)
+        if total == 0 and magic == 0:
+            return self._zero_gap(f, pos)
+        try:
+            rec = decode_record(buf, pos, path=path, file_from=base, broker=self.broker)
+        except CorruptData as e:
+            self._stop(base + pos)
+            nxt = self._resync(f, pos + 1)
+            if nxt is None:
+                run.end_kind, run.end_pos = "invalid", pos
+                run.garbage_pos, run.tail_what = pos, e.what
+                return None
+            skipped = "" if isinstance(e, RecordSizeMismatch) else "unreadable "
+            what = f"{e.what}; {nxt - pos} {skipped}bytes up to the next valid record at byte {nxt}"
+            self.out.add(path, pos, what, phy_offset=base + pos, group="bad record")
+            return nxt
+        if isinstance(rec, Blank):
+            self.scan.blanks += 1
+            if rec.total_size != n - pos:
+                what = f"BLANK record says {rec.total_size} bytes remain, the file has {n - pos} left"
+                self.out.add(path, pos, what, WARNING, phy_offset=rec.phy_offset)
+            run.end_kind, run.end_pos = "blank", pos
+            return None
+        if rec.body and not rec.crc_ok():
+            self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
+        if self.prop_crc:
+            self._check_prop_crc(buf, path, pos, base, rec.total_size)
+        self._accept(
+            path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
+            rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw, f.shifts,
+        )  # fmt: skip
+        run.records += 1
+        return pos + rec.total_size
+
+    def _zero_gap(self, f: _OpenFile, pos: int) -> int | None:
+        """Zeros where a record should start: the end of the data, or a gap with records after it."""
+        base = f.seg.base_offset
+        self._stop(base + pos)
+        nz = first_nonzero(f.buf, pos, f.size, path=f.seg.path)
+        # a record's TOTALSIZE has a non-zero byte among its first four
+        nxt = None if nz is None else self._resync(f, max(pos, nz - 3))
+        if nxt is None:
+            f.run.end_kind, f.run.end_pos = "zeros", pos
+            f.run.garbage_pos = nz
+            return None
+        self.out.add(
+            f.path,
+            pos,
+            f"zero bytes from byte {pos} to {nxt} inside the data: the broker stops reading here "
+            "and truncates the records after it",
+            phy_offset=base + pos,
+            group="zero gap",
+        )
+        return nxt
 
     def _topic(self, raw: bytes) -> tuple[str, int]:
         """Topic name and id, decoded as decode_record does (UTF-8, bad bytes replaced)."""
