@@ -63,7 +63,6 @@ from .commitlog import (
     parse_properties,
     prop_crc_check,
     read_head,
-    store_timestamp_at,
 )
 from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, decode_bcq_entry, entries_array
 from .errors import ConfigError, CorruptData, RecordSizeMismatch
@@ -1391,15 +1390,31 @@ def _byte_of(raw: bytes, line: int | None, what: str) -> int | None:
 # ------------------------------------------------------------------------------- recovery
 
 
-def _first_record_ts(seg: Segment, magics: Sequence[int]) -> int | None:
-    """Store timestamp of a file's first record if it starts with a message (§8.3), else None."""
-    with map_file(seg.path) as buf:
-        if len(buf) < 80:
-            return None
-        _, magic = read_head(buf, 0)
-        if magic not in magics:
-            return None
-        return store_timestamp_at(buf, 0)
+def _forecast_stop(scan: _LogScan, segs: Sequence[Segment], start_phy: int) -> int:
+    """Where the broker's walk from ``start_phy`` stops, from the stops the lenient walk saw."""
+    stops = [s for s in scan.stops if s >= start_phy]
+    stop = stops[0] if stops else scan.data_end
+    # a BLANK at the end of the last loaded file ends the walk there ("recover last physics file over")
+    last = segs[-1]
+    run = next((r for r in scan.runs if r.seg.path == last.path), None)
+    if run is not None and run.end_kind == "blank":
+        stop = min(stop, last.base_offset + run.end_pos)
+    return stop
+
+
+def _dispatch_from(rules: Any, abort: bool, first_phy: int, start_phy: int, stop: int, cq_max: int) -> int:
+    """Where the re-dispatch after the broker's recovery starts."""
+    if rules.restart_dispatches_from_stop:
+        dispatch_from = stop
+    elif rules.cq_max_includes_size:
+        dispatch_from = max(first_phy, cq_max)
+    else:
+        dispatch_from = stop
+    if abort:
+        return min(dispatch_from, start_phy)
+    if rules.normal_dispatch_beyond_cq:
+        return min(dispatch_from, max(cq_max, start_phy))
+    return dispatch_from
 
 
 def _forecast(
@@ -1410,85 +1425,43 @@ def _forecast(
     index: Sequence[_IndexInfo],
     cp: Any,
 ) -> RecoveryForecast:
+    """What the broker's recovery would do, from the lenient walk's findings; the start file is
+    recovery's own rule (:func:`rmqstore.recover.walk_start`)."""
+    from .recover import walk_start
+
     cfg = st.config
     rules = rules_for(cfg.broker)
     abort = st.abort_exists()
-    offset_plus_size = rules.cq_max_includes_size
-    ends = [q.last_end if offset_plus_size else q.last_phy for q in queues if q.last_phy >= 0]
+    ends = [q.last_end if rules.cq_max_includes_size else q.last_phy for q in queues if q.last_phy >= 0]
     cq_max = max(ends) if ends else -1
     segs = loaded_segments(segs, cfg.commitlog_file_size, cfg.broker)
+    mode = "abnormal" if abort else "normal"
     if not segs:
-        return RecoveryForecast(
-            not abort, "normal" if not abort else "abnormal", None, 0, "no commit log files", 0, 0, (), (), cq_max, 0, 0
-        )
-    if abort:
-        magics = [MAGIC_V1, MAGIC_V2] if rules.five else [MAGIC_V1]
-        limit = 0
-        if cp is not None:
-            safe = cfg.message_index_enable and cfg.message_index_safe
-            limit = cp.min_timestamp_index_ms if safe else cp.min_timestamp_ms
-        start = 0
-        for i in range(len(segs) - 1, -1, -1):
-            ts = _first_record_ts(segs[i], magics)
-            if ts is not None and ts != 0 and ts <= limit:
-                start = i
-                break
-        mode = "abnormal"
-    else:
-        mode = "normal"
-        start = max(0, len(segs) - 3)
-        if rules.normal_start_from_cq_max:
-            start = 0
-            for i in range(len(segs) - 1, -1, -1):
-                if segs[i].base_offset <= cq_max:
-                    start = i
-                    break
+        return RecoveryForecast(not abort, mode, None, 0, "no commit log files", 0, 0, (), (), cq_max, 0, 0)
+    start, _why = walk_start(segs, abort, cp if cp is not None else cpmod.Checkpoint(0, 0, 0), cfg, rules, cq_max)
     start_phy = segs[start].base_offset
-    stops = [s for s in scan.stops if s >= start_phy]
-    stop = stops[0] if stops else scan.data_end
-    # a BLANK at the end of the last loaded file ends the walk there ("recover last physics file over")
-    last = segs[-1]
-    run = next((r for r in scan.runs if r.seg.path == last.path), None)
-    if run is not None and run.end_kind == "blank":
-        stop = min(stop, last.base_offset + run.end_pos)
-    reason = _stop_reason(scan, stop)
-    a = scan.arrays
+    stop = _forecast_stop(scan, segs, start_phy)
     beyond = scan.a_phy >= stop if scan.count else np.zeros(0, bool)
     dropped = int(beyond.sum())
-    dropped_bytes = int(a["size"][beyond].sum()) if dropped else 0
-    deleted = tuple(s.path.name for s in segs if s.base_offset > stop)
     deleted_index: tuple[str, ...] = ()
     if abort:
         limit_ts = cp.index_msg_timestamp_ms if cp is not None else 0
         deleted_index = tuple(
             i.path.name for i in index if i.header is not None and i.header.end_timestamp_ms > limit_ts
         )
-    truncated = 0
-    if cq_max >= stop:
-        truncated = sum(1 for q in queues if q.last_phy >= stop)
-    if rules.restart_dispatches_from_stop:
-        dispatch_from = stop
-    elif offset_plus_size:
-        dispatch_from = max(segs[0].base_offset, cq_max)
-    else:
-        dispatch_from = stop
-    if abort:
-        dispatch_from = min(dispatch_from, start_phy)
-    elif rules.normal_dispatch_beyond_cq:
-        dispatch_from = min(dispatch_from, max(cq_max, start_phy))
     return RecoveryForecast(
         last_exit_ok=not abort,
         mode=mode,
         start_file=segs[start].path.name,
         stop_phy_offset=stop,
-        stop_reason=reason,
+        stop_reason=_stop_reason(scan, stop),
         dropped_records=dropped,
-        dropped_bytes=dropped_bytes,
-        deleted_files=deleted,
+        dropped_bytes=int(scan.arrays["size"][beyond].sum()) if dropped else 0,
+        deleted_files=tuple(s.path.name for s in segs if s.base_offset > stop),
         deleted_index_files=deleted_index,
         cq_max_phy_offset=cq_max,
-        truncated_queues=truncated,
-        dispatch_from=dispatch_from,
+        truncated_queues=sum(1 for q in queues if q.last_phy >= stop) if cq_max >= stop else 0,
+        dispatch_from=_dispatch_from(rules, abort, segs[0].base_offset, start_phy, stop, cq_max),
     )
 
 

@@ -1288,7 +1288,7 @@ def _index_files_kept(st: Store, abort: bool, cp: cpmod.Checkpoint) -> tuple[lis
     return kept, dropped
 
 
-def _walk_start(
+def walk_start(
     segs: list[Segment], abort: bool, cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules, max_cq: int
 ) -> tuple[int, str]:
     """The commit log file recovery walks from, and why (§8.2, §8.3)."""
@@ -1433,7 +1433,7 @@ def recovery_facts(
     batch_max = _batch_queues_max(st, rules)
     max_cq = max(max((q.max_physic for q in queues.values()), default=-1), batch_max)
     # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
-    start_idx, start_why = _walk_start(segs, abort, cp, cfg, rules, max_cq)
+    start_idx, start_why = walk_start(segs, abort, cp, cfg, rules, max_cq)
     facts = RecoveryFacts(
         rules, check, abort, segs, empty_last, notes, cp_bytes, cp, kept, dropped_index, last_index_end, queues,
         max_cq, batch_cq_topics(cfg), batch_max, start_idx, start_why, RecoveryEnd(0), _CqCheck(), [],
