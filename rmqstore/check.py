@@ -816,6 +816,131 @@ def _verify_batch_queue(
     )
 
 
+@dataclass
+class _Entries:
+    """One consume queue's entries as arrays, and where each one is on disk."""
+
+    segs: Sequence[Segment]
+    qoff: np.ndarray
+    fno: np.ndarray
+    pos: np.ndarray
+    phy: np.ndarray
+    size: np.ndarray
+    tags: np.ndarray
+
+    @property
+    def qdir(self) -> Path:
+        return self.segs[0].path.parent
+
+    def where(self, i: int) -> tuple[Path, int]:
+        return self.segs[int(self.fno[i])].path, int(self.pos[i])
+
+
+def _queue_prefix(e: _Entries, out: _Problems) -> tuple[int, np.ndarray, np.ndarray, int]:
+    """Invalid entries, the gap that ends the queue, misplaced fillers; returns (end of the valid prefix,
+    the real entries before it, the fillers before it, the first real entry)."""
+    phy, size, tags, qoff = e.phy, e.size, e.tags, e.qoff
+    valid = (phy >= 0) & (size > 0)
+    zero = (phy == 0) & (size == 0) & (tags == 0)
+    filler = (phy == 0) & (size == FILLER_SIZE) & (tags == 0)
+    for i in _first(out, np.flatnonzero(~valid & ~zero), e.qdir, "invalid entry"):
+        p, b = e.where(i)
+        out.add(p, b, f"invalid entry: commit log offset {phy[i]}, size {size[i]}", group="invalid entry")
+    bad = np.flatnonzero(~valid)
+    end = int(bad[0]) if bad.size else len(phy)
+    after = np.flatnonzero(valid[end:] & ~filler[end:])
+    if after.size:
+        p, b = e.where(end)
+        out.add(
+            p,
+            b,
+            f"gap at queue offset {qoff[end]}: an empty or invalid entry followed by {after.size} valid entries; the broker "
+            f"stops reading the queue here (max offset {qoff[end]}) and loses them",
+            phy_offset=None,
+        )
+    real = valid.copy()
+    real[end:] = False
+    # fillPreBlank fillers: only before the first real entry of the queue's first file
+    fill_idx = np.flatnonzero(filler[:end])
+    nonfill = np.flatnonzero(real & ~filler)
+    first_real = int(nonfill[0]) if nonfill.size else end
+    for i in _first(out, fill_idx[fill_idx > first_real], e.qdir, "filler"):
+        p, b = e.where(i)
+        out.add(p, b, "fillPreBlank filler entry after real entries", group="filler")
+    return end, real & ~filler, fill_idx, first_real
+
+
+def _entries_off_records(
+    e: _Entries, idx_real: np.ndarray, hit: np.ndarray, out: _Problems, log_min: int, data_end: int
+) -> None:
+    """Entries that point past the end of the data or where no record starts (expired ones aside)."""
+    e_phy = e.phy[idx_real]
+    past = ~hit & (e_phy >= data_end)
+    inside = ~hit & (e_phy >= log_min) & ~past
+    for i in _first(out, idx_real[past], e.qdir, "past end"):
+        p, b = e.where(i)
+        out.add(
+            p,
+            b,
+            f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, past the end of the commit log "
+            f"data ({data_end}): the broker truncates the queue there at start",
+            phy_offset=int(e.phy[i]),
+            group="past end",
+        )
+    for i in _first(out, idx_real[inside], e.qdir, "not a record"):
+        p, b = e.where(i)
+        out.add(
+            p,
+            b,
+            f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, where no record starts",
+            phy_offset=int(e.phy[i]),
+            group="not a record",
+        )
+
+
+def _entry_mismatches(
+    e: _Entries, topic: str, qid: int, ri: np.ndarray, ei: np.ndarray, scan: _LogScan, out: _Problems, cfg: Any
+) -> None:
+    """Entries whose record (``ri``, for entries ``ei``) disagrees with them."""
+    a = scan.arrays
+    mismatch = {
+        "topic": a["topic"][ri] != scan.topic_ids.get(topic, -1),
+        "queue id": a["qid"][ri] != qid,
+        "queue offset": a["qoff"][ri] != e.qoff[ei],
+        "size": a["size"][ri] != e.size[ei],
+        "tagsCode": a["tags"][ri] != e.tags[ei],
+        "transaction type": (a["tx"][ri] != TRANSACTION_NOT_TYPE) & (a["tx"][ri] != TRANSACTION_COMMIT_TYPE),
+    }
+    if cfg.enable_consume_queue_ext:
+        mismatch["tagsCode"] &= e.tags[ei] > EXT_ADDR_MAX  # ext addresses are not tag hashes
+    if cfg.enable_multi_dispatch and (mismatch["topic"] | mismatch["queue id"]).any():
+        # a multi-dispatch queue: the record names it in INNER_MULTI_DISPATCH, with this queue offset
+        listed = lmq_listed(cfg, topic, qid, scan.a_phy[ri], e.qoff[ei])
+        for name in ("topic", "queue id", "queue offset"):
+            mismatch[name] &= ~listed
+    any_bad = np.zeros(len(ei), dtype=bool)
+    for m in mismatch.values():
+        any_bad |= m
+    for j in _first(out, np.flatnonzero(any_bad), e.qdir, "entry mismatch"):
+        i, r = int(ei[j]), int(ri[j])
+        fields = [name for name, m in mismatch.items() if m[j]]
+        rec_desc = (
+            f"topic {scan.topics[a['topic'][r]]} queue {a['qid'][r]} queueOffset {a['qoff'][r]} size {a['size'][r]} "
+            f"tagsCode {a['tags'][r]}"
+        )
+        if "transaction type" in fields:
+            rec_desc += " (a prepared/rollback record, which never gets an entry)"
+        p, b = e.where(i)
+        out.add(
+            p,
+            b,
+            f"entry for queue offset {e.qoff[i]} (commit log offset {e.phy[i]}, size {e.size[i]}, tagsCode "
+            f"{e.tags[i]}) does not match the record there: {', '.join(fields)} differ ({rec_desc})",
+            phy_offset=int(e.phy[i]),
+            group="entry mismatch",
+        )
+
+
 def _verify_queue(
     topic: str,
     qid: int,
@@ -830,109 +955,15 @@ def _verify_queue(
     data_end: int,
     cfg: Any,
 ) -> _QueueInfo:
-    phy = arr["phy_offset"].astype(np.int64)
-    size = arr["size"].astype(np.int64)
-    tags = arr["tags_code"].astype(np.int64)
+    phy, size = arr["phy_offset"].astype(np.int64), arr["size"].astype(np.int64)
+    e = _Entries(segs, qoff, fno, pos, phy, size, arr["tags_code"].astype(np.int64))
     first_qoff = segs[0].base_offset // ENTRY_SIZE
-    valid = (phy >= 0) & (size > 0)
-    zero = (phy == 0) & (size == 0) & (tags == 0)
-    filler = (phy == 0) & (size == FILLER_SIZE) & (tags == 0)
-
-    def where(i: int) -> tuple[Path, int]:
-        return segs[int(fno[i])].path, int(pos[i])
-
-    qdir = segs[0].path.parent
-    for i in _first(out, np.flatnonzero(~valid & ~zero), qdir, "invalid entry"):
-        p, b = where(i)
-        out.add(p, b, f"invalid entry: commit log offset {phy[i]}, size {size[i]}", group="invalid entry")
-    bad = np.flatnonzero(~valid)
-    end = int(bad[0]) if bad.size else len(arr)
-    after = np.flatnonzero(valid[end:] & ~filler[end:])
-    if after.size:
-        p, b = where(end)
-        out.add(
-            p,
-            b,
-            f"gap at queue offset {qoff[end]}: an empty or invalid entry followed by {after.size} valid entries; the broker "
-            f"stops reading the queue here (max offset {qoff[end]}) and loses them",
-            phy_offset=None,
-        )
-    real = valid.copy()
-    real[end:] = False
-    # fillPreBlank fillers: only before the first real entry of the queue's first file
-    fill_idx = np.flatnonzero(filler[:end])
-    nonfill = np.flatnonzero(real & ~filler)
-    first_real = int(nonfill[0]) if nonfill.size else end
-    for i in _first(out, fill_idx[fill_idx > first_real], qdir, "filler"):
-        p, b = where(i)
-        out.add(p, b, "fillPreBlank filler entry after real entries", group="filler")
-    real &= ~filler
+    end, real, fill_idx, first_real = _queue_prefix(e, out)
     idx_real = np.flatnonzero(real)
-    e_phy = phy[idx_real]
-    rec, hit = scan.lookup(e_phy)
-    expired = ~hit & (e_phy < log_min)
-    past = ~hit & (e_phy >= data_end)
-    inside = ~hit & ~expired & ~past
-    for i in _first(out, idx_real[past], qdir, "past end"):
-        p, b = where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {qoff[i]} points to commit log offset {phy[i]}, past the end of the commit log "
-            f"data ({data_end}): the broker truncates the queue there at start",
-            phy_offset=int(phy[i]),
-            group="past end",
-        )
-    for i in _first(out, idx_real[inside], qdir, "not a record"):
-        p, b = where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {qoff[i]} points to commit log offset {phy[i]}, where no record starts",
-            phy_offset=int(phy[i]),
-            group="not a record",
-        )
+    rec, hit = scan.lookup(phy[idx_real])
+    _entries_off_records(e, idx_real, hit, out, log_min, data_end)
     ok = np.flatnonzero(hit)
-    ri = rec[ok]
-    ei = idx_real[ok]
-    a = scan.arrays
-    want_topic = scan.topic_ids.get(topic, -1)
-    mismatch = {
-        "topic": a["topic"][ri] != want_topic,
-        "queue id": a["qid"][ri] != qid,
-        "queue offset": a["qoff"][ri] != qoff[ei],
-        "size": a["size"][ri] != size[ei],
-        "tagsCode": a["tags"][ri] != tags[ei],
-        "transaction type": (a["tx"][ri] != TRANSACTION_NOT_TYPE) & (a["tx"][ri] != TRANSACTION_COMMIT_TYPE),
-    }
-    if cfg.enable_consume_queue_ext:
-        mismatch["tagsCode"] &= tags[ei] > EXT_ADDR_MAX  # ext addresses are not tag hashes
-    if cfg.enable_multi_dispatch and (mismatch["topic"] | mismatch["queue id"]).any():
-        # a multi-dispatch queue: the record names it in INNER_MULTI_DISPATCH, with this queue offset
-        listed = lmq_listed(cfg, topic, qid, scan.a_phy[ri], qoff[ei])
-        for name in ("topic", "queue id", "queue offset"):
-            mismatch[name] &= ~listed
-    any_bad = np.zeros(len(ei), dtype=bool)
-    for m in mismatch.values():
-        any_bad |= m
-    for j in _first(out, np.flatnonzero(any_bad), qdir, "entry mismatch"):
-        i, r = int(ei[j]), int(ri[j])
-        fields = [name for name, m in mismatch.items() if m[j]]
-        rec_desc = (
-            f"topic {scan.topics[a['topic'][r]]} queue {a['qid'][r]} queueOffset {a['qoff'][r]} size {a['size'][r]} "
-            f"tagsCode {a['tags'][r]}"
-        )
-        if "transaction type" in fields:
-            rec_desc += " (a prepared/rollback record, which never gets an entry)"
-        p, b = where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {qoff[i]} (commit log offset {phy[i]}, size {size[i]}, tagsCode {tags[i]}) "
-            f"does not match the record there: {', '.join(fields)} differ ({rec_desc})",
-            phy_offset=int(phy[i]),
-            group="entry mismatch",
-        )
+    _entry_mismatches(e, topic, qid, rec[ok], idx_real[ok], scan, out, cfg)
     last_phy = last_end = -1
     if idx_real.size:
         last = int(idx_real[-1])
