@@ -1100,13 +1100,9 @@ def _check_index(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str]
     return infos
 
 
-def _verify_index_file(
-    ix: IndexFile, h: IndexHeader, scan: _LogScan, out: _Problems, log_min: int, data_end: int, prev_end_ts: int | None
-) -> tuple[int, np.ndarray]:
-    """Check one index file; returns its entry count and the (record, hash) pairs it holds."""
-    path = ix.path
-    slots, max_entries = ix.slots, ix.max_entries
-    ent_pos = HEADER_SIZE + slots * 4
+def _index_count(ix: IndexFile, h: IndexHeader, out: _Problems) -> int:
+    """The header's indexCount (clamped to the file), after reporting the header's own problems."""
+    path, max_entries = ix.path, ix.max_entries
     count = h.index_count
     if count < 0 or count > max_entries:
         out.add(path, 36, f"indexCount {count} is outside [0, maxIndexNum={max_entries}]")
@@ -1116,78 +1112,129 @@ def _verify_index_file(
         out.add(path, 32, f"hashSlotCount {h.hash_slot_count} exceeds the {n_entries} entries", WARNING)
     if h.begin_timestamp_ms > h.end_timestamp_ms or h.begin_phy_offset > h.end_phy_offset:
         out.add(path, 0, "header begin timestamp/offset is after the end one", WARNING)
-    empty = np.empty(0, np.int64)
-    if n_entries == 0:
-        return 0, empty
-    e = np.frombuffer(
-        ix.buf, dtype=np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")]), count=count, offset=ent_pos
-    )
-    key_hash = e["h"][1:].astype(np.int64)
-    phy = e["p"][1:].astype(np.int64)
-    tdiff = e["t"][1:].astype(np.int64)
-    prev = e["v"][1:].astype(np.int64)
-    heads = ix.slots_array().astype(np.int64)
-    del e
-    num = np.arange(1, count, dtype=np.int64)
-    epos = ent_pos + num * INDEX_ENTRY_SIZE
+    return count
 
-    def add(mask: np.ndarray, what: Callable[[int], str], group: str, sev: str = ERROR) -> None:
-        for i in _first(out, np.flatnonzero(mask), path, group, sev):
-            out.add(path, int(epos[i]), what(int(i)), sev, phy_offset=int(phy[i]), group=group)
 
-    add(key_hash < 0, lambda i: f"entry {num[i]} has a negative keyHash {key_hash[i]}", "negative hash")
-    add(
+@dataclass
+class _IndexEntries:
+    """Entries 1..count-1 of one index file as arrays (entry 0 is never used), and where problems go."""
+
+    path: str
+    out: _Problems
+    count: int
+    slots: int
+    num: np.ndarray  # entry numbers
+    key_hash: np.ndarray
+    phy: np.ndarray
+    tdiff: np.ndarray
+    prev: np.ndarray
+    heads: np.ndarray  # slot heads
+
+    @classmethod
+    def read(cls, ix: IndexFile, count: int, out: _Problems) -> _IndexEntries:
+        dt = np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
+        e = np.frombuffer(ix.buf, dtype=dt, count=count, offset=HEADER_SIZE + ix.slots * 4)
+        cols = [e[n][1:].astype(np.int64) for n in ("h", "p", "t", "v")]
+        del e
+        num = np.arange(1, count, dtype=np.int64)
+        return cls(ix.path, out, count, ix.slots, num, *cols, ix.slots_array().astype(np.int64))
+
+    def add(self, mask: np.ndarray, what: Callable[[int], str], group: str, sev: str = ERROR) -> None:
+        """A problem for each entry in ``mask`` (the first few built, the rest counted)."""
+        for i in _first(self.out, np.flatnonzero(mask), self.path, group, sev):
+            at = HEADER_SIZE + self.slots * 4 + int(self.num[i]) * INDEX_ENTRY_SIZE
+            self.out.add(self.path, at, what(int(i)), sev, phy_offset=int(self.phy[i]), group=group)
+
+
+def _index_chains(x: _IndexEntries) -> None:
+    """Hash slot chains (§5.2): keyHash signs, prev links, slot heads, reachability."""
+    num, key_hash, prev, heads, count, path, out = x.num, x.key_hash, x.prev, x.heads, x.count, x.path, x.out
+    x.add(key_hash < 0, lambda i: f"entry {num[i]} has a negative keyHash {key_hash[i]}", "negative hash")
+    x.add(
         (prev < 0) | (prev >= num), lambda i: f"entry {num[i]} links to entry {prev[i]}, not an earlier one", "bad prev"
     )
-    slot = np.where(key_hash >= 0, key_hash % slots, -1)
+    slot = np.where(key_hash >= 0, key_hash % x.slots, -1)
     okp = (prev > 0) & (prev < num)
     prev_slot = np.full(len(num), -1, dtype=np.int64)
     prev_slot[okp] = slot[prev[okp] - 1]
-    add(
+    x.add(
         okp & (prev_slot != slot),
         lambda i: f"entry {num[i]} (slot {slot[i]}) links to entry {prev[i]} of slot {prev_slot[i]}: chains mixed",
         "chain slot",
     )
-    # slot heads
     bad_head = (heads < 0) | (heads >= count)
     for s in _first(out, np.flatnonzero(bad_head), path, "bad slot"):
-        out.add(
-            path,
-            HEADER_SIZE + int(s) * 4,
-            f"slot {s} points to entry {heads[s]}, past indexCount {count}",
-            group="bad slot",
-        )
+        what = f"slot {s} points to entry {heads[s]}, past indexCount {count}"
+        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
     live = np.flatnonzero((heads > 0) & ~bad_head)
     head_slot = slot[heads[live] - 1]
     for s in _first(out, live[head_slot != live], path, "bad slot"):
-        out.add(
-            path,
-            HEADER_SIZE + int(s) * 4,
-            f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot",
-            group="bad slot",
-        )
+        what = f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot"
+        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
     refs = np.bincount(prev[okp], minlength=count)[1:count] + np.bincount(heads[live], minlength=count)[1:count]
-    add(refs == 0, lambda i: f"entry {num[i]} is in no slot chain: queries never find it", "unreachable", WARNING)
-    add(refs > 1, lambda i: f"entry {num[i]} is linked {refs[i]} times: slot chains merge", "merged chains")
+    x.add(refs == 0, lambda i: f"entry {num[i]} is in no slot chain: queries never find it", "unreachable", WARNING)
+    x.add(refs > 1, lambda i: f"entry {num[i]} is linked {refs[i]} times: slot chains merge", "merged chains")
+
+
+def _index_times(
+    x: _IndexEntries, h: IndexHeader, scan: _LogScan, rec: np.ndarray, hit: np.ndarray, prev_end_ts: int | None
+) -> None:
+    """Rollback records indexed, timeDiff against the record's store time, the header's begin/end."""
+    a, num, tdiff, phy = scan.arrays, x.num, x.tdiff, x.phy
+    x.add(
+        hit & (a["tx"][rec] == TRANSACTION_ROLLBACK_TYPE),
+        lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes",
+        "rollback",
+        WARNING,
+    )
+    ts = a["ts"][rec]
+    expect = _time_diff(ts, h.begin_timestamp_ms)
+    ok_t = expect == tdiff
+    ok_t[0] |= tdiff[0] == 0  # the first entry of the very first file: header begin was 0
+    if prev_end_ts is not None:
+        ok_t[0] |= _time_diff(ts[:1], prev_end_ts)[0] == tdiff[0]
+    else:
+        ok_t[0] |= tdiff[0] >= 0  # the file before it is gone: its end time is unknown
+    x.add(
+        hit & ~ok_t,
+        lambda i: f"entry {num[i]} has timeDiff {tdiff[i]} s, the record's store time gives {expect[i]} s",
+        "time diff",
+    )
+    last = len(num) - 1
+    if hit[0] and (h.begin_phy_offset != phy[0] or h.begin_timestamp_ms != ts[0]):
+        x.out.add(x.path, 0, "header begin offset/timestamp differ from entry 1's record", WARNING)
+    if hit[last] and (h.end_phy_offset != phy[last] or h.end_timestamp_ms != ts[last]):
+        x.out.add(x.path, 8, f"header end offset/timestamp differ from entry {num[last]}'s record", WARNING)
+
+
+def _verify_index_file(
+    ix: IndexFile, h: IndexHeader, scan: _LogScan, out: _Problems, log_min: int, data_end: int, prev_end_ts: int | None
+) -> tuple[int, np.ndarray]:
+    """Check one index file; returns its entry count and the (record, hash) pairs it holds."""
+    count = _index_count(ix, h, out)
+    if max(count, 1) - 1 == 0:
+        return 0, np.empty(0, np.int64)
+    x = _IndexEntries.read(ix, count, out)
+    _index_chains(x)
+    num, phy, key_hash = x.num, x.phy, x.key_hash
     # entries against records
     rec, hit = scan.lookup(phy)
     past = ~hit & (phy >= data_end)
     inside = ~hit & (phy >= log_min) & ~past
-    add(
+    x.add(
         past,
         lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, past the end of data ({data_end})",
         "past end",
     )
-    add(
+    x.add(
         inside, lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, where no record starts", "not a record"
     )
     pair = (rec << 32) | key_hash
     has_key = np.zeros(len(num), dtype=bool)
     if scan.keys_sorted.size:
-        k = np.searchsorted(scan.keys_sorted, pair)
-        k = np.minimum(k, scan.keys_sorted.size - 1)
+        k = np.minimum(np.searchsorted(scan.keys_sorted, pair), scan.keys_sorted.size - 1)
         has_key = scan.keys_sorted[k] == pair
-    add(
+    x.add(
         hit & ~has_key,
         lambda i: (
             f"entry {num[i]} (keyHash {key_hash[i]}) points to the record at commit log offset {phy[i]} "
@@ -1195,32 +1242,8 @@ def _verify_index_file(
         ),
         "wrong key",
     )
-    a = scan.arrays
     if hit.any():
-        add(
-            hit & (a["tx"][rec] == TRANSACTION_ROLLBACK_TYPE),
-            lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes",
-            "rollback",
-            WARNING,
-        )
-        ts = a["ts"][rec]
-        expect = _time_diff(ts, h.begin_timestamp_ms)
-        ok_t = expect == tdiff
-        ok_t[0] |= tdiff[0] == 0  # the first entry of the very first file: header begin was 0
-        if prev_end_ts is not None:
-            ok_t[0] |= _time_diff(ts[:1], prev_end_ts)[0] == tdiff[0]
-        else:
-            ok_t[0] |= tdiff[0] >= 0  # the file before it is gone: its end time is unknown
-        add(
-            hit & ~ok_t,
-            lambda i: f"entry {num[i]} has timeDiff {tdiff[i]} s, the record's store time gives {expect[i]} s",
-            "time diff",
-        )
-        last = len(num) - 1
-        if hit[0] and (h.begin_phy_offset != phy[0] or h.begin_timestamp_ms != ts[0]):
-            out.add(path, 0, "header begin offset/timestamp differ from entry 1's record", WARNING)
-        if hit[last] and (h.end_phy_offset != phy[last] or h.end_timestamp_ms != ts[last]):
-            out.add(path, 8, f"header end offset/timestamp differ from entry {num[last]}'s record", WARNING)
+        _index_times(x, h, scan, rec, hit, prev_end_ts)
     return len(num), pair[hit & has_key]
 
 
