@@ -56,8 +56,6 @@ from .commitlog import (
     SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Blank,
     decode_record,
     parse_properties,
@@ -75,7 +73,7 @@ from .offsets import commitlog_min_phy, queue_range, range_from_files, read_cons
 from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from .rules import rules_for
 from .store import Store, map_file
-from .walk import RecordStarts, first_nonzero
+from .walk import RecordStarts, first_nonzero, indexed, queued
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
@@ -585,7 +583,7 @@ class _Walker:
         rows = self.scan.rows
         number = len(rows) // 8
         rows.extend((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
-        if tx != TRANSACTION_ROLLBACK_TYPE and props and not self.light:  # §5.3: rollback is not indexed
+        if indexed(tx) and props and not self.light:  # §5.3: rollback is not indexed
             uniq = props.get(PROP_UNIQ_KEY)
             if uniq:
                 self._key_strs.append(f"{name}#{uniq}")
@@ -909,7 +907,7 @@ def _entry_mismatches(
         "queue offset": a["qoff"][ri] != e.qoff[ei],
         "size": a["size"][ri] != e.size[ei],
         "tagsCode": a["tags"][ri] != e.tags[ei],
-        "transaction type": (a["tx"][ri] != TRANSACTION_NOT_TYPE) & (a["tx"][ri] != TRANSACTION_COMMIT_TYPE),
+        "transaction type": ~queued(a["tx"][ri]),
     }
     if cfg.enable_consume_queue_ext:
         mismatch["tagsCode"] &= e.tags[ei] > EXT_ADDR_MAX  # ext addresses are not tag hashes
@@ -984,7 +982,7 @@ def _check_coverage(
         return
     a = scan.arrays
     by_key = {(q.topic, q.queue_id): q for q in queues}
-    consumable = (a["tx"] == TRANSACTION_NOT_TYPE) | (a["tx"] == TRANSACTION_COMMIT_TYPE)
+    consumable = queued(a["tx"])
     # one group per (topic, queue id) of the records, mapped back with the inverse index
     pairs = (a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF)
     order = np.argsort(pairs, kind="stable")
@@ -1182,7 +1180,7 @@ def _index_times(
     """Rollback records indexed, timeDiff against the record's store time, the header's begin/end."""
     a, num, tdiff, phy = scan.arrays, x.num, x.tdiff, x.phy
     x.add(
-        hit & (a["tx"][rec] == TRANSACTION_ROLLBACK_TYPE),
+        hit & ~indexed(a["tx"][rec]),
         lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes",
         "rollback",
         WARNING,
@@ -1705,7 +1703,7 @@ def _index_headers(st: Store, counts: Counter[str]) -> list[_IndexInfo]:
 def _quick_dispatch(scan: _LogScan, out: _Problems, horizon: int, log_dir: Path, fc: RecoveryForecast) -> None:
     """Quick mode: records after the consume queues' end that the broker will never dispatch."""
     a = scan.arrays
-    consumable = (a["tx"] == TRANSACTION_NOT_TYPE) | (a["tx"] == TRANSACTION_COMMIT_TYPE)
+    consumable = queued(a["tx"])
     pending = consumable & (scan.a_phy >= horizon) & (scan.a_phy < fc.stop_phy_offset)
     if not pending.any():
         return

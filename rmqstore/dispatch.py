@@ -36,10 +36,6 @@ from .commitlog import (
     PROP_TAGS,
     PROP_UNIQ_KEY,
     SCHEDULE_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Record,
     decode_record,
     parse_properties,
@@ -52,7 +48,7 @@ from .layout import Segment, StoreConfig, file_name, list_segments
 from .problems import ProblemKind
 from .rules import rules_for
 from .safety import queue_dir, record_place
-from .walk import Stop, StopKind
+from .walk import Stop, StopKind, indexed, queued
 
 _INT_MAX = 0x7FFFFFFF
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -628,9 +624,8 @@ class Dispatcher:
                 n = len(c)
         self.stats.records += n
         self.stats.max_phy_offset = max(self.stats.max_phy_offset, int(c.phy[-1] + c.size[-1]))
-        tt = c.sys_flag & TRANSACTION_MASK
         if self.build_cq:
-            cq_ok = (tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE)
+            cq_ok = queued(c.sys_flag)
             if self.cq_exclude:
                 keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
                 cq_ok &= keep[c.topic_id]
@@ -657,7 +652,7 @@ class Dispatcher:
                 self.stats.logics_msg_timestamp_ms = last_ts
         if self.build_index and len(c.key_rec):
             w = self._index_writer()
-            rec_ok = (c.phy >= w.end_phy_offset()) & (tt != TRANSACTION_ROLLBACK_TYPE)
+            rec_ok = (c.phy >= w.end_phy_offset()) & indexed(c.sys_flag)
             sel = rec_ok[c.key_rec]
             kr = c.key_rec[sel]
             if len(kr):
@@ -667,8 +662,7 @@ class Dispatcher:
     def _dispatch_cq(self, reqs: list[DispatchRequest]) -> None:
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
         for r in reqs:
-            tt = r.sys_flag & TRANSACTION_MASK
-            if (tt == TRANSACTION_NOT_TYPE or tt == TRANSACTION_COMMIT_TYPE) and r.topic not in self.cq_exclude:
+            if queued(r.sys_flag) and r.topic not in self.cq_exclude:
                 g = groups.get((r.topic, r.queue_id))
                 if g is None:
                     groups[(r.topic, r.queue_id)] = g = []
@@ -702,7 +696,7 @@ class Dispatcher:
         for r in reqs:
             if r.phy_offset < end_phy:
                 continue
-            if r.sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
+            if not indexed(r.sys_flag):
                 continue
             topic = r.topic
             if r.uniq_key is not None:

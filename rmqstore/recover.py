@@ -49,10 +49,6 @@ from .commitlog import (
     MIN_RECORD_SIZE_V1,
     OFFSETS_V4,
     SCHEDULE_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Blank,
     Record,
     decode_record,
@@ -84,7 +80,9 @@ from .walk import (
     FusedFile,
     Stop,
     data_end,
+    indexed,
     keep_dispatch_columns,
+    queued,
     recovery_walk_file,
     take_dispatch_columns,
     walk_chain,
@@ -1152,8 +1150,7 @@ class _CqCheck:
         max_cq: int,
         fs: int,
     ) -> None:
-        tt = w.sys_flag & TRANSACTION_MASK
-        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        ci = np.flatnonzero(queued(w.sys_flag))
         if not ci.size:
             return
         key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
@@ -1319,9 +1316,8 @@ class RecoveryEnd:
         self.records += len(w.pos)
         if len(w.pos):
             self.last_record = w.seg.base_offset + int(w.pos[-1])
-        tt = w.sys_flag & TRANSACTION_MASK
-        self.not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
-        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        self.not_indexed += int(((w.phy > last_index_end) & indexed(w.sys_flag)).sum())
+        ci = np.flatnonzero(queued(w.sys_flag))
         if ci.size:
             self.last_cq_ts = int(w.store_ts[ci[-1]])
             after = ci[w.phy[ci] > max_cq]

@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from .codec.columnar import body_crcs, decode_heads, head_column, well_formed_records
-from .codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, read_head
+from .codec.commitlog import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    read_head,
+)
 from .errors import CorruptData
 from .layout import Segment, StoreConfig
 
@@ -88,6 +97,18 @@ class Stop:
         if self.kind is StopKind.BLANK:
             return f"blank record at {self.phy_offset}"
         return "end of data" if self.kind is StopKind.END else f"bound at {self.phy_offset}"
+
+
+def queued(sys_flag: Any) -> Any:
+    """Whether a record gets a consume queue entry: a plain or committed message (§4.3), not a
+    prepared or rolled back one. Works on one SYSFLAG or an array of them."""
+    tt = sys_flag & TRANSACTION_MASK
+    return (tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE)
+
+
+def indexed(sys_flag: Any) -> Any:
+    """Whether a record's keys go into the index: anything but a rollback (§5.3)."""
+    return (sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK_TYPE
 
 
 def walk_chain(
