@@ -36,30 +36,24 @@ import numpy as np
 
 from . import checkpoint as cpmod
 from . import indexfile as ix
-from . import walk
-from .codec.columnar import be, body_crcs, decode_heads, gather, head_column
-from .columnar import iter_columns, walk_positions
+from .columnar import iter_columns
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     HEAD_OFFSETS,
-    HEAD_V4_SIZE,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE_V1,
     OFFSETS_V4,
-    SCHEDULE_TOPIC,
     Blank,
     Record,
     decode_record,
-    explain_invalid,
     offset_msg_id,
-    prop_crc_check,
     read_head,
 )
 from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
-from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
-from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
+from .dispatch import Dispatcher, DispatchStats, ScanStop
+from .errors import CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
 from .multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
@@ -77,24 +71,22 @@ from .safety import (
 )
 from .store import Store, map_file
 from .walk import (
-    FusedFile,
-    Stop,
+    FileWalk,
+    TopicIds,
     data_end,
     indexed,
     keep_dispatch_columns,
     queued,
-    recovery_walk_file,
+    recovery_walk,
     take_dispatch_columns,
-    walk_chain,
 )
-from .workers import close_pool, worker_pool
+from .walk import walk_file_checked as walk_file_checked  # recovery's checked walk of one file, now in walk.py
 
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
 LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
 _CHUNK = 8 << 20
 _ZEROS = bytes(_CHUNK)
-_CHASE_BATCH = 1 << 18  # records validated per numpy batch
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -474,252 +466,6 @@ def _unlink(path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Commit log walk with the recovery checks (§3.11, §8.2): vectorised over a batch of records.
-
-
-@dataclass
-class _FileWalk:
-    """Valid records of one commit log file (arrays in file order) and where the walk stopped."""
-
-    seg: Segment
-    start_pos: int
-    pos: np.ndarray  # record positions in the file
-    phy: np.ndarray  # PHYSICALOFFSET field
-    size: np.ndarray
-    queue_id: np.ndarray
-    queue_offset: np.ndarray
-    sys_flag: np.ndarray
-    store_ts: np.ndarray
-    topic_id: np.ndarray
-    stop: Stop
-
-    @property
-    def stop_pos(self) -> int:
-        return self.stop.pos
-
-    @property
-    def reason(self) -> str:  # "blank" | "end" | "invalid"
-        return self.stop.reason
-
-    @property
-    def error(self) -> CorruptData | None:
-        return self.stop.error
-
-
-class TopicIds:
-    """Topic name <-> small integer, shared by every batch of a walk."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.ids: dict[str, int] = {}
-
-    def id(self, name: str) -> int:
-        i = self.ids.get(name)
-        if i is None:
-            i = self.ids[name] = len(self.names)
-            self.names.append(name)
-        return i
-
-
-def _field(head: np.ndarray, name: str) -> np.ndarray:
-    return head_column(head, name)
-
-
-def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: TopicIds) -> np.ndarray:
-    """Topic id of each record from the topic's byte range, grouped by length and hashed."""
-    out = np.empty(len(start), dtype=np.int64)
-    for tl in np.unique(length).tolist():
-        sel = np.flatnonzero(length == tl)
-        if tl == 0:
-            out[sel] = topics.id("")
-            continue
-        rows = np.ascontiguousarray(gather(u8, start[sel], tl))
-        h = np.zeros(len(sel), dtype=np.uint64)
-        for j in range(tl):  # FNV-style mix; every row is compared with its representative below
-            h = (h ^ rows[:, j].astype(np.uint64)) * np.uint64(1099511628211)
-        uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
-        reps = rows[first]
-        if not (rows == reps[inv]).all():  # a hash collision: exact grouping instead
-            uniq_rows, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-            reps = rows[first]
-        ids = np.array([topics.id(bytes(r).decode("utf-8", "replace")) for r in reps], dtype=np.int64)
-        out[sel] = ids[inv.ravel()]
-    return out
-
-
-def _first_prop_crc_error(
-    buf: Any, pos: np.ndarray, total: np.ndarray, seg: Segment, path: str
-) -> tuple[int, CorruptData] | None:
-    """The first record whose __CRC32# property is missing or wrong, with the error recovery stops on."""
-    for i, (at, n) in enumerate(zip(pos.tolist(), total.tolist(), strict=True)):
-        stored, computed = prop_crc_check(buf, at, n)
-        if stored is None:
-            err: CorruptData = CorruptData(
-                "no __CRC32# property (forceVerifyPropCRC)", path=path, pos=at, phy_offset=seg.base_offset + at
-            )
-            return i, err
-        if stored != computed:
-            err = ChecksumMismatch(path=path, pos=at, phy_offset=seg.base_offset + at, stored=stored, computed=computed)
-            return i, err
-    return None
-
-
-@dataclass
-class _Batch:
-    """One batch of a checked walk: the records' fixed heads, and how far they pass the checks."""
-
-    p: np.ndarray  # record positions
-    head: np.ndarray
-    simple: np.ndarray  # V1 records with IPv4 hosts (as this broker reads them): checked on arrays
-    bl: np.ndarray  # body lengths (negatives as 0)
-    topic_len: np.ndarray
-    limit: int  # records before the first invalid one
-    error: CorruptData | None = None
-    exact: dict[int, Record] = field(default_factory=dict)  # records the exact decoder read
-
-
-def _check_structure(
-    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, rules: BrokerRules, check_crc: bool
-) -> _Batch:
-    """Lengths against TOTALSIZE and magic on arrays; the exact decoder for the records that need it."""
-    path = str(seg.path)
-    head = decode_heads(u8, p)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
-    total, magic, sys_flag = _field(head, "total_size"), _field(head, "magic"), _field(head, "sys_flag")
-    # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
-    simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
-    bl = np.maximum(_field(head, "body_len"), 0)
-    ok = simple & (total >= MIN_RECORD_SIZE_V1) & (MIN_RECORD_SIZE_V1 + bl <= total)
-    tpos = np.where(ok, p + HEAD_V4_SIZE + bl, p)
-    topic_len = be(u8, tpos, ">i1")
-    ok &= (topic_len >= 0) & (MIN_RECORD_SIZE_V1 + bl + topic_len <= total)
-    props_len = be(u8, np.where(ok, tpos + 1 + topic_len, p), ">i2")
-    ok &= MIN_RECORD_SIZE_V1 + bl + topic_len + np.maximum(props_len, 0) == total
-    b = _Batch(p, head, simple, bl, topic_len, len(p))
-    for i in np.flatnonzero(~ok).tolist():  # the first record the simple checks reject or leave to the decoder
-        if simple[i]:
-            b.limit = i  # a plain V1 record that fails a length check: invalid
-            break
-        if magic[i] == MAGIC_V2 and not rules.v2_magic:
-            msg = f"V2 record magic 0xDAA320AB: broker {rules.broker} cannot read it"
-            b.limit, b.error = i, CorruptData(msg, path=path, pos=int(p[i]))
-            break
-        try:
-            rec = decode_record(
-                buf, int(p[i]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-            )
-        except CorruptData as e:
-            b.limit, b.error = i, e
-            break
-        assert isinstance(rec, Record)
-        b.exact[i] = rec
-    if b.limit < len(p) and b.error is None and simple[b.limit]:
-        b.error = explain_invalid(
-            buf, int(p[b.limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-        )
-    return b
-
-
-def _check_crcs(buf: Any, b: _Batch, seg: Segment, check_crc: bool, prop_crc: bool) -> None:
-    """Body CRC (or the __CRC32# property) of the records before the limit; moves the limit to the first bad one."""
-    path, p, limit = str(seg.path), b.p, b.limit
-    if check_crc and limit:
-        body_len, crc = _field(b.head, "body_len"), _field(b.head, "body_crc")
-        sel = np.flatnonzero(b.simple[:limit] & (body_len[:limit] > 0))
-        got = body_crcs(buf, p[sel] + HEAD_V4_SIZE, body_len[sel])
-        bad = np.flatnonzero(got != crc[sel])
-        if bad.size:
-            i = int(sel[bad[0]])
-            at = int(p[i])
-            b.limit = i
-            b.error = ChecksumMismatch(
-                path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
-            )
-    if prop_crc and b.limit:
-        bad_prop = _first_prop_crc_error(buf, p[: b.limit], _field(b.head, "total_size")[: b.limit], seg, path)
-        if bad_prop is not None:
-            b.limit, b.error = bad_prop
-
-
-def _batch_topics(buf: Any, u8: np.ndarray, b: _Batch, seg: Segment, cfg: StoreConfig, topics: TopicIds) -> np.ndarray:
-    """Topic ids of the records before the limit, then the DELAY check of SCHEDULE_TOPIC_XXXX records
-    (a non-numeric level is invalid: the limit moves there)."""
-    path, p = str(seg.path), b.p
-    tid = np.empty(b.limit, dtype=np.int64)
-    s_idx = np.flatnonzero(b.simple[: b.limit])
-    if s_idx.size:
-        tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + b.bl[s_idx], b.topic_len[s_idx], topics)
-    for i, rec in b.exact.items():
-        if i < b.limit:
-            tid[i] = topics.id(rec.topic)
-    sched = topics.ids.get(SCHEDULE_TOPIC)
-    for i in np.flatnonzero(tid == sched).tolist() if sched is not None else ():
-        try:
-            rec = b.exact.get(i) or decode_record(
-                buf, int(p[i]), path=path, file_from=seg.base_offset, broker=cfg.broker
-            )
-            assert isinstance(rec, Record)
-            request_from_record(rec, cfg, path=path)
-        except CorruptData as e:
-            b.limit, b.error = i, e
-            break
-    return tid[: b.limit]
-
-
-_WALK_COLUMNS = ("pos", "phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts", "topic_id")
-
-
-def _batch_columns(b: _Batch, tid: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The walk's columns (``_WALK_COLUMNS``) of the records before the limit."""
-    h = b.head[: b.limit]
-    store_ts = _field(h, "store_timestamp_ms")
-    for i, rec in b.exact.items():
-        if i < b.limit:
-            store_ts[i] = rec.store_timestamp_ms
-    names = ("phy_offset", "total_size", "queue_id", "queue_offset", "sys_flag")
-    return (b.p[: b.limit], *(_field(h, n) for n in names), store_ts, tid)
-
-
-def walk_file_checked(
-    buf: Any,
-    seg: Segment,
-    cfg: StoreConfig,
-    rules: BrokerRules,
-    topics: TopicIds,
-    *,
-    start_pos: int,
-    check_crc: bool,
-) -> _FileWalk:
-    """Walk one file as ``checkMessageAndReturnSize(checkCRC)`` does in recovery (§3.11, §8.2).
-
-    One Python loop follows the TOTALSIZE chain; every other check (lengths against TOTALSIZE,
-    magic, body CRC) runs on arrays. Records with IPv6 hosts (4.6.0+), V2 records (5.1.0+) and
-    ``SCHEDULE_TOPIC_XXXX`` records (whose DELAY must parse) take the exact per-record decoder.
-    """
-    size = len(buf)
-    # 5.2.0+ forceVerifyPropCRC: the __CRC32# property is checked instead of the body CRC (§3.6)
-    prop_crc = check_crc and cfg.force_verify_prop_crc and rules.prop_crc
-    check_crc = check_crc and not prop_crc
-    positions, stop_pos, reason = walk_positions(buf, start_pos, size)
-    u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
-    cols: list[tuple[np.ndarray, ...]] = []
-    error: CorruptData | None = None
-    for b0 in range(0, len(positions), _CHASE_BATCH):
-        b = _check_structure(buf, u8, positions[b0 : b0 + _CHASE_BATCH], seg, cfg, rules, check_crc)
-        _check_crcs(buf, b, seg, check_crc, prop_crc)
-        tid = _batch_topics(buf, u8, b, seg, cfg, topics)
-        cols.append(_batch_columns(b, tid))
-        if b.limit < len(b.p):
-            stop_pos, reason, error = int(b.p[b.limit]), "invalid", b.error
-            break
-    else:
-        if reason == "invalid":  # the size chain itself ended on bytes that are neither a record, zeros nor a blank
-            error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, broker=cfg.broker)
-    arrays = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in zip(*cols, strict=True)] if cols else None
-    arrays = arrays or [np.zeros(0, np.int64) for _ in _WALK_COLUMNS]
-    return _FileWalk(seg, start_pos, *arrays, Stop(stop_pos, reason, error, seg.path, seg.base_offset))
-
-
-# ---------------------------------------------------------------------------------------------
 # Decoding what a truncation removes
 
 
@@ -1037,66 +783,6 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
 
 
-def _fused_file_walk(seg: Segment, f: FusedFile, topics: TopicIds) -> _FileWalk:
-    """The recovery walk's arrays from a fused walk's dispatch columns (the same records)."""
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(c, name) for c in f.batches]) if f.batches else np.zeros(0, np.int64)
-
-    tids = [np.array([topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id] for c in f.batches]
-    tid = np.concatenate(tids) if tids else np.zeros(0, np.int64)
-    cols = [cat(n) for n in ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")]
-    return _FileWalk(seg, 0, f.positions, *cols, tid, Stop(f.stop_pos, f.reason, None, seg.path, seg.base_offset))
-
-
-def _walk_commitlog(
-    segs: list[Segment],
-    start_idx: int,
-    cfg: StoreConfig,
-    rules: BrokerRules,
-    check_crc: bool,
-    topics: TopicIds,
-    progress: Callable[[int], None] | None,
-    dispatch_columns: list[Any] | None = None,
-) -> Iterator[_FileWalk]:
-    """The recovery walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file.
-
-    Large files are checked by worker processes over byte ranges, which also decode the records'
-    dispatch columns into ``dispatch_columns`` (cleared when any file needed the exact walk).
-    """
-    pool = None
-    fused_all = True
-
-    def walk_file(seg: Segment, start_pos: int) -> _FileWalk:
-        nonlocal pool, fused_all
-        fused = None
-        # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
-        if fused_all and seg.size > walk.PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
-            pool = pool or worker_pool()
-            fused = recovery_walk_file(
-                pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
-            )
-        if fused is not None:
-            w = _fused_file_walk(seg, fused, topics)
-            if dispatch_columns is not None:
-                dispatch_columns.extend(fused.batches)
-        else:
-            fused_all = False
-            if dispatch_columns is not None:
-                dispatch_columns.clear()
-            with map_file(seg.path) as buf:
-                w = walk_file_checked(buf, seg, cfg, rules, topics, start_pos=start_pos, check_crc=check_crc)
-        if progress:
-            progress(w.stop_pos)
-        return w
-
-    try:
-        yield from walk_chain(segs, start_idx, walk_file)
-    finally:
-        if pool is not None:
-            close_pool(pool)
-
-
 def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
     """The phy offset in each queue offset's slot (-1 where there is none), reading only those slots."""
     out = np.full(len(qoff), -1, dtype=np.int64)
@@ -1142,7 +828,7 @@ class _CqCheck:
 
     def add(
         self,
-        w: _FileWalk,
+        w: FileWalk,
         topics: TopicIds,
         queues: dict[tuple[str, int], _QueueState],
         rules: BrokerRules,
@@ -1312,7 +998,7 @@ class RecoveryEnd:
     not_indexed: int = 0  # records past the last index file's end that the index would get
     last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
 
-    def add(self, w: _FileWalk, last_index_end: int, max_cq: int) -> None:
+    def add(self, w: FileWalk, last_index_end: int, max_cq: int) -> None:
         self.records += len(w.pos)
         if len(w.pos):
             self.last_record = w.seg.base_offset + int(w.pos[-1])
@@ -1437,7 +1123,7 @@ def recovery_facts(
     facts.end = RecoveryEnd(facts.start_phy)
     facts.cq_check = _CqCheck(skip=facts.batch_topics)
     topics = TopicIds()
-    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
+    for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
         facts.end.add(w, last_index_end, max_cq)
         facts.cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
     return facts
