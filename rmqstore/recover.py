@@ -29,6 +29,7 @@ import shutil
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,40 @@ def broker_rules(broker: str) -> BrokerRules:
 
 
 # ---------------------------------------------------------------------------------------------
+# The plan's JSON (the journal holds it, ``--format json`` prints it): one mapper for every part.
+# Each part lists (attribute, key) or (attribute, key, to JSON, from JSON) in output order.
+
+_JsonField = tuple[Any, ...]
+
+
+def _dump(obj: Any, fields: tuple[_JsonField, ...]) -> dict[str, Any]:
+    out = {}
+    for f in fields:
+        v = getattr(obj, f[0])
+        out[f[1]] = f[2](v) if len(f) > 2 else v
+    return out
+
+
+def _load(cls: Any, d: dict[str, Any], fields: tuple[_JsonField, ...]) -> Any:
+    """The object from its JSON; keys that are not constructor arguments (derived values) are skipped,
+    and a missing key takes the field's default."""
+    names = {f.name for f in dataclass_fields(cls) if f.init}
+    kw = {f[0]: (f[3](d[f[1]]) if len(f) > 2 else d[f[1]]) for f in fields if f[0] in names and f[1] in d}
+    return cls(**kw)
+
+
+def _list_of(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    return (lambda v: [x.to_json() for x in v]), (lambda v: tuple(cls.from_json(x) for x in v))
+
+
+def _optional(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    return (lambda v: v.to_json() if v else None), (lambda v: cls.from_json(v) if v else None)
+
+
+_STRS = (list, tuple)
+
+
+# ---------------------------------------------------------------------------------------------
 # Plan
 
 
@@ -120,33 +155,11 @@ class LostRecord:
     torn: bool = False  # only the fixed header was readable
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "commitLogOffset": self.phy_offset,
-            "storeSize": self.size,
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "queueOffset": self.queue_offset,
-            "keys": self.keys,
-            "uniqKey": self.uniq_key,
-            "msgId": self.msg_id,
-            "storeTimestamp": self.store_timestamp_ms,
-            "torn": self.torn,
-        }
+        return _dump(self, _LOST_JSON)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LostRecord:
-        return cls(
-            d["commitLogOffset"],
-            d["storeSize"],
-            d["topic"],
-            d["queueId"],
-            d["queueOffset"],
-            d["keys"],
-            d["uniqKey"],
-            d["msgId"],
-            d["storeTimestamp"],
-            d.get("torn", False),
-        )
+        return _load(cls, d, _LOST_JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,36 +183,11 @@ class Action:
         return self.to_pos - self.from_pos
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "action": self.verb,
-            "kind": self.kind,
-            "path": self.path,
-            "from": self.from_pos,
-            "to": self.to_pos,
-            "bytes": self.size,
-            "why": self.why,
-            "recordsTotal": self.records_total,
-            "entriesTotal": self.entries_total,
-            "undecodableBytes": self.undecodable_size,
-            "records": [r.to_json() for r in self.records],
-        }
+        return _dump(self, _ACTION_JSON)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Action:
-        return cls(
-            d["step"],
-            d["action"],
-            d["kind"],
-            d["path"],
-            d["from"],
-            d["to"],
-            d["why"],
-            tuple(LostRecord.from_json(r) for r in d["records"]),
-            d["recordsTotal"],
-            d["entriesTotal"],
-            d["undecodableBytes"],
-        )
+        return _load(cls, d, _ACTION_JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,19 +201,11 @@ class Loss:
     examples: tuple[LostRecord, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "what": self.what,
-            "count": self.count,
-            "detail": self.detail,
-            "repairedBy": self.repaired_by,
-            "examples": [r.to_json() for r in self.examples],
-        }
+        return _dump(self, _LOSS_JSON)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Loss:
-        return cls(
-            d["what"], d["count"], d["detail"], d["repairedBy"], tuple(LostRecord.from_json(r) for r in d["examples"])
-        )
+        return _load(cls, d, _LOSS_JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,27 +221,11 @@ class Redispatch:
     last_cq_timestamp_ms: int = 0  # store time of the last NOT/COMMIT record: checkpoint logics value
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "fromPhyOffset": self.from_phy,
-            "toPhyOffset": self.to_phy,
-            "records": self.records,
-            "consumeQueue": self.consume_queue,
-            "index": self.index,
-            "onlyAfterPhyOffset": self.only_after_phy,
-            "lastConsumeQueueTimestamp": self.last_cq_timestamp_ms,
-        }
+        return _dump(self, _REDISPATCH_JSON)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Redispatch:
-        return cls(
-            d["fromPhyOffset"],
-            d["toPhyOffset"],
-            d["records"],
-            d["consumeQueue"],
-            d["index"],
-            d["onlyAfterPhyOffset"],
-            d["lastConsumeQueueTimestamp"],
-        )
+        return _load(cls, d, _REDISPATCH_JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,69 +312,84 @@ class RecoverPlan:
         return sum(a.records_total for a in self.actions if a.kind == "commitlog")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "store": self.root,
-            "brokerVersion": self.broker,
-            "path": self.path,
-            "reason": self.reason,
-            "checkCRC": self.check_crc,
-            "startFile": self.start_file,
-            "startPhyOffset": self.start_phy,
-            "minPhyOffset": self.min_phy,
-            "processOffset": self.process_offset,
-            "stop": self.stop,
-            "maxPhyOffsetOfConsumeQueue": self.max_phy_offset_cq,
-            "truncateLogicFiles": self.truncate_logic_files,
-            "actions": [a.to_json() for a in self.actions],
-            "redispatch": self.dispatch.to_json() if self.dispatch else None,
-            "rebuildConsumeQueue": self.rebuild_consume_queue,
-            "rebuildIndex": self.rebuild_index,
-            "queueEnds": [q.to_json() for q in self.queue_ends],
-            "indexFilesKept": list(self.index_files_kept),
-            "checkpointBefore": self.checkpoint_before,
-            "checkpointAfter": self.checkpoint_after,
-            "checkpointIndexFromRedispatch": self.checkpoint_index_from_dispatch,
-            "writeCheckpoint": self.write_checkpoint,
-            "removeAbort": self.remove_abort,
-            "brokerLosses": [x.to_json() for x in self.losses],
-            "notes": list(self.notes),
-            "quarantine": self.quarantine_dir,
-            "createdAt": self.created_ms,
-            "steps": self.steps(),
-            "recordsLost": self.records_lost,
-        }
+        return {**_dump(self, _PLAN_JSON), "steps": self.steps(), "recordsLost": self.records_lost}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RecoverPlan:
-        return cls(
-            root=d["store"],
-            broker=d["brokerVersion"],
-            path=d["path"],
-            reason=d["reason"],
-            check_crc=d["checkCRC"],
-            start_file=d["startFile"],
-            start_phy=d["startPhyOffset"],
-            min_phy=d["minPhyOffset"],
-            process_offset=d["processOffset"],
-            stop=d["stop"],
-            max_phy_offset_cq=d["maxPhyOffsetOfConsumeQueue"],
-            truncate_logic_files=d["truncateLogicFiles"],
-            actions=tuple(Action.from_json(a) for a in d["actions"]),
-            dispatch=Redispatch.from_json(d["redispatch"]) if d["redispatch"] else None,
-            rebuild_consume_queue=d["rebuildConsumeQueue"],
-            rebuild_index=d["rebuildIndex"],
-            queue_ends=tuple(QueueEnd.from_json(q) for q in d["queueEnds"]),
-            index_files_kept=tuple(d["indexFilesKept"]),
-            checkpoint_before=d["checkpointBefore"],
-            checkpoint_after=d["checkpointAfter"],
-            checkpoint_index_from_dispatch=d["checkpointIndexFromRedispatch"],
-            write_checkpoint=d["writeCheckpoint"],
-            remove_abort=d["removeAbort"],
-            losses=tuple(Loss.from_json(x) for x in d["brokerLosses"]),
-            notes=tuple(d["notes"]),
-            quarantine_dir=d["quarantine"],
-            created_ms=d["createdAt"],
-        )
+        return _load(cls, d, _PLAN_JSON)
+
+
+_LOST_JSON: tuple[_JsonField, ...] = (
+    ("phy_offset", "commitLogOffset"),
+    ("size", "storeSize"),
+    ("topic", "topic"),
+    ("queue_id", "queueId"),
+    ("queue_offset", "queueOffset"),
+    ("keys", "keys"),
+    ("uniq_key", "uniqKey"),
+    ("msg_id", "msgId"),
+    ("store_timestamp_ms", "storeTimestamp"),
+    ("torn", "torn"),
+)
+_ACTION_JSON: tuple[_JsonField, ...] = (
+    ("step", "step"),
+    ("verb", "action"),
+    ("kind", "kind"),
+    ("path", "path"),
+    ("from_pos", "from"),
+    ("to_pos", "to"),
+    ("size", "bytes"),
+    ("why", "why"),
+    ("records_total", "recordsTotal"),
+    ("entries_total", "entriesTotal"),
+    ("undecodable_size", "undecodableBytes"),
+    ("records", "records", *_list_of(LostRecord)),
+)
+_LOSS_JSON: tuple[_JsonField, ...] = (
+    ("what", "what"),
+    ("count", "count"),
+    ("detail", "detail"),
+    ("repaired_by", "repairedBy"),
+    ("examples", "examples", *_list_of(LostRecord)),
+)
+_REDISPATCH_JSON: tuple[_JsonField, ...] = (
+    ("from_phy", "fromPhyOffset"),
+    ("to_phy", "toPhyOffset"),
+    ("records", "records"),
+    ("consume_queue", "consumeQueue"),
+    ("index", "index"),
+    ("only_after_phy", "onlyAfterPhyOffset"),
+    ("last_cq_timestamp_ms", "lastConsumeQueueTimestamp"),
+)
+_PLAN_JSON: tuple[_JsonField, ...] = (
+    ("root", "store"),
+    ("broker", "brokerVersion"),
+    ("path", "path"),
+    ("reason", "reason"),
+    ("check_crc", "checkCRC"),
+    ("start_file", "startFile"),
+    ("start_phy", "startPhyOffset"),
+    ("min_phy", "minPhyOffset"),
+    ("process_offset", "processOffset"),
+    ("stop", "stop"),
+    ("max_phy_offset_cq", "maxPhyOffsetOfConsumeQueue"),
+    ("truncate_logic_files", "truncateLogicFiles"),
+    ("actions", "actions", *_list_of(Action)),
+    ("dispatch", "redispatch", *_optional(Redispatch)),
+    ("rebuild_consume_queue", "rebuildConsumeQueue"),
+    ("rebuild_index", "rebuildIndex"),
+    ("queue_ends", "queueEnds", *_list_of(QueueEnd)),
+    ("index_files_kept", "indexFilesKept", *_STRS),
+    ("checkpoint_before", "checkpointBefore"),
+    ("checkpoint_after", "checkpointAfter"),
+    ("checkpoint_index_from_dispatch", "checkpointIndexFromRedispatch"),
+    ("write_checkpoint", "writeCheckpoint"),
+    ("remove_abort", "removeAbort"),
+    ("losses", "brokerLosses", *_list_of(Loss)),
+    ("notes", "notes", *_STRS),
+    ("quarantine_dir", "quarantine"),
+    ("created_ms", "createdAt"),
+)
 
 
 # ---------------------------------------------------------------------------------------------
