@@ -135,6 +135,18 @@ def _optional(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
 _STRS = (list, tuple)
 
 
+def _table(spec: str, **conversions: tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> tuple[_JsonField, ...]:
+    """Fields from ``"attr attr=key ..."``: the key is the attribute in camelCase unless named."""
+    out = []
+    for item in spec.split():
+        attr, _, key = item.partition("=")
+        if not key:
+            head, *rest = attr.split("_")
+            key = head + "".join(w.capitalize() for w in rest)
+        out.append((attr, key, *conversions.get(attr, ())))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # Plan
 
@@ -319,76 +331,32 @@ class RecoverPlan:
         return _load(cls, d, _PLAN_JSON)
 
 
-_LOST_JSON: tuple[_JsonField, ...] = (
-    ("phy_offset", "commitLogOffset"),
-    ("size", "storeSize"),
-    ("topic", "topic"),
-    ("queue_id", "queueId"),
-    ("queue_offset", "queueOffset"),
-    ("keys", "keys"),
-    ("uniq_key", "uniqKey"),
-    ("msg_id", "msgId"),
-    ("store_timestamp_ms", "storeTimestamp"),
-    ("torn", "torn"),
+_LOST_JSON = _table(
+    "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
+    "store_timestamp_ms=storeTimestamp torn"
 )
-_ACTION_JSON: tuple[_JsonField, ...] = (
-    ("step", "step"),
-    ("verb", "action"),
-    ("kind", "kind"),
-    ("path", "path"),
-    ("from_pos", "from"),
-    ("to_pos", "to"),
-    ("size", "bytes"),
-    ("why", "why"),
-    ("records_total", "recordsTotal"),
-    ("entries_total", "entriesTotal"),
-    ("undecodable_size", "undecodableBytes"),
-    ("records", "records", *_list_of(LostRecord)),
+_ACTION_JSON = _table(
+    "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
+    "undecodable_size=undecodableBytes records",
+    records=_list_of(LostRecord),
 )
-_LOSS_JSON: tuple[_JsonField, ...] = (
-    ("what", "what"),
-    ("count", "count"),
-    ("detail", "detail"),
-    ("repaired_by", "repairedBy"),
-    ("examples", "examples", *_list_of(LostRecord)),
+_LOSS_JSON = _table("what count detail repaired_by examples", examples=_list_of(LostRecord))
+_REDISPATCH_JSON = _table(
+    "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
+    "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
 )
-_REDISPATCH_JSON: tuple[_JsonField, ...] = (
-    ("from_phy", "fromPhyOffset"),
-    ("to_phy", "toPhyOffset"),
-    ("records", "records"),
-    ("consume_queue", "consumeQueue"),
-    ("index", "index"),
-    ("only_after_phy", "onlyAfterPhyOffset"),
-    ("last_cq_timestamp_ms", "lastConsumeQueueTimestamp"),
-)
-_PLAN_JSON: tuple[_JsonField, ...] = (
-    ("root", "store"),
-    ("broker", "brokerVersion"),
-    ("path", "path"),
-    ("reason", "reason"),
-    ("check_crc", "checkCRC"),
-    ("start_file", "startFile"),
-    ("start_phy", "startPhyOffset"),
-    ("min_phy", "minPhyOffset"),
-    ("process_offset", "processOffset"),
-    ("stop", "stop"),
-    ("max_phy_offset_cq", "maxPhyOffsetOfConsumeQueue"),
-    ("truncate_logic_files", "truncateLogicFiles"),
-    ("actions", "actions", *_list_of(Action)),
-    ("dispatch", "redispatch", *_optional(Redispatch)),
-    ("rebuild_consume_queue", "rebuildConsumeQueue"),
-    ("rebuild_index", "rebuildIndex"),
-    ("queue_ends", "queueEnds", *_list_of(QueueEnd)),
-    ("index_files_kept", "indexFilesKept", *_STRS),
-    ("checkpoint_before", "checkpointBefore"),
-    ("checkpoint_after", "checkpointAfter"),
-    ("checkpoint_index_from_dispatch", "checkpointIndexFromRedispatch"),
-    ("write_checkpoint", "writeCheckpoint"),
-    ("remove_abort", "removeAbort"),
-    ("losses", "brokerLosses", *_list_of(Loss)),
-    ("notes", "notes", *_STRS),
-    ("quarantine_dir", "quarantine"),
-    ("created_ms", "createdAt"),
+_PLAN_JSON = _table(
+    "root=store broker=brokerVersion path reason check_crc=checkCRC start_file start_phy=startPhyOffset "
+    "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
+    "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
+    "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
+    "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt",
+    actions=_list_of(Action),
+    dispatch=_optional(Redispatch),
+    queue_ends=_list_of(QueueEnd),
+    index_files_kept=_STRS,
+    losses=_list_of(Loss),
+    notes=_STRS,
 )
 
 
