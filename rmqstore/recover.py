@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -135,6 +135,20 @@ def _optional(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
 _STRS = (list, tuple)
 
 
+class _JsonMapped:
+    """``to_json`` / ``from_json`` from the class's field table (set once the classes exist)."""
+
+    __slots__ = ()
+    json_fields: ClassVar[tuple[_JsonField, ...]] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return _dump(self, self.json_fields)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Any:
+        return _load(cls, d, cls.json_fields)
+
+
 def _table(spec: str, **conversions: tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> tuple[_JsonField, ...]:
     """Fields from ``"attr attr=key ..."``: the key is the attribute in camelCase unless named."""
     out = []
@@ -152,7 +166,7 @@ def _table(spec: str, **conversions: tuple[Callable[[Any], Any], Callable[[Any],
 
 
 @dataclass(frozen=True, slots=True)
-class LostRecord:
+class LostRecord(_JsonMapped):
     """A commit log record removed by the truncation, decoded as far as its bytes allow."""
 
     phy_offset: int
@@ -166,16 +180,9 @@ class LostRecord:
     store_timestamp_ms: int | None
     torn: bool = False  # only the fixed header was readable
 
-    def to_json(self) -> dict[str, Any]:
-        return _dump(self, _LOST_JSON)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> LostRecord:
-        return _load(cls, d, _LOST_JSON)
-
 
 @dataclass(frozen=True, slots=True)
-class Action:
+class Action(_JsonMapped):
     """One removal: zero a byte range of a file, or delete a whole file."""
 
     step: str  # "cq-recover" | "index-delete" | "commitlog-truncate" | "cq-truncate"
@@ -194,16 +201,9 @@ class Action:
     def size(self) -> int:
         return self.to_pos - self.from_pos
 
-    def to_json(self) -> dict[str, Any]:
-        return _dump(self, _ACTION_JSON)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Action:
-        return _load(cls, d, _ACTION_JSON)
-
 
 @dataclass(frozen=True, slots=True)
-class Loss:
+class Loss(_JsonMapped):
     """Something the broker's recovery loses (or leaves missing), and what repairs it."""
 
     what: str  # "index-keys" | "cq-entries" | "index-entries" | "records"
@@ -212,16 +212,9 @@ class Loss:
     repaired_by: str | None = None
     examples: tuple[LostRecord, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        return _dump(self, _LOSS_JSON)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Loss:
-        return _load(cls, d, _LOSS_JSON)
-
 
 @dataclass(frozen=True, slots=True)
-class Redispatch:
+class Redispatch(_JsonMapped):
     """Records dispatched into the consume queues and index (the broker's abnormal recovery walk)."""
 
     from_phy: int
@@ -231,13 +224,6 @@ class Redispatch:
     index: bool
     only_after_phy: int | None = None  # 5.3.2+ normal recovery: only records past the CQ maximum
     last_cq_timestamp_ms: int = 0  # store time of the last NOT/COMMIT record: checkpoint logics value
-
-    def to_json(self) -> dict[str, Any]:
-        return _dump(self, _REDISPATCH_JSON)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Redispatch:
-        return _load(cls, d, _REDISPATCH_JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +314,7 @@ class RecoverPlan:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RecoverPlan:
-        return _load(cls, d, _PLAN_JSON)
+        return _load(cls, d, _PLAN_JSON)  # "steps" and "recordsLost" are derived: not read back
 
 
 _LOST_JSON = _table(
@@ -358,6 +344,10 @@ _PLAN_JSON = _table(
     losses=_list_of(Loss),
     notes=_STRS,
 )
+LostRecord.json_fields = _LOST_JSON
+Action.json_fields = _ACTION_JSON
+Loss.json_fields = _LOSS_JSON
+Redispatch.json_fields = _REDISPATCH_JSON
 
 
 # ---------------------------------------------------------------------------------------------
