@@ -62,7 +62,7 @@ from .commitlog import (
     prop_crc_check,
     read_head,
 )
-from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, decode_bcq_entry, entries_array
+from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
 from .errors import ConfigError, CorruptData, RecordSizeMismatch
 from .indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from .indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
@@ -774,14 +774,10 @@ def _verify_batch_queue(
     st: Store, topic: str, qid: int, scan: _LogScan, out: _Problems, counts: Counter[str]
 ) -> _QueueInfo:
     """A 5.x batch consume queue: every unit is a record of this topic and queue at its base offset (§4.7)."""
-    units = []
-    for seg in st.bcq_segments(topic, qid)[0]:
-        with map_file(seg.path) as buf:
-            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                e = decode_bcq_entry(buf, pos, path=str(seg.path))
-                if e.ends_queue:
-                    break
-                units.append((seg.path, pos, e))
+    from .dump import scan_batch_queue
+
+    segs = st.bcq_segments(topic, qid)[0]
+    units = [(segs[0].path.parent / u.file, u.pos, u.entry) for u in scan_batch_queue(st, topic, qid)]
     counts["cqEntries"] += len(units)
     if not units:
         return _QueueInfo(topic, qid, 0, 0, -1, -1)
