@@ -73,7 +73,7 @@ from .offsets import commitlog_min_phy, queue_range, range_from_files, read_cons
 from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from .rules import rules_for
 from .store import Store, map_file
-from .walk import RecordStarts, first_nonzero, indexed, queued
+from .walk import RecordStarts, TopicIds, first_nonzero, indexed, queued
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
@@ -244,8 +244,7 @@ class _FileRun:
 class _LogScan:
     """Fields of every readable record, in commit log order (so sorted by phy offset)."""
 
-    topics: list[str] = field(default_factory=list)
-    topic_ids: dict[str, int] = field(default_factory=dict)
+    names: TopicIds = field(default_factory=TopicIds)  # topic name <-> id of every record
     # one row per record: phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
     # computes, store timestamp, transaction type
     rows: array = field(default_factory=lambda: array("q"))  # flat: 8 longs a record
@@ -259,12 +258,16 @@ class _LogScan:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     keys_sorted: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
+    @property
+    def topics(self) -> list[str]:
+        return self.names.names
+
+    @property
+    def topic_ids(self) -> dict[str, int]:
+        return self.names.ids
+
     def topic_id(self, name: str) -> int:
-        tid = self.topic_ids.get(name)
-        if tid is None:
-            tid = self.topic_ids[name] = len(self.topics)
-            self.topics.append(name)
-        return tid
+        return self.names.id(name)
 
     def finish(self) -> None:
         table = (
@@ -829,6 +832,12 @@ class _Entries:
     def where(self, i: int) -> tuple[Path, int]:
         return self.segs[int(self.fno[i])].path, int(self.pos[i])
 
+    def report(self, out: _Problems, idx: np.ndarray, group: str, what: Callable[[int], str]) -> None:
+        """A problem at each entry of ``idx`` that points at a commit log offset (the first few built)."""
+        for i in _first(out, idx, self.qdir, group):
+            p, b = self.where(i)
+            out.add(p, b, what(int(i)), phy_offset=int(self.phy[i]), group=group)
+
 
 def _queue_prefix(e: _Entries, out: _Problems) -> tuple[int, np.ndarray, np.ndarray, int]:
     """Invalid entries, the gap that ends the queue, misplaced fillers; returns (end of the valid prefix,
@@ -871,25 +880,21 @@ def _entries_off_records(
     e_phy = e.phy[idx_real]
     past = ~hit & (e_phy >= data_end)
     inside = ~hit & (e_phy >= log_min) & ~past
-    for i in _first(out, idx_real[past], e.qdir, "past end"):
-        p, b = e.where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, past the end of the commit log "
-            f"data ({data_end}): the broker truncates the queue there at start",
-            phy_offset=int(e.phy[i]),
-            group="past end",
-        )
-    for i in _first(out, idx_real[inside], e.qdir, "not a record"):
-        p, b = e.where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, where no record starts",
-            phy_offset=int(e.phy[i]),
-            group="not a record",
-        )
+    e.report(
+        out,
+        idx_real[past],
+        "past end",
+        lambda i: (
+            f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, past the end of the "
+            f"commit log data ({data_end}): the broker truncates the queue there at start"
+        ),
+    )
+    e.report(
+        out,
+        idx_real[inside],
+        "not a record",
+        lambda i: f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, where no record starts",
+    )
 
 
 def _entry_mismatches(
@@ -915,7 +920,8 @@ def _entry_mismatches(
     any_bad = np.zeros(len(ei), dtype=bool)
     for m in mismatch.values():
         any_bad |= m
-    for j in _first(out, np.flatnonzero(any_bad), e.qdir, "entry mismatch"):
+
+    def what(j: int) -> str:
         i, r = int(ei[j]), int(ri[j])
         fields = [name for name, m in mismatch.items() if m[j]]
         rec_desc = (
@@ -924,15 +930,15 @@ def _entry_mismatches(
         )
         if "transaction type" in fields:
             rec_desc += " (a prepared/rollback record, which never gets an entry)"
-        p, b = e.where(i)
-        out.add(
-            p,
-            b,
+        return (
             f"entry for queue offset {e.qoff[i]} (commit log offset {e.phy[i]}, size {e.size[i]}, tagsCode "
-            f"{e.tags[i]}) does not match the record there: {', '.join(fields)} differ ({rec_desc})",
-            phy_offset=int(e.phy[i]),
-            group="entry mismatch",
+            f"{e.tags[i]}) does not match the record there: {', '.join(fields)} differ ({rec_desc})"
         )
+
+    bad = np.flatnonzero(any_bad)
+    for j in _first(out, bad, e.qdir, "entry mismatch"):
+        p, b = e.where(int(ei[j]))
+        out.add(p, b, what(int(j)), phy_offset=int(e.phy[ei[j]]), group="entry mismatch")
 
 
 def _verify_queue(
@@ -970,6 +976,20 @@ def _verify_queue(
     )
 
 
+def _report_records(scan: _LogScan, out: _Problems, mask: np.ndarray, log_dir: Path, group: str, why: str) -> None:
+    """A problem for each record in ``mask`` (the first few built, the rest counted)."""
+    a = scan.arrays
+    for r in _first(out, np.flatnonzero(mask), log_dir, group):
+        out.add(
+            log_dir,
+            None,
+            f"record at commit log offset {scan.a_phy[r]} ({scan.topics[a['topic'][r]]} queue {a['qid'][r]} "
+            f"queueOffset {a['qoff'][r]}) {why}",
+            phy_offset=int(scan.a_phy[r]),
+            group=group,
+        )
+
+
 def _check_coverage(
     scan: _LogScan, queues: list[_QueueInfo], out: _Problems, horizon: int, log_dir: Path, forecast: RecoveryForecast
 ) -> None:
@@ -998,15 +1018,8 @@ def _check_coverage(
             g_first[g], g_end[g], g_exists[g], g_fill[g] = q.first_qoff, q.end_qoff, True, q.filler_end
     first, end, exists = g_first[inverse], g_end[inverse], g_exists[inverse]
     filled = consumable & exists & (a["qoff"] >= first) & (a["qoff"] < g_fill[inverse])
-    for r in _first(out, np.flatnonzero(filled), log_dir, "filler over record"):
-        out.add(
-            log_dir,
-            None,
-            f"record at commit log offset {scan.a_phy[r]} ({scan.topics[a['topic'][r]]} queue {a['qid'][r]} "
-            f"queueOffset {a['qoff'][r]}) has a fillPreBlank filler as its consume queue entry: it cannot be consumed",
-            phy_offset=int(scan.a_phy[r]),
-            group="filler over record",
-        )
+    why = "has a fillPreBlank filler as its consume queue entry: it cannot be consumed"
+    _report_records(scan, out, filled, log_dir, "filler over record", why)
     expired = exists & (a["qoff"] < first)
     missing = consumable & ~expired & (~exists | (a["qoff"] >= end))
     pending = missing & (scan.a_phy >= horizon)
@@ -1021,15 +1034,7 @@ def _check_coverage(
             "(deleted, or cleaned as unused)",
             INFO,
         )
-    for r in _first(out, np.flatnonzero(behind & exists), log_dir, "missing from queue"):
-        out.add(
-            log_dir,
-            None,
-            f"record at commit log offset {scan.a_phy[r]} ({scan.topics[a['topic'][r]]} queue {a['qid'][r]} "
-            f"queueOffset {a['qoff'][r]}) is missing from its consume queue",
-            phy_offset=int(scan.a_phy[r]),
-            group="missing from queue",
-        )
+    _report_records(scan, out, behind & exists, log_dir, "missing from queue", "is missing from its consume queue")
     if pending.any():
         idx = np.flatnonzero(pending)
         lo = int(scan.a_phy[idx[0]])
