@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from .commitlog import Record, decode_record
-from .consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
+from .consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array
 from .dispatch import DispatchRequest, scan_requests
 from .errors import CorruptData, UnsafePlan, UnsupportedStore
 from .indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from .indexfile import decode_header as decode_index_header
 from .layout import Segment
 from .store import Store, map_file
-from .walk import Stop, StopKind, data_end, walk_chain
+from .walk import Stop, StopKind, data_end, queue_tail, walk_chain
 
 RECORD_SLACK = 65536  # 4.9.5+: a record may exceed maxMessageSize by this much
 
@@ -53,14 +53,7 @@ def last_cq_entry(segs: list[Segment]) -> tuple[int, int] | None:
 
 def queue_end(segs: list[Segment]) -> int:
     """Byte end of a queue's valid entries (``last.from + validEnd``), as recovery computes it."""
-    if not segs:
-        return 0
-    last = segs[-1]
-    with map_file(last.path) as buf:
-        arr = entries_array(buf)
-        n = valid_prefix(arr)
-        del arr
-    return last.base_offset + n * ENTRY_SIZE
+    return queue_tail(segs).end
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,14 +41,14 @@ from .commitlog import (
     parse_properties,
     read_head,
 )
-from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix, write_entry
+from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, write_entry
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
 from .problems import ProblemKind
 from .rules import rules_for
 from .safety import queue_dir, record_place
-from .walk import Stop, StopKind, indexed, queued
+from .walk import Stop, StopKind, indexed, queue_tail, queued
 
 _INT_MAX = 0x7FFFFFFF
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -214,24 +214,11 @@ class _QueueWriter:
         self.last_ts = 0
         self.written = 0
         self._maps: dict[int, mmap.mmap] = {}
-        if self.segs:
-            last = self.segs[-1]
-            with open(last.path, "rb") as f:
-                data = f.read()
-            arr = entries_array(data)
-            n = valid_prefix(arr)
-            self.end = last.base_offset + n * ENTRY_SIZE
-            if n:
-                e = arr[n - 1]
-                self.max_phy = int(e["phy_offset"]) + (0 if broker_4_4 else int(e["size"]))
-            elif len(self.segs) > 1:
-                prev = self.segs[-2]
-                with open(prev.path, "rb") as f:
-                    parr = entries_array(f.read())
-                pn = valid_prefix(parr)
-                if pn:
-                    e = parr[pn - 1]
-                    self.max_phy = int(e["phy_offset"]) + (0 if broker_4_4 else int(e["size"]))
+        tail = queue_tail(self.segs)
+        self.end = tail.end
+        if tail.last_entry is not None:
+            phy, size = tail.last_entry
+            self.max_phy = phy + (0 if broker_4_4 else size)
 
     def _map(self, base: int) -> mmap.mmap:
         m = self._maps.get(base)

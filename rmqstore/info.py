@@ -39,14 +39,14 @@ from .commitlog import (
     read_head,
     store_timestamp_at,
 )
-from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array
 from .errors import CorruptData, RmqstoreError
 from .indexfile import HEADER_SIZE, IndexHeader, decode_header
 from .layout import Segment
 from .problems import ERROR, INFO, WARNING, Problem
 from .rules import rules_for
 from .store import Store, map_file
-from .walk import Stop, StopKind, walk_chain
+from .walk import Stop, StopKind, queue_tail, walk_chain
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -417,21 +417,8 @@ def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tup
         return QueueInfo(topic, queue_id, 0, 0, 0, -1, -1), problems
     # Max: the valid prefix of the last file (§8.4; earlier files are taken as complete).
     last = segs[-1]
-    last_entry: tuple[int, int] | None = None
-    with map_file(last.path) as buf:
-        arr = entries_array(buf, 0, min(len(buf), file_size))
-        valid = valid_prefix(arr)
-        if valid:
-            last_entry = (int(arr["phy_offset"][valid - 1]), int(arr["size"][valid - 1]))
-        del arr
-    if last_entry is None and len(segs) > 1:
-        prev = segs[-2]
-        with map_file(prev.path) as buf:
-            if len(buf) >= ENTRY_SIZE:
-                arr = entries_array(buf, len(buf) - ENTRY_SIZE, len(buf))
-                if valid_prefix(arr):
-                    last_entry = (int(arr["phy_offset"][0]), int(arr["size"][0]))
-                del arr
+    tail = queue_tail(segs, file_size)
+    valid, last_entry = (tail.end - last.base_offset) // ENTRY_SIZE, tail.last_entry
     max_offset = (last.base_offset + valid * ENTRY_SIZE) // ENTRY_SIZE
     # Min: the 4.x correctMinOffset scan of the first file (§4.4); minLogicOffset stays 0 if nothing matches.
     first = segs[0]

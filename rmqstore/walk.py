@@ -52,6 +52,7 @@ from .codec.commitlog import (
     prop_crc_check,
     read_head,
 )
+from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
 from .errors import ChecksumMismatch, CorruptData
 from .layout import Segment, StoreConfig
 from .store import map_file
@@ -130,6 +131,34 @@ def queued(sys_flag: Any) -> Any:
 def indexed(sys_flag: Any) -> Any:
     """Whether a record's keys go into the index: anything but a rollback (§5.3)."""
     return (sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK_TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTail:
+    """Where a consume queue's valid entries end, as the queue's recovery reads its last files (§8.4)."""
+
+    end: int  # byte offset in the queue stream: the last file's start plus its valid prefix
+    last_entry: tuple[int, int] | None  # (phy offset, size) of the last valid entry (the file before when none)
+
+
+def _last_valid(path: Path, file_size: int | None) -> tuple[int, tuple[int, int] | None]:
+    """The number of valid entries a consume queue file starts with, and the last of them."""
+    with map_file(path) as buf:
+        arr = entries_array(buf, 0, min(len(buf), file_size) if file_size else None)
+        n = valid_prefix(arr)
+        entry = (int(arr["phy_offset"][n - 1]), int(arr["size"][n - 1])) if n else None
+        del arr
+    return n, entry
+
+
+def queue_tail(segs: Sequence[Segment], file_size: int | None = None) -> QueueTail:
+    """The end of a consume queue (its files ``segs``) and its last valid entry; earlier files count as full."""
+    if not segs:
+        return QueueTail(0, None)
+    n, entry = _last_valid(segs[-1].path, file_size)
+    if entry is None and len(segs) > 1:
+        entry = _last_valid(segs[-2].path, file_size)[1]
+    return QueueTail(segs[-1].base_offset + n * ENTRY_SIZE, entry)
 
 
 def walk_chain(

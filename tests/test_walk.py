@@ -233,3 +233,25 @@ def test_one_resync_finds_the_next_record_after_damage(base: str, case: str, tmp
     magic_v2 = int.from_bytes(data[starts[2] + 4 : starts[2] + 8], "big") == MAGIC_V2
     no_v2 = walk.RecordStarts(bytes(damaged), len(damaged), seg.base_offset, v2=False).resync(starts[1] - 1)
     assert (no_v2 != starts[2]) if magic_v2 else (no_v2 == starts[2])
+
+
+def test_queue_tail_is_the_valid_prefix_of_the_last_file(tmp_path: Path) -> None:
+    import numpy as np
+
+    from rmqstore.consumequeue import ENTRY_DTYPE, ENTRY_SIZE
+
+    def write(name: int, entries: list[tuple[int, int]], slots: int = 4) -> Segment:
+        arr = np.zeros(slots, dtype=ENTRY_DTYPE)
+        for i, (phy, size) in enumerate(entries):
+            arr[i]["phy_offset"], arr[i]["size"] = phy, size
+        p = tmp_path / f"{name:020d}"
+        p.write_bytes(arr.tobytes())
+        return Segment(p, name, slots * ENTRY_SIZE)
+
+    full = write(0, [(0, 10), (10, 10), (20, 10), (30, 10)])
+    assert walk.queue_tail([]) == walk.QueueTail(0, None)
+    assert walk.queue_tail([full]) == walk.QueueTail(4 * ENTRY_SIZE, (30, 10))
+    part = write(4 * ENTRY_SIZE, [(40, 10), (50, 10), (0, 0), (70, 10)])  # a hole ends the valid entries
+    assert walk.queue_tail([full, part]) == walk.QueueTail(6 * ENTRY_SIZE, (50, 10))
+    empty = write(4 * ENTRY_SIZE, [])  # nothing valid in the last file: the last entry is the file before's
+    assert walk.queue_tail([full, empty]) == walk.QueueTail(4 * ENTRY_SIZE, (30, 10))
