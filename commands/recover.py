@@ -32,21 +32,38 @@ from ._plan import Detail, PlanView, render_plan, show_and_apply
 app = typer.Typer()
 
 
+CheckCrcOpt = Annotated[
+    bool | None,
+    typer.Option("--check-crc/--no-check-crc", help="Verify body CRCs (default: checkCRCOnRecover, true)."),
+]
+RebuildIndexOpt = Annotated[bool, typer.Option("--rebuild-index", help="Rebuild every index file from the commit log.")]
+RebuildCqOpt = Annotated[
+    bool, typer.Option("--rebuild-consumequeue", help="Rebuild every consume queue from the commit log.")
+]
+
+
+def _plan(st: Any, quiet: bool, **options: Any) -> tuple[rec.RecoverPlan, bool]:
+    """The pending plan of an interrupted run (resumed), else a new plan; and whether it resumes."""
+    plan = rec.pending_plan(st.root)
+    if plan is not None:
+        err.print("an interrupted recovery is pending: resuming its journal (options of this run are ignored)")
+        return plan, True
+    with progress_bar(_walk_size(st), "checking commit log", quiet=quiet) as advance:
+        now_ms = int(time.time() * 1000)
+        plan = plan_for_detected(
+            st, lambda s: rec.plan_recover(s, now_ms=now_ms, progress=advance, **options), "recover"
+        )
+    return plan, False
+
+
 @app.command("recover", cls=Command)
 @reports_errors
 def recover_command(
     store: StorePath,
     dry_run: DryRunOpt = False,
-    check_crc: Annotated[
-        bool | None,
-        typer.Option("--check-crc/--no-check-crc", help="Verify body CRCs (default: checkCRCOnRecover, true)."),
-    ] = None,
-    rebuild_index: Annotated[
-        bool, typer.Option("--rebuild-index", help="Rebuild every index file from the commit log.")
-    ] = False,
-    rebuild_consumequeue: Annotated[
-        bool, typer.Option("--rebuild-consumequeue", help="Rebuild every consume queue from the commit log.")
-    ] = False,
+    check_crc: CheckCrcOpt = None,
+    rebuild_index: RebuildIndexOpt = False,
+    rebuild_consumequeue: RebuildCqOpt = False,
     quarantine: QuarantineOpt = None,
     no_quarantine: NoQuarantineOpt = False,
     broker_config: BrokerConfigOpt = None,
@@ -71,27 +88,15 @@ def recover_command(
     ) as st:
         if dry_run and st.lock_holder() is not None:
             raise locked_error(st.config.lock_path, st.lock_holder())
-        plan = rec.pending_plan(st.root)
-        resuming = plan is not None
-        if plan is None:
-            with progress_bar(_walk_size(st), "checking commit log", quiet=quiet) as advance:
-                now_ms = int(time.time() * 1000)
-                plan = plan_for_detected(
-                    st,
-                    lambda s: rec.plan_recover(
-                        s,
-                        now_ms=now_ms,
-                        check_crc=check_crc,
-                        rebuild_index=rebuild_index,
-                        rebuild_consume_queue=rebuild_consumequeue,
-                        quarantine=quarantine,
-                        use_quarantine=not no_quarantine,
-                        progress=advance,
-                    ),
-                    "recover",
-                )
-        else:
-            err.print("an interrupted recovery is pending: resuming its journal (options of this run are ignored)")
+        plan, resuming = _plan(
+            st,
+            quiet,
+            check_crc=check_crc,
+            rebuild_index=rebuild_index,
+            rebuild_consume_queue=rebuild_consumequeue,
+            quarantine=quarantine,
+            use_quarantine=not no_quarantine,
+        )
         view = _view(plan)
         for note in plan.notes:
             err.print(f"note: {note}")

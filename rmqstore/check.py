@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import zlib
 from array import array
 from collections import Counter
@@ -46,12 +45,10 @@ import numpy as np
 from . import checkpoint as cpmod
 from . import config as cfgjson
 from .commitlog import (
-    BLANK_MAGIC,
     HEAD_V4,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE_V1,
-    OFFSETS_V4,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -59,16 +56,13 @@ from .commitlog import (
     SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Blank,
     decode_record,
     parse_properties,
     prop_crc_check,
     read_head,
-    store_timestamp_at,
 )
-from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, decode_bcq_entry, entries_array
+from .consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
 from .errors import ConfigError, CorruptData, RecordSizeMismatch
 from .indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from .indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
@@ -79,12 +73,10 @@ from .offsets import commitlog_min_phy, queue_range, range_from_files, read_cons
 from .problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from .rules import rules_for
 from .store import Store, map_file
-from .walk import first_nonzero
+from .walk import RecordStarts, TopicIds, first_nonzero, indexed, queued
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
-_MAGIC_BYTES = {m: struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC)}
-_PHY_AT = OFFSETS_V4["phy_offset"]
 _V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
@@ -252,8 +244,7 @@ class _FileRun:
 class _LogScan:
     """Fields of every readable record, in commit log order (so sorted by phy offset)."""
 
-    topics: list[str] = field(default_factory=list)
-    topic_ids: dict[str, int] = field(default_factory=dict)
+    names: TopicIds = field(default_factory=TopicIds)  # topic name <-> id of every record
     # one row per record: phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
     # computes, store timestamp, transaction type
     rows: array = field(default_factory=lambda: array("q"))  # flat: 8 longs a record
@@ -267,12 +258,16 @@ class _LogScan:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     keys_sorted: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
+    @property
+    def topics(self) -> list[str]:
+        return self.names.names
+
+    @property
+    def topic_ids(self) -> dict[str, int]:
+        return self.names.ids
+
     def topic_id(self, name: str) -> int:
-        tid = self.topic_ids.get(name)
-        if tid is None:
-            tid = self.topic_ids[name] = len(self.topics)
-            self.topics.append(name)
-        return tid
+        return self.names.id(name)
 
     def finish(self) -> None:
         table = (
@@ -307,6 +302,23 @@ class _LogScan:
         return safe, hit
 
 
+@dataclass
+class _OpenFile:
+    """The commit log file a walk is in, mapped."""
+
+    seg: Segment
+    buf: Any
+    view: memoryview
+    size: int
+    run: _FileRun
+    shifts: list[tuple[int, int]]
+    starts: RecordStarts | None = None  # built at the first resync
+
+    @property
+    def path(self) -> str:
+        return str(self.seg.path)
+
+
 class _Walker:
     """Lenient walk over commit log files, building a :class:`_LogScan`."""
 
@@ -320,7 +332,6 @@ class _Walker:
         self.out = out
         self.progress = progress
         self.v2_ok = rules_for(self.broker).v2_magic
-        self.magics = [MAGIC_V1, MAGIC_V2] if self.v2_ok else [MAGIC_V1]
         try:
             self.levels = st.config.delay_levels_ms()
         except ValueError:
@@ -332,36 +343,6 @@ class _Walker:
         self._topics: dict[bytes, tuple[str, int]] = {}
 
     # -- helpers ------------------------------------------------------------------
-    def _resync(self, buf: Any, start: int, seg: Segment) -> int | None:
-        """The next position >= ``start`` where a record (or end-of-file BLANK) verifiably starts."""
-        n = len(buf)
-        nexts = {m: buf.find(_MAGIC_BYTES[m], start + 4) for m in (*self.magics, BLANK_MAGIC)}
-        while True:
-            live = {m: i for m, i in nexts.items() if i >= 0}
-            if not live:
-                return None
-            magic = min(live, key=lambda m: live[m])
-            i = live[magic]
-            cand = i - 4
-            if cand >= start and self._verifies(buf, cand, seg, magic, n):
-                return cand
-            nexts[magic] = buf.find(_MAGIC_BYTES[magic], i + 1)
-
-    def _verifies(self, buf: Any, pos: int, seg: Segment, magic: int, n: int) -> bool:
-        total, _ = read_head(buf, pos)
-        if magic == BLANK_MAGIC:
-            return total == n - pos
-        if (
-            pos + _PHY_AT + 8 > n
-            or int.from_bytes(buf[pos + _PHY_AT : pos + _PHY_AT + 8], "big", signed=True) != seg.base_offset + pos
-        ):
-            return False
-        try:
-            decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
-        except CorruptData:
-            return False
-        return True
-
     def _stop(self, phy: int) -> None:
         if not self.scan.stops or self.scan.stops[-1] != phy:
             self.scan.stops.append(phy)
@@ -390,130 +371,129 @@ class _Walker:
 
     def _walk_file(self, seg: Segment) -> _FileRun:
         run = _FileRun(seg)
-        path = str(seg.path)
         shifts: list[tuple[int, int]] = []
         reported = 0
-        base = seg.base_offset
         with map_file(seg.path) as buf, memoryview(buf) as view:
-            n = len(buf)
-            pos = 0
-            unpack = HEAD_V4.unpack_from
-            while True:
+            f = _OpenFile(seg, buf, view, len(buf), run, shifts)
+            pos: int | None = 0
+            while pos is not None:
                 if pos - reported >= _CHUNK and self.progress is not None:
                     self.progress(pos - reported)
                     reported = pos
-                if n - pos >= HEAD_V4.size:
-                    # Fast path: a V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly
-                    # what decode_record accepts for such a record; anything else goes through it.
-                    (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
-                     body_len) = unpack(buf, pos)  # fmt: skip
-                    if (
-                        magic == MAGIC_V1
-                        and not sys_flag & _V6_FLAGS
-                        and MIN_RECORD_SIZE_V1 <= total <= n - pos
-                        and body_len >= 0
-                    ):
-                        end = pos + total
-                        p = pos + HEAD_V4.size + body_len
-                        if p < end:
-                            topic_len = buf[p]
-                            q = p + 1 + topic_len
-                            if topic_len < 128 and q + 2 <= end:
-                                props_len = (buf[q] << 8) | buf[q + 1]
-                                if (
-                                    props_len < 0x8000
-                                    and MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len == total
-                                ):
-                                    if body_len:
-                                        start = pos + HEAD_V4.size
-                                        computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
-                                        if computed != crc:
-                                            self._crc_problem(path, pos, base + pos, crc, computed)
-                                    if self.prop_crc:
-                                        self._check_prop_crc(buf, path, pos, base, total)
-                                    topic = self._topic(bytes(view[p + 1 : q]))
-                                    raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
-                                    self._accept(
-                                        path, pos, base + pos, magic, phy_field, sys_flag, qid, qoff, total, store_ts,
-                                        topic, raw, shifts,
-                                    )  # fmt: skip
-                                    run.records += 1
-                                    pos = end
-                                    continue
-                if n - pos < 8:
-                    run.end_kind, run.end_pos = "eof", pos
-                    self._stop(base + pos)
-                    if pos < n and any(buf[pos:n]):
-                        run.garbage_pos, run.tail_what = pos, f"{n - pos} bytes too short for a record header"
-                    break
-                total, magic = read_head(buf, pos)
-                if total == 0 and magic == 0:
-                    self._stop(base + pos)
-                    nz = first_nonzero(buf, pos, n, path=seg.path)
-                    # a record's TOTALSIZE has a non-zero byte among its first four
-                    nxt = None if nz is None else self._resync(buf, max(pos, nz - 3), seg)
-                    if nxt is None:
-                        run.end_kind, run.end_pos = "zeros", pos
-                        run.garbage_pos = nz
-                        break
-                    self.out.add(
-                        path,
-                        pos,
-                        f"zero bytes from byte {pos} to {nxt} inside the data: the broker stops reading here "
-                        "and truncates the records after it",
-                        phy_offset=base + pos,
-                        group="zero gap",
-                    )
-                    pos = nxt
-                    continue
-                try:
-                    rec = decode_record(buf, pos, path=path, file_from=base, broker=self.broker)
-                except CorruptData as e:
-                    self._stop(base + pos)
-                    nxt = self._resync(buf, pos + 1, seg)
-                    if nxt is None:
-                        run.end_kind, run.end_pos = "invalid", pos
-                        run.garbage_pos, run.tail_what = pos, e.what
-                        break
-                    skipped = "" if isinstance(e, RecordSizeMismatch) else "unreadable "
-                    self.out.add(
-                        path,
-                        pos,
-                        f"{e.what}; {nxt - pos} {skipped}bytes up to the next valid record at byte {nxt}",
-                        phy_offset=base + pos,
-                        group="bad record",
-                    )
-                    pos = nxt
-                    continue
-                if isinstance(rec, Blank):
-                    self.scan.blanks += 1
-                    if rec.total_size != n - pos:
-                        self.out.add(
-                            path,
-                            pos,
-                            f"BLANK record says {rec.total_size} bytes remain, the file has {n - pos} left",
-                            WARNING,
-                            phy_offset=rec.phy_offset,
-                        )
-                    run.end_kind, run.end_pos = "blank", pos
-                    break
-                if rec.body and not rec.crc_ok():
-                    self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
-                if self.prop_crc:
-                    self._check_prop_crc(buf, path, pos, base, rec.total_size)
-                self._accept(
-                    path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
-                    rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw,
-                    shifts,
-                )  # fmt: skip
-                run.records += 1
-                pos += rec.total_size
+                nxt = self._fast_record(f, pos) if f.size - pos >= HEAD_V4.size else None
+                pos = nxt if nxt is not None else self._slow_step(f, pos)
+            f.starts = None
         if self.progress is not None:
             self.progress(seg.size - reported)
         self._report_shifts(seg, run, shifts)
         if len(self._key_strs) > 200_000:
             self._flush_keys()
         return run
+
+    def _fast_record(self, f: _OpenFile, pos: int) -> int | None:
+        """A V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly what decode_record
+        accepts for such a record: read it here and return where the next one starts; None leaves
+        anything else to the decoder."""
+        buf, view, n, base = f.buf, f.view, f.size, f.seg.base_offset
+        (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
+         body_len) = HEAD_V4.unpack_from(buf, pos)  # fmt: skip
+        if magic != MAGIC_V1 or sys_flag & _V6_FLAGS or not MIN_RECORD_SIZE_V1 <= total <= n - pos or body_len < 0:
+            return None
+        end = pos + total
+        p = pos + HEAD_V4.size + body_len
+        if p >= end:
+            return None
+        topic_len = buf[p]
+        q = p + 1 + topic_len
+        if topic_len >= 128 or q + 2 > end:
+            return None
+        props_len = (buf[q] << 8) | buf[q + 1]
+        if props_len >= 0x8000 or MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len != total:
+            return None
+        if body_len:
+            start = pos + HEAD_V4.size
+            computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
+            if computed != crc:
+                self._crc_problem(f.path, pos, base + pos, crc, computed)
+        if self.prop_crc:
+            self._check_prop_crc(buf, f.path, pos, base, total)
+        topic = self._topic(bytes(view[p + 1 : q]))
+        raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
+        self._accept(
+            f.path, pos, base + pos, magic, phy_field, sys_flag, qid, qoff, total, store_ts, topic, raw, f.shifts
+        )
+        f.run.records += 1
+        return end
+
+    def _resync(self, f: _OpenFile, start: int) -> int | None:
+        """The next position >= ``start`` where a record (or the file-ending BLANK) verifiably starts."""
+        if f.starts is None:
+            f.starts = RecordStarts(f.buf, f.size, f.seg.base_offset, v2=self.v2_ok)
+        return f.starts.resync(start - 1)
+
+    def _slow_step(self, f: _OpenFile, pos: int) -> int | None:
+        """One step through the decoder: the end of the data, a gap, damage, a BLANK or a record."""
+        buf, n, base, path, run = f.buf, f.size, f.seg.base_offset, f.path, f.run
+        if n - pos < 8:
+            run.end_kind, run.end_pos = "eof", pos
+            self._stop(base + pos)
+            if pos < n and any(buf[pos:n]):
+                run.garbage_pos, run.tail_what = pos, f"{n - pos} bytes too short for a record header"
+            return None
+        total, magic = read_head(buf, pos)
+        if total == 0 and magic == 0:
+            return self._zero_gap(f, pos)
+        try:
+            rec = decode_record(buf, pos, path=path, file_from=base, broker=self.broker)
+        except CorruptData as e:
+            self._stop(base + pos)
+            nxt = self._resync(f, pos + 1)
+            if nxt is None:
+                run.end_kind, run.end_pos = "invalid", pos
+                run.garbage_pos, run.tail_what = pos, e.what
+                return None
+            skipped = "" if isinstance(e, RecordSizeMismatch) else "unreadable "
+            what = f"{e.what}; {nxt - pos} {skipped}bytes up to the next valid record at byte {nxt}"
+            self.out.add(path, pos, what, phy_offset=base + pos, group="bad record")
+            return nxt
+        if isinstance(rec, Blank):
+            self.scan.blanks += 1
+            if rec.total_size != n - pos:
+                what = f"BLANK record says {rec.total_size} bytes remain, the file has {n - pos} left"
+                self.out.add(path, pos, what, WARNING, phy_offset=rec.phy_offset)
+            run.end_kind, run.end_pos = "blank", pos
+            return None
+        if rec.body and not rec.crc_ok():
+            self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
+        if self.prop_crc:
+            self._check_prop_crc(buf, path, pos, base, rec.total_size)
+        self._accept(
+            path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
+            rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw, f.shifts,
+        )  # fmt: skip
+        run.records += 1
+        return pos + rec.total_size
+
+    def _zero_gap(self, f: _OpenFile, pos: int) -> int | None:
+        """Zeros where a record should start: the end of the data, or a gap with records after it."""
+        base = f.seg.base_offset
+        self._stop(base + pos)
+        nz = first_nonzero(f.buf, pos, f.size, path=f.seg.path)
+        # a record's TOTALSIZE has a non-zero byte among its first four
+        nxt = None if nz is None else self._resync(f, max(pos, nz - 3))
+        if nxt is None:
+            f.run.end_kind, f.run.end_pos = "zeros", pos
+            f.run.garbage_pos = nz
+            return None
+        self.out.add(
+            f.path,
+            pos,
+            f"zero bytes from byte {pos} to {nxt} inside the data: the broker stops reading here "
+            "and truncates the records after it",
+            phy_offset=base + pos,
+            group="zero gap",
+        )
+        return nxt
 
     def _topic(self, raw: bytes) -> tuple[str, int]:
         """Topic name and id, decoded as decode_record does (UTF-8, bad bytes replaced)."""
@@ -606,7 +586,7 @@ class _Walker:
         rows = self.scan.rows
         number = len(rows) // 8
         rows.extend((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
-        if tx != TRANSACTION_ROLLBACK_TYPE and props and not self.light:  # §5.3: rollback is not indexed
+        if indexed(tx) and props and not self.light:  # §5.3: rollback is not indexed
             uniq = props.get(PROP_UNIQ_KEY)
             if uniq:
                 self._key_strs.append(f"{name}#{uniq}")
@@ -787,14 +767,10 @@ def _verify_batch_queue(
     st: Store, topic: str, qid: int, scan: _LogScan, out: _Problems, counts: Counter[str]
 ) -> _QueueInfo:
     """A 5.x batch consume queue: every unit is a record of this topic and queue at its base offset (§4.7)."""
-    units = []
-    for seg in st.bcq_segments(topic, qid)[0]:
-        with map_file(seg.path) as buf:
-            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                e = decode_bcq_entry(buf, pos, path=str(seg.path))
-                if e.ends_queue:
-                    break
-                units.append((seg.path, pos, e))
+    from .dump import scan_batch_queue
+
+    segs = st.bcq_segments(topic, qid)[0]
+    units = [(segs[0].path.parent / u.file, u.pos, u.entry) for u in scan_batch_queue(st, topic, qid)]
     counts["cqEntries"] += len(units)
     if not units:
         return _QueueInfo(topic, qid, 0, 0, -1, -1)
@@ -827,6 +803,134 @@ def _verify_batch_queue(
     )
 
 
+@dataclass
+class _Entries:
+    """One consume queue's entries as arrays, and where each one is on disk."""
+
+    segs: Sequence[Segment]
+    qoff: np.ndarray
+    fno: np.ndarray
+    pos: np.ndarray
+    phy: np.ndarray
+    size: np.ndarray
+    tags: np.ndarray
+
+    @property
+    def qdir(self) -> Path:
+        return self.segs[0].path.parent
+
+    def where(self, i: int) -> tuple[Path, int]:
+        return self.segs[int(self.fno[i])].path, int(self.pos[i])
+
+    def report(self, out: _Problems, idx: np.ndarray, group: str, what: Callable[[int], str]) -> None:
+        """A problem at each entry of ``idx`` that points at a commit log offset (the first few built)."""
+        for i in _first(out, idx, self.qdir, group):
+            p, b = self.where(i)
+            out.add(p, b, what(int(i)), phy_offset=int(self.phy[i]), group=group)
+
+
+def _queue_prefix(e: _Entries, out: _Problems) -> tuple[int, np.ndarray, np.ndarray, int]:
+    """Invalid entries, the gap that ends the queue, misplaced fillers; returns (end of the valid prefix,
+    the real entries before it, the fillers before it, the first real entry)."""
+    phy, size, tags, qoff = e.phy, e.size, e.tags, e.qoff
+    valid = (phy >= 0) & (size > 0)
+    zero = (phy == 0) & (size == 0) & (tags == 0)
+    filler = (phy == 0) & (size == FILLER_SIZE) & (tags == 0)
+    for i in _first(out, np.flatnonzero(~valid & ~zero), e.qdir, "invalid entry"):
+        p, b = e.where(i)
+        out.add(p, b, f"invalid entry: commit log offset {phy[i]}, size {size[i]}", group="invalid entry")
+    bad = np.flatnonzero(~valid)
+    end = int(bad[0]) if bad.size else len(phy)
+    after = np.flatnonzero(valid[end:] & ~filler[end:])
+    if after.size:
+        p, b = e.where(end)
+        out.add(
+            p,
+            b,
+            f"gap at queue offset {qoff[end]}: an empty or invalid entry followed by {after.size} valid entries; the broker "
+            f"stops reading the queue here (max offset {qoff[end]}) and loses them",
+            phy_offset=None,
+        )
+    real = valid.copy()
+    real[end:] = False
+    # fillPreBlank fillers: only before the first real entry of the queue's first file
+    fill_idx = np.flatnonzero(filler[:end])
+    nonfill = np.flatnonzero(real & ~filler)
+    first_real = int(nonfill[0]) if nonfill.size else end
+    for i in _first(out, fill_idx[fill_idx > first_real], e.qdir, "filler"):
+        p, b = e.where(i)
+        out.add(p, b, "fillPreBlank filler entry after real entries", group="filler")
+    return end, real & ~filler, fill_idx, first_real
+
+
+def _entries_off_records(
+    e: _Entries, idx_real: np.ndarray, hit: np.ndarray, out: _Problems, log_min: int, data_end: int
+) -> None:
+    """Entries that point past the end of the data or where no record starts (expired ones aside)."""
+    e_phy = e.phy[idx_real]
+    past = ~hit & (e_phy >= data_end)
+    inside = ~hit & (e_phy >= log_min) & ~past
+    e.report(
+        out,
+        idx_real[past],
+        "past end",
+        lambda i: (
+            f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, past the end of the "
+            f"commit log data ({data_end}): the broker truncates the queue there at start"
+        ),
+    )
+    e.report(
+        out,
+        idx_real[inside],
+        "not a record",
+        lambda i: f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, where no record starts",
+    )
+
+
+def _entry_mismatches(
+    e: _Entries, topic: str, qid: int, ri: np.ndarray, ei: np.ndarray, scan: _LogScan, out: _Problems, cfg: Any
+) -> None:
+    """Entries whose record (``ri``, for entries ``ei``) disagrees with them."""
+    a = scan.arrays
+    mismatch = {
+        "topic": a["topic"][ri] != scan.topic_ids.get(topic, -1),
+        "queue id": a["qid"][ri] != qid,
+        "queue offset": a["qoff"][ri] != e.qoff[ei],
+        "size": a["size"][ri] != e.size[ei],
+        "tagsCode": a["tags"][ri] != e.tags[ei],
+        "transaction type": ~queued(a["tx"][ri]),
+    }
+    if cfg.enable_consume_queue_ext:
+        mismatch["tagsCode"] &= e.tags[ei] > EXT_ADDR_MAX  # ext addresses are not tag hashes
+    if cfg.enable_multi_dispatch and (mismatch["topic"] | mismatch["queue id"]).any():
+        # a multi-dispatch queue: the record names it in INNER_MULTI_DISPATCH, with this queue offset
+        listed = lmq_listed(cfg, topic, qid, scan.a_phy[ri], e.qoff[ei])
+        for name in ("topic", "queue id", "queue offset"):
+            mismatch[name] &= ~listed
+    any_bad = np.zeros(len(ei), dtype=bool)
+    for m in mismatch.values():
+        any_bad |= m
+
+    def what(j: int) -> str:
+        i, r = int(ei[j]), int(ri[j])
+        fields = [name for name, m in mismatch.items() if m[j]]
+        rec_desc = (
+            f"topic {scan.topics[a['topic'][r]]} queue {a['qid'][r]} queueOffset {a['qoff'][r]} size {a['size'][r]} "
+            f"tagsCode {a['tags'][r]}"
+        )
+        if "transaction type" in fields:
+            rec_desc += " (a prepared/rollback record, which never gets an entry)"
+        return (
+            f"entry for queue offset {e.qoff[i]} (commit log offset {e.phy[i]}, size {e.size[i]}, tagsCode "
+            f"{e.tags[i]}) does not match the record there: {', '.join(fields)} differ ({rec_desc})"
+        )
+
+    bad = np.flatnonzero(any_bad)
+    for j in _first(out, bad, e.qdir, "entry mismatch"):
+        p, b = e.where(int(ei[j]))
+        out.add(p, b, what(int(j)), phy_offset=int(e.phy[ei[j]]), group="entry mismatch")
+
+
 def _verify_queue(
     topic: str,
     qid: int,
@@ -841,109 +945,15 @@ def _verify_queue(
     data_end: int,
     cfg: Any,
 ) -> _QueueInfo:
-    phy = arr["phy_offset"].astype(np.int64)
-    size = arr["size"].astype(np.int64)
-    tags = arr["tags_code"].astype(np.int64)
+    phy, size = arr["phy_offset"].astype(np.int64), arr["size"].astype(np.int64)
+    e = _Entries(segs, qoff, fno, pos, phy, size, arr["tags_code"].astype(np.int64))
     first_qoff = segs[0].base_offset // ENTRY_SIZE
-    valid = (phy >= 0) & (size > 0)
-    zero = (phy == 0) & (size == 0) & (tags == 0)
-    filler = (phy == 0) & (size == FILLER_SIZE) & (tags == 0)
-
-    def where(i: int) -> tuple[Path, int]:
-        return segs[int(fno[i])].path, int(pos[i])
-
-    qdir = segs[0].path.parent
-    for i in _first(out, np.flatnonzero(~valid & ~zero), qdir, "invalid entry"):
-        p, b = where(i)
-        out.add(p, b, f"invalid entry: commit log offset {phy[i]}, size {size[i]}", group="invalid entry")
-    bad = np.flatnonzero(~valid)
-    end = int(bad[0]) if bad.size else len(arr)
-    after = np.flatnonzero(valid[end:] & ~filler[end:])
-    if after.size:
-        p, b = where(end)
-        out.add(
-            p,
-            b,
-            f"gap at queue offset {qoff[end]}: an empty or invalid entry followed by {after.size} valid entries; the broker "
-            f"stops reading the queue here (max offset {qoff[end]}) and loses them",
-            phy_offset=None,
-        )
-    real = valid.copy()
-    real[end:] = False
-    # fillPreBlank fillers: only before the first real entry of the queue's first file
-    fill_idx = np.flatnonzero(filler[:end])
-    nonfill = np.flatnonzero(real & ~filler)
-    first_real = int(nonfill[0]) if nonfill.size else end
-    for i in _first(out, fill_idx[fill_idx > first_real], qdir, "filler"):
-        p, b = where(i)
-        out.add(p, b, "fillPreBlank filler entry after real entries", group="filler")
-    real &= ~filler
+    end, real, fill_idx, first_real = _queue_prefix(e, out)
     idx_real = np.flatnonzero(real)
-    e_phy = phy[idx_real]
-    rec, hit = scan.lookup(e_phy)
-    expired = ~hit & (e_phy < log_min)
-    past = ~hit & (e_phy >= data_end)
-    inside = ~hit & ~expired & ~past
-    for i in _first(out, idx_real[past], qdir, "past end"):
-        p, b = where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {qoff[i]} points to commit log offset {phy[i]}, past the end of the commit log "
-            f"data ({data_end}): the broker truncates the queue there at start",
-            phy_offset=int(phy[i]),
-            group="past end",
-        )
-    for i in _first(out, idx_real[inside], qdir, "not a record"):
-        p, b = where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {qoff[i]} points to commit log offset {phy[i]}, where no record starts",
-            phy_offset=int(phy[i]),
-            group="not a record",
-        )
+    rec, hit = scan.lookup(phy[idx_real])
+    _entries_off_records(e, idx_real, hit, out, log_min, data_end)
     ok = np.flatnonzero(hit)
-    ri = rec[ok]
-    ei = idx_real[ok]
-    a = scan.arrays
-    want_topic = scan.topic_ids.get(topic, -1)
-    mismatch = {
-        "topic": a["topic"][ri] != want_topic,
-        "queue id": a["qid"][ri] != qid,
-        "queue offset": a["qoff"][ri] != qoff[ei],
-        "size": a["size"][ri] != size[ei],
-        "tagsCode": a["tags"][ri] != tags[ei],
-        "transaction type": (a["tx"][ri] != TRANSACTION_NOT_TYPE) & (a["tx"][ri] != TRANSACTION_COMMIT_TYPE),
-    }
-    if cfg.enable_consume_queue_ext:
-        mismatch["tagsCode"] &= tags[ei] > EXT_ADDR_MAX  # ext addresses are not tag hashes
-    if cfg.enable_multi_dispatch and (mismatch["topic"] | mismatch["queue id"]).any():
-        # a multi-dispatch queue: the record names it in INNER_MULTI_DISPATCH, with this queue offset
-        listed = lmq_listed(cfg, topic, qid, scan.a_phy[ri], qoff[ei])
-        for name in ("topic", "queue id", "queue offset"):
-            mismatch[name] &= ~listed
-    any_bad = np.zeros(len(ei), dtype=bool)
-    for m in mismatch.values():
-        any_bad |= m
-    for j in _first(out, np.flatnonzero(any_bad), qdir, "entry mismatch"):
-        i, r = int(ei[j]), int(ri[j])
-        fields = [name for name, m in mismatch.items() if m[j]]
-        rec_desc = (
-            f"topic {scan.topics[a['topic'][r]]} queue {a['qid'][r]} queueOffset {a['qoff'][r]} size {a['size'][r]} "
-            f"tagsCode {a['tags'][r]}"
-        )
-        if "transaction type" in fields:
-            rec_desc += " (a prepared/rollback record, which never gets an entry)"
-        p, b = where(i)
-        out.add(
-            p,
-            b,
-            f"entry for queue offset {qoff[i]} (commit log offset {phy[i]}, size {size[i]}, tagsCode {tags[i]}) "
-            f"does not match the record there: {', '.join(fields)} differ ({rec_desc})",
-            phy_offset=int(phy[i]),
-            group="entry mismatch",
-        )
+    _entry_mismatches(e, topic, qid, rec[ok], idx_real[ok], scan, out, cfg)
     last_phy = last_end = -1
     if idx_real.size:
         last = int(idx_real[-1])
@@ -956,6 +966,20 @@ def _verify_queue(
     )
 
 
+def _report_records(scan: _LogScan, out: _Problems, mask: np.ndarray, log_dir: Path, group: str, why: str) -> None:
+    """A problem for each record in ``mask`` (the first few built, the rest counted)."""
+    a = scan.arrays
+    for r in _first(out, np.flatnonzero(mask), log_dir, group):
+        out.add(
+            log_dir,
+            None,
+            f"record at commit log offset {scan.a_phy[r]} ({scan.topics[a['topic'][r]]} queue {a['qid'][r]} "
+            f"queueOffset {a['qoff'][r]}) {why}",
+            phy_offset=int(scan.a_phy[r]),
+            group=group,
+        )
+
+
 def _check_coverage(
     scan: _LogScan, queues: list[_QueueInfo], out: _Problems, horizon: int, log_dir: Path, forecast: RecoveryForecast
 ) -> None:
@@ -964,7 +988,7 @@ def _check_coverage(
         return
     a = scan.arrays
     by_key = {(q.topic, q.queue_id): q for q in queues}
-    consumable = (a["tx"] == TRANSACTION_NOT_TYPE) | (a["tx"] == TRANSACTION_COMMIT_TYPE)
+    consumable = queued(a["tx"])
     # one group per (topic, queue id) of the records, mapped back with the inverse index
     pairs = (a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF)
     order = np.argsort(pairs, kind="stable")
@@ -984,15 +1008,8 @@ def _check_coverage(
             g_first[g], g_end[g], g_exists[g], g_fill[g] = q.first_qoff, q.end_qoff, True, q.filler_end
     first, end, exists = g_first[inverse], g_end[inverse], g_exists[inverse]
     filled = consumable & exists & (a["qoff"] >= first) & (a["qoff"] < g_fill[inverse])
-    for r in _first(out, np.flatnonzero(filled), log_dir, "filler over record"):
-        out.add(
-            log_dir,
-            None,
-            f"record at commit log offset {scan.a_phy[r]} ({scan.topics[a['topic'][r]]} queue {a['qid'][r]} "
-            f"queueOffset {a['qoff'][r]}) has a fillPreBlank filler as its consume queue entry: it cannot be consumed",
-            phy_offset=int(scan.a_phy[r]),
-            group="filler over record",
-        )
+    why = "has a fillPreBlank filler as its consume queue entry: it cannot be consumed"
+    _report_records(scan, out, filled, log_dir, "filler over record", why)
     expired = exists & (a["qoff"] < first)
     missing = consumable & ~expired & (~exists | (a["qoff"] >= end))
     pending = missing & (scan.a_phy >= horizon)
@@ -1007,15 +1024,7 @@ def _check_coverage(
             "(deleted, or cleaned as unused)",
             INFO,
         )
-    for r in _first(out, np.flatnonzero(behind & exists), log_dir, "missing from queue"):
-        out.add(
-            log_dir,
-            None,
-            f"record at commit log offset {scan.a_phy[r]} ({scan.topics[a['topic'][r]]} queue {a['qid'][r]} "
-            f"queueOffset {a['qoff'][r]}) is missing from its consume queue",
-            phy_offset=int(scan.a_phy[r]),
-            group="missing from queue",
-        )
+    _report_records(scan, out, behind & exists, log_dir, "missing from queue", "is missing from its consume queue")
     if pending.any():
         idx = np.flatnonzero(pending)
         lo = int(scan.a_phy[idx[0]])
@@ -1080,13 +1089,9 @@ def _check_index(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str]
     return infos
 
 
-def _verify_index_file(
-    ix: IndexFile, h: IndexHeader, scan: _LogScan, out: _Problems, log_min: int, data_end: int, prev_end_ts: int | None
-) -> tuple[int, np.ndarray]:
-    """Check one index file; returns its entry count and the (record, hash) pairs it holds."""
-    path = ix.path
-    slots, max_entries = ix.slots, ix.max_entries
-    ent_pos = HEADER_SIZE + slots * 4
+def _index_count(ix: IndexFile, h: IndexHeader, out: _Problems) -> int:
+    """The header's indexCount (clamped to the file), after reporting the header's own problems."""
+    path, max_entries = ix.path, ix.max_entries
     count = h.index_count
     if count < 0 or count > max_entries:
         out.add(path, 36, f"indexCount {count} is outside [0, maxIndexNum={max_entries}]")
@@ -1096,78 +1101,129 @@ def _verify_index_file(
         out.add(path, 32, f"hashSlotCount {h.hash_slot_count} exceeds the {n_entries} entries", WARNING)
     if h.begin_timestamp_ms > h.end_timestamp_ms or h.begin_phy_offset > h.end_phy_offset:
         out.add(path, 0, "header begin timestamp/offset is after the end one", WARNING)
-    empty = np.empty(0, np.int64)
-    if n_entries == 0:
-        return 0, empty
-    e = np.frombuffer(
-        ix.buf, dtype=np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")]), count=count, offset=ent_pos
-    )
-    key_hash = e["h"][1:].astype(np.int64)
-    phy = e["p"][1:].astype(np.int64)
-    tdiff = e["t"][1:].astype(np.int64)
-    prev = e["v"][1:].astype(np.int64)
-    heads = ix.slots_array().astype(np.int64)
-    del e
-    num = np.arange(1, count, dtype=np.int64)
-    epos = ent_pos + num * INDEX_ENTRY_SIZE
+    return count
 
-    def add(mask: np.ndarray, what: Callable[[int], str], group: str, sev: str = ERROR) -> None:
-        for i in _first(out, np.flatnonzero(mask), path, group, sev):
-            out.add(path, int(epos[i]), what(int(i)), sev, phy_offset=int(phy[i]), group=group)
 
-    add(key_hash < 0, lambda i: f"entry {num[i]} has a negative keyHash {key_hash[i]}", "negative hash")
-    add(
+@dataclass
+class _IndexEntries:
+    """Entries 1..count-1 of one index file as arrays (entry 0 is never used), and where problems go."""
+
+    path: str
+    out: _Problems
+    count: int
+    slots: int
+    num: np.ndarray  # entry numbers
+    key_hash: np.ndarray
+    phy: np.ndarray
+    tdiff: np.ndarray
+    prev: np.ndarray
+    heads: np.ndarray  # slot heads
+
+    @classmethod
+    def read(cls, ix: IndexFile, count: int, out: _Problems) -> _IndexEntries:
+        dt = np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
+        e = np.frombuffer(ix.buf, dtype=dt, count=count, offset=HEADER_SIZE + ix.slots * 4)
+        cols = [e[n][1:].astype(np.int64) for n in ("h", "p", "t", "v")]
+        del e
+        num = np.arange(1, count, dtype=np.int64)
+        return cls(ix.path, out, count, ix.slots, num, *cols, ix.slots_array().astype(np.int64))
+
+    def add(self, mask: np.ndarray, what: Callable[[int], str], group: str, sev: str = ERROR) -> None:
+        """A problem for each entry in ``mask`` (the first few built, the rest counted)."""
+        for i in _first(self.out, np.flatnonzero(mask), self.path, group, sev):
+            at = HEADER_SIZE + self.slots * 4 + int(self.num[i]) * INDEX_ENTRY_SIZE
+            self.out.add(self.path, at, what(int(i)), sev, phy_offset=int(self.phy[i]), group=group)
+
+
+def _index_chains(x: _IndexEntries) -> None:
+    """Hash slot chains (§5.2): keyHash signs, prev links, slot heads, reachability."""
+    num, key_hash, prev, heads, count, path, out = x.num, x.key_hash, x.prev, x.heads, x.count, x.path, x.out
+    x.add(key_hash < 0, lambda i: f"entry {num[i]} has a negative keyHash {key_hash[i]}", "negative hash")
+    x.add(
         (prev < 0) | (prev >= num), lambda i: f"entry {num[i]} links to entry {prev[i]}, not an earlier one", "bad prev"
     )
-    slot = np.where(key_hash >= 0, key_hash % slots, -1)
+    slot = np.where(key_hash >= 0, key_hash % x.slots, -1)
     okp = (prev > 0) & (prev < num)
     prev_slot = np.full(len(num), -1, dtype=np.int64)
     prev_slot[okp] = slot[prev[okp] - 1]
-    add(
+    x.add(
         okp & (prev_slot != slot),
         lambda i: f"entry {num[i]} (slot {slot[i]}) links to entry {prev[i]} of slot {prev_slot[i]}: chains mixed",
         "chain slot",
     )
-    # slot heads
     bad_head = (heads < 0) | (heads >= count)
     for s in _first(out, np.flatnonzero(bad_head), path, "bad slot"):
-        out.add(
-            path,
-            HEADER_SIZE + int(s) * 4,
-            f"slot {s} points to entry {heads[s]}, past indexCount {count}",
-            group="bad slot",
-        )
+        what = f"slot {s} points to entry {heads[s]}, past indexCount {count}"
+        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
     live = np.flatnonzero((heads > 0) & ~bad_head)
     head_slot = slot[heads[live] - 1]
     for s in _first(out, live[head_slot != live], path, "bad slot"):
-        out.add(
-            path,
-            HEADER_SIZE + int(s) * 4,
-            f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot",
-            group="bad slot",
-        )
+        what = f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot"
+        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
     refs = np.bincount(prev[okp], minlength=count)[1:count] + np.bincount(heads[live], minlength=count)[1:count]
-    add(refs == 0, lambda i: f"entry {num[i]} is in no slot chain: queries never find it", "unreachable", WARNING)
-    add(refs > 1, lambda i: f"entry {num[i]} is linked {refs[i]} times: slot chains merge", "merged chains")
+    x.add(refs == 0, lambda i: f"entry {num[i]} is in no slot chain: queries never find it", "unreachable", WARNING)
+    x.add(refs > 1, lambda i: f"entry {num[i]} is linked {refs[i]} times: slot chains merge", "merged chains")
+
+
+def _index_times(
+    x: _IndexEntries, h: IndexHeader, scan: _LogScan, rec: np.ndarray, hit: np.ndarray, prev_end_ts: int | None
+) -> None:
+    """Rollback records indexed, timeDiff against the record's store time, the header's begin/end."""
+    a, num, tdiff, phy = scan.arrays, x.num, x.tdiff, x.phy
+    x.add(
+        hit & ~indexed(a["tx"][rec]),
+        lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes",
+        "rollback",
+        WARNING,
+    )
+    ts = a["ts"][rec]
+    expect = _time_diff(ts, h.begin_timestamp_ms)
+    ok_t = expect == tdiff
+    ok_t[0] |= tdiff[0] == 0  # the first entry of the very first file: header begin was 0
+    if prev_end_ts is not None:
+        ok_t[0] |= _time_diff(ts[:1], prev_end_ts)[0] == tdiff[0]
+    else:
+        ok_t[0] |= tdiff[0] >= 0  # the file before it is gone: its end time is unknown
+    x.add(
+        hit & ~ok_t,
+        lambda i: f"entry {num[i]} has timeDiff {tdiff[i]} s, the record's store time gives {expect[i]} s",
+        "time diff",
+    )
+    last = len(num) - 1
+    if hit[0] and (h.begin_phy_offset != phy[0] or h.begin_timestamp_ms != ts[0]):
+        x.out.add(x.path, 0, "header begin offset/timestamp differ from entry 1's record", WARNING)
+    if hit[last] and (h.end_phy_offset != phy[last] or h.end_timestamp_ms != ts[last]):
+        x.out.add(x.path, 8, f"header end offset/timestamp differ from entry {num[last]}'s record", WARNING)
+
+
+def _verify_index_file(
+    ix: IndexFile, h: IndexHeader, scan: _LogScan, out: _Problems, log_min: int, data_end: int, prev_end_ts: int | None
+) -> tuple[int, np.ndarray]:
+    """Check one index file; returns its entry count and the (record, hash) pairs it holds."""
+    count = _index_count(ix, h, out)
+    if max(count, 1) - 1 == 0:
+        return 0, np.empty(0, np.int64)
+    x = _IndexEntries.read(ix, count, out)
+    _index_chains(x)
+    num, phy, key_hash = x.num, x.phy, x.key_hash
     # entries against records
     rec, hit = scan.lookup(phy)
     past = ~hit & (phy >= data_end)
     inside = ~hit & (phy >= log_min) & ~past
-    add(
+    x.add(
         past,
         lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, past the end of data ({data_end})",
         "past end",
     )
-    add(
+    x.add(
         inside, lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, where no record starts", "not a record"
     )
     pair = (rec << 32) | key_hash
     has_key = np.zeros(len(num), dtype=bool)
     if scan.keys_sorted.size:
-        k = np.searchsorted(scan.keys_sorted, pair)
-        k = np.minimum(k, scan.keys_sorted.size - 1)
+        k = np.minimum(np.searchsorted(scan.keys_sorted, pair), scan.keys_sorted.size - 1)
         has_key = scan.keys_sorted[k] == pair
-    add(
+    x.add(
         hit & ~has_key,
         lambda i: (
             f"entry {num[i]} (keyHash {key_hash[i]}) points to the record at commit log offset {phy[i]} "
@@ -1175,32 +1231,8 @@ def _verify_index_file(
         ),
         "wrong key",
     )
-    a = scan.arrays
     if hit.any():
-        add(
-            hit & (a["tx"][rec] == TRANSACTION_ROLLBACK_TYPE),
-            lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes",
-            "rollback",
-            WARNING,
-        )
-        ts = a["ts"][rec]
-        expect = _time_diff(ts, h.begin_timestamp_ms)
-        ok_t = expect == tdiff
-        ok_t[0] |= tdiff[0] == 0  # the first entry of the very first file: header begin was 0
-        if prev_end_ts is not None:
-            ok_t[0] |= _time_diff(ts[:1], prev_end_ts)[0] == tdiff[0]
-        else:
-            ok_t[0] |= tdiff[0] >= 0  # the file before it is gone: its end time is unknown
-        add(
-            hit & ~ok_t,
-            lambda i: f"entry {num[i]} has timeDiff {tdiff[i]} s, the record's store time gives {expect[i]} s",
-            "time diff",
-        )
-        last = len(num) - 1
-        if hit[0] and (h.begin_phy_offset != phy[0] or h.begin_timestamp_ms != ts[0]):
-            out.add(path, 0, "header begin offset/timestamp differ from entry 1's record", WARNING)
-        if hit[last] and (h.end_phy_offset != phy[last] or h.end_timestamp_ms != ts[last]):
-            out.add(path, 8, f"header end offset/timestamp differ from entry {num[last]}'s record", WARNING)
+        _index_times(x, h, scan, rec, hit, prev_end_ts)
     return len(num), pair[hit & has_key]
 
 
@@ -1401,15 +1433,31 @@ def _byte_of(raw: bytes, line: int | None, what: str) -> int | None:
 # ------------------------------------------------------------------------------- recovery
 
 
-def _first_record_ts(seg: Segment, magics: Sequence[int]) -> int | None:
-    """Store timestamp of a file's first record if it starts with a message (§8.3), else None."""
-    with map_file(seg.path) as buf:
-        if len(buf) < 80:
-            return None
-        _, magic = read_head(buf, 0)
-        if magic not in magics:
-            return None
-        return store_timestamp_at(buf, 0)
+def _forecast_stop(scan: _LogScan, segs: Sequence[Segment], start_phy: int) -> int:
+    """Where the broker's walk from ``start_phy`` stops, from the stops the lenient walk saw."""
+    stops = [s for s in scan.stops if s >= start_phy]
+    stop = stops[0] if stops else scan.data_end
+    # a BLANK at the end of the last loaded file ends the walk there ("recover last physics file over")
+    last = segs[-1]
+    run = next((r for r in scan.runs if r.seg.path == last.path), None)
+    if run is not None and run.end_kind == "blank":
+        stop = min(stop, last.base_offset + run.end_pos)
+    return stop
+
+
+def _dispatch_from(rules: Any, abort: bool, first_phy: int, start_phy: int, stop: int, cq_max: int) -> int:
+    """Where the re-dispatch after the broker's recovery starts."""
+    if rules.restart_dispatches_from_stop:
+        dispatch_from = stop
+    elif rules.cq_max_includes_size:
+        dispatch_from = max(first_phy, cq_max)
+    else:
+        dispatch_from = stop
+    if abort:
+        return min(dispatch_from, start_phy)
+    if rules.normal_dispatch_beyond_cq:
+        return min(dispatch_from, max(cq_max, start_phy))
+    return dispatch_from
 
 
 def _forecast(
@@ -1420,85 +1468,43 @@ def _forecast(
     index: Sequence[_IndexInfo],
     cp: Any,
 ) -> RecoveryForecast:
+    """What the broker's recovery would do, from the lenient walk's findings; the start file is
+    recovery's own rule (:func:`rmqstore.recover.walk_start`)."""
+    from .recover import walk_start
+
     cfg = st.config
     rules = rules_for(cfg.broker)
     abort = st.abort_exists()
-    offset_plus_size = rules.cq_max_includes_size
-    ends = [q.last_end if offset_plus_size else q.last_phy for q in queues if q.last_phy >= 0]
+    ends = [q.last_end if rules.cq_max_includes_size else q.last_phy for q in queues if q.last_phy >= 0]
     cq_max = max(ends) if ends else -1
     segs = loaded_segments(segs, cfg.commitlog_file_size, cfg.broker)
+    mode = "abnormal" if abort else "normal"
     if not segs:
-        return RecoveryForecast(
-            not abort, "normal" if not abort else "abnormal", None, 0, "no commit log files", 0, 0, (), (), cq_max, 0, 0
-        )
-    if abort:
-        magics = [MAGIC_V1, MAGIC_V2] if rules.five else [MAGIC_V1]
-        limit = 0
-        if cp is not None:
-            safe = cfg.message_index_enable and cfg.message_index_safe
-            limit = cp.min_timestamp_index_ms if safe else cp.min_timestamp_ms
-        start = 0
-        for i in range(len(segs) - 1, -1, -1):
-            ts = _first_record_ts(segs[i], magics)
-            if ts is not None and ts != 0 and ts <= limit:
-                start = i
-                break
-        mode = "abnormal"
-    else:
-        mode = "normal"
-        start = max(0, len(segs) - 3)
-        if rules.normal_start_from_cq_max:
-            start = 0
-            for i in range(len(segs) - 1, -1, -1):
-                if segs[i].base_offset <= cq_max:
-                    start = i
-                    break
+        return RecoveryForecast(not abort, mode, None, 0, "no commit log files", 0, 0, (), (), cq_max, 0, 0)
+    start, _why = walk_start(segs, abort, cp if cp is not None else cpmod.Checkpoint(0, 0, 0), cfg, rules, cq_max)
     start_phy = segs[start].base_offset
-    stops = [s for s in scan.stops if s >= start_phy]
-    stop = stops[0] if stops else scan.data_end
-    # a BLANK at the end of the last loaded file ends the walk there ("recover last physics file over")
-    last = segs[-1]
-    run = next((r for r in scan.runs if r.seg.path == last.path), None)
-    if run is not None and run.end_kind == "blank":
-        stop = min(stop, last.base_offset + run.end_pos)
-    reason = _stop_reason(scan, stop)
-    a = scan.arrays
+    stop = _forecast_stop(scan, segs, start_phy)
     beyond = scan.a_phy >= stop if scan.count else np.zeros(0, bool)
     dropped = int(beyond.sum())
-    dropped_bytes = int(a["size"][beyond].sum()) if dropped else 0
-    deleted = tuple(s.path.name for s in segs if s.base_offset > stop)
     deleted_index: tuple[str, ...] = ()
     if abort:
         limit_ts = cp.index_msg_timestamp_ms if cp is not None else 0
         deleted_index = tuple(
             i.path.name for i in index if i.header is not None and i.header.end_timestamp_ms > limit_ts
         )
-    truncated = 0
-    if cq_max >= stop:
-        truncated = sum(1 for q in queues if q.last_phy >= stop)
-    if rules.restart_dispatches_from_stop:
-        dispatch_from = stop
-    elif offset_plus_size:
-        dispatch_from = max(segs[0].base_offset, cq_max)
-    else:
-        dispatch_from = stop
-    if abort:
-        dispatch_from = min(dispatch_from, start_phy)
-    elif rules.normal_dispatch_beyond_cq:
-        dispatch_from = min(dispatch_from, max(cq_max, start_phy))
     return RecoveryForecast(
         last_exit_ok=not abort,
         mode=mode,
         start_file=segs[start].path.name,
         stop_phy_offset=stop,
-        stop_reason=reason,
+        stop_reason=_stop_reason(scan, stop),
         dropped_records=dropped,
-        dropped_bytes=dropped_bytes,
-        deleted_files=deleted,
+        dropped_bytes=int(scan.arrays["size"][beyond].sum()) if dropped else 0,
+        deleted_files=tuple(s.path.name for s in segs if s.base_offset > stop),
         deleted_index_files=deleted_index,
         cq_max_phy_offset=cq_max,
-        truncated_queues=truncated,
-        dispatch_from=dispatch_from,
+        truncated_queues=sum(1 for q in queues if q.last_phy >= stop) if cq_max >= stop else 0,
+        dispatch_from=_dispatch_from(rules, abort, segs[0].base_offset, start_phy, stop, cq_max),
     )
 
 
@@ -1688,7 +1694,7 @@ def _index_headers(st: Store, counts: Counter[str]) -> list[_IndexInfo]:
 def _quick_dispatch(scan: _LogScan, out: _Problems, horizon: int, log_dir: Path, fc: RecoveryForecast) -> None:
     """Quick mode: records after the consume queues' end that the broker will never dispatch."""
     a = scan.arrays
-    consumable = (a["tx"] == TRANSACTION_NOT_TYPE) | (a["tx"] == TRANSACTION_COMMIT_TYPE)
+    consumable = queued(a["tx"])
     pending = consumable & (scan.a_phy >= horizon) & (scan.a_phy < fc.stop_phy_offset)
     if not pending.any():
         return

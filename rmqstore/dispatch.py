@@ -36,22 +36,19 @@ from .commitlog import (
     PROP_TAGS,
     PROP_UNIQ_KEY,
     SCHEDULE_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Record,
     decode_record,
     parse_properties,
     read_head,
 )
-from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix, write_entry
+from .consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, write_entry
 from .errors import CorruptData, RecordSizeMismatch
 from .javahash import index_key_hash_batch, java_hash
 from .layout import Segment, StoreConfig, file_name, list_segments
 from .problems import ProblemKind
 from .rules import rules_for
 from .safety import queue_dir, record_place
+from .walk import Stop, StopKind, indexed, queue_tail, queued
 
 _INT_MAX = 0x7FFFFFFF
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -150,13 +147,7 @@ def request_from_record(rec: Record, cfg: StoreConfig, *, path: str = "<buffer>"
 # Fast scan of one commit log file into dispatch requests (the dispatcher reads without CRC).
 
 
-@dataclass(slots=True)
-class ScanStop:
-    """Why a scan of one file ended."""
-
-    pos: int  # where the next record would start
-    reason: str  # "blank" | "end" (zeros / end of file) | "invalid"
-    error: CorruptData | None = None
+ScanStop = Stop  # the walk's typed stop (kind, position, explanation)
 
 
 def scan_requests(
@@ -169,7 +160,7 @@ def scan_requests(
     check_crc: bool = False,
     skip_size_mismatch: bool = True,
     out: list[DispatchRequest] | None = None,
-) -> tuple[list[DispatchRequest], ScanStop]:
+) -> tuple[list[DispatchRequest], Stop]:
     """Dispatch requests of the records of one commit log file, from ``start_pos``.
 
     Follows the dispatcher (§9.2): a BLANK ends the file, an invalid record stops the scan,
@@ -184,9 +175,9 @@ def scan_requests(
     while pos + 8 <= size:
         total, magic = read_head(buf, pos)
         if magic == BLANK_MAGIC:
-            return reqs, ScanStop(pos, "blank")
+            return reqs, Stop(pos, StopKind.BLANK, None, seg.path, seg.base_offset)
         if total == 0 and magic == 0:
-            return reqs, ScanStop(pos, "end")
+            return reqs, Stop(pos, StopKind.END, None, seg.path, seg.base_offset)
         try:
             rec = decode_record(
                 buf, pos, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
@@ -195,11 +186,11 @@ def scan_requests(
             append(request_from_record(rec, cfg, path=path))
         except RecordSizeMismatch as e:
             if not skip_size_mismatch:
-                return reqs, ScanStop(pos, "invalid", e)
+                return reqs, Stop(pos, StopKind.INVALID, e, seg.path, seg.base_offset)
         except CorruptData as e:
-            return reqs, ScanStop(pos, "invalid", e)
+            return reqs, Stop(pos, StopKind.INVALID, e, seg.path, seg.base_offset)
         pos += total
-    return reqs, ScanStop(pos, "end")
+    return reqs, Stop(pos, StopKind.END, None, seg.path, seg.base_offset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,24 +214,11 @@ class _QueueWriter:
         self.last_ts = 0
         self.written = 0
         self._maps: dict[int, mmap.mmap] = {}
-        if self.segs:
-            last = self.segs[-1]
-            with open(last.path, "rb") as f:
-                data = f.read()
-            arr = entries_array(data)
-            n = valid_prefix(arr)
-            self.end = last.base_offset + n * ENTRY_SIZE
-            if n:
-                e = arr[n - 1]
-                self.max_phy = int(e["phy_offset"]) + (0 if broker_4_4 else int(e["size"]))
-            elif len(self.segs) > 1:
-                prev = self.segs[-2]
-                with open(prev.path, "rb") as f:
-                    parr = entries_array(f.read())
-                pn = valid_prefix(parr)
-                if pn:
-                    e = parr[pn - 1]
-                    self.max_phy = int(e["phy_offset"]) + (0 if broker_4_4 else int(e["size"]))
+        tail = queue_tail(self.segs)
+        self.end = tail.end
+        if tail.last_entry is not None:
+            phy, size = tail.last_entry
+            self.max_phy = phy + (0 if broker_4_4 else size)
 
     def _map(self, base: int) -> mmap.mmap:
         m = self._maps.get(base)
@@ -633,9 +611,8 @@ class Dispatcher:
                 n = len(c)
         self.stats.records += n
         self.stats.max_phy_offset = max(self.stats.max_phy_offset, int(c.phy[-1] + c.size[-1]))
-        tt = c.sys_flag & TRANSACTION_MASK
         if self.build_cq:
-            cq_ok = (tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE)
+            cq_ok = queued(c.sys_flag)
             if self.cq_exclude:
                 keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
                 cq_ok &= keep[c.topic_id]
@@ -662,7 +639,7 @@ class Dispatcher:
                 self.stats.logics_msg_timestamp_ms = last_ts
         if self.build_index and len(c.key_rec):
             w = self._index_writer()
-            rec_ok = (c.phy >= w.end_phy_offset()) & (tt != TRANSACTION_ROLLBACK_TYPE)
+            rec_ok = (c.phy >= w.end_phy_offset()) & indexed(c.sys_flag)
             sel = rec_ok[c.key_rec]
             kr = c.key_rec[sel]
             if len(kr):
@@ -672,8 +649,7 @@ class Dispatcher:
     def _dispatch_cq(self, reqs: list[DispatchRequest]) -> None:
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
         for r in reqs:
-            tt = r.sys_flag & TRANSACTION_MASK
-            if (tt == TRANSACTION_NOT_TYPE or tt == TRANSACTION_COMMIT_TYPE) and r.topic not in self.cq_exclude:
+            if queued(r.sys_flag) and r.topic not in self.cq_exclude:
                 g = groups.get((r.topic, r.queue_id))
                 if g is None:
                     groups[(r.topic, r.queue_id)] = g = []
@@ -707,7 +683,7 @@ class Dispatcher:
         for r in reqs:
             if r.phy_offset < end_phy:
                 continue
-            if r.sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
+            if not indexed(r.sys_flag):
                 continue
             topic = r.topic
             if r.uniq_key is not None:

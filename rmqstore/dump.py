@@ -37,14 +37,12 @@ import numpy as np
 from . import config as cfgmod
 from . import indexfile as ix
 from .codec import timer
-from .codec.columnar import well_formed_records
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     HEAD_V4,
     MAGIC_V1,
-    MAGIC_V2,
     MIN_RECORD_SIZE_V1,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_MASK,
@@ -75,82 +73,13 @@ from .javahash import index_key_hash
 from .layout import Segment, list_segments, segment_for
 from .problems import ERROR, INFO, WARNING, Problem
 from .store import Store, map_file, names_in
-from .walk import first_nonzero, zero_tail_start
+from .walk import RecordStarts, first_nonzero, zero_tail_start
+from .walk import magic_positions as magic_positions  # the record start search, also used by tests
 
 Progress = Callable[[int], None]
 
 _PORT = struct.Struct(">i")
-_BLANK_BYTES = struct.pack(">i", BLANK_MAGIC)
-_WINDOW = 64 << 20  # record starts are indexed 64 MiB of a file at a time
-_SEARCH_CHUNK = 1 << 20  # bytes compared per numpy step (stays in cache)
 BODY_MODES = ("base64", "hex", "text", "none")
-
-
-# ----------------------------------------------------------------------------------------------
-# Finding record starts with numpy
-
-
-def magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
-    """Every position m in [lo, hi) where a V1 or V2 magic code (§3.1) starts."""
-    hi = min(hi, size - 3)
-    if hi <= lo:
-        return np.empty(0, np.int64)
-    # Both magic codes are DA A3 20 A7/AB: find the rarer second byte, then check all four.
-    u8 = np.frombuffer(buf, dtype=np.uint8, count=size)
-    be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
-    parts = []
-    try:
-        for c0 in range(lo + 1, hi + 1, _SEARCH_CHUNK):
-            m = np.flatnonzero(u8[c0 : min(c0 + _SEARCH_CHUNK, hi + 1)] == 0xA3) + (c0 - 1)
-            if m.size:
-                code = be32[m]
-                m = m[(code == MAGIC_V1) | (code == MAGIC_V2)]
-                if m.size:
-                    parts.append(m)
-    finally:
-        del u8, be32
-    return np.concatenate(parts) if parts else np.empty(0, np.int64)
-
-
-class _FileIndex:
-    """Valid record starts of one file, computed a window at a time."""
-
-    def __init__(self, buf: Any, size: int, file_from: int) -> None:
-        self.buf, self.size, self.file_from = buf, size, file_from
-        self._windows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-    def _window(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        got = self._windows.get(w)
-        if got is None:
-            if len(self._windows) >= 2:
-                self._windows.pop(min(self._windows))
-            lo, hi = w * _WINDOW, min((w + 1) * _WINDOW, self.size)
-            starts = magic_positions(self.buf, self.size, lo + 4, hi + 4) - 4
-            starts, ends = well_formed_records(self.buf, self.size, self.file_from, starts)
-            breaks = np.flatnonzero(ends[:-1] != starts[1:])  # the chain does not go on after these
-            got = self._windows[w] = (starts, ends, breaks)
-        return got
-
-    def run_at(self, pos: int) -> tuple[np.ndarray, int] | None:
-        """The chained intact records starting exactly at ``pos`` (within one window), or None."""
-        starts, ends, breaks = self._window(pos // _WINDOW)
-        i = int(np.searchsorted(starts, pos))
-        if i == len(starts) or starts[i] != pos:
-            return None
-        b = int(np.searchsorted(breaks, i))
-        j = int(breaks[b]) if b < len(breaks) else len(starts) - 1
-        return starts[i : j + 1], int(ends[j])
-
-    def next_start(self, pos: int) -> int | None:
-        """The first valid record start after ``pos``."""
-        w = pos // _WINDOW
-        while w * _WINDOW < self.size:
-            starts = self._window(w)[0]
-            i = int(np.searchsorted(starts, pos, side="right"))
-            if i < len(starts):
-                return int(starts[i])
-            w += 1
-        return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,24 +127,11 @@ def _why_bad(buf: Any, seg: Segment, pos: int, size: int, broker: str) -> str:
     return "record does not follow the previous one"  # pragma: no cover - the index and decoder agree
 
 
-def _next_blank(buf: Any, pos: int, size: int, limit: int) -> int | None:
-    """The first BLANK record after ``pos`` (before ``limit``) whose TOTALSIZE is the rest of the file."""
-    at = pos + 5
-    while True:
-        m = buf.find(_BLANK_BYTES, at, min(limit + 4, size))
-        if m < 0:
-            return None
-        q = m - 4
-        if q > pos and read_head(buf, q)[0] == size - q:
-            return q
-        at = m + 1
-
-
 def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | None = None) -> Iterator[Run | Span]:
     """Every byte of one commit log file as runs of intact records and spans, in file order."""
     size = len(buf)
     stop = size if stop_pos is None else min(size, stop_pos)
-    idx = _FileIndex(buf, size, seg.base_offset)
+    idx = RecordStarts(buf, size, seg.base_offset)
     base = seg.base_offset
     pos = 0
     while pos < stop:
@@ -244,10 +160,7 @@ def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | 
             why = "zero bytes where a record should start, with data after them"
         else:
             why = _why_bad(buf, seg, pos, size, broker)
-        q = idx.next_start(pos)
-        q_blank = _next_blank(buf, pos, size, size if q is None else q)
-        if q_blank is not None:
-            q = q_blank
+        q = idx.resync(pos)
         if q is None:
             if magic == BLANK_MAGIC:
                 # A BLANK with a wrong TOTALSIZE and nothing valid after it: still the file's end.

@@ -39,13 +39,14 @@ from .commitlog import (
     read_head,
     store_timestamp_at,
 )
-from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
+from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array
 from .errors import CorruptData, RmqstoreError
 from .indexfile import HEADER_SIZE, IndexHeader, decode_header
 from .layout import Segment
 from .problems import ERROR, INFO, WARNING, Problem
 from .rules import rules_for
 from .store import Store, map_file
+from .walk import Stop, StopKind, queue_tail, walk_chain
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -223,6 +224,53 @@ class _Walk:
     stop: Problem | None = None
 
 
+@dataclass(slots=True)
+class _FileEnd:
+    stop: Stop
+    last_store_ts: int | None
+    queued_after: int
+    problem: Problem | None
+
+
+def _walk_one_file(
+    seg: Segment, pos: int, broker: str, count_from_phy: int, progress: Callable[[int], None] | None
+) -> _FileEnd:
+    """One file walked record by record with the structure check only; its pages released behind the walk."""
+    with map_file(seg.path) as buf:
+        size = len(buf)
+        reported = released = pos
+        last, queued, problem = -1, 0, None
+        kind = StopKind.END
+        while pos + 8 <= size:
+            total, magic = read_head(buf, pos)
+            if magic == BLANK_MAGIC:
+                kind = StopKind.BLANK
+                break
+            n = checked_size(buf, pos, size)
+            if n is None:
+                if total or magic:  # all zeros is the normal end of the data
+                    kind, problem = StopKind.INVALID, _explain(buf, pos, seg, size, broker)
+                break
+            if seg.base_offset + pos >= count_from_phy:
+                (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
+                queued += sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+            last = pos
+            pos += n
+            if pos - reported >= _STEP:
+                # Drop the pages walked so far from this process (they stay in the page cache):
+                # without this a walk over a 1 GiB file would count 1 GiB of resident memory.
+                done = pos - pos % mmap.PAGESIZE
+                buf.madvise(mmap.MADV_DONTNEED, released, done - released)
+                released = done
+                if progress is not None:
+                    progress(pos - reported)
+                reported = pos
+        if progress is not None:
+            progress(pos - reported)
+        last_ts = store_timestamp_at(buf, last) if last >= 0 else None
+    return _FileEnd(Stop(pos, kind, None, seg.path, seg.base_offset), last_ts, queued, problem)
+
+
 def _walk_to_end(
     segs: list[Segment],
     start: int,
@@ -230,53 +278,18 @@ def _walk_to_end(
     count_from_phy: int,
     progress: Callable[[int], None] | None,
 ) -> _Walk:
-    """Walk from the start of ``segs[start]`` like ``recoverNormally`` (§8.2), CRC not checked."""
-    i = start
-    pos = 0
+    """Walk from the start of ``segs[start]`` like ``recoverNormally`` (§8.2), CRC not checked.
+
+    A BLANK moves on to the next file; with no next file the write position stays at the blank.
+    """
     walk = _Walk(end_phy=segs[start].base_offset)
-    while True:
-        seg = segs[i]
-        with map_file(seg.path) as buf:
-            size = len(buf)
-            reported = released = pos
-            last = -1
-            blank = False
-            while pos + 8 <= size:
-                total, magic = read_head(buf, pos)
-                if magic == BLANK_MAGIC:
-                    blank = True
-                    break
-                n = checked_size(buf, pos, size)
-                if n is None:
-                    if total or magic:  # all zeros is the normal end of the data
-                        walk.stop = _explain(buf, pos, seg, size, broker)
-                    break
-                if seg.base_offset + pos >= count_from_phy:
-                    (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
-                    if sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-                        walk.queued_after += 1
-                last = pos
-                pos += n
-                if pos - reported >= _STEP:
-                    # Drop the pages walked so far from this process (they stay in the page cache):
-                    # without this a walk over a 1 GiB file would count 1 GiB of resident memory.
-                    done = pos - pos % mmap.PAGESIZE
-                    buf.madvise(mmap.MADV_DONTNEED, released, done - released)
-                    released = done
-                    if progress is not None:
-                        progress(pos - reported)
-                    reported = pos
-            if progress is not None:
-                progress(pos - reported)
-            if last >= 0:
-                walk.last_store_ts = store_timestamp_at(buf, last)
-        walk.end_phy = seg.base_offset + pos
-        # A BLANK moves on to the next file; with no next file the write position stays at the blank.
-        if not blank or i + 1 >= len(segs):
-            return walk
-        i += 1
-        pos = 0
-        walk.end_phy = segs[i].base_offset
+    for f in walk_chain(segs, start, lambda seg, pos: _walk_one_file(seg, pos, broker, count_from_phy, progress)):
+        walk.end_phy = f.stop.phy_offset
+        walk.queued_after += f.queued_after
+        walk.stop = f.problem
+        if f.last_store_ts is not None:
+            walk.last_store_ts = f.last_store_ts
+    return walk
 
 
 def _explain(buf: Any, pos: int, seg: Segment, size: int, broker: str) -> Problem:
@@ -404,21 +417,8 @@ def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tup
         return QueueInfo(topic, queue_id, 0, 0, 0, -1, -1), problems
     # Max: the valid prefix of the last file (§8.4; earlier files are taken as complete).
     last = segs[-1]
-    last_entry: tuple[int, int] | None = None
-    with map_file(last.path) as buf:
-        arr = entries_array(buf, 0, min(len(buf), file_size))
-        valid = valid_prefix(arr)
-        if valid:
-            last_entry = (int(arr["phy_offset"][valid - 1]), int(arr["size"][valid - 1]))
-        del arr
-    if last_entry is None and len(segs) > 1:
-        prev = segs[-2]
-        with map_file(prev.path) as buf:
-            if len(buf) >= ENTRY_SIZE:
-                arr = entries_array(buf, len(buf) - ENTRY_SIZE, len(buf))
-                if valid_prefix(arr):
-                    last_entry = (int(arr["phy_offset"][0]), int(arr["size"][0]))
-                del arr
+    tail = queue_tail(segs, file_size)
+    valid, last_entry = (tail.end - last.base_offset) // ENTRY_SIZE, tail.last_entry
     max_offset = (last.base_offset + valid * ENTRY_SIZE) // ENTRY_SIZE
     # Min: the 4.x correctMinOffset scan of the first file (§4.4); minLogicOffset stays 0 if nothing matches.
     first = segs[0]
@@ -543,56 +543,38 @@ def _abort_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> StoreInfo:
-    """Everything ``rmqstore info`` shows about an opened store; reads only (see the module doc).
-
-    ``progress`` is called with the number of commit log bytes walked since its last call.
-    """
+def _marker_problems(st: Store, abort: bool, pid: int | None) -> list[Problem]:
     cfg = st.config
-    problems: list[Problem] = []
-    abort = st.abort_exists()
-    pid = st.lock_holder()
     if pid is not None:
-        problems.append(
-            Problem(cfg.lock_path, 0, f"a running broker (pid {pid}) holds the lock: figures may change", WARNING)
-        )
-    elif abort:
-        problems.append(
-            Problem(
-                cfg.abort_path,
-                None,
-                "unclean shutdown: abort exists, the broker will run abnormal recovery on its next start",
-                WARNING,
-            )
-        )
-    cp: Checkpoint | None = None
+        return [Problem(cfg.lock_path, 0, f"a running broker (pid {pid}) holds the lock: figures may change", WARNING)]
+    if abort:
+        why = "unclean shutdown: abort exists, the broker will run abnormal recovery on its next start"
+        return [Problem(cfg.abort_path, None, why, WARNING)]
+    return []
+
+
+def _checkpoint_info(st: Store) -> tuple[Checkpoint | None, list[Problem]]:
     try:
         cp = st.read_checkpoint()
-        if cp is None:
-            problems.append(Problem(cfg.checkpoint_path, None, "no checkpoint file", WARNING))
     except CorruptData as e:
-        problems.append(Problem(e.path, e.pos, e.what))
+        return None, [Problem(e.path, e.pos, e.what)]
+    return cp, [Problem(st.config.checkpoint_path, None, "no checkpoint file", WARNING)] if cp is None else []
 
-    segs, seg_problems = st.commitlog_segments()
-    problems += seg_problems
-    commitlog_min = segs[0].base_offset if segs else -1
+
+def _queues_info(st: Store, commitlog_min: int) -> tuple[list[QueueInfo], list[Problem]]:
     queues: list[QueueInfo] = []
+    problems: list[Problem] = []
     for topic, qid, _ in st.queues():
         q, qp = _queue_info(st, topic, qid, commitlog_min)
         queues.append(q)
         problems += qp
     queues += [_batch_queue_info(st, topic, qid) for topic, qid, _ in st.batch_queues()]
     queues.sort(key=lambda q: (q.topic, q.queue_id))
-    furthest = max(queues, key=lambda q: q.last_offset, default=None)
-    queued_end = -1 if furthest is None else furthest.last_offset
-    hint = None if furthest is None or queued_end < 0 else (queued_end - furthest.last_size, furthest.last_size)
+    return queues, problems
 
-    clog, queued_after, clog_problems = _commitlog_info(st, segs, hint, progress)
-    problems += clog_problems
-    problems += _dispatch_problems(st, clog, queued_end, queued_after)
 
-    index_paths, name_problems = st.index_files()
-    problems += name_problems
+def _index_files_info(st: Store, clog: CommitLogInfo) -> tuple[list[IndexFileInfo], list[Problem]]:
+    index_paths, problems = st.index_files()
     index_files: list[IndexFileInfo] = []
     for path in index_paths:
         info, pp = _index_info(st, path)
@@ -602,29 +584,56 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
     if last_index is not None and last_index.index_count > 1 and last_index.end_phy_offset >= clog.max_phy_offset:
         problems.append(
             Problem(
-                cfg.index_dir / index_files[-1].name,
+                st.config.index_dir / index_files[-1].name,
                 None,
                 f"the index refers to phy offset {last_index.end_phy_offset}, at or past the commit log end "
                 f"{clog.max_phy_offset}",
                 WARNING,
             )
         )
-    if cp is not None and clog.last_store_timestamp_ms is not None:
-        for name, ts in (
-            ("physicMsgTimestamp", cp.physic_msg_timestamp_ms),
-            ("logicsMsgTimestamp", cp.logics_msg_timestamp_ms),
-        ):
-            if ts > clog.last_store_timestamp_ms:
-                problems.append(
-                    Problem(
-                        cfg.checkpoint_path,
-                        None,
-                        f"{name} {ts} is later than the last record's store time {clog.last_store_timestamp_ms}: "
-                        "an abnormal recovery could skip records",
-                        WARNING,
-                    )
-                )
+    return index_files, problems
 
+
+def _checkpoint_problems(st: Store, cp: Checkpoint | None, clog: CommitLogInfo) -> list[Problem]:
+    """Checkpoint times later than the last record: an abnormal recovery would start too late (§8.3)."""
+    last = clog.last_store_timestamp_ms
+    if cp is None or last is None:
+        return []
+    out = []
+    for name, ts in (
+        ("physicMsgTimestamp", cp.physic_msg_timestamp_ms),
+        ("logicsMsgTimestamp", cp.logics_msg_timestamp_ms),
+    ):
+        if ts > last:
+            why = f"{name} {ts} is later than the last record's store time {last}: an abnormal recovery could skip records"
+            out.append(Problem(st.config.checkpoint_path, None, why, WARNING))
+    return out
+
+
+def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> StoreInfo:
+    """Everything ``rmqstore info`` shows about an opened store; reads only (see the module doc).
+
+    ``progress`` is called with the number of commit log bytes walked since its last call.
+    """
+    cfg = st.config
+    abort = st.abort_exists()
+    pid = st.lock_holder()
+    problems = _marker_problems(st, abort, pid)
+    cp, cp_problems = _checkpoint_info(st)
+    problems += cp_problems
+    segs, seg_problems = st.commitlog_segments()
+    problems += seg_problems
+    queues, queue_problems = _queues_info(st, segs[0].base_offset if segs else -1)
+    problems += queue_problems
+    furthest = max(queues, key=lambda q: q.last_offset, default=None)
+    queued_end = -1 if furthest is None else furthest.last_offset
+    hint = None if furthest is None or queued_end < 0 else (queued_end - furthest.last_size, furthest.last_size)
+    clog, queued_after, clog_problems = _commitlog_info(st, segs, hint, progress)
+    problems += clog_problems
+    problems += _dispatch_problems(st, clog, queued_end, queued_after)
+    index_files, index_problems = _index_files_info(st, clog)
+    problems += index_problems
+    problems += _checkpoint_problems(st, cp, clog)
     config_files, config_problems = _config_info(st)
     problems += config_problems
     return StoreInfo(

@@ -29,41 +29,32 @@ import shutil
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from . import checkpoint as cpmod
 from . import indexfile as ix
-from . import walk
-from .codec.columnar import be, body_crcs, decode_heads, gather, head_column
-from .columnar import iter_columns, walk_positions
+from .columnar import iter_columns
 from .commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     HEAD_OFFSETS,
-    HEAD_V4_SIZE,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE_V1,
     OFFSETS_V4,
-    SCHEDULE_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     Blank,
     Record,
     decode_record,
-    explain_invalid,
     offset_msg_id,
-    prop_crc_check,
     read_head,
 )
 from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
-from .dispatch import Dispatcher, DispatchStats, ScanStop, request_from_record
-from .errors import ChecksumMismatch, CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
+from .dispatch import Dispatcher, DispatchStats, ScanStop
+from .errors import CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
 from .multiqueue import ExtraDispatcher, batch_cq_topics, batch_queue_max_phy, iter_records, plan_batch_cq_cut
@@ -80,15 +71,23 @@ from .safety import (
     sha256_file,
 )
 from .store import Store, map_file
-from .walk import FusedFile, data_end, keep_dispatch_columns, recovery_walk_file, take_dispatch_columns
-from .workers import close_pool, worker_pool
+from .walk import (
+    FileWalk,
+    TopicIds,
+    data_end,
+    indexed,
+    keep_dispatch_columns,
+    queued,
+    recovery_walk,
+    take_dispatch_columns,
+)
+from .walk import walk_file_checked as walk_file_checked  # recovery's checked walk of one file, now in walk.py
 
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
 LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
 _CHUNK = 8 << 20
 _ZEROS = bytes(_CHUNK)
-_CHASE_BATCH = 1 << 18  # records validated per numpy batch
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -103,11 +102,71 @@ def broker_rules(broker: str) -> BrokerRules:
 
 
 # ---------------------------------------------------------------------------------------------
+# The plan's JSON (the journal holds it, ``--format json`` prints it): one mapper for every part.
+# Each part lists (attribute, key) or (attribute, key, to JSON, from JSON) in output order.
+
+_JsonField = tuple[Any, ...]
+
+
+def _dump(obj: Any, fields: tuple[_JsonField, ...]) -> dict[str, Any]:
+    out = {}
+    for f in fields:
+        v = getattr(obj, f[0])
+        out[f[1]] = f[2](v) if len(f) > 2 else v
+    return out
+
+
+def _load(cls: Any, d: dict[str, Any], fields: tuple[_JsonField, ...]) -> Any:
+    """The object from its JSON; keys that are not constructor arguments (derived values) are skipped,
+    and a missing key takes the field's default."""
+    names = {f.name for f in dataclass_fields(cls) if f.init}
+    kw = {f[0]: (f[3](d[f[1]]) if len(f) > 2 else d[f[1]]) for f in fields if f[0] in names and f[1] in d}
+    return cls(**kw)
+
+
+def _list_of(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    return (lambda v: [x.to_json() for x in v]), (lambda v: tuple(cls.from_json(x) for x in v))
+
+
+def _optional(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    return (lambda v: v.to_json() if v else None), (lambda v: cls.from_json(v) if v else None)
+
+
+_STRS = (list, tuple)
+
+
+class _JsonMapped:
+    """``to_json`` / ``from_json`` from the class's field table (set once the classes exist)."""
+
+    __slots__ = ()
+    json_fields: ClassVar[tuple[_JsonField, ...]] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return _dump(self, self.json_fields)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Any:
+        return _load(cls, d, cls.json_fields)
+
+
+def _table(spec: str, **conversions: tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> tuple[_JsonField, ...]:
+    """Fields from ``"attr attr=key ..."``: the key is the attribute in camelCase unless named."""
+    out = []
+    for item in spec.split():
+        attr, _, key = item.partition("=")
+        if not key:
+            head, *rest = attr.split("_")
+            key = head + "".join(w.capitalize() for w in rest)
+        out.append((attr, key, *conversions.get(attr, ())))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
 # Plan
 
 
 @dataclass(frozen=True, slots=True)
-class LostRecord:
+class LostRecord(_JsonMapped):
     """A commit log record removed by the truncation, decoded as far as its bytes allow."""
 
     phy_offset: int
@@ -121,38 +180,9 @@ class LostRecord:
     store_timestamp_ms: int | None
     torn: bool = False  # only the fixed header was readable
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "commitLogOffset": self.phy_offset,
-            "storeSize": self.size,
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "queueOffset": self.queue_offset,
-            "keys": self.keys,
-            "uniqKey": self.uniq_key,
-            "msgId": self.msg_id,
-            "storeTimestamp": self.store_timestamp_ms,
-            "torn": self.torn,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> LostRecord:
-        return cls(
-            d["commitLogOffset"],
-            d["storeSize"],
-            d["topic"],
-            d["queueId"],
-            d["queueOffset"],
-            d["keys"],
-            d["uniqKey"],
-            d["msgId"],
-            d["storeTimestamp"],
-            d.get("torn", False),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Action:
+class Action(_JsonMapped):
     """One removal: zero a byte range of a file, or delete a whole file."""
 
     step: str  # "cq-recover" | "index-delete" | "commitlog-truncate" | "cq-truncate"
@@ -171,41 +201,9 @@ class Action:
     def size(self) -> int:
         return self.to_pos - self.from_pos
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "action": self.verb,
-            "kind": self.kind,
-            "path": self.path,
-            "from": self.from_pos,
-            "to": self.to_pos,
-            "bytes": self.size,
-            "why": self.why,
-            "recordsTotal": self.records_total,
-            "entriesTotal": self.entries_total,
-            "undecodableBytes": self.undecodable_size,
-            "records": [r.to_json() for r in self.records],
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Action:
-        return cls(
-            d["step"],
-            d["action"],
-            d["kind"],
-            d["path"],
-            d["from"],
-            d["to"],
-            d["why"],
-            tuple(LostRecord.from_json(r) for r in d["records"]),
-            d["recordsTotal"],
-            d["entriesTotal"],
-            d["undecodableBytes"],
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Loss:
+class Loss(_JsonMapped):
     """Something the broker's recovery loses (or leaves missing), and what repairs it."""
 
     what: str  # "index-keys" | "cq-entries" | "index-entries" | "records"
@@ -214,24 +212,9 @@ class Loss:
     repaired_by: str | None = None
     examples: tuple[LostRecord, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "what": self.what,
-            "count": self.count,
-            "detail": self.detail,
-            "repairedBy": self.repaired_by,
-            "examples": [r.to_json() for r in self.examples],
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Loss:
-        return cls(
-            d["what"], d["count"], d["detail"], d["repairedBy"], tuple(LostRecord.from_json(r) for r in d["examples"])
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Redispatch:
+class Redispatch(_JsonMapped):
     """Records dispatched into the consume queues and index (the broker's abnormal recovery walk)."""
 
     from_phy: int
@@ -241,29 +224,6 @@ class Redispatch:
     index: bool
     only_after_phy: int | None = None  # 5.3.2+ normal recovery: only records past the CQ maximum
     last_cq_timestamp_ms: int = 0  # store time of the last NOT/COMMIT record: checkpoint logics value
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fromPhyOffset": self.from_phy,
-            "toPhyOffset": self.to_phy,
-            "records": self.records,
-            "consumeQueue": self.consume_queue,
-            "index": self.index,
-            "onlyAfterPhyOffset": self.only_after_phy,
-            "lastConsumeQueueTimestamp": self.last_cq_timestamp_ms,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Redispatch:
-        return cls(
-            d["fromPhyOffset"],
-            d["toPhyOffset"],
-            d["records"],
-            d["consumeQueue"],
-            d["index"],
-            d["onlyAfterPhyOffset"],
-            d["lastConsumeQueueTimestamp"],
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,69 +310,44 @@ class RecoverPlan:
         return sum(a.records_total for a in self.actions if a.kind == "commitlog")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "store": self.root,
-            "brokerVersion": self.broker,
-            "path": self.path,
-            "reason": self.reason,
-            "checkCRC": self.check_crc,
-            "startFile": self.start_file,
-            "startPhyOffset": self.start_phy,
-            "minPhyOffset": self.min_phy,
-            "processOffset": self.process_offset,
-            "stop": self.stop,
-            "maxPhyOffsetOfConsumeQueue": self.max_phy_offset_cq,
-            "truncateLogicFiles": self.truncate_logic_files,
-            "actions": [a.to_json() for a in self.actions],
-            "redispatch": self.dispatch.to_json() if self.dispatch else None,
-            "rebuildConsumeQueue": self.rebuild_consume_queue,
-            "rebuildIndex": self.rebuild_index,
-            "queueEnds": [q.to_json() for q in self.queue_ends],
-            "indexFilesKept": list(self.index_files_kept),
-            "checkpointBefore": self.checkpoint_before,
-            "checkpointAfter": self.checkpoint_after,
-            "checkpointIndexFromRedispatch": self.checkpoint_index_from_dispatch,
-            "writeCheckpoint": self.write_checkpoint,
-            "removeAbort": self.remove_abort,
-            "brokerLosses": [x.to_json() for x in self.losses],
-            "notes": list(self.notes),
-            "quarantine": self.quarantine_dir,
-            "createdAt": self.created_ms,
-            "steps": self.steps(),
-            "recordsLost": self.records_lost,
-        }
+        return {**_dump(self, _PLAN_JSON), "steps": self.steps(), "recordsLost": self.records_lost}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RecoverPlan:
-        return cls(
-            root=d["store"],
-            broker=d["brokerVersion"],
-            path=d["path"],
-            reason=d["reason"],
-            check_crc=d["checkCRC"],
-            start_file=d["startFile"],
-            start_phy=d["startPhyOffset"],
-            min_phy=d["minPhyOffset"],
-            process_offset=d["processOffset"],
-            stop=d["stop"],
-            max_phy_offset_cq=d["maxPhyOffsetOfConsumeQueue"],
-            truncate_logic_files=d["truncateLogicFiles"],
-            actions=tuple(Action.from_json(a) for a in d["actions"]),
-            dispatch=Redispatch.from_json(d["redispatch"]) if d["redispatch"] else None,
-            rebuild_consume_queue=d["rebuildConsumeQueue"],
-            rebuild_index=d["rebuildIndex"],
-            queue_ends=tuple(QueueEnd.from_json(q) for q in d["queueEnds"]),
-            index_files_kept=tuple(d["indexFilesKept"]),
-            checkpoint_before=d["checkpointBefore"],
-            checkpoint_after=d["checkpointAfter"],
-            checkpoint_index_from_dispatch=d["checkpointIndexFromRedispatch"],
-            write_checkpoint=d["writeCheckpoint"],
-            remove_abort=d["removeAbort"],
-            losses=tuple(Loss.from_json(x) for x in d["brokerLosses"]),
-            notes=tuple(d["notes"]),
-            quarantine_dir=d["quarantine"],
-            created_ms=d["createdAt"],
-        )
+        return _load(cls, d, _PLAN_JSON)  # "steps" and "recordsLost" are derived: not read back
+
+
+_LOST_JSON = _table(
+    "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
+    "store_timestamp_ms=storeTimestamp torn"
+)
+_ACTION_JSON = _table(
+    "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
+    "undecodable_size=undecodableBytes records",
+    records=_list_of(LostRecord),
+)
+_LOSS_JSON = _table("what count detail repaired_by examples", examples=_list_of(LostRecord))
+_REDISPATCH_JSON = _table(
+    "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
+    "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
+)
+_PLAN_JSON = _table(
+    "root=store broker=brokerVersion path reason check_crc=checkCRC start_file start_phy=startPhyOffset "
+    "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
+    "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
+    "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
+    "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt",
+    actions=_list_of(Action),
+    dispatch=_optional(Redispatch),
+    queue_ends=_list_of(QueueEnd),
+    index_files_kept=_STRS,
+    losses=_list_of(Loss),
+    notes=_STRS,
+)
+LostRecord.json_fields = _LOST_JSON
+Action.json_fields = _ACTION_JSON
+Loss.json_fields = _LOSS_JSON
+Redispatch.json_fields = _REDISPATCH_JSON
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,235 +400,6 @@ def _unlink(path: Path) -> bool:
         return True
     except FileNotFoundError:
         return False
-
-
-# ---------------------------------------------------------------------------------------------
-# Commit log walk with the recovery checks (§3.11, §8.2): vectorised over a batch of records.
-
-
-@dataclass
-class _FileWalk:
-    """Valid records of one commit log file (arrays in file order) and where the walk stopped."""
-
-    seg: Segment
-    start_pos: int
-    pos: np.ndarray  # record positions in the file
-    phy: np.ndarray  # PHYSICALOFFSET field
-    size: np.ndarray
-    queue_id: np.ndarray
-    queue_offset: np.ndarray
-    sys_flag: np.ndarray
-    store_ts: np.ndarray
-    topic_id: np.ndarray
-    stop_pos: int
-    reason: str  # "blank" | "end" | "invalid"
-    error: CorruptData | None
-
-
-class TopicIds:
-    """Topic name <-> small integer, shared by every batch of a walk."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.ids: dict[str, int] = {}
-
-    def id(self, name: str) -> int:
-        i = self.ids.get(name)
-        if i is None:
-            i = self.ids[name] = len(self.names)
-            self.names.append(name)
-        return i
-
-
-def _field(head: np.ndarray, name: str) -> np.ndarray:
-    return head_column(head, name)
-
-
-def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: TopicIds) -> np.ndarray:
-    """Topic id of each record from the topic's byte range, grouped by length and hashed."""
-    out = np.empty(len(start), dtype=np.int64)
-    for tl in np.unique(length).tolist():
-        sel = np.flatnonzero(length == tl)
-        if tl == 0:
-            out[sel] = topics.id("")
-            continue
-        rows = np.ascontiguousarray(gather(u8, start[sel], tl))
-        h = np.zeros(len(sel), dtype=np.uint64)
-        for j in range(tl):  # FNV-style mix; every row is compared with its representative below
-            h = (h ^ rows[:, j].astype(np.uint64)) * np.uint64(1099511628211)
-        uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
-        reps = rows[first]
-        if not (rows == reps[inv]).all():  # a hash collision: exact grouping instead
-            uniq_rows, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-            reps = rows[first]
-        ids = np.array([topics.id(bytes(r).decode("utf-8", "replace")) for r in reps], dtype=np.int64)
-        out[sel] = ids[inv.ravel()]
-    return out
-
-
-def _first_prop_crc_error(
-    buf: Any, pos: np.ndarray, total: np.ndarray, seg: Segment, path: str
-) -> tuple[int, CorruptData] | None:
-    """The first record whose __CRC32# property is missing or wrong, with the error recovery stops on."""
-    for i, (at, n) in enumerate(zip(pos.tolist(), total.tolist(), strict=True)):
-        stored, computed = prop_crc_check(buf, at, n)
-        if stored is None:
-            err: CorruptData = CorruptData(
-                "no __CRC32# property (forceVerifyPropCRC)", path=path, pos=at, phy_offset=seg.base_offset + at
-            )
-            return i, err
-        if stored != computed:
-            err = ChecksumMismatch(path=path, pos=at, phy_offset=seg.base_offset + at, stored=stored, computed=computed)
-            return i, err
-    return None
-
-
-def walk_file_checked(
-    buf: Any,
-    seg: Segment,
-    cfg: StoreConfig,
-    rules: BrokerRules,
-    topics: TopicIds,
-    *,
-    start_pos: int,
-    check_crc: bool,
-) -> _FileWalk:
-    """Walk one file as ``checkMessageAndReturnSize(checkCRC)`` does in recovery (§3.11, §8.2).
-
-    One Python loop follows the TOTALSIZE chain; every other check (lengths against TOTALSIZE,
-    magic, body CRC) runs on arrays. Records with IPv6 hosts (4.6.0+), V2 records (5.1.0+) and
-    ``SCHEDULE_TOPIC_XXXX`` records (whose DELAY must parse) take the exact per-record decoder.
-    """
-    size = len(buf)
-    # 5.2.0+ forceVerifyPropCRC: the __CRC32# property is checked instead of the body CRC (§3.6)
-    prop_crc = check_crc and cfg.force_verify_prop_crc and rules.prop_crc
-    check_crc = check_crc and not prop_crc
-    positions, stop_pos, reason = walk_positions(buf, start_pos, size)
-    u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
-    path = str(seg.path)
-    cols: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("pos", "phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts", "topic_id")
-    }
-    error: CorruptData | None = None
-    bad_at: int | None = None
-    for b0 in range(0, len(positions), _CHASE_BATCH):
-        p = positions[b0 : b0 + _CHASE_BATCH]
-        n = len(p)
-        head = decode_heads(u8, p)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
-        total = _field(head, "total_size")
-        magic = _field(head, "magic")
-        crc = _field(head, "body_crc")
-        sys_flag = _field(head, "sys_flag")
-        # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
-        simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
-        body_len = _field(head, "body_len")
-        bl = np.maximum(body_len, 0)
-        ok = simple & (total >= MIN_RECORD_SIZE_V1) & (MIN_RECORD_SIZE_V1 + bl <= total)
-        tpos = np.where(ok, p + HEAD_V4_SIZE + bl, p)
-        topic_len = be(u8, tpos, ">i1")
-        ok &= (topic_len >= 0) & (MIN_RECORD_SIZE_V1 + bl + topic_len <= total)
-        ppos = np.where(ok, tpos + 1 + topic_len, p)
-        props_len = be(u8, ppos, ">i2")
-        ok &= MIN_RECORD_SIZE_V1 + bl + topic_len + np.maximum(props_len, 0) == total
-        # First record the simple checks reject or that needs the exact decoder.
-        rest = np.flatnonzero(~ok)
-        limit = n
-        exact: dict[int, Record] = {}
-        for i in rest.tolist():
-            if simple[i]:
-                limit = i  # a plain V1 record that fails a length check: invalid
-                break
-            if magic[i] == MAGIC_V2 and not rules.v2_magic:
-                limit = i
-                error = CorruptData(
-                    f"V2 record magic 0xDAA320AB: broker {rules.broker} cannot read it", path=path, pos=int(p[i])
-                )
-                break
-            try:
-                rec = decode_record(
-                    buf, int(p[i]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-                )
-            except CorruptData as e:
-                limit, error = i, e
-                break
-            assert isinstance(rec, Record)
-            exact[i] = rec
-        if limit < n and error is None and simple[limit]:
-            error = explain_invalid(
-                buf, int(p[limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
-            )
-        # Body CRC of the simple records before the limit.
-        if check_crc and limit:
-            sel = np.flatnonzero(simple[:limit] & (body_len[:limit] > 0))
-            got = body_crcs(buf, p[sel] + HEAD_V4_SIZE, body_len[sel])
-            bad = np.flatnonzero(got != crc[sel])
-            if bad.size:
-                limit = i = int(sel[bad[0]])
-                at = int(p[i])
-                error = ChecksumMismatch(
-                    path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
-                )
-        if prop_crc and limit:
-            bad_prop = _first_prop_crc_error(buf, p[:limit], total[:limit], seg, path)
-            if bad_prop is not None:
-                limit, error = bad_prop
-        # Topics, then the DELAY check of SCHEDULE_TOPIC_XXXX records (a non-numeric level is invalid).
-        tid = np.empty(limit, dtype=np.int64)
-        s_idx = np.flatnonzero(simple[:limit])
-        if s_idx.size:
-            tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + bl[s_idx], topic_len[s_idx], topics)
-        store_ts = _field(head[:limit], "store_timestamp_ms")
-        phy = _field(head[:limit], "phy_offset")
-        qid = _field(head[:limit], "queue_id")
-        qoff = _field(head[:limit], "queue_offset")
-        for i, rec in exact.items():
-            if i < limit:
-                tid[i] = topics.id(rec.topic)
-                store_ts[i] = rec.store_timestamp_ms
-        sched = topics.ids.get(SCHEDULE_TOPIC)
-        if sched is not None:
-            for i in np.flatnonzero(tid == sched).tolist():
-                try:
-                    rec = exact.get(i) or decode_record(
-                        buf, int(p[i]), path=path, file_from=seg.base_offset, broker=cfg.broker
-                    )
-                    assert isinstance(rec, Record)
-                    request_from_record(rec, cfg, path=path)
-                except CorruptData as e:
-                    limit, error = i, e
-                    break
-        cols["pos"].append(p[:limit])
-        cols["phy"].append(phy[:limit])
-        cols["size"].append(total[:limit])
-        cols["queue_id"].append(qid[:limit])
-        cols["queue_offset"].append(qoff[:limit])
-        cols["sys_flag"].append(sys_flag[:limit])
-        cols["store_ts"].append(store_ts[:limit])
-        cols["topic_id"].append(tid[:limit])
-        if limit < n:
-            bad_at = int(p[limit])
-            break
-    if bad_at is not None:
-        stop_pos, reason = bad_at, "invalid"
-    elif reason == "invalid":
-        # The size chain itself ended on bytes that are neither a record, zeros nor a blank.
-        error = explain_invalid(buf, stop_pos, path=path, file_from=seg.base_offset, broker=cfg.broker)
-    cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
-    return _FileWalk(
-        seg,
-        start_pos,
-        cat["pos"],
-        cat["phy"],
-        cat["size"],
-        cat["queue_id"],
-        cat["queue_offset"],
-        cat["sys_flag"],
-        cat["store_ts"],
-        cat["topic_id"],
-        stop_pos,
-        reason,
-        error,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1014,65 +720,6 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
 
 
-def _fused_file_walk(seg: Segment, f: FusedFile, topics: TopicIds) -> _FileWalk:
-    """The recovery walk's arrays from a fused walk's dispatch columns (the same records)."""
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(c, name) for c in f.batches]) if f.batches else np.zeros(0, np.int64)
-
-    tids = [np.array([topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id] for c in f.batches]
-    tid = np.concatenate(tids) if tids else np.zeros(0, np.int64)
-    cols = [cat(n) for n in ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")]
-    return _FileWalk(seg, 0, f.positions, *cols, tid, f.stop_pos, f.reason, None)
-
-
-def _walk_commitlog(
-    segs: list[Segment],
-    start_idx: int,
-    cfg: StoreConfig,
-    rules: BrokerRules,
-    check_crc: bool,
-    topics: TopicIds,
-    progress: Callable[[int], None] | None,
-    dispatch_columns: list[Any] | None = None,
-) -> Iterator[_FileWalk]:
-    """The recovery walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file.
-
-    Large files are checked by worker processes over byte ranges, which also decode the records'
-    dispatch columns into ``dispatch_columns`` (cleared when any file needed the exact walk).
-    """
-    pool = None
-    fused_all = True
-    try:
-        for i in range(start_idx, len(segs)):
-            seg = segs[i]
-            fused = None
-            # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
-            if fused_all and seg.size > walk.PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
-                pool = pool or worker_pool()
-                fused = recovery_walk_file(
-                    pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
-                )
-            if fused is not None:
-                w = _fused_file_walk(seg, fused, topics)
-                if dispatch_columns is not None:
-                    dispatch_columns += fused.batches
-            else:
-                fused_all = False
-                if dispatch_columns is not None:
-                    dispatch_columns.clear()
-                with map_file(seg.path) as buf:
-                    w = walk_file_checked(buf, seg, cfg, rules, topics, start_pos=0, check_crc=check_crc)
-            if progress:
-                progress(w.stop_pos)
-            yield w
-            if w.reason != "blank":
-                return
-    finally:
-        if pool is not None:
-            close_pool(pool)
-
-
 def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
     """The phy offset in each queue offset's slot (-1 where there is none), reading only those slots."""
     out = np.full(len(qoff), -1, dtype=np.int64)
@@ -1118,7 +765,7 @@ class _CqCheck:
 
     def add(
         self,
-        w: _FileWalk,
+        w: FileWalk,
         topics: TopicIds,
         queues: dict[tuple[str, int], _QueueState],
         rules: BrokerRules,
@@ -1126,8 +773,7 @@ class _CqCheck:
         max_cq: int,
         fs: int,
     ) -> None:
-        tt = w.sys_flag & TRANSACTION_MASK
-        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        ci = np.flatnonzero(queued(w.sys_flag))
         if not ci.size:
             return
         key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
@@ -1262,7 +908,7 @@ def _index_files_kept(st: Store, abort: bool, cp: cpmod.Checkpoint) -> tuple[lis
     return kept, dropped
 
 
-def _walk_start(
+def walk_start(
     segs: list[Segment], abort: bool, cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules, max_cq: int
 ) -> tuple[int, str]:
     """The commit log file recovery walks from, and why (§8.2, §8.3)."""
@@ -1289,13 +935,12 @@ class RecoveryEnd:
     not_indexed: int = 0  # records past the last index file's end that the index would get
     last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
 
-    def add(self, w: _FileWalk, last_index_end: int, max_cq: int) -> None:
+    def add(self, w: FileWalk, last_index_end: int, max_cq: int) -> None:
         self.records += len(w.pos)
         if len(w.pos):
             self.last_record = w.seg.base_offset + int(w.pos[-1])
-        tt = w.sys_flag & TRANSACTION_MASK
-        self.not_indexed += int(((w.phy > last_index_end) & (tt != TRANSACTION_ROLLBACK_TYPE)).sum())
-        ci = np.flatnonzero((tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE))
+        self.not_indexed += int(((w.phy > last_index_end) & indexed(w.sys_flag)).sum())
+        ci = np.flatnonzero(queued(w.sys_flag))
         if ci.size:
             self.last_cq_ts = int(w.store_ts[ci[-1]])
             after = ci[w.phy[ci] > max_cq]
@@ -1309,6 +954,221 @@ class RecoveryEnd:
             self.stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
         else:
             self.stop = f"invalid record: {w.error}" if w.error else "invalid record"
+
+
+@dataclass
+class RecoveryFacts:
+    """What the broker's recovery finds in a store, worked out once (§8.1-§8.5).
+
+    Where the commit log data ends (``end.process_offset``), where each consume queue ends
+    (``queues``), and the inputs of what the broker truncates; ``plan_recover`` turns them into
+    actions, ``check`` and ``info`` report them.
+    """
+
+    rules: BrokerRules
+    check_crc: bool
+    abort: bool
+    segs: list[Segment]  # the commit log files the broker loads (an empty last file left out)
+    empty_last: Segment | None
+    notes: list[str]
+    cp_bytes: bytes | None  # the checkpoint page as mapped, None when there is no file
+    cp: cpmod.Checkpoint
+    kept_index: list[Path]
+    dropped_index: list[tuple[Path, str, bool]]
+    last_index_end: int  # endPhyOffset of the last kept index file, -1 when none
+    queues: dict[tuple[str, int], _QueueState]
+    max_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
+    batch_topics: frozenset[str]
+    batch_max: int
+    start_idx: int
+    start_why: str
+    end: RecoveryEnd
+    cq_check: _CqCheck
+    fused_columns: list[Any]
+
+    @property
+    def start_phy(self) -> int:
+        return self.segs[self.start_idx].base_offset if self.segs else 0
+
+    @property
+    def process_offset(self) -> int:
+        return self.end.process_offset
+
+    @property
+    def truncate_logic(self) -> bool:
+        """``truncateDirtyLogicFiles`` runs: a consume queue points at or past processOffset (§8.5)."""
+        return bool(self.segs) and self.max_cq >= self.process_offset
+
+    @property
+    def destroy_logics(self) -> bool:
+        """No commit log file: the broker destroys every consume queue."""
+        return not self.segs and (self.abort or self.rules.normal_destroys_logics)
+
+
+def _loaded_commitlog(st: Store, root: Path) -> tuple[list[Segment], Segment | None, list[str]]:
+    """The commit log files as the broker loads them (§2.4), the empty last file, and notes."""
+    segs, problems = st.commitlog_segments()
+    empty_last = segs[-1] if segs and segs[-1].size == 0 else None
+    notes = []
+    for p in problems:
+        if empty_last is not None and p.path == empty_last.path:
+            continue
+        if p.kind in LOAD_FAILURES:
+            raise CorruptData(
+                f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
+                "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
+                path=p.path,
+                pos=0,
+            )
+        notes.append(f"{_rel(root, p.path)}: {p.what}")
+    if empty_last is not None:
+        segs.pop()  # mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing
+    return segs, empty_last, notes
+
+
+def recovery_facts(
+    st: Store, *, check_crc: bool | None = None, progress: Callable[[int], None] | None = None
+) -> RecoveryFacts:
+    """Walk the store as the broker's recovery does (§8.1 order) and say what it finds; reads only."""
+    cfg = st.config
+    rules = broker_rules(cfg.broker)
+    check = cfg.check_crc_on_recover if check_crc is None else check_crc
+    # 1. lastExitOK, and the commit log files as the broker loads them (§2.4).
+    abort = st.abort_exists()
+    segs, empty_last, notes = _loaded_commitlog(st, Path(st.root))
+    # 2.-3. consume queues (loaded), checkpoint.
+    cp_bytes = _read_checkpoint_bytes(cfg.checkpoint_path)
+    cp = cpmod.decode(cp_bytes) if cp_bytes is not None else cpmod.Checkpoint(0, 0, 0)
+    if cp_bytes is None:
+        notes.append("no checkpoint file: the broker creates a zeroed one")
+    # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
+    kept, dropped_index = _index_files_kept(st, abort, cp)
+    last_index_end = -1
+    if kept:
+        with map_file(kept[-1]) as buf:
+            last_index_end = ix.decode_header(buf).end_phy_offset
+    # 5. every consume queue's own recovery (§8.4).
+    queues = {(topic, qid): _recover_queue(topic, qid, qdir, cfg, rules) for topic, qid, qdir in st.queues()}
+    batch_max = max((batch_queue_max_phy(st.bcq_segments(t, q)[0]) for t, q, _ in st.batch_queues()), default=-1)
+    max_cq = max(max((q.max_physic for q in queues.values()), default=-1), batch_max)
+    # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
+    start_idx, start_why = walk_start(segs, abort, cp, cfg, rules, max_cq)
+    facts = RecoveryFacts(
+        rules, check, abort, segs, empty_last, notes, cp_bytes, cp, kept, dropped_index, last_index_end, queues,
+        max_cq, batch_cq_topics(cfg), batch_max, start_idx, start_why, RecoveryEnd(0), _CqCheck(), [],
+    )  # fmt: skip
+    facts.end = RecoveryEnd(facts.start_phy)
+    facts.cq_check = _CqCheck(skip=facts.batch_topics)
+    topics = TopicIds()
+    for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
+        facts.end.add(w, last_index_end, max_cq)
+        facts.cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
+    return facts
+
+
+def _check_plannable(st: Store, rebuild_index: bool) -> None:
+    cfg = st.config
+    if cfg.duplication_enable:
+        raise UnsupportedStore(f"{st.root}: duplicationEnable=true (replica mode) recovery is not supported")
+    if cfg.enable_consume_queue_ext:
+        raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
+    if rebuild_index and not cfg.message_index_enable:
+        raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
+
+
+def _queue_actions(root: Path, f: RecoveryFacts, cq_file_size: int) -> list[Action]:
+    """Each consume queue's own recovery (§8.4), or every queue destroyed when no commit log is left."""
+    out: list[Action] = []
+    for q in f.queues.values():
+        if not f.destroy_logics:
+            out += _cq_recover_actions(root, q, cq_file_size)
+            continue
+        for s in q.segs:
+            why = "no commit log file: the broker destroys every consume queue"
+            n = _count_entries(s.path, 0, s.size)
+            out.append(
+                Action("cq-truncate", "delete", "consumequeue", _rel(root, s.path), 0, s.size, why, entries_total=n)
+            )
+        q.files_left = []
+    return out
+
+
+def _queue_ends(f: RecoveryFacts) -> list[QueueEnd]:
+    out = []
+    for (topic, qid), q in sorted(f.queues.items()):
+        last = q.files_left[-1] if q.files_left else None
+        out.append(
+            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
+        )
+    return out
+
+
+def _plan_dispatch(f: RecoveryFacts, cfg: StoreConfig, want_cq: bool, want_ix: bool) -> Redispatch | None:
+    """The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum)."""
+    po, start, e = f.process_offset, f.start_phy, f.end
+    if not f.segs or po <= start or not (want_cq or want_ix):
+        return None
+    if f.abort:
+        return Redispatch(start, po, e.records, want_cq, want_ix, None, e.last_cq_ts)
+    if f.rules.normal_dispatch_beyond_cq and f.max_cq < po:  # nothing past the CQ maximum: no-op
+        return Redispatch(start, po, e.records, want_cq, want_ix, f.max_cq, e.last_cq_ts_after_cq)
+    return None
+
+
+def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Action | None:
+    """The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
+    zero them first so that a re-dispatch killed half way can be rolled back exactly."""
+    with map_file(last) as buf:
+        h = ix.decode_header(buf)
+    used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
+    end = data_end(last, used)
+    if end <= used:
+        return None
+    return Action(
+        "index-delete", "zero", "index", _rel(root, last), used, end, "stale bytes after the last entry (indexCount)"
+    )
+
+
+def _plan_checkpoint(
+    f: RecoveryFacts, cfg: StoreConfig, dispatch: Redispatch | None, rebuild_index: bool, rebuild_cq: bool
+) -> tuple[dict[str, int] | None, dict[str, int], bool, bool]:
+    """The checkpoint the broker leaves at shutdown (§6): physic unchanged (nothing is flushed),
+    logics = store time of the last record dispatched to a consume queue, index = end time of
+    the last index file that filled up during the re-dispatch.
+
+    Returns (before, after, index settled by the re-dispatch, whether to write it).
+    """
+    before = _cp_dict(f.cp) if f.cp_bytes is not None else None
+    after = _cp_dict(f.cp)
+    if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
+        after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
+    index_pending = (dispatch is not None and dispatch.index) or rebuild_index
+    current = cfg.checkpoint_path.read_bytes() if f.cp_bytes is not None else None
+    write_cp = current is None or checkpoint_bytes(f.cp_bytes, after) != current
+    write_cp = write_cp or index_pending or rebuild_cq
+    if write_cp and f.rules.checkpoint_confirm_offset and f.end.last_record >= 0:
+        after["confirmPhyOffset"] = f.end.last_record  # set by recovery, written by the shutdown flush
+    return before, after, index_pending, write_cp
+
+
+def _plan_actions(
+    root: Path, f: RecoveryFacts, cfg: StoreConfig, rebuild_index: bool, rebuild_cq: bool
+) -> list[Action]:
+    """The removals in the broker's order: empty last file, index files, consume queues' own recovery,
+    then ``truncateDirtyFiles`` and ``truncateDirtyLogicFiles(processOffset)`` (§8.4, §8.5)."""
+    actions: list[Action] = []
+    if f.empty_last is not None:
+        actions.append(
+            Action("commitlog-truncate", "delete", "commitlog", _rel(root, f.empty_last.path), 0, 0, "empty last file")
+        )
+    if not rebuild_index:
+        for p, why, _garbage in f.dropped_index:
+            actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
+    if not rebuild_cq:
+        actions += _queue_actions(root, f, cfg.cq_file_size)
+    short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
+    actions += _commitlog_cut_actions(root, f.segs, f.process_offset, short.get(f.end.reason, "end"), cfg.broker)
+    return actions
 
 
 def plan_recover(
@@ -1328,242 +1188,79 @@ def plan_recover(
     """
     cfg = st.config
     root = Path(st.root)
-    rules = broker_rules(cfg.broker)
-    if cfg.duplication_enable:
-        raise UnsupportedStore(f"{root}: duplicationEnable=true (replica mode) recovery is not supported")
-    if cfg.enable_consume_queue_ext:
-        raise UnsupportedStore(f"{root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
-    if rebuild_index and not cfg.message_index_enable:
-        raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
-    check = cfg.check_crc_on_recover if check_crc is None else check_crc
-    notes: list[str] = []
-    actions: list[Action] = []
-    losses: list[Loss] = []
-
-    # 1. lastExitOK, and the commit log files as the broker loads them (§2.4).
-    abort = st.abort_exists()
-    segs, problems = st.commitlog_segments()
-    empty_last = segs[-1] if segs and segs[-1].size == 0 else None
-    for p in problems:
-        if empty_last is not None and p.path == empty_last.path:
-            continue
-        if p.kind in LOAD_FAILURES:
-            raise CorruptData(
-                f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
-                "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
-                path=p.path,
-                pos=0,
-            )
-        notes.append(f"{_rel(root, p.path)}: {p.what}")
-    if empty_last is not None:
-        # Mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing.
-        segs.pop()
-        actions.append(
-            Action("commitlog-truncate", "delete", "commitlog", _rel(root, empty_last.path), 0, 0, "empty last file")
-        )
-
-    # 2.-3. consume queues (loaded), checkpoint.
-    cp_bytes = _read_checkpoint_bytes(cfg.checkpoint_path)
-    cp = cpmod.decode(cp_bytes) if cp_bytes is not None else cpmod.Checkpoint(0, 0, 0)
-    if cp_bytes is None:
-        notes.append("no checkpoint file: the broker creates a zeroed one")
-
-    # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
-    kept, dropped_index = _index_files_kept(st, abort, cp)
-    if not rebuild_index:
-        for p, why, _garbage in dropped_index:
-            actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
-    last_index_end = -1
-    if kept:
-        with map_file(kept[-1]) as buf:
-            last_index_end = ix.decode_header(buf).end_phy_offset
-
-    # 5. every consume queue's own recovery (§8.4).
-    queues: dict[tuple[str, int], _QueueState] = {}
-    for topic, qid, qdir in st.queues():
-        queues[(topic, qid)] = _recover_queue(topic, qid, qdir, cfg, rules)
-    max_cq = max((q.max_physic for q in queues.values()), default=-1)
-    batch_topics = batch_cq_topics(cfg)
-    batch_max = max((batch_queue_max_phy(st.bcq_segments(t, q)[0]) for t, q, _ in st.batch_queues()), default=-1)
-    max_cq = max(max_cq, batch_max)
-    destroy_logics = not segs and (abort or rules.normal_destroys_logics)
-    if not rebuild_consume_queue:
-        for q in queues.values():
-            if destroy_logics:
-                for s in q.segs:
-                    actions.append(
-                        Action(
-                            "cq-truncate",
-                            "delete",
-                            "consumequeue",
-                            _rel(root, s.path),
-                            0,
-                            s.size,
-                            "no commit log file: the broker destroys every consume queue",
-                            entries_total=_count_entries(s.path, 0, s.size),
-                        )
-                    )
-                q.files_left = []
-            else:
-                actions += _cq_recover_actions(root, q, cfg.cq_file_size)
-
-    # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
-    path = "abnormal" if abort else "normal"
-    reason = "abort file present: the last shutdown was not clean" if abort else "no abort file: clean shutdown"
-    start_idx, start_why = _walk_start(segs, abort, cp, cfg, rules, max_cq)
-    start_phy = segs[start_idx].base_offset if segs else 0
-    min_phy = segs[0].base_offset if segs else 0
-    topics = TopicIds()
-    cq_check = _CqCheck(skip=batch_topics)
-    fused_columns: list[Any] = []
-    end = RecoveryEnd(start_phy)
-    for w in _walk_commitlog(segs, start_idx, cfg, rules, check, topics, progress, fused_columns) if segs else ():
-        end.add(w, last_index_end, max_cq)
-        cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
-    process_offset, stop, last_reason, records = end.process_offset, end.stop, end.reason, end.records
-    last_record = end.last_record
-    last_cq_ts, last_cq_ts_after_cq, not_indexed = end.last_cq_ts, end.last_cq_ts_after_cq, end.not_indexed
-
-    # truncateDirtyFiles(processOffset) (§8.5).
-    short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
-    actions += _commitlog_cut_actions(root, segs, process_offset, short.get(last_reason, "end"), cfg.broker)
-    # truncateDirtyLogicFiles(processOffset) when a queue points at or past it (§8.5).
-    truncate_logic = bool(segs) and max_cq >= process_offset
-    queue_ends = []
-    for (topic, qid), q in sorted(queues.items()):
-        last = q.files_left[-1] if q.files_left else None
-        queue_ends.append(
-            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
-        )
-        if truncate_logic and not rebuild_consume_queue:
-            actions += _cq_truncate_actions(root, q, process_offset)
-    for t, qid, _ in st.batch_queues() if truncate_logic and not rebuild_consume_queue else ():
-        for c in plan_batch_cq_cut(t, qid, st.bcq_segments(t, qid)[0], process_offset):
-            why = f"batch units of {t}/{qid} pointing at or past processOffset {process_offset} (§8.5)"
-            actions.append(Action("cq-truncate", c.verb, "consumequeue", _rel(root, c.path), c.from_pos, c.to_pos, why,
-                                  entries_total=c.units))  # fmt: skip
-
-    # The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum).
-    dispatch: Redispatch | None = None
-    want_cq = not rebuild_consume_queue
-    want_ix = cfg.message_index_enable and not rebuild_index
-    if segs and process_offset > start_phy and (want_cq or want_ix):
-        if abort:
-            dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, None, last_cq_ts)
-        elif rules.normal_dispatch_beyond_cq and max_cq < process_offset:  # nothing past the CQ maximum: no-op
-            dispatch = Redispatch(start_phy, process_offset, records, want_cq, want_ix, max_cq, last_cq_ts_after_cq)
-    if dispatch is not None and dispatch.only_after_phy is None and fused_columns:
-        keep_dispatch_columns(root, segs, start_phy, process_offset, fused_columns)
-
-    if dispatch is not None and dispatch.index and kept:
-        # The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
-        # zero them first so that a re-dispatch killed half way can be rolled back exactly.
-        last = kept[-1]
-        with map_file(last) as buf:
-            h = ix.decode_header(buf)
-        used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
-        end = data_end(last, used)
-        if end > used:
-            why = "stale bytes after the last entry (indexCount)"
-            actions.append(Action("index-delete", "zero", "index", _rel(root, last), used, end, why))
-
-    # What the broker's way loses.
-    losses += _losses(
-        path,
-        rules,
-        cfg,
-        cq_check,
-        start_phy,
-        process_offset,
-        max_cq,
-        last_index_end,
-        not_indexed,
-        dropped_index,
-        actions,
+    _check_plannable(st, rebuild_index)
+    f = recovery_facts(st, check_crc=check_crc, progress=progress)
+    actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
+    queue_ends = _queue_ends(f)
+    if f.truncate_logic and not rebuild_consume_queue:
+        for _key, q in sorted(f.queues.items()):
+            actions += _cq_truncate_actions(root, q, f.process_offset)
+        actions += _batch_cut_actions(st, f.process_offset)
+    dispatch = _plan_dispatch(f, cfg, not rebuild_consume_queue, cfg.message_index_enable and not rebuild_index)
+    if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
+        keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
+    tail = (
+        _index_tail_action(root, cfg, f.kept_index[-1])
+        if dispatch is not None and dispatch.index and f.kept_index
+        else None
     )
-
-    # The checkpoint the broker leaves at shutdown (§6): physic unchanged (nothing is flushed),
-    # logics = store time of the last record dispatched to a consume queue, index = end time of
-    # the last index file that filled up during the re-dispatch.
-    before = _cp_dict(cp) if cp_bytes is not None else None
-    after = _cp_dict(cp)
-    if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
-        after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
-    index_pending = (dispatch is not None and dispatch.index) or rebuild_index
-    current = cfg.checkpoint_path.read_bytes() if cp_bytes is not None else None
-    write_cp = current is None or checkpoint_bytes(cp_bytes, after) != current
-    write_cp = write_cp or index_pending or rebuild_consume_queue
-    if write_cp and rules.checkpoint_confirm_offset and last_record >= 0:
-        after["confirmPhyOffset"] = last_record  # set by recovery, written by the shutdown flush
-
+    actions += [tail] if tail is not None else []
+    losses = _losses(f, cfg, actions)
+    before, after, index_pending, write_cp = _plan_checkpoint(f, cfg, dispatch, rebuild_index, rebuild_consume_queue)
     qdir: str | None = None
     if use_quarantine:
         qpath = Path(quarantine) if quarantine is not None else default_quarantine(root, now_ms)
         _check_quarantine_dir(qpath, cfg)
         qdir = str(qpath.resolve())
+    start_file = f.segs[f.start_idx].path.name if f.segs else None
     return RecoverPlan(
         root=str(root),
         broker=cfg.broker,
-        path=path,
-        reason=reason,
-        check_crc=check,
-        start_file=segs[start_idx].path.name if segs else None,
-        start_phy=start_phy,
-        min_phy=min_phy,
-        process_offset=process_offset,
-        stop=stop + (f"; walked from {segs[start_idx].path.name}: {start_why}" if segs else ""),
-        max_phy_offset_cq=max_cq,
-        truncate_logic_files=truncate_logic,
+        path="abnormal" if f.abort else "normal",
+        reason="abort file present: the last shutdown was not clean" if f.abort else "no abort file: clean shutdown",
+        check_crc=f.check_crc,
+        start_file=start_file,
+        start_phy=f.start_phy,
+        min_phy=f.segs[0].base_offset if f.segs else 0,
+        process_offset=f.process_offset,
+        stop=f.end.stop + (f"; walked from {start_file}: {f.start_why}" if f.segs else ""),
+        max_phy_offset_cq=f.max_cq,
+        truncate_logic_files=f.truncate_logic,
         actions=tuple(actions),
         dispatch=dispatch,
         rebuild_consume_queue=rebuild_consume_queue,
         rebuild_index=rebuild_index,
         queue_ends=tuple(queue_ends),
-        index_files_kept=tuple(p.name for p in kept),
+        index_files_kept=tuple(p.name for p in f.kept_index),
         checkpoint_before=before,
         checkpoint_after=after,
         checkpoint_index_from_dispatch=index_pending,
         write_checkpoint=write_cp,
-        remove_abort=abort,
+        remove_abort=f.abort,
         losses=tuple(losses),
-        notes=tuple(notes),
+        notes=tuple(f.notes),
         quarantine_dir=qdir,
         created_ms=now_ms,
     )
 
 
-def _batch_queues_max(st: Store, rules: BrokerRules) -> int:
-    """The largest commit log end (offset + size) a batch consume queue's last valid unit points at."""
-    best = -1
-    for topic, qid, _ in st.batch_queues():
-        segs, _ = st.bcq_segments(topic, qid)
-        for seg in reversed(segs):
-            with map_file(seg.path) as buf:
-                last = None
-                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                    e = decode_bcq_entry(buf, pos, path=str(seg.path))
-                    if e.ends_queue:
-                        break
-                    last = e
-            if last is not None:
-                best = max(best, last.phy_offset + (last.size if rules.cq_max_includes_size else 0))
-                break
-    return best
+def _batch_cut_actions(st: Store, process_offset: int) -> list[Action]:
+    """BatchConsumeQueue.truncateDirtyLogicFiles: units at or past ``process_offset`` are cut (§8.5)."""
+    root, out = Path(st.root), []
+    for t, qid, _ in st.batch_queues():
+        for c in plan_batch_cq_cut(t, qid, st.bcq_segments(t, qid)[0], process_offset):
+            why = f"batch units of {t}/{qid} pointing at or past processOffset {process_offset} (§8.5)"
+            out.append(
+                Action("cq-truncate", c.verb, "consumequeue", _rel(root, c.path), c.from_pos, c.to_pos, why,
+                       entries_total=c.units)
+            )  # fmt: skip
+    return out
 
 
-def _losses(
-    path: str,
-    rules: BrokerRules,
-    cfg: StoreConfig,
-    cq: _CqCheck,
-    start_phy: int,
-    process_offset: int,
-    max_cq: int,
-    last_index_end: int,
-    not_indexed: int,
-    dropped_index: list[tuple[Path, str, bool]],
-    actions: list[Action],
-) -> list[Loss]:
+def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[Loss]:
+    """What the broker's way loses (or leaves missing), and what repairs it."""
+    rules, cq, start_phy, process_offset = f.rules, f.cq_check, f.start_phy, f.process_offset
+    path, last_index_end, not_indexed = ("abnormal" if f.abort else "normal"), f.last_index_end, f.end.not_indexed
     out: list[Loss] = []
     walked = f"records between phy offsets {start_phy} and {process_offset}"
     if cq.missing:
@@ -1589,7 +1286,7 @@ def _losses(
                 f"broker {cfg.broker} does not re-dispatch after a clean shutdown"
             )
         out.append(Loss("index-entries", not_indexed, detail, "--rebuild-index"))
-    for p, why, garbage in dropped_index:
+    for p, why, garbage in f.dropped_index:
         if garbage:
             out.append(Loss("index-keys", 0, f"{p.name} ({why}): whatever keys it held", "--rebuild-index"))
             continue

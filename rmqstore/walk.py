@@ -1,12 +1,22 @@
 """The walk over the commit log chain (store-format.md §3.11, §8.2-8.3, §9.2) shared by the operations.
 
-``Stop`` says why and where a walk of one file ended. ``recovery_walk_file`` is recovery's walk of
-one file done once for two purposes: the structure and body CRC checks of ``checkMessageAndReturnSize``
-and the dispatch columns of the same records, both computed by worker processes over byte ranges
-of the file (each worker picks up the chain at the first record of its range whose stored
-physical offset equals its position; the caller accepts a range only where the previous range's
-walk really ended). The dispatch columns are kept for the re-dispatch that follows in the same
-process (``take_dispatch_columns``), so a recovery reads the records once.
+Every walk of one file ends with a :class:`Stop` (``kind``: :class:`StopKind` BLANK / END /
+INVALID / UNTIL, the file, the position and physical offset, an explanation); :func:`walk_chain`
+is the one chain rule (a BLANK goes on in the next file, anything else ends the walk). The modes:
+
+* the dispatcher's rules: ``dispatch.scan_requests`` / ``columnar.scan_columns`` per file;
+* recovery's rules, ``checkMessageAndReturnSize(checkCRC)`` with the CRC policy of the
+  ``BrokerRules``: :func:`recovery_walk` over the chain, :func:`walk_file_checked` for one file,
+  :func:`recovery_walk_file` for a large file checked and decoded once by worker processes over
+  byte ranges (each worker picks up the chain at the first record of its range whose stored
+  physical offset equals its position; a range is accepted only where the previous range's walk
+  really ended). The dispatch columns are kept for the re-dispatch that follows in the same
+  process (``take_dispatch_columns``), so a recovery reads the records once;
+* lenient resynchronisation for dump and check: :class:`RecordStarts`, verified record starts
+  and the file-ending BLANK after damage.
+
+``queued`` and ``indexed`` say which records a consume queue and the index get; ``data_end``,
+``first_nonzero`` and ``zero_tail_start`` find the end of the data through a file's extents.
 """
 
 from __future__ import annotations
@@ -15,43 +25,155 @@ import enum
 import errno
 import mmap
 import os
+import struct
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from .codec.columnar import body_crcs, decode_heads, head_column
-from .codec.commitlog import MAGIC_V2
-from .columnar import BATCH, Columns, decode_batch, find_record_start, walk_positions
-from .errors import CorruptData
+from .codec.columnar import be, body_crcs, decode_heads, gather, head_column, well_formed_records
+from .codec.commitlog import (
+    BLANK_MAGIC,
+    HEAD_V4_SIZE,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Record,
+    decode_record,
+    explain_invalid,
+    prop_crc_check,
+    read_head,
+)
+from .consumequeue import ENTRY_SIZE, entries_array, valid_prefix
+from .errors import ChecksumMismatch, CorruptData
 from .layout import Segment, StoreConfig
+from .store import map_file
+from .workers import close_pool, worker_pool
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from .columnar import Columns
+    from .rules import BrokerRules
+
+
+class _Stopped(Protocol):
+    @property
+    def stop(self) -> Stop: ...
+
+
+_W = TypeVar("_W", bound=_Stopped)
 
 PART_SIZE = 32 << 20  # bytes of a file one worker checks and decodes at a time
 _SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
 CACHE_BUDGET = 192 << 20  # dispatch columns kept between the recovery walk and its re-dispatch
+_CHASE_BATCH = 1 << 18  # records a checked walk validates per numpy batch
 
 
-class StopKind(enum.Enum):
-    """Why the walk of one commit log file ended."""
+class StopKind(str, enum.Enum):
+    """Why the walk of one commit log file ended (equal to its plain string, as older callers compare)."""
 
     BLANK = "blank"  # a BLANK record: the file is full, the chain goes on in the next file
     END = "end"  # zeros or the end of the file: the end of the data
-    INVALID = "invalid"  # a record the broker's check rejects
+    INVALID = "invalid"  # a record the walk's rules reject
     UNTIL = "until"  # the caller's bound
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stop:
-    """Where (position in the file and physical offset) and why a walk ended."""
+    """Where and why the walk of one commit log file ended.
 
-    kind: StopKind
+    ``pos`` is where the next record would start in the file; with the file's ``base_offset`` it
+    is the physical offset. ``error`` explains an INVALID stop.
+    """
+
     pos: int
-    phy_offset: int
-    explanation: str
+    kind: StopKind
     error: CorruptData | None = None
+    file: Path | None = None
+    base_offset: int = 0
+
+    def __post_init__(self) -> None:
+        self.kind = StopKind(self.kind)
+
+    @property
+    def reason(self) -> str:
+        return self.kind.value
+
+    @property
+    def phy_offset(self) -> int:
+        return self.base_offset + self.pos
+
+    @property
+    def explanation(self) -> str:
+        if self.kind is StopKind.INVALID:
+            return f"invalid record: {self.error}" if self.error else "invalid record"
+        if self.kind is StopKind.BLANK:
+            return f"blank record at {self.phy_offset}"
+        return "end of data" if self.kind is StopKind.END else f"bound at {self.phy_offset}"
+
+
+def queued(sys_flag: Any) -> Any:
+    """Whether a record gets a consume queue entry: a plain or committed message (§4.3), not a
+    prepared or rolled back one. Works on one SYSFLAG or an array of them."""
+    tt = sys_flag & TRANSACTION_MASK
+    return (tt == TRANSACTION_NOT_TYPE) | (tt == TRANSACTION_COMMIT_TYPE)
+
+
+def indexed(sys_flag: Any) -> Any:
+    """Whether a record's keys go into the index: anything but a rollback (§5.3)."""
+    return (sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK_TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTail:
+    """Where a consume queue's valid entries end, as the queue's recovery reads its last files (§8.4)."""
+
+    end: int  # byte offset in the queue stream: the last file's start plus its valid prefix
+    last_entry: tuple[int, int] | None  # (phy offset, size) of the last valid entry (the file before when none)
+
+
+def _last_valid(path: Path, file_size: int | None) -> tuple[int, tuple[int, int] | None]:
+    """The number of valid entries a consume queue file starts with, and the last of them."""
+    with map_file(path) as buf:
+        arr = entries_array(buf, 0, min(len(buf), file_size) if file_size else None)
+        n = valid_prefix(arr)
+        entry = (int(arr["phy_offset"][n - 1]), int(arr["size"][n - 1])) if n else None
+        del arr
+    return n, entry
+
+
+def queue_tail(segs: Sequence[Segment], file_size: int | None = None) -> QueueTail:
+    """The end of a consume queue (its files ``segs``) and its last valid entry; earlier files count as full."""
+    if not segs:
+        return QueueTail(0, None)
+    n, entry = _last_valid(segs[-1].path, file_size)
+    if entry is None and len(segs) > 1:
+        entry = _last_valid(segs[-2].path, file_size)[1]
+    return QueueTail(segs[-1].base_offset + n * ENTRY_SIZE, entry)
+
+
+def walk_chain(
+    segs: Sequence[Segment], start_idx: int, walk_file: Callable[[Segment, int], _W], *, start_pos: int = 0
+) -> Iterator[_W]:
+    """Walk the commit log chain from ``segs[start_idx]`` at ``start_pos``: ``walk_file(seg, pos)`` walks
+    one file and says where it stopped (``.stop``); a BLANK moves on to the start of the next file,
+    anything else ends the chain (§8.2, §9.2)."""
+    pos = start_pos
+    for seg in segs[start_idx:]:
+        w = walk_file(seg, pos)
+        yield w
+        if w.stop.kind is not StopKind.BLANK:
+            return
+        pos = 0
 
 
 @dataclass
@@ -78,6 +200,8 @@ def _check_part(
     buf: Any, u8: np.ndarray, seg: Segment, cfg: StoreConfig, p: np.ndarray, end: int, flags: tuple[bool, bool, bool]
 ) -> Columns | None:
     """Dispatch columns of the records at ``p`` if every one passes recovery's checks, else None."""
+    from .columnar import decode_batch
+
     check_crc, ipv6_hosts, v2_magic = flags
     cols, bad = decode_batch(buf, u8, p, seg, cfg, end)
     if bad is not None or cols is None or len(cols) != len(p):
@@ -100,6 +224,12 @@ def _check_part(
 def _walk_part(
     buf: Any, seg: Segment, cfg: StoreConfig, lo: int, hi: int, end: int, known: bool, flags: tuple[bool, bool, bool]
 ) -> _Part:
+    from .columnar import (
+        BATCH,
+        find_record_start,
+        walk_positions,
+    )  # columnar imports the dispatcher, which imports this
+
     u8 = np.frombuffer(buf, dtype=np.uint8, count=end)
     sync = lo if known else find_record_start(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
     if sync is None:
@@ -331,3 +461,414 @@ def data_end(path: Path, start: int, end: int | None = None) -> int:
         return start
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resynchronisation: where records verifiably start again after damage, for the lenient walks
+# of dump and check. A record start is a V1/V2 magic whose record ``decode_record`` accepts and
+# whose stored PHYSICALOFFSET is its own position; the file's BLANK counts where its TOTALSIZE
+# is exactly the rest of the file.
+
+_BLANK_BYTES = struct.pack(">i", BLANK_MAGIC)
+_WINDOW = 64 << 20  # record starts are indexed 64 MiB of a file at a time
+_SEARCH_CHUNK = 1 << 20  # bytes compared per numpy step (stays in cache)
+
+
+def magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
+    """Every position m in [lo, hi) where a V1 or V2 magic code (§3.1) starts."""
+    hi = min(hi, size - 3)
+    if hi <= lo:
+        return np.empty(0, np.int64)
+    # Both magic codes are DA A3 20 A7/AB: find the rarer second byte, then check all four.
+    u8 = np.frombuffer(buf, dtype=np.uint8, count=size)
+    be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
+    parts = []
+    try:
+        for c0 in range(lo + 1, hi + 1, _SEARCH_CHUNK):
+            m = np.flatnonzero(u8[c0 : min(c0 + _SEARCH_CHUNK, hi + 1)] == 0xA3) + (c0 - 1)
+            if m.size:
+                code = be32[m]
+                m = m[(code == MAGIC_V1) | (code == MAGIC_V2)]
+                if m.size:
+                    parts.append(m)
+    finally:
+        del u8, be32
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+class RecordStarts:
+    """Verified record starts of one file, computed a window at a time: the one resync routine.
+
+    ``v2=False`` leaves V2 records out, for a broker that cannot read them.
+    """
+
+    def __init__(self, buf: Any, size: int, file_from: int, *, v2: bool = True) -> None:
+        self.buf, self.size, self.file_from, self.v2 = buf, size, file_from, v2
+        self._windows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _window(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        got = self._windows.get(w)
+        if got is None:
+            if len(self._windows) >= 2:
+                self._windows.pop(min(self._windows))
+            lo, hi = w * _WINDOW, min((w + 1) * _WINDOW, self.size)
+            starts = magic_positions(self.buf, self.size, lo + 4, hi + 4) - 4
+            if not self.v2 and starts.size:
+                be32 = np.ndarray((self.size - 3,), dtype=">i4", buffer=self.buf, strides=(1,))
+                starts = starts[be32[starts + 4] != MAGIC_V2]
+                del be32
+            starts, ends = well_formed_records(self.buf, self.size, self.file_from, starts)
+            breaks = np.flatnonzero(ends[:-1] != starts[1:])  # the chain does not go on after these
+            got = self._windows[w] = (starts, ends, breaks)
+        return got
+
+    def run_at(self, pos: int) -> tuple[np.ndarray, int] | None:
+        """The chained intact records starting exactly at ``pos`` (within one window), or None."""
+        starts, ends, breaks = self._window(pos // _WINDOW)
+        i = int(np.searchsorted(starts, pos))
+        if i == len(starts) or starts[i] != pos:
+            return None
+        b = int(np.searchsorted(breaks, i))
+        j = int(breaks[b]) if b < len(breaks) else len(starts) - 1
+        return starts[i : j + 1], int(ends[j])
+
+    def next_start(self, pos: int) -> int | None:
+        """The first verified record start after ``pos``."""
+        w = pos // _WINDOW
+        while w * _WINDOW < self.size:
+            starts = self._window(w)[0]
+            i = int(np.searchsorted(starts, pos, side="right"))
+            if i < len(starts):
+                return int(starts[i])
+            w += 1
+        return None
+
+    def next_blank(self, pos: int, limit: int) -> int | None:
+        """The first BLANK after ``pos`` (before ``limit``) whose TOTALSIZE is the rest of the file."""
+        buf, size = self.buf, self.size
+        at = pos + 5
+        while True:
+            m = buf.find(_BLANK_BYTES, at, min(limit + 4, size))
+            if m < 0:
+                return None
+            q = m - 4
+            if q > pos and read_head(buf, q)[0] == size - q:
+                return q
+            at = m + 1
+
+    def resync(self, pos: int) -> int | None:
+        """Where the walk goes on after damage at ``pos``: the first record or file-ending BLANK after it."""
+        q = self.next_start(pos)
+        blank = self.next_blank(pos, self.size if q is None else q)
+        return q if blank is None else blank
+
+
+# ---------------------------------------------------------------------------------------------
+# Recovery's walk: ``checkMessageAndReturnSize(checkCRC)`` over the chain (§3.11, §8.2), vectorised
+# over a batch of records; large files go to worker processes (``recovery_walk_file``).
+
+
+@dataclass
+class FileWalk:
+    """Valid records of one commit log file (arrays in file order) and where the walk stopped."""
+
+    seg: Segment
+    start_pos: int
+    pos: np.ndarray  # record positions in the file
+    phy: np.ndarray  # PHYSICALOFFSET field
+    size: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    sys_flag: np.ndarray
+    store_ts: np.ndarray
+    topic_id: np.ndarray
+    stop: Stop
+
+    @property
+    def stop_pos(self) -> int:
+        return self.stop.pos
+
+    @property
+    def reason(self) -> str:  # "blank" | "end" | "invalid"
+        return self.stop.reason
+
+    @property
+    def error(self) -> CorruptData | None:
+        return self.stop.error
+
+
+class TopicIds:
+    """Topic name <-> small integer, shared by every batch of a walk."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.ids: dict[str, int] = {}
+
+    def id(self, name: str) -> int:
+        i = self.ids.get(name)
+        if i is None:
+            i = self.ids[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+
+def _field(head: np.ndarray, name: str) -> np.ndarray:
+    return head_column(head, name)
+
+
+def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: TopicIds) -> np.ndarray:
+    """Topic id of each record from the topic's byte range, grouped by length and hashed."""
+    out = np.empty(len(start), dtype=np.int64)
+    for tl in np.unique(length).tolist():
+        sel = np.flatnonzero(length == tl)
+        if tl == 0:
+            out[sel] = topics.id("")
+            continue
+        rows = np.ascontiguousarray(gather(u8, start[sel], tl))
+        h = np.zeros(len(sel), dtype=np.uint64)
+        for j in range(tl):  # FNV-style mix; every row is compared with its representative below
+            h = (h ^ rows[:, j].astype(np.uint64)) * np.uint64(1099511628211)
+        uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        reps = rows[first]
+        if not (rows == reps[inv]).all():  # a hash collision: exact grouping instead
+            uniq_rows, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            reps = rows[first]
+        ids = np.array([topics.id(bytes(r).decode("utf-8", "replace")) for r in reps], dtype=np.int64)
+        out[sel] = ids[inv.ravel()]
+    return out
+
+
+def _first_prop_crc_error(
+    buf: Any, pos: np.ndarray, total: np.ndarray, seg: Segment, path: str
+) -> tuple[int, CorruptData] | None:
+    """The first record whose __CRC32# property is missing or wrong, with the error recovery stops on."""
+    for i, (at, n) in enumerate(zip(pos.tolist(), total.tolist(), strict=True)):
+        stored, computed = prop_crc_check(buf, at, n)
+        if stored is None:
+            err: CorruptData = CorruptData(
+                "no __CRC32# property (forceVerifyPropCRC)", path=path, pos=at, phy_offset=seg.base_offset + at
+            )
+            return i, err
+        if stored != computed:
+            err = ChecksumMismatch(path=path, pos=at, phy_offset=seg.base_offset + at, stored=stored, computed=computed)
+            return i, err
+    return None
+
+
+@dataclass
+class _Batch:
+    """One batch of a checked walk: the records' fixed heads, and how far they pass the checks."""
+
+    p: np.ndarray  # record positions
+    head: np.ndarray
+    simple: np.ndarray  # V1 records with IPv4 hosts (as this broker reads them): checked on arrays
+    bl: np.ndarray  # body lengths (negatives as 0)
+    topic_len: np.ndarray
+    limit: int  # records before the first invalid one
+    error: CorruptData | None = None
+    exact: dict[int, Record] = field(default_factory=dict)  # records the exact decoder read
+
+
+def _check_structure(
+    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, rules: BrokerRules, check_crc: bool
+) -> _Batch:
+    """Lengths against TOTALSIZE and magic on arrays; the exact decoder for the records that need it."""
+    path = str(seg.path)
+    head = decode_heads(u8, p)  # every fixed field up to BODYLENGTH of an IPv4/IPv4 record
+    total, magic, sys_flag = _field(head, "total_size"), _field(head, "magic"), _field(head, "sys_flag")
+    # Host widths follow the IPv6 flags from 4.6.0; older brokers read 8-byte hosts whatever the flags.
+    simple = (magic == MAGIC_V1) & (((sys_flag & 0x30) == 0) | (not rules.ipv6_hosts))
+    bl = np.maximum(_field(head, "body_len"), 0)
+    ok = simple & (total >= MIN_RECORD_SIZE_V1) & (MIN_RECORD_SIZE_V1 + bl <= total)
+    tpos = np.where(ok, p + HEAD_V4_SIZE + bl, p)
+    topic_len = be(u8, tpos, ">i1")
+    ok &= (topic_len >= 0) & (MIN_RECORD_SIZE_V1 + bl + topic_len <= total)
+    props_len = be(u8, np.where(ok, tpos + 1 + topic_len, p), ">i2")
+    ok &= MIN_RECORD_SIZE_V1 + bl + topic_len + np.maximum(props_len, 0) == total
+    b = _Batch(p, head, simple, bl, topic_len, len(p))
+    for i in np.flatnonzero(~ok).tolist():  # the first record the simple checks reject or leave to the decoder
+        if simple[i]:
+            b.limit = i  # a plain V1 record that fails a length check: invalid
+            break
+        if magic[i] == MAGIC_V2 and not rules.v2_magic:
+            msg = f"V2 record magic 0xDAA320AB: broker {rules.broker} cannot read it"
+            b.limit, b.error = i, CorruptData(msg, path=path, pos=int(p[i]))
+            break
+        try:
+            rec = decode_record(
+                buf, int(p[i]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+            )
+        except CorruptData as e:
+            b.limit, b.error = i, e
+            break
+        assert isinstance(rec, Record)
+        b.exact[i] = rec
+    if b.limit < len(p) and b.error is None and simple[b.limit]:
+        b.error = explain_invalid(
+            buf, int(p[b.limit]), path=path, file_from=seg.base_offset, check_crc=check_crc, broker=cfg.broker
+        )
+    return b
+
+
+def _check_crcs(buf: Any, b: _Batch, seg: Segment, check_crc: bool, prop_crc: bool) -> None:
+    """Body CRC (or the __CRC32# property) of the records before the limit; moves the limit to the first bad one."""
+    path, p, limit = str(seg.path), b.p, b.limit
+    if check_crc and limit:
+        body_len, crc = _field(b.head, "body_len"), _field(b.head, "body_crc")
+        sel = np.flatnonzero(b.simple[:limit] & (body_len[:limit] > 0))
+        got = body_crcs(buf, p[sel] + HEAD_V4_SIZE, body_len[sel])
+        bad = np.flatnonzero(got != crc[sel])
+        if bad.size:
+            i = int(sel[bad[0]])
+            at = int(p[i])
+            b.limit = i
+            b.error = ChecksumMismatch(
+                path=path, pos=at, phy_offset=seg.base_offset + at, stored=int(crc[i]), computed=int(got[bad[0]])
+            )
+    if prop_crc and b.limit:
+        bad_prop = _first_prop_crc_error(buf, p[: b.limit], _field(b.head, "total_size")[: b.limit], seg, path)
+        if bad_prop is not None:
+            b.limit, b.error = bad_prop
+
+
+def _batch_topics(buf: Any, u8: np.ndarray, b: _Batch, seg: Segment, cfg: StoreConfig, topics: TopicIds) -> np.ndarray:
+    """Topic ids of the records before the limit, then the DELAY check of SCHEDULE_TOPIC_XXXX records
+    (a non-numeric level is invalid: the limit moves there)."""
+    from .dispatch import request_from_record  # the dispatcher imports this module
+
+    path, p = str(seg.path), b.p
+    tid = np.empty(b.limit, dtype=np.int64)
+    s_idx = np.flatnonzero(b.simple[: b.limit])
+    if s_idx.size:
+        tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + b.bl[s_idx], b.topic_len[s_idx], topics)
+    for i, rec in b.exact.items():
+        if i < b.limit:
+            tid[i] = topics.id(rec.topic)
+    sched = topics.ids.get(SCHEDULE_TOPIC)
+    for i in np.flatnonzero(tid == sched).tolist() if sched is not None else ():
+        try:
+            rec = b.exact.get(i) or decode_record(
+                buf, int(p[i]), path=path, file_from=seg.base_offset, broker=cfg.broker
+            )
+            assert isinstance(rec, Record)
+            request_from_record(rec, cfg, path=path)
+        except CorruptData as e:
+            b.limit, b.error = i, e
+            break
+    return tid[: b.limit]
+
+
+_WALK_COLUMNS = ("pos", "phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts", "topic_id")
+
+
+def _batch_columns(b: _Batch, tid: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The walk's columns (``_WALK_COLUMNS``) of the records before the limit."""
+    h = b.head[: b.limit]
+    store_ts = _field(h, "store_timestamp_ms")
+    for i, rec in b.exact.items():
+        if i < b.limit:
+            store_ts[i] = rec.store_timestamp_ms
+    names = ("phy_offset", "total_size", "queue_id", "queue_offset", "sys_flag")
+    return (b.p[: b.limit], *(_field(h, n) for n in names), store_ts, tid)
+
+
+def walk_file_checked(
+    buf: Any,
+    seg: Segment,
+    cfg: StoreConfig,
+    rules: BrokerRules,
+    topics: TopicIds,
+    *,
+    start_pos: int,
+    check_crc: bool,
+) -> FileWalk:
+    """Walk one file as ``checkMessageAndReturnSize(checkCRC)`` does in recovery (§3.11, §8.2).
+
+    One Python loop follows the TOTALSIZE chain; every other check (lengths against TOTALSIZE,
+    magic, body CRC) runs on arrays. Records with IPv6 hosts (4.6.0+), V2 records (5.1.0+) and
+    ``SCHEDULE_TOPIC_XXXX`` records (whose DELAY must parse) take the exact per-record decoder.
+    """
+    from .columnar import walk_positions
+
+    size = len(buf)
+    # 5.2.0+ forceVerifyPropCRC: the __CRC32# property is checked instead of the body CRC (§3.6)
+    prop_crc = check_crc and cfg.force_verify_prop_crc and rules.prop_crc
+    check_crc = check_crc and not prop_crc
+    positions, stop_pos, reason = walk_positions(buf, start_pos, size)
+    u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
+    cols: list[tuple[np.ndarray, ...]] = []
+    error: CorruptData | None = None
+    for b0 in range(0, len(positions), _CHASE_BATCH):
+        b = _check_structure(buf, u8, positions[b0 : b0 + _CHASE_BATCH], seg, cfg, rules, check_crc)
+        _check_crcs(buf, b, seg, check_crc, prop_crc)
+        tid = _batch_topics(buf, u8, b, seg, cfg, topics)
+        cols.append(_batch_columns(b, tid))
+        if b.limit < len(b.p):
+            stop_pos, reason, error = int(b.p[b.limit]), "invalid", b.error
+            break
+    else:
+        if reason == "invalid":  # the size chain itself ended on bytes that are neither a record, zeros nor a blank
+            error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, broker=cfg.broker)
+    arrays = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in zip(*cols, strict=True)] if cols else None
+    arrays = arrays or [np.zeros(0, np.int64) for _ in _WALK_COLUMNS]
+    return FileWalk(seg, start_pos, *arrays, Stop(stop_pos, reason, error, seg.path, seg.base_offset))
+
+
+def _fused_file_walk(seg: Segment, f: FusedFile, topics: TopicIds) -> FileWalk:
+    """The recovery walk's arrays from a fused walk's dispatch columns (the same records)."""
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(c, name) for c in f.batches]) if f.batches else np.zeros(0, np.int64)
+
+    tids = [np.array([topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id] for c in f.batches]
+    tid = np.concatenate(tids) if tids else np.zeros(0, np.int64)
+    cols = [cat(n) for n in ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")]
+    return FileWalk(seg, 0, f.positions, *cols, tid, Stop(f.stop_pos, f.reason, None, seg.path, seg.base_offset))
+
+
+def recovery_walk(
+    segs: list[Segment],
+    start_idx: int,
+    cfg: StoreConfig,
+    rules: BrokerRules,
+    check_crc: bool,
+    topics: TopicIds,
+    progress: Callable[[int], None] | None,
+    dispatch_columns: list[Any] | None = None,
+) -> Iterator[FileWalk]:
+    """Recovery's walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file.
+
+    Large files are checked by worker processes over byte ranges, which also decode the records'
+    dispatch columns into ``dispatch_columns`` (cleared when any file needed the exact walk).
+    """
+    pool = None
+    fused_all = True
+
+    def walk_file(seg: Segment, start_pos: int) -> FileWalk:
+        nonlocal pool, fused_all
+        fused = None
+        # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
+        if fused_all and seg.size > PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
+            pool = pool or worker_pool()
+            fused = recovery_walk_file(
+                pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
+            )
+        if fused is not None:
+            w = _fused_file_walk(seg, fused, topics)
+            if dispatch_columns is not None:
+                dispatch_columns.extend(fused.batches)
+        else:
+            fused_all = False
+            if dispatch_columns is not None:
+                dispatch_columns.clear()
+            with map_file(seg.path) as buf:
+                w = walk_file_checked(buf, seg, cfg, rules, topics, start_pos=start_pos, check_crc=check_crc)
+        if progress:
+            progress(w.stop_pos)
+        return w
+
+    try:
+        yield from walk_chain(segs, start_idx, walk_file)
+    finally:
+        if pool is not None:
+            close_pool(pool)

@@ -11,6 +11,9 @@ from conftest import REAL_STORES, SHARED, copy_real_store
 
 from rmqstore import recover as rec
 from rmqstore import walk
+from rmqstore.codec.commitlog import MAGIC_V2
+from rmqstore.errors import CorruptData
+from rmqstore.layout import Segment
 from rmqstore.store import open_store
 
 _CASES = ("clean-2topics", "crash-midwrite", "delay-tx-retry", "crash-5x-midwrite", "long-topic-v2", "clean-5x-mixed")
@@ -142,3 +145,113 @@ def test_end_of_data_through_extents_matches_the_bytes(pieces: list[tuple[int, b
             assert walk.first_nonzero(m, start, size, path=f) == (after[0] if after else None)
             assert walk.zero_tail_start(m, start, size, path=f) == (after[-1] + 1 if after else start)
             assert walk.data_end(f, start) == (after[-1] + 1 if after else start)
+
+
+# ------------------------------------------------------------------ the walker's API: stops, chain, facts
+
+
+def test_stop_is_typed_and_says_where() -> None:
+    err = CorruptData("bad magic", path="x", pos=7)
+    stop = walk.Stop(7, "invalid", err, Path("x"), 1 << 30)
+    assert stop.kind is walk.StopKind.INVALID and stop.kind == "invalid" and stop.reason == "invalid"
+    assert stop.phy_offset == (1 << 30) + 7
+    assert "bad magic" in stop.explanation
+    assert walk.Stop(0, walk.StopKind.BLANK).explanation.startswith("blank record")
+    with pytest.raises(ValueError):
+        walk.Stop(0, "sideways")
+
+
+def test_walk_chain_goes_on_only_after_a_blank() -> None:
+    segs = [Segment(Path(f"f{i}"), i * 100, 100) for i in range(4)]
+    kinds = {0: walk.StopKind.BLANK, 1: walk.StopKind.BLANK, 2: walk.StopKind.INVALID, 3: walk.StopKind.END}
+    seen = []
+
+    class _W:
+        def __init__(self, seg: Segment, pos: int) -> None:
+            seen.append((seg.base_offset, pos))
+            self.stop = walk.Stop(50, kinds[seg.base_offset // 100], None, seg.path, seg.base_offset)
+
+    out = list(walk.walk_chain(segs, 0, _W, start_pos=30))
+    assert seen == [(0, 30), (100, 0), (200, 0)]  # the INVALID stop of the third file ends the chain
+    assert out[-1].stop.phy_offset == 250
+    assert [w.stop.kind for w in walk.walk_chain(segs, 3, _W)] == [walk.StopKind.END]
+    assert [w.stop.kind for w in walk.walk_chain(segs[:2], 0, _W)] == [walk.StopKind.BLANK] * 2  # no next file
+
+
+def test_queued_and_indexed_follow_the_transaction_type() -> None:
+    import numpy as np
+
+    flags = np.array([0x0, 0x4, 0x8, 0xC, 0x8 | 0x1, 0x10 | 0x4], dtype=np.int64)  # other bits do not matter
+    assert walk.queued(flags).tolist() == [True, False, True, False, True, False]
+    assert walk.indexed(flags).tolist() == [True, True, True, False, True, True]
+    assert bool(walk.queued(0x8)) and not bool(walk.indexed(0xC))
+
+
+@pytest.mark.parametrize(("base", "case"), STORES)
+def test_recovery_facts_are_what_the_plan_and_the_forecast_use(base: str, case: str, tmp_path: Path) -> None:
+    from rmqstore.check import check_store
+
+    root = _copy(base, case, tmp_path)
+    with open_store(root, writable=False) as st:
+        facts = rec.recovery_facts(st)
+        plan = rec.plan_recover(st, now_ms=1_700_000_000_000)
+        report = check_store(st)
+    assert facts.process_offset == plan.process_offset
+    assert facts.start_phy == plan.start_phy and facts.max_cq == plan.max_phy_offset_cq
+    assert plan.stop.startswith(facts.end.stop)
+    ends = {(q.topic, q.queue_id): q.end_offset for q in facts.queues.values()}
+    for q in plan.queue_ends:
+        seg_base = int(q.last_file) if q.last_file else 0
+        assert ends[(q.topic, q.queue_id)] == seg_base + q.end_pos
+    assert report.recovery is not None and report.recovery.start_file == plan.start_file
+
+
+def _first_file(root: Path) -> tuple[bytes, Segment]:
+    f = sorted((root / "commitlog").iterdir())[0]
+    data = f.read_bytes()
+    return data, Segment(f, int(f.name), len(data))
+
+
+@pytest.mark.parametrize(("base", "case"), STORES)
+def test_one_resync_finds_the_next_record_after_damage(base: str, case: str, tmp_path: Path) -> None:
+    from rmqstore.dispatch import scan_requests
+
+    root = _copy(base, case, tmp_path)
+    data, seg = _first_file(root)
+    with open_store(root, writable=False) as st:
+        reqs, stop = scan_requests(data, seg, st.config)
+    if len(reqs) < 3:
+        pytest.skip("fewer than three records")
+    starts = [r.phy_offset - seg.base_offset for r in reqs]
+    damaged = bytearray(data)
+    damaged[starts[1] : starts[1] + 8] = b"\xff" * 8  # TOTALSIZE and magic of the second record
+    rs = walk.RecordStarts(bytes(damaged), len(damaged), seg.base_offset)
+    assert rs.resync(starts[1] - 1) == starts[2]
+    assert rs.resync(starts[0]) == starts[2]
+    last = walk.RecordStarts(data, len(data), seg.base_offset).resync(starts[-1])
+    assert last is None or (stop.kind is walk.StopKind.BLANK and last == stop.pos)
+    magic_v2 = int.from_bytes(data[starts[2] + 4 : starts[2] + 8], "big") == MAGIC_V2
+    no_v2 = walk.RecordStarts(bytes(damaged), len(damaged), seg.base_offset, v2=False).resync(starts[1] - 1)
+    assert (no_v2 != starts[2]) if magic_v2 else (no_v2 == starts[2])
+
+
+def test_queue_tail_is_the_valid_prefix_of_the_last_file(tmp_path: Path) -> None:
+    import numpy as np
+
+    from rmqstore.consumequeue import ENTRY_DTYPE, ENTRY_SIZE
+
+    def write(name: int, entries: list[tuple[int, int]], slots: int = 4) -> Segment:
+        arr = np.zeros(slots, dtype=ENTRY_DTYPE)
+        for i, (phy, size) in enumerate(entries):
+            arr[i]["phy_offset"], arr[i]["size"] = phy, size
+        p = tmp_path / f"{name:020d}"
+        p.write_bytes(arr.tobytes())
+        return Segment(p, name, slots * ENTRY_SIZE)
+
+    full = write(0, [(0, 10), (10, 10), (20, 10), (30, 10)])
+    assert walk.queue_tail([]) == walk.QueueTail(0, None)
+    assert walk.queue_tail([full]) == walk.QueueTail(4 * ENTRY_SIZE, (30, 10))
+    part = write(4 * ENTRY_SIZE, [(40, 10), (50, 10), (0, 0), (70, 10)])  # a hole ends the valid entries
+    assert walk.queue_tail([full, part]) == walk.QueueTail(6 * ENTRY_SIZE, (50, 10))
+    empty = write(4 * ENTRY_SIZE, [])  # nothing valid in the last file: the last entry is the file before's
+    assert walk.queue_tail([full, empty]) == walk.QueueTail(4 * ENTRY_SIZE, (30, 10))
