@@ -397,7 +397,7 @@ def _read_heads(buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, end: int)
     # Reads are bounded by the buffer (the broker's ByteBuffer), not by TOTALSIZE.
     bl0 = np.maximum(head_column(head, "body_len"), 0)
     tpos = p + HEAD_V4_SIZE + bl0
-    ok_t = (total >= HEAD_V4_SIZE) & (tpos + 3 <= end)
+    ok_t = tpos + 3 <= end  # a TOTALSIZE below the head is a size mismatch the broker skips, as any other
     tlen = u8[np.minimum(tpos, end - 1)].astype(np.int8).astype(np.int64)
     ppos = tpos + 1 + np.maximum(tlen, 0)
     ok_p = ok_t & (tlen >= 0) & (ppos + 2 <= end)

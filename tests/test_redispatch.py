@@ -16,7 +16,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from conftest import REAL_STORES, copy_real_store, load_rebuild, load_truth
+from conftest import REAL_STORES, copy_real_store, load_rebuild, load_truth, small_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -397,6 +397,19 @@ def test_parallel_scan_equals_per_record_scan(recs: list[bytes], tail: str, part
     for at, bit in flips:  # damage: the walk must stop, or a worker's pick-up be refused, as the broker's scan
         buf[at % len(buf)] ^= 1 << bit
     assert _via_parallel(bytes(buf), cfg, part) == _via_records(bytes(buf), cfg)
+
+
+def test_a_totalsize_below_the_head_is_skipped_as_a_size_mismatch() -> None:
+    """The dispatcher reads every field from the file's buffer and only then compares TOTALSIZE: a size
+    smaller than the fixed head is a mismatch it skips by that size, in every scan alike."""
+    cfg = StoreConfig(store_root=Path("."))
+    rec = bytearray(small_record(topic="TopicA", body=b""))
+    rec[0:4] = (65).to_bytes(4, "big")
+    buf = bytes(rec) + bytes(16)
+    expected = ([], [], 65, "invalid")  # skipped to byte 65, where no record starts
+    assert _via_records(buf, cfg) == expected
+    assert _via_columns(buf, cfg) == expected
+    assert _via_parallel(buf, cfg, 32) == expected
 
 
 def test_parallel_scan_on_random_corruption_of_a_real_file() -> None:
