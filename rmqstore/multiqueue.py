@@ -205,6 +205,27 @@ def iter_records(seg: Segment, buf: object, start: int, end: int, cfg: StoreConf
         pos += rec.total_size
 
 
+def dispatch_extra(
+    st: object, from_phy: int, to_phy: int, *, only_after: int | None = None, batch: frozenset[str] = frozenset()
+) -> None:
+    """The %LMQ% entries and batch consume queue units of the records in ``[from_phy, to_phy)`` of the
+    store's commit log (those after ``only_after`` when given), written into the store (§4.7, §9.1)."""
+    from .store import map_file
+
+    cfg = st.config  # type: ignore[attr-defined]
+    extra = ExtraDispatcher(cfg, Path(st.root), batch)  # type: ignore[attr-defined]
+    try:
+        for seg in st.commitlog_segments()[0]:  # type: ignore[attr-defined]
+            lo, hi = max(from_phy, seg.base_offset), min(to_phy, seg.base_offset + seg.size)
+            if lo < hi:
+                with map_file(seg.path) as buf:
+                    for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, cfg):
+                        if only_after is None or rec.phy_offset > only_after:
+                            extra.put(rec)
+    finally:
+        extra.close()
+
+
 def lmq_listed(cfg: StoreConfig, queue: str, queue_id: int, phys: object, queue_offsets: object) -> object:
     """For each (commit log offset, queue offset) of queue ``queue``: does the record there list this
     queue in INNER_MULTI_DISPATCH with that offset (multi-dispatch entries)?"""

@@ -57,7 +57,12 @@ from .dispatch import Dispatcher, DispatchStats, ScanStop
 from .errors import CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from .fsutil import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from .layout import Segment, StoreConfig, list_segments
-from .multiqueue import ExtraDispatcher, batch_cq_topics, batch_queue_max_phy, iter_records, plan_batch_cq_cut
+from .multiqueue import (
+    batch_cq_topics,
+    batch_queue_max_phy,
+    dispatch_extra,
+    plan_batch_cq_cut,
+)
 from .problems import LOAD_FAILURES
 from .rules import BrokerRules, rules_for
 from .safety import (
@@ -83,6 +88,8 @@ from .walk import (
 )
 from .walk import walk_file_checked as walk_file_checked  # recovery's checked walk of one file, now in walk.py
 
+Clock = Callable[[], int] | None  # the store time in ms (default: the system clock)
+Progress = Callable[[int], None] | None  # called with the bytes done since the last call
 JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
 LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
@@ -1736,13 +1743,7 @@ def _fsync_dispatch_dirs(root: Path, stats: DispatchStats) -> None:
             fsync_dir(d)
 
 
-def _step_dispatch(
-    st: Store,
-    plan: RecoverPlan,
-    journal: Journal,
-    clock: Callable[[], int] | None,
-    progress: Callable[[int], None] | None,
-) -> None:
+def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, progress: Progress) -> None:
     """Re-dispatch the walked records into the store's consume queues and index (§8.3)."""
     cfg = st.config
     root = Path(st.root)
@@ -1781,7 +1782,7 @@ def _step_dispatch(
     finally:
         stats = dispatcher.close(sync=ok)
     if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
-        _dispatch_extra(st, d.from_phy, d.to_phy, d.only_after_phy, batch)  # rolled back with the other queues
+        dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back with the rest
     _fsync_dispatch_dirs(root, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:
@@ -1824,32 +1825,11 @@ def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
         fsync_dir(qdir)
 
 
-def _dispatch_extra(st: Store, from_phy: int, to_phy: int, only_after: int | None, batch: frozenset[str]) -> None:
-    """The %LMQ% entries and batch consume queue units of the re-dispatched records (§4.7, §9.1)."""
-    extra = ExtraDispatcher(st.config, Path(st.root), batch)
-    try:
-        for seg in st.commitlog_segments()[0]:
-            lo, hi = max(from_phy, seg.base_offset), min(to_phy, seg.base_offset + seg.size)
-            if lo < hi:
-                with map_file(seg.path) as buf:
-                    for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
-                        if only_after is None or rec.phy_offset > only_after:
-                            extra.put(rec)
-    finally:
-        extra.close()
-
-
 def _build_root(root: Path) -> Path:
     return scratch_dir(root, "recover") / "build"
 
 
-def _step_rebuild(
-    st: Store,
-    plan: RecoverPlan,
-    journal: Journal,
-    clock: Callable[[], int] | None,
-    progress: Callable[[int], None] | None,
-) -> None:
+def _step_rebuild(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, progress: Progress) -> None:
     """Build fresh consume queues and/or index files from the whole valid commit log, beside the store."""
     cfg = st.config
     build = _build_root(Path(st.root))

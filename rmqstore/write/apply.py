@@ -24,13 +24,10 @@ from ..indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from ..indexfile import decode_header as decode_index_header
 from ..layout import StoreConfig
 from ..messages import Message, MessageBatch
-from ..multiqueue import (
-    ExtraDispatcher,
-    iter_records,
-)
+from ..multiqueue import dispatch_extra
 from ..safety import BadTopic, Journal, Quarantine, StepHook, default_quarantine_base, record_place
 from ..safety import check_topic_name as topic_problem
-from ..store import Store, map_file
+from ..store import Store
 from .append import WriteOptions, WritePlan
 from .journal import (
     RollbackReport,
@@ -267,20 +264,6 @@ def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync
     return stats
 
 
-def _dispatch_lmq(st: Store, start: int, end: int) -> None:
-    """The %LMQ% (multi-dispatch) consume queue entries of the records written (§9.1)."""
-    extra = ExtraDispatcher(st.config, st.root, frozenset())
-    try:
-        for seg in st.commitlog_segments()[0]:
-            lo, hi = max(start, seg.base_offset), min(end, seg.base_offset + seg.size)
-            if lo < hi:
-                with map_file(seg.path) as buf:
-                    for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
-                        extra.put(rec)
-    finally:
-        extra.close()
-
-
 def _fsync_created_dirs(cfg: StoreConfig, stats: DispatchStats | None) -> None:
     """Make new consume queue and index file names durable (the data was msynced by the dispatcher)."""
     if stats is None:
@@ -410,7 +393,7 @@ def _write_data(st: Store, plan: WritePlan, sync: bool, index_clock: Callable[[]
         writer.join()  # never roll back under a running writer
     writer.result()
     if plan.dispatch and plan.lmq_queues:  # reads the records back: only once they are written
-        _dispatch_lmq(st, plan.start_phy, plan.end_phy)
+        dispatch_extra(st, plan.start_phy, plan.end_phy)
     return stats
 
 
