@@ -23,34 +23,31 @@ class RmqstoreError(Exception):
 
     exit_code = 1
 
+    def __init_subclass__(cls, exit_code: int | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)  # type: ignore[arg-type]
+        if exit_code is not None:
+            cls.exit_code = exit_code
+
     def __reduce__(self) -> tuple:
         # Constructors take keyword-only fields, so pickling (results of worker processes) goes
         # by the message and the fields, not by calling the constructor again.
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
-class ProblemsFound(RmqstoreError):
+class ProblemsFound(RmqstoreError, exit_code=3):
     """A scan or check finished and reported problems."""
 
-    exit_code = 3
 
-
-class StoreLocked(RmqstoreError):
+class StoreLocked(RmqstoreError, exit_code=4):
     """A running broker holds the store's ``lock`` (fcntl byte-range lock on byte 0)."""
 
-    exit_code = 4
 
-
-class StoreNotFound(RmqstoreError):
+class StoreNotFound(RmqstoreError, exit_code=5):
     """The path is missing or is not a RocketMQ store root."""
 
-    exit_code = 5
 
-
-class CorruptData(RmqstoreError):
+class CorruptData(RmqstoreError, exit_code=6):
     """Bytes on disk are not what the format says they must be."""
-
-    exit_code = 6
 
     def __init__(self, what: str, *, path: Path | str, pos: int, phy_offset: int | None = None) -> None:
         self.what = what
@@ -72,10 +69,8 @@ class ChecksumMismatch(CorruptData):
         )
 
 
-class ConfigError(RmqstoreError):
+class ConfigError(RmqstoreError, exit_code=1):
     """broker.conf or a config/*.json file cannot be used."""
-
-    exit_code = 1
 
     def __init__(self, what: str, *, path: Path | str, line: int | None = None) -> None:
         self.what = what
@@ -85,34 +80,24 @@ class ConfigError(RmqstoreError):
         super().__init__(f"{path}{at}: {what}")
 
 
-class InputError(RmqstoreError):
+class InputError(RmqstoreError, exit_code=1):
     """A user-supplied value (message, NDJSON line, time, topic) is invalid."""
 
-    exit_code = 1
 
-
-class UsageError(RmqstoreError):
+class UsageError(RmqstoreError, exit_code=2):
     """An option value is not one rmqstore accepts (e.g. an unknown --broker-version)."""
 
-    exit_code = 2
 
-
-class UnsupportedStore(RmqstoreError):
+class UnsupportedStore(RmqstoreError, exit_code=7):
     """A store layout rmqstore refuses to touch (DLedger, RocksDB consume queue, ...)."""
 
-    exit_code = 7
 
-
-class UnsafePlan(RmqstoreError):
+class UnsafePlan(RmqstoreError, exit_code=8):
     """The plan would drop data or break the store; refused without --force."""
 
-    exit_code = 8
 
-
-class ExpireRunning(RmqstoreError):
+class ExpireRunning(RmqstoreError, exit_code=11):
     """Another ``rmqstore expire`` holds ``<root>/.rmqstore/expire.lock``."""
-
-    exit_code = 11
 
 
 class FileAccessError(RmqstoreError):
@@ -152,10 +137,8 @@ def from_os_error(e: OSError, path: Path | str | None = None, *, doing: str | No
     return FileAccessError(f"{head}{what}{during}", path=where, errno_=e.errno, exit_code=code)
 
 
-class MissingExtra(RmqstoreError):
+class MissingExtra(RmqstoreError, exit_code=1):
     """An optional dependency (the ``spark`` extra, Java) is not installed."""
-
-    exit_code = 1
 
 
 EXIT_CODES: dict[int, str] = {

@@ -63,7 +63,7 @@ from .multiqueue import (
     dispatch_extra,
     plan_batch_cq_cut,
 )
-from .problems import LOAD_FAILURES
+from .problems import LOAD_FAILURES, Problem
 from .rules import BrokerRules, rules_for
 from .safety import (
     Journal,
@@ -509,16 +509,16 @@ class _QueueState:
         return entries_array(b"".join(_read_range(seg.path, 0, n)))
 
 
+def _refuse_load_failure(p: Problem, consequence: str) -> None:
+    """A segment directory problem that makes the broker fail to load the directory stops the plan."""
+    if p.kind in LOAD_FAILURES:
+        raise CorruptData(f"{p.what}{consequence} or move the file away", path=p.path, pos=0)
+
+
 def _recover_queue(topic: str, qid: int, qdir: Path, cfg: StoreConfig, rules: BrokerRules) -> _QueueState:
     segs, problems = list_segments(qdir, cfg.cq_file_size)
     for p in problems:
-        if p.kind in LOAD_FAILURES:
-            raise CorruptData(
-                f"{p.what}: the broker would not load this consume queue; fix mappedFileSizeConsumeQueue "
-                "or move the file away",
-                path=p.path,
-                pos=0,
-            )
+        _refuse_load_failure(p, ": the broker would not load this consume queue; fix mappedFileSizeConsumeQueue")
     st = _QueueState(topic, qid, qdir, segs, 0, -1)
     if not segs:
         return st
@@ -1020,13 +1020,11 @@ def _loaded_commitlog(st: Store, root: Path) -> tuple[list[Segment], Segment | N
     for p in problems:
         if empty_last is not None and p.path == empty_last.path:
             continue
-        if p.kind in LOAD_FAILURES:
-            raise CorruptData(
-                f"{p.what}; the broker would stop loading the commit log here: fix the file size in the broker "
-                "config (mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after) or move the file away",
-                path=p.path,
-                pos=0,
-            )
+        _refuse_load_failure(
+            p,
+            "; the broker would stop loading the commit log here: fix the file size in the broker config "
+            "(mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after)",
+        )
         notes.append(f"{_rel(root, p.path)}: {p.what}")
     if empty_last is not None:
         segs.pop()  # mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing
