@@ -14,6 +14,7 @@ from rmqstore.errors import InputError
 
 from ._common import (
     BrokerConfigOpt,
+    BrokerVersionOpt,
     Command,
     DryRunOpt,
     Format,
@@ -25,6 +26,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
+from ._options import NoQuarantineOpt, QuarantineOpt
 from ._plan import Detail, PlanView, render_plan
 
 app = typer.Typer()
@@ -103,13 +105,6 @@ _QueueOpt = Annotated[
     int | None, typer.Option("--queue", min=0, help="Queue id (default: round-robin over writeQueueNums).")
 ]
 _PropOpt = Annotated[list[str] | None, typer.Option("--property", "-p", help="User property NAME=VALUE; repeat.")]
-_BrokerVersionOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--broker-version",
-        help="Broker version whose append path to follow (default auto: decided from the store).",
-    ),
-]
 _NoDispatchOpt = Annotated[
     bool, typer.Option("--no-dispatch", help="Leave consume queues and index to `redispatch` (creates abort).")
 ]
@@ -133,9 +128,6 @@ _NowOpt = Annotated[
 _UniqKeySeedOpt = Annotated[
     int | None, typer.Option("--uniq-key-seed", help="Fixed pid/class-loader part of generated UNIQ_KEYs.")
 ]
-_QuarantineOpt = Annotated[
-    Path | None, typer.Option("--quarantine", help="Where zeroed stale bytes are copied (default beside STORE).")
-]
 _AgainOpt = Annotated[
     bool,
     typer.Option("--again", help="Write the input even if the last write wrote the same input (a second copy)."),
@@ -158,7 +150,7 @@ def write_command(
     delay_level: Annotated[int, typer.Option("--delay-level", min=0, help="Delay level (1-based; 0: none).")] = 0,
     flag: Annotated[int, typer.Option("--flag", help="User flag.")] = 0,
     broker_config: BrokerConfigOpt = None,
-    broker_version: _BrokerVersionOpt = None,
+    broker_version: BrokerVersionOpt = "auto",
     no_dispatch: _NoDispatchOpt = False,
     flush: Annotated[Flush, typer.Option("--flush", help="sync: fsync before reporting success.")] = Flush.sync,
     create: Annotated[bool, typer.Option("--create", help="Create STORE if it does not exist.")] = False,
@@ -169,8 +161,8 @@ def write_command(
     topic_queue_nums: _TopicQueueNumsOpt = 4,
     now: _NowOpt = None,
     uniq_key_seed: _UniqKeySeedOpt = None,
-    quarantine: _QuarantineOpt = None,
-    no_quarantine: Annotated[bool, typer.Option("--no-quarantine", help="Do not keep a copy of zeroed bytes.")] = False,
+    quarantine: QuarantineOpt = None,
+    no_quarantine: NoQuarantineOpt = False,
     again: _AgainOpt = False,
     dry_run: DryRunOpt = False,
     fmt: Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")] = None,
