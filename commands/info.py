@@ -214,67 +214,55 @@ def _section(title: str, fmt: Format) -> str | None:
     return None
 
 
+def _queue_row(q: Any) -> dict[str, Any]:
+    return {
+        "topic": q.topic, "queueId": q.queue_id, "minOffset": q.min_offset, "maxOffset": q.max_offset,
+        "messages": q.message_total, "lastPhyEnd": q.last_offset, "files": q.files,
+    }  # fmt: skip
+
+
+def _index_row(f: Any) -> dict[str, Any]:
+    h = f.header
+    row: dict[str, Any] = {"name": f.name}
+    if h is None:
+        row.update(dict.fromkeys(("begin", "end", "beginPhyOffset", "endPhyOffset", "entries"), "-"))
+    else:
+        row.update(
+            begin=format_time_ms(h.begin_timestamp_ms), end=format_time_ms(h.end_timestamp_ms),
+            beginPhyOffset=h.begin_phy_offset, endPhyOffset=h.end_phy_offset, entries=h.entry_count,
+        )  # fmt: skip
+    row["full"] = "yes" if f.full else "no"
+    return row
+
+
+def _config_row(c: Any) -> dict[str, Any]:
+    entries = "-" if c.entries is None else c.entries
+    return {
+        "file": c.name,
+        "size": c.size,
+        "loadedFrom": c.loaded_from,
+        "entries": entries,
+        "bak": "yes" if c.bak else "no",
+    }
+
+
+def _problem_row(p: Problem) -> dict[str, Any]:
+    return {"severity": p.severity, "where": _where(p), "what": p.what}
+
+
 def _render_text(info: StoreInfo, fmt: Format) -> None:
     if fmt is not Format.table:
         sys.stdout.write("[Store]\n")
     render_mapping(_summary(info), fmt, title="Store" if fmt is Format.table else None)
-    if info.queues:
-        title = _section("Consume queues", fmt)
-        render_rows(
-            (
-                {
-                    "topic": q.topic,
-                    "queueId": q.queue_id,
-                    "minOffset": q.min_offset,
-                    "maxOffset": q.max_offset,
-                    "messages": q.message_total,
-                    "lastPhyEnd": q.last_offset,
-                    "files": q.files,
-                }
-                for q in info.queues
-            ),
-            fmt,
-            title=title,
-        )
-    if info.index_files:
-        rows = []
-        for f in info.index_files:
-            h = f.header
-            rows.append(
-                {
-                    "name": f.name,
-                    "begin": "-" if h is None else format_time_ms(h.begin_timestamp_ms),
-                    "end": "-" if h is None else format_time_ms(h.end_timestamp_ms),
-                    "beginPhyOffset": "-" if h is None else h.begin_phy_offset,
-                    "endPhyOffset": "-" if h is None else h.end_phy_offset,
-                    "entries": "-" if h is None else h.entry_count,
-                    "full": "yes" if f.full else "no",
-                }
-            )
-        render_rows(rows, fmt, title=_section("Index files", fmt))
-    if info.config_files:
-        title = _section("Config files", fmt)
-        render_rows(
-            (
-                {
-                    "file": c.name,
-                    "size": c.size,
-                    "loadedFrom": c.loaded_from,
-                    "entries": "-" if c.entries is None else c.entries,
-                    "bak": "yes" if c.bak else "no",
-                }
-                for c in info.config_files
-            ),
-            fmt,
-            title=title,
-        )
-    if info.problems:
-        title = _section("Problems", fmt)
-        render_rows(
-            ({"severity": p.severity, "where": _where(p), "what": p.what} for p in info.problems),
-            fmt,
-            title=title,
-        )
+    sections = (
+        ("Consume queues", info.queues, _queue_row),
+        ("Index files", info.index_files, _index_row),
+        ("Config files", info.config_files, _config_row),
+        ("Problems", info.problems, _problem_row),
+    )
+    for title, items, row in sections:
+        if items:
+            render_rows((row(x) for x in items), fmt, title=_section(title, fmt))
 
 
 def _where(p: Problem) -> str:

@@ -40,6 +40,7 @@ from .commitlog import (
     store_timestamp_at,
 )
 from .consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array
+from .describe import index_header_json
 from .errors import CorruptData, RmqstoreError
 from .indexfile import HEADER_SIZE, IndexHeader, decode_header
 from .layout import Segment
@@ -130,15 +131,7 @@ class IndexFileInfo:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "size": self.size}
         if self.header is not None:
-            h = self.header
-            out.update(
-                beginTimestamp=h.begin_timestamp_ms,
-                endTimestamp=h.end_timestamp_ms,
-                beginPhyOffset=h.begin_phy_offset,
-                endPhyOffset=h.end_phy_offset,
-                hashSlotCount=h.hash_slot_count,
-                indexCount=h.index_count,
-            )
+            out.update(index_header_json(self.header))
         out["writeFull"] = self.full
         return out
 
