@@ -98,14 +98,9 @@ def _real(kind: str) -> list[Path]:
     return [p for p in REAL_FILES if _kind(p) == kind]
 
 
-def _fj(text: str) -> str:
-    """A doc example written with 4-space indents in this file -> the TAB-indented original."""
-    lines = text.strip("\n").split("\n")
-    out = []
-    for line in lines:
-        stripped = line.lstrip(" ")
-        out.append("\t" * ((len(line) - len(stripped)) // 4) + stripped)
-    return "\n".join(out)
+def _doc(name: str) -> str:
+    """A format document example (§11), byte for byte as the broker writes it (TAB indents, no final newline)."""
+    return (Path(__file__).parent / "data" / "config-docs" / f"{name}.json").read_text(encoding="utf-8")
 
 
 def _canon(x: Any, *, keep_javalist: bool = True) -> Any:
@@ -304,23 +299,7 @@ def test_doc_11_4_consumer_offset_built_with_setter() -> None:
 
 
 def test_doc_11_4_consumer_offset_5x() -> None:
-    doc = _fj(
-        """
-{
-    "dataVersion":{
-        "counter":3,
-        "stateVersion":0,
-        "timestamp":1700000000000
-    },
-    "groupTopicMap":{
-        "please_rename_unique_group_name_4":["TopicTest"]
-    },
-    "offsetTable":{
-        "TopicTest@please_rename_unique_group_name_4":{0:250,1:249,2:251,3:250
-        }
-    }
-}"""
-    )
+    doc = _doc("consumerOffset-5x")
     data = {
         "dataVersion": bean(counter=3, stateVersion=0, timestamp=1_700_000_000_000),
         "groupTopicMap": {"please_rename_unique_group_name_4": ["TopicTest"]},
@@ -348,70 +327,9 @@ def test_doc_11_5_and_15_13_delay_offset_exact() -> None:
     assert dumps(loads(doc_5x)) == doc_5x
 
 
-DOC_TOPICS_4X = _fj(
-    """
-{
-    "dataVersion":{
-        "counter":2,
-        "timestamp":1700000000000
-    },
-    "topicConfigTable":{
-        "TopicTest":{
-            "order":false,
-            "perm":6,
-            "readQueueNums":4,
-            "topicFilterType":"SINGLE_TAG",
-            "topicName":"TopicTest",
-            "topicSysFlag":0,
-            "writeQueueNums":4
-        },
-        "TBW102":{
-            "order":false,
-            "perm":7,
-            "readQueueNums":8,
-            "topicFilterType":"SINGLE_TAG",
-            "topicName":"TBW102",
-            "topicSysFlag":0,
-            "writeQueueNums":8
-        }
-    }
-}"""
-)
+DOC_TOPICS_4X = _doc("topics-4x")
 
-DOC_TOPICS_5X = _fj(
-    """
-{
-    "dataVersion":{
-        "counter":2,
-        "stateVersion":0,
-        "timestamp":1700000000000
-    },
-    "topicConfigTable":{
-        "FifoTopic":{
-            "attributes":{
-                "message.type":"FIFO"
-            },
-            "order":false,
-            "perm":6,
-            "readQueueNums":2,
-            "topicFilterType":"SINGLE_TAG",
-            "topicName":"FifoTopic",
-            "topicSysFlag":0,
-            "writeQueueNums":2
-        },
-        "TopicTest":{
-            "attributes":{},
-            "order":false,
-            "perm":6,
-            "readQueueNums":4,
-            "topicFilterType":"SINGLE_TAG",
-            "topicName":"TopicTest",
-            "topicSysFlag":0,
-            "writeQueueNums":4
-        }
-    }
-}"""
-)
+DOC_TOPICS_5X = _doc("topics-5x")
 
 
 def test_doc_11_3_topics_4x_built_from_typed_views() -> None:
@@ -435,37 +353,7 @@ def test_doc_11_3_topics_5x_built_from_typed_views() -> None:
 
 
 def test_doc_11_6_subscription_group_5x() -> None:
-    doc = _fj(
-        """
-{
-    "dataVersion":{
-        "counter":0,
-        "stateVersion":0,
-        "timestamp":1700000000000
-    },
-    "forbiddenTable":{},
-    "subscriptionGroupTable":{
-        "please_rename_unique_group_name_4":{
-            "attributes":{},
-            "brokerId":0,
-            "consumeBroadcastEnable":true,
-            "consumeEnable":true,
-            "consumeFromMinEnable":true,
-            "consumeMessageOrderly":false,
-            "consumeTimeoutMinute":15,
-            "groupName":"please_rename_unique_group_name_4",
-            "groupRetryPolicy":{
-                "type":"CUSTOMIZED"
-            },
-            "groupSysFlag":0,
-            "notifyConsumerIdsChangedEnable":true,
-            "retryMaxTimes":16,
-            "retryQueueNums":1,
-            "whichBrokerWhenConsumeSlowly":1
-        }
-    }
-}"""
-    )
+    doc = _doc("subscriptionGroup-5x")
     group = bean(
         groupName="please_rename_unique_group_name_4",
         attributes={},
@@ -493,32 +381,7 @@ def test_doc_11_6_subscription_group_5x() -> None:
 
 
 def test_doc_11_7_consumer_filter() -> None:
-    doc = _fj(
-        """
-{
-    "filterDataByTopic":{
-        "TopicTest":{
-            "groupFilterData":{
-                "GID_SQL":{
-                    "bloomFilterData":{
-                        "bitNum":64,
-                        "bitPos":[3,17,40]
-                    },
-                    "bornTime":1700000000000,
-                    "clientVersion":395,
-                    "consumerGroup":"GID_SQL",
-                    "dead":false,
-                    "deadTime":0,
-                    "expression":"a > 5",
-                    "expressionType":"SQL92",
-                    "topic":"TopicTest"
-                }
-            },
-            "topic":"TopicTest"
-        }
-    }
-}"""
-    )
+    doc = _doc("consumerFilter")
     data = loads(doc)
     bloom = data["filterDataByTopic"]["TopicTest"]["groupFilterData"]["GID_SQL"]["bloomFilterData"]
     assert bloom["bitPos"] == [3, 17, 40] and not isinstance(bloom["bitPos"], JavaList)
