@@ -50,6 +50,24 @@ class Reading:
         return open_store(store, broker_config=self.broker_config, broker=self.broker_version)
 
 
+@dataclasses.dataclass(frozen=True)
+class Keeping:
+    """Where the bytes and files a modifying command removes are kept: one fresh quarantine folder per run."""
+
+    quarantine: QuarantineOpt = None
+    no_quarantine: NoQuarantineOpt = False
+
+    def __post_init__(self) -> None:
+        if self.quarantine is not None and self.no_quarantine:
+            from rmqstore.errors import InputError
+
+            raise InputError("--quarantine and --no-quarantine exclude each other")
+
+    @property
+    def keep(self) -> bool:
+        return not self.no_quarantine
+
+
 def option_group(name: str, group: type) -> Callable[[F], F]:
     """Give a command the options declared as the fields of dataclass ``group`` (``Annotated`` option
     types with defaults), passed to it as one argument ``name``: options that belong together are

@@ -9,7 +9,6 @@ import typer
 
 from rmqstore import recover as rec
 from rmqstore.detect import plan_for_detected
-from rmqstore.errors import InputError
 from rmqstore.store import locked_error, open_store
 
 from ._common import (
@@ -26,7 +25,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
-from ._options import NoQuarantineOpt, QuarantineOpt
+from ._options import Keeping, option_group
 from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
@@ -58,18 +57,19 @@ def _plan(st: Any, quiet: bool, **options: Any) -> tuple[rec.RecoverPlan, bool]:
 
 @app.command("recover", cls=Command)
 @reports_errors
+@option_group("keeping", Keeping)
 def recover_command(
     store: StorePath,
     dry_run: DryRunOpt = False,
     check_crc: CheckCrcOpt = None,
     rebuild_index: RebuildIndexOpt = False,
     rebuild_consumequeue: RebuildCqOpt = False,
-    quarantine: QuarantineOpt = None,
-    no_quarantine: NoQuarantineOpt = False,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",
     fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
+    *,
+    keeping: Keeping,
 ) -> None:
     """Recover a store after a crash exactly as the broker would at start, showing the plan first.
 
@@ -81,8 +81,6 @@ def recover_command(
     """
     fmt = default_format(fmt)
     result = None
-    if quarantine is not None and no_quarantine:
-        raise InputError("--quarantine and --no-quarantine exclude each other")
     with open_store(
         store, broker_config=broker_config, writable=not dry_run, broker=broker_version, operation="recover"
     ) as st:
@@ -94,8 +92,8 @@ def recover_command(
             check_crc=check_crc,
             rebuild_index=rebuild_index,
             rebuild_consume_queue=rebuild_consumequeue,
-            quarantine=quarantine,
-            use_quarantine=not no_quarantine,
+            quarantine=keeping.quarantine,
+            use_quarantine=keeping.keep,
         )
         view = _view(plan)
         for note in plan.notes:

@@ -25,7 +25,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
-from ._options import NoQuarantineOpt, QuarantineOpt
+from ._options import Keeping, option_group
 from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
@@ -62,6 +62,7 @@ ForceOpt = Annotated[
 
 @app.command("redispatch", cls=Command)
 @reports_errors
+@option_group("keeping", Keeping)
 def redispatch_command(
     store: StorePath,
     broker_config: BrokerConfigOpt = None,
@@ -72,12 +73,12 @@ def redispatch_command(
     output: OutputOpt = None,
     engine: EngineOpt = Engine.local,
     master: MasterOpt = None,
-    quarantine: QuarantineOpt = None,
-    no_quarantine: NoQuarantineOpt = False,
     force: ForceOpt = False,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
+    *,
+    keeping: Keeping,
 ) -> None:
     """Rebuild consume queues and index files from the commit log and swap them in atomically.
 
@@ -119,7 +120,7 @@ def redispatch_command(
                 spark_master=master,
                 dry_run=dry_run,
             )
-        view = _view(plan, quarantine, keep_old=not no_quarantine)
+        view = _view(plan, keeping.quarantine, keep_old=keeping.keep)
         for note in plan.notes:
             err.print(f"note: {note}")
         if dry_run or output is not None or not plan.changed:
@@ -134,7 +135,7 @@ def redispatch_command(
 
         def apply() -> tuple[Path | None, dict[str, str | None]]:
             q = op.apply_redispatch(
-                plan, st, quarantine=quarantine, keep_old=not no_quarantine, force=force, on_step=step_hook()
+                plan, st, quarantine=keeping.quarantine, keep_old=keeping.keep, force=force, on_step=step_hook()
             )
             return q, {"quarantine": str(q) if q else None}
 

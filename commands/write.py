@@ -26,7 +26,7 @@ from ._common import (
     reports_errors,
     step_hook,
 )
-from ._options import NoQuarantineOpt, QuarantineOpt
+from ._options import Keeping, option_group
 from ._plan import Detail, PlanView, render_plan
 
 app = typer.Typer()
@@ -136,6 +136,7 @@ _AgainOpt = Annotated[
 
 @app.command("write", cls=Command)
 @reports_errors
+@option_group("keeping", Keeping)
 def write_command(
     store: Annotated[Path, typer.Argument(help="Store root directory (storePathRootDir).", show_default=False)],
     source: _SourceOpt = None,
@@ -161,11 +162,11 @@ def write_command(
     topic_queue_nums: _TopicQueueNumsOpt = 4,
     now: _NowOpt = None,
     uniq_key_seed: _UniqKeySeedOpt = None,
-    quarantine: QuarantineOpt = None,
-    no_quarantine: NoQuarantineOpt = False,
     again: _AgainOpt = False,
     dry_run: DryRunOpt = False,
     fmt: Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")] = None,
+    *,
+    keeping: Keeping,
 ) -> None:
     """Append messages to a store as the broker would, with consume queue and index entries.
 
@@ -201,8 +202,8 @@ def write_command(
             st,
             plan,
             flush=flush.value,
-            quarantine=quarantine,
-            use_quarantine=not no_quarantine,
+            quarantine=keeping.quarantine,
+            use_quarantine=keeping.keep,
             index_clock=clock,
             now_ms=fixed,
             on_step=step_hook(),

@@ -114,3 +114,18 @@ def test_a_plan_shows_its_actions_in_every_format(tmp_path: Path, fmt: str) -> N
             line = next(ln for ln in r.stdout.splitlines() if a["path"] in ln and a["action"] in ln)
             assert a["why"][:30] in line
         assert "recordsLost" in r.stdout and "quarantine" in r.stdout and "processOffset" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["recover"], ["redispatch"], ["write", "--topic", "TopicA", "--body", "x"]],
+    ids=["recover", "redispatch", "write"],
+)
+def test_keeping_and_not_keeping_removed_bytes_exclude_each_other(tmp_path: Path, argv: list[str]) -> None:
+    store = copy_real_store("crash-midwrite", tmp_path / "a")
+    before = digest(store)
+    cmd = [argv[0], str(store), *argv[1:], "--quarantine", str(tmp_path / "q"), "--no-quarantine"]
+    r = CliRunner().invoke(app, cmd)
+    assert r.exit_code == 1, r.output
+    assert "--quarantine and --no-quarantine exclude each other" in r.output
+    assert digest(store) == before and not (tmp_path / "q").exists()
