@@ -130,51 +130,40 @@ def test_body_crc_against_crcmod_reference(any_real_case):
     assert checked > 0
 
 
-def on_disk_entries(st, topic: str, queue_id: int) -> list[dict]:
-    """The valid entries of a queue as they are on disk, in queue order (§8.4 validity)."""
-    segs, problems = st.cq_segments(topic, queue_id)
-    assert problems == []
+def _units(segs, size: int, decode) -> list:
+    """The valid units of a queue's files as they are on disk, in queue order (§8.4 validity)."""
     out = []
     for seg in segs:
         with map_file(seg.path) as buf:
-            for pos in range(0, len(buf), ENTRY_SIZE):
-                e = decode_entry(buf, pos, path=str(seg.path))
+            for pos in range(0, len(buf) - size + 1, size):
+                e = decode(buf, pos, path=str(seg.path))
                 if e.ends_queue:
                     return out
-                queue_offset = (seg.base_offset + pos) // ENTRY_SIZE
-                out.append(
-                    {
-                        "queueOffset": queue_offset,
-                        "commitLogOffset": e.phy_offset,
-                        "size": e.size,
-                        "tagsCode": e.tags_code,
-                    }
-                )
+                out.append((seg.base_offset + pos, e))
     return out
+
+
+def on_disk_entries(st, topic: str, queue_id: int) -> list[dict]:
+    """The valid entries of a queue as truth.json lists them."""
+    segs, problems = st.cq_segments(topic, queue_id)
+    assert problems == []
+    return [
+        {"queueOffset": at // ENTRY_SIZE, "commitLogOffset": e.phy_offset, "size": e.size, "tagsCode": e.tags_code}
+        for at, e in _units(segs, ENTRY_SIZE, decode_entry)
+    ]
 
 
 def on_disk_batch_entries(st, topic: str, queue_id: int) -> list[dict]:
     """The units of a 5.x batch consume queue as truth.json lists them (§4.7)."""
     segs, problems = st.bcq_segments(topic, queue_id)
     assert problems == []
-    out = []
-    for seg in segs:
-        with map_file(seg.path) as buf:
-            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                e = decode_bcq_entry(buf, pos, path=str(seg.path))
-                if e.ends_queue:
-                    return out
-                assert (e.compacted_offset, e.reserved) == (-1, 0)
-                out.append(
-                    {
-                        "queueOffset": e.base_offset,
-                        "commitLogOffset": e.phy_offset,
-                        "size": e.size,
-                        "tagsCode": e.tags_code,
-                        "batchNum": e.batch_size,
-                    }
-                )
-    return out
+    units = [e for _, e in _units(segs, BCQ_UNIT_SIZE, decode_bcq_entry)]
+    assert all((e.compacted_offset, e.reserved) == (-1, 0) for e in units)
+    return [
+        {"queueOffset": e.base_offset, "commitLogOffset": e.phy_offset, "size": e.size, "tagsCode": e.tags_code,
+         "batchNum": e.batch_size}
+        for e in units
+    ]  # fmt: skip
 
 
 def test_consume_queue_entries_match_truth(any_real_case):
