@@ -338,35 +338,15 @@ def plan_set_offsets(
     """
     if mode not in RESET_MODES:
         raise InputError(f"unknown reset mode {mode!r}; one of {', '.join(RESET_MODES)}")
-    if mode == "offset" and (queue_id is None or offset is None):
-        raise InputError("--offset needs --queue")
     if mode == "time" and time_ms is None:
         raise InputError("--to-time needs a time")
-    cf, table, data, lmq = _document_to_write(st)
-    committed = table.get((topic, group), {})
-    if queue_id is not None:
-        qids = [queue_id]
-    else:
-        qids = sorted(set(committed) | set(_queue_ids_on_disk(st).get(topic, ())))
-        if not qids:
-            raise InputError(f"topic {topic!r} has no consume queue in this store and {group!r} no offset on it")
-    min_phy = commitlog_min_phy(st)
-    changes = []
-    for qid in qids:
-        rng = queue_range(st, topic, qid, min_phy=min_phy)
-        if mode == "offset":
-            assert offset is not None
-            target = offset
-        elif mode == "earliest":
-            target = rng.min_offset
-        elif mode == "latest":
-            target = rng.max_offset
-        else:
-            assert time_ms is not None
-            target = offset_by_time(st, topic, qid, time_ms).queue_offset
-        changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force, lmq))
-    raw = cf.raw if cf.source == "file" else None
-    return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
+    plan = plan_reset_offsets(
+        st, pairs=[(topic, group)], mode=mode, queue_id=queue_id, offset=offset, time_ms=time_ms, force=force,
+        broker_version=broker_version,
+    )  # fmt: skip
+    if not plan.changes:
+        raise InputError(f"topic {topic!r} has no consume queue in this store and {group!r} no offset on it")
+    return plan
 
 
 def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
