@@ -11,12 +11,12 @@ import difflib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .consumequeue import effective_file_size
-from .errors import ConfigError, CorruptData
+from .errors import ConfigError
 from .problems import Problem, ProblemKind
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -476,15 +476,6 @@ def segment_for(segs: list[Segment], offset: int, file_size: int) -> Segment | N
         if s.base_offset <= offset < s.base_offset + file_size:
             return s
     return None
-
-
-def require_size(seg: Segment, expected: int) -> None:
-    if seg.size != expected:
-        raise CorruptData(f"file is {seg.size} bytes, configured size is {expected}", path=seg.path, pos=0)
-
-
-def with_overrides(cfg: StoreConfig, **kw: object) -> StoreConfig:
-    return replace(cfg, **kw)  # type: ignore[arg-type]
 
 
 def segment_ranges(

@@ -30,7 +30,6 @@ from .dispatch import Dispatcher, DispatchStats, ScanStop
 from .errors import InputError, UnsafePlan, UnsupportedStore
 from .fsutil import SCRATCH_DIR, atomic_write, scratch_dir
 from .indexfile import decode_header
-from .layout import StoreConfig
 from .multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
 from .safety import Journal, PlannedAction, Quarantine, StepHook, default_quarantine_base, journal_file, move
 from .store import Store, map_file
@@ -581,15 +580,6 @@ def _finish(root: Path, journal: Journal) -> Path | None:
 def pending_journal(root: Path) -> Path | None:
     p = _journal_path(Path(root))
     return p if p.exists() else None
-
-
-def cfg_summary(cfg: StoreConfig) -> dict[str, Any]:
-    return {
-        "cqFileSize": cfg.cq_file_size,
-        "maxHashSlotNum": cfg.max_hash_slot_num,
-        "maxIndexNum": cfg.max_index_num,
-        "broker": cfg.broker,
-    }
 
 
 def planned_actions(plan: RedispatchPlan, *, keep_old: bool = True) -> tuple[PlannedAction, ...]:

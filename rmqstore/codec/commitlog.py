@@ -124,11 +124,6 @@ _SHORT = struct.Struct(">h")
 _BYTE = struct.Struct(">b")
 
 
-def host_len(sys_flag: int, v6_flag: int) -> int:
-    """Bytes of a host field: 4-byte IPv4 or 16-byte IPv6 address plus a 4-byte int port."""
-    return 20 if sys_flag & v6_flag else 8
-
-
 def head_struct(sys_flag: int) -> struct.Struct:
     """The struct of fields 1-15 for the host widths of ``sys_flag``."""
     return HEAD_STRUCTS[(sys_flag >> 4) & 3]

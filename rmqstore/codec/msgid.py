@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import struct
-import threading
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -64,22 +62,3 @@ def decode_uniq_key(uniq_key: str) -> UniqKey:
     ip_len = 16 if len(raw) == 28 else 4
     pid, cl, t, cnt = struct.unpack_from(">HiIH", raw, ip_len)
     return UniqKey(str(ipaddress.ip_address(raw[:ip_len])), pid, cl, t, cnt)
-
-
-class UniqKeyGenerator:
-    """Makes UNIQ_KEYs in the client's layout: ip, pid, class-loader hash, month ms, counter."""
-
-    def __init__(self, ip: bytes = b"\x7f\x00\x00\x01", pid: int | None = None, class_loader_hash: int | None = None):
-        self._prefix = ip + struct.pack(">H", (os.getpid() if pid is None else pid) & 0xFFFF)
-        self._prefix += struct.pack(">i", class_loader_hash if class_loader_hash is not None else id(self) & 0x7FFFFFFF)
-        self._counter = 0
-        self._lock = threading.Lock()
-
-    def next(self, now_ms: int) -> str:
-        now = dt.datetime.fromtimestamp(now_ms / 1000)
-        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        month_ms = (now_ms - int(start.timestamp() * 1000)) & 0xFFFFFFFF
-        with self._lock:
-            c = self._counter
-            self._counter = (c + 1) & 0xFFFF
-        return (self._prefix + struct.pack(">IH", month_ms, c)).hex().upper()
