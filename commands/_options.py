@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._common import TIME_FORMS, BrokerConfigOpt, BrokerVersionOpt
+from ._common import TIME_FORMS, BrokerConfigOpt, BrokerVersionOpt, Command, DryRunOpt, default_format, reports_errors
 from ._render import Format
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,11 +43,43 @@ class Reading:
     broker_version: BrokerVersionOpt = "auto"
     fmt: FmtOpt = None
 
+    @property
+    def format(self) -> Format:
+        return default_format(self.fmt)
+
     def open(self, store: Path) -> Any:
         """``open_store`` with these options (a context manager)."""
         from rmqstore.store import open_store
 
         return open_store(store, broker_config=self.broker_config, broker=self.broker_version)
+
+
+@dataclasses.dataclass(frozen=True)
+class Changing:
+    """The options of every command that changes a store: its rules, plan only or apply, how shown."""
+
+    broker_config: BrokerConfigOpt = None
+    broker_version: BrokerVersionOpt = "auto"
+    dry_run: DryRunOpt = False
+    fmt: FmtOpt = None
+
+    @property
+    def format(self) -> Format:
+        return default_format(self.fmt)
+
+    def open(self, store: Path, operation: str, *, writable: bool = True) -> Any:
+        """The store under the broker's lock; read-only for a dry run, refused like a real run while a
+        broker holds the lock (a context manager)."""
+        from rmqstore.store import open_store
+
+        return open_store(
+            store,
+            broker_config=self.broker_config,
+            broker=self.broker_version,
+            writable=writable,
+            operation=operation,
+            dry_run=self.dry_run,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +98,18 @@ class Keeping:
     @property
     def keep(self) -> bool:
         return not self.no_quarantine
+
+
+def command(app: typer.Typer, name: str, *groups: type, **settings: Any) -> Callable[[F], F]:
+    """Register a function as command ``name`` of ``app``: the shared command class, the one error
+    handler, and each option group passed as the parameter named after its class in lower case."""
+
+    def decorate(fn: F) -> F:
+        for group in groups:
+            fn = option_group(group.__name__.lower(), group)(fn)
+        return app.command(name, cls=Command, **settings)(reports_errors(fn))
+
+    return decorate
 
 
 def option_group(name: str, group: type) -> Callable[[F], F]:

@@ -14,21 +14,10 @@ from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.lostqueues import with_lost_queues
 from rmqstore.problems import ERROR, INFO, WARNING
 from rmqstore.safety import PendingJournal, pending_journals
-from rmqstore.store import open_store
 
 from . import _stores as stores
-from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
-    Command,
-    Format,
-    QuietOpt,
-    default_format,
-    progress_bar,
-    render_mapping,
-    render_rows,
-    reports_errors,
-)
+from ._common import Format, QuietOpt, progress_bar, render_mapping, render_rows
+from ._options import Reading, command
 
 app = typer.Typer()
 
@@ -40,21 +29,19 @@ StoresArg = Annotated[
 COLUMNS = ["severity", "path", "pos", "phyOffset", "what"]
 
 
-@app.command("check", cls=Command)
-@reports_errors
+@command(app, "check", Reading)
 def check_command(
     store: StoresArg,
     quick: Annotated[
         bool, typer.Option("--quick", help="Only what the broker concludes at start (recovery, truncation).")
     ] = False,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")] = None,
     max_per_kind: Annotated[
         int,
         typer.Option("--max-per-kind", min=0, help="List at most N problems of one kind (0: all); all are counted."),
     ] = PER_KIND_LIMIT,
     quiet: QuietOpt = False,
+    *,
+    reading: Reading,
 ) -> None:
     """Check every file of a store for consistency and report all problems found.
 
@@ -70,12 +57,12 @@ def check_command(
 
     Exit status 0 when clean (info findings allowed), 3 when errors or warnings were found.
     """
-    fmt = default_format(fmt)
+    fmt = reading.format
     targets = stores.expand(store)
     if len(targets) > 1:
-        _check_many(targets, quick, broker_config, broker_version, fmt, max_per_kind, quiet)
+        _check_many(targets, quick, reading, max_per_kind, quiet)
         return
-    report = _check_one(targets[0], quick, broker_config, broker_version, max_per_kind, quiet)
+    report = _check_one(targets[0], quick, reading, max_per_kind, quiet)
     root = str(report.store)
 
     def rel(path: str) -> str:
@@ -106,11 +93,9 @@ def check_command(
         raise ProblemsFound(_pending_what(pending[0]))
 
 
-def _check_one(
-    path: Path, quick: bool, broker_config: Path | None, broker_version: str, limit: int, quiet: bool
-) -> CheckReport:
+def _check_one(path: Path, quick: bool, reading: Reading, limit: int, quiet: bool) -> CheckReport:
     stores.refuse_parent_of_store(path)
-    with open_store(path, broker_config=broker_config, broker=broker_version) as st:
+    with reading.open(path) as st:
         segs, _ = st.commitlog_segments()
         with progress_bar(sum(s.size for s in segs), f"checking {path}", quiet=quiet) as advance:
             report = check_store(st, quick=quick, progress=advance, limit=limit)
@@ -120,20 +105,12 @@ def _check_one(
 SUMMARY_COLUMNS = ["store", "result", "errors", "warnings", "infos", "records", "queues", "first problem"]
 
 
-def _check_many(
-    paths: list[Path],
-    quick: bool,
-    broker_config: Path | None,
-    broker_version: str,
-    fmt: Format,
-    limit: int,
-    quiet: bool,
-) -> None:
+def _check_many(paths: list[Path], quick: bool, reading: Reading, limit: int, quiet: bool) -> None:
     """One row per store; exit with the worst code (3 when a store has errors or warnings)."""
-    rows, worst = [], 0
+    fmt, rows, worst = reading.format, [], 0
     for path in paths:
         try:
-            report = _check_one(path, quick, broker_config, broker_version, limit, quiet)
+            report = _check_one(path, quick, reading, limit, quiet)
         except RmqstoreError as e:
             rows.append({"store": str(path), "result": f"exit {e.exit_code}", "first problem": str(e)})
             worst = max(worst, e.exit_code)

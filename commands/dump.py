@@ -19,20 +19,17 @@ from rmqstore.problems import ERROR, Problem
 from . import _fields as fields
 from . import _stores as stores
 from ._common import (
-    Command,
     Format,
     QuietOpt,
     StorePath,
-    default_format,
     err,
     format_time_ms,
     parse_time_ms,
     progress_bar,
     render_mapping,
     render_rows,
-    reports_errors,
 )
-from ._options import Reading, SinceOpt, TopicFilterOpt, UntilOpt, option_group
+from ._options import Reading, SinceOpt, TopicFilterOpt, UntilOpt, command
 
 app = typer.Typer(
     name="dump",
@@ -128,11 +125,12 @@ JobsOpt = Annotated[
 ]
 
 
-@app.command(
-    "commitlog", cls=Command, epilog="Example: rmqstore dump commitlog STORE --topic TopicA --format ndjson | jq .msgId"
+@command(
+    app,
+    "commitlog",
+    Reading,
+    epilog="Example: rmqstore dump commitlog STORE --topic TopicA --format ndjson | jq .msgId",
 )
-@reports_errors
-@option_group("reading", Reading)
 def commitlog_command(
     store: StoresArg,
     body: BodyOpt = None,
@@ -163,7 +161,7 @@ def commitlog_command(
     --format ndjson each message is one object with RocketMQ's field names; other rows carry a
     "kind" field. plain and csv show the same fields (RocketMQ's names, plus keys, tags and uniqKey from the properties); the terminal table shows the main ones. Exits 3 when damage or a CRC mismatch was found, after printing everything.
     """
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     tags = None if tag is None else lib.parse_tag_expression(tag)
     flt = lib.MessageFilter(
         topic=topic,
@@ -286,9 +284,7 @@ def _page(rows: Iterator[lib.CqRow], start: int, count: int | None) -> Iterator[
             yield row
 
 
-@app.command("consumequeue", cls=Command, epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "consumequeue", Reading, epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
 def consumequeue_command(
     store: Annotated[
         Path,
@@ -323,7 +319,7 @@ def consumequeue_command(
     topic, queue, queue offset, tagsCode, PHYSICALOFFSET, past the end of the commit log). Exits 3
     when a mismatch was found, after printing everything.
     """
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     problems: list[Problem] = []
     seg = stores.segment_file(store)
     if seg is not None:
@@ -368,9 +364,9 @@ def consumequeue_command(
     _finish(problems, quiet)
 
 
-@app.command("consumequeue-ext", epilog="Example: rmqstore dump consumequeue-ext STORE TopicA 0 --format json")
-@reports_errors
-@option_group("reading", Reading)
+@command(
+    app, "consumequeue-ext", Reading, epilog="Example: rmqstore dump consumequeue-ext STORE TopicA 0 --format json"
+)
 def consumequeue_ext_command(
     store: StorePath,
     topic: Annotated[str, typer.Argument(help="Topic (the consumequeue_ext/ sub-directory name).", show_default=False)],
@@ -383,16 +379,14 @@ def consumequeue_ext_command(
     Each unit: its address (what a consume queue entry's tagsCode holds), size, tagsCode, store time
     and the filter bit map.
     """
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     with reading.open(store) as st:
         render_rows(
             (r.to_json() for r in lib.scan_consume_queue_ext(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
         )
 
 
-@app.command("timer", epilog="Example: rmqstore dump timer STORE --log --format ndjson")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "timer", Reading, epilog="Example: rmqstore dump timer STORE --log --format ndjson")
 def timer_command(
     store: StorePath,
     log: Annotated[bool, typer.Option("--log", help="The timerlog/ units instead of the wheel's slots.")] = False,
@@ -404,18 +398,16 @@ def timer_command(
     Slots: time, first and last timer log position, message count. Units: position, previous position,
     magic, write time, delay, and the commit log offset and size of the message.
     """
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     with reading.open(store) as st:
         rows = lib.timer_log_units(st) if log else lib.timer_wheel_slots(st)
         render_rows(rows, fmt, title="timerlog" if log else "timerwheel")
 
 
-@app.command("compaction")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "compaction", Reading)
 def compaction_command(store: StorePath, *, reading: Reading) -> None:
     """Show the 5.x compaction service's position-checkpoint (the queue offsets compacted so far)."""
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     with reading.open(store) as st:
         cf = lib.compaction_checkpoint(st)
     if fmt in (Format.json, Format.ndjson):
@@ -424,9 +416,7 @@ def compaction_command(store: StorePath, *, reading: Reading) -> None:
         render_rows(({"key": k, "value": v} for k, v in lib.flatten(cf.data)), fmt, title=str(cf.path))
 
 
-@app.command("timercheck", epilog="Example: rmqstore dump timercheck STORE --format json")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "timercheck", Reading, epilog="Example: rmqstore dump timercheck STORE --format json")
 def timercheck_command(store: StorePath, *, reading: Reading) -> None:
     """Show the 5.x timer checkpoint (config/timercheck).
 
@@ -435,7 +425,7 @@ def timercheck_command(store: StorePath, *, reading: Reading) -> None:
     """
     from rmqstore import timercompaction as tc
 
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     with reading.open(store) as st:
         path, cp = tc.read_timer_checkpoint(st)
     row = {**cp.to_json(), "lastReadTime": format_time_ms(cp.last_read_time_ms)}
@@ -446,9 +436,7 @@ CompactionTopic = Annotated[str, typer.Argument(help="Topic (the compaction queu
 CompactionQueue = Annotated[int, typer.Argument(help="Queue id.", show_default=False)]
 
 
-@app.command("compaction-log", epilog="Example: rmqstore dump compaction-log STORE TopicC 0 --format ndjson")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "compaction-log", Reading, epilog="Example: rmqstore dump compaction-log STORE TopicC 0 --format ndjson")
 def compaction_log_command(
     store: StorePath,
     topic: CompactionTopic,
@@ -464,7 +452,7 @@ def compaction_log_command(
     """
     from rmqstore import timercompaction as tc
 
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     mode = (body or (BodyMode.text if fmt is Format.table else BodyMode.base64)).value
     with reading.open(store) as st:
         rows = tc.compaction_log_rows(st, topic, queue, body=mode)
@@ -472,9 +460,7 @@ def compaction_log_command(
         render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else cols, title=f"{topic} {queue}")
 
 
-@app.command("compaction-cq", epilog="Example: rmqstore dump compaction-cq STORE TopicC 0 --format csv")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "compaction-cq", Reading, epilog="Example: rmqstore dump compaction-cq STORE TopicC 0 --format csv")
 def compaction_cq_command(
     store: StorePath, topic: CompactionTopic, queue: CompactionQueue, *, reading: Reading
 ) -> None:
@@ -485,7 +471,7 @@ def compaction_cq_command(
     """
     from rmqstore import timercompaction as tc
 
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     with reading.open(store) as st:
         rows = tc.compaction_cq_rows(st, topic, queue)
         render_rows(rows, fmt, columns=fields.COMPACTION_CQ, title=f"{topic} {queue}")
@@ -507,9 +493,7 @@ def _with_times(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-@app.command("index", cls=Command, epilog="Example: rmqstore dump index STORE --key TopicA order-42")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "index", Reading, epilog="Example: rmqstore dump index STORE --key TopicA order-42")
 def index_command(
     store: StorePath,
     key: Annotated[
@@ -529,7 +513,7 @@ def index_command(
     (newest first; hashMatch says whether an entry's keyHash is the key's, as the broker compares
     only hashes). --entries lists every entry instead. Exits 3 when a file is damaged.
     """
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     problems: list[Problem] = []
     only: str | None = None  # one index file given instead of the store
     seg = stores.segment_file(store)
@@ -583,12 +567,10 @@ def index_command(
 # ------------------------------------------------------------------------- checkpoint, config
 
 
-@app.command("checkpoint", cls=Command)
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "checkpoint", Reading)
 def checkpoint_command(store: StorePath, *, reading: Reading) -> None:
     """Show the checkpoint file: the three flush timestamps and what recovery derives from them."""
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     with reading.open(store) as st:
         cp = st.read_checkpoint()
         if cp is None:
@@ -604,9 +586,7 @@ def checkpoint_command(store: StorePath, *, reading: Reading) -> None:
     render_mapping(shown, fmt, title="checkpoint")
 
 
-@app.command("config", cls=Command, epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
-@reports_errors
-@option_group("reading", Reading)
+@command(app, "config", Reading, epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
 def config_command(
     store: StorePath,
     name: Annotated[str | None, typer.Argument(help="Config file name, e.g. topics.json (default: list them).")] = None,
@@ -618,7 +598,7 @@ def config_command(
     A file that is missing, empty or unparsable is read from its .bak copy, as the broker does;
     that is reported on stderr and exits 3 after printing.
     """
-    fmt = default_format(reading.fmt)
+    fmt = reading.format
     with reading.open(store) as st:
         if name is None:
             files = [{"name": c.name, "size": c.size} for c in lib.config_files(st)]

@@ -12,23 +12,8 @@ import typer
 
 from rmqstore import expire as op
 
-from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
-    Command,
-    DryRunOpt,
-    Format,
-    FormatOpt,
-    StorePath,
-    default_format,
-    err,
-    escape,
-    format_time_ms,
-    parse_time_ms,
-    render_rows,
-    reports_errors,
-    step_hook,
-)
+from ._common import Format, StorePath, err, escape, format_time_ms, parse_time_ms, render_rows, step_hook
+from ._options import Changing, command
 from ._plan import PlanView, render_plan
 
 app = typer.Typer()
@@ -178,12 +163,9 @@ DetailedExitcodeOpt = Annotated[
 ]
 
 
-@app.command("expire", cls=Command, help=_HELP, epilog=_EPILOG)
-@reports_errors
+@command(app, "expire", Changing, help=_HELP, epilog=_EPILOG)
 def expire_command(
     store: StorePath,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     file_reserved_time: FileReservedTimeOpt = None,
     delete_when: DeleteWhenOpt = None,
     disk_max_used_space_ratio: DiskMaxUsedSpaceRatioOpt = None,
@@ -195,14 +177,16 @@ def expire_command(
     now: NowOpt = None,
     disk_used_ratio: DiskUsedRatioOpt = None,
     quarantine: QuarantineOpt = None,
-    dry_run: DryRunOpt = False,
-    fmt: FormatOpt = None,  # type: ignore[assignment]
     verbose: VerboseOpt = False,
     detailed_exitcode: DetailedExitcodeOpt = False,
+    *,
+    changing: Changing,
 ) -> None:
-    fmt = default_format(fmt)
+    fmt, dry_run = changing.format, changing.dry_run
     now_ms = parse_time_ms(now) if now is not None else _wall_ms()
-    with op.open_for_expire(store, broker_config=broker_config, broker=broker_version, dry_run=dry_run) as st:
+    with op.open_for_expire(
+        store, broker_config=changing.broker_config, broker=changing.broker_version, dry_run=dry_run
+    ) as st:
         settings = op.expire_settings(
             st.config,
             file_reserved_time_h=file_reserved_time,

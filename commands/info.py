@@ -21,7 +21,6 @@ from . import _stores as stores
 from ._common import (
     BrokerConfigOpt,
     BrokerVersionOpt,
-    Command,
     Format,
     QuietOpt,
     default_format,
@@ -30,8 +29,8 @@ from ._common import (
     progress_bar,
     render_mapping,
     render_rows,
-    reports_errors,
 )
+from ._options import command
 
 app = typer.Typer()
 
@@ -42,13 +41,12 @@ class InfoFormat(enum.StrEnum):
     json = "json"
 
 
-@app.command(
+@command(
+    app,
     "info",
-    cls=Command,
     epilog="rmqstore info /var/lib/rocketmq/store\n"
     "rmqstore info /var/lib/rocketmq/store --format json | jq .commitLog.maxPhyOffset",
 )
-@reports_errors
 def info_command(
     store: Annotated[
         list[Path],

@@ -12,25 +12,10 @@ from typer.core import TyperGroup
 
 from rmqstore import offsets as op
 from rmqstore.errors import InputError
-from rmqstore.store import open_store
 from rmqstore.timeparse import parse_duration_ms
 
-from ._common import (
-    TIME_FORMS,
-    BrokerConfigOpt,
-    BrokerVersionOpt,
-    Command,
-    DryRunOpt,
-    Format,
-    StorePath,
-    default_format,
-    err,
-    format_time_ms,
-    parse_time_ms,
-    render_rows,
-    reports_errors,
-)
-from ._options import FmtOpt, TopicFilterOpt
+from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows
+from ._options import Changing, Reading, TopicFilterOpt, command
 from ._plan import Detail, PlanView, show_and_apply
 
 
@@ -63,14 +48,9 @@ SET_EXAMPLES = """Examples:
 CHANGE_COLUMNS = ["group", "topic", "queueId", "before", "after", "minOffset", "maxOffset"]
 
 
-@app.command("show", cls=Command)
-@reports_errors
+@command(app, "show", Reading)
 def show_command(
-    store: StorePath,
-    group: GroupFilter = None,
-    topic: TopicFilterOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    fmt: FmtOpt = None,
+    store: StorePath, group: GroupFilter = None, topic: TopicFilterOpt = None, *, reading: Reading
 ) -> None:
     """Show every group's committed offset, the queue's min and max offsets, the lag, and when the last consumed message was stored.
 
@@ -78,8 +58,8 @@ def show_command(
 
     This is the default subcommand: `rmqstore offsets STORE` is `rmqstore offsets show STORE`.
     """
-    fmt = default_format(fmt)
-    with open_store(store, broker_config=broker_config) as st:
+    fmt = reading.format
+    with reading.open(store) as st:
         rows = op.consumer_progress(st, group=group, topic=topic)
         data = []
         for r in rows:
@@ -128,8 +108,7 @@ ByDurationOpt = Annotated[
 ForceOpt = Annotated[bool, typer.Option("--force", help="Allow offsets outside the queue's [min, max].")]
 
 
-@app.command("set", cls=Command, epilog=SET_EXAMPLES)
-@reports_errors
+@command(app, "set", Changing, epilog=SET_EXAMPLES)
 def set_command(
     store: StorePath,
     group: GroupOpt = None,
@@ -143,10 +122,8 @@ def set_command(
     shift_by: ShiftByOpt = None,
     by_duration: ByDurationOpt = None,
     force: ForceOpt = False,
-    dry_run: DryRunOpt = False,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FmtOpt = None,
+    *,
+    changing: Changing,
 ) -> None:
     """Rewrite committed offsets in config/consumerOffset.json, showing the plan first.
 
@@ -158,7 +135,7 @@ def set_command(
 
     --dry-run prints the before/after table and changes nothing.
     """
-    fmt = default_format(fmt)
+    fmt, dry_run = changing.format, changing.dry_run
     chosen = [
         offset is not None,
         to_earliest,
@@ -177,7 +154,7 @@ def set_command(
     time_ms = parse_time_ms(to_time) if to_time is not None else None
     if by_duration is not None:
         time_ms = int(time.time() * 1000) - parse_duration_ms(by_duration)
-    with open_store(store, broker_config=broker_config, writable=not dry_run, broker=broker_version) as st:
+    with changing.open(store, "offsets") as st:
         pairs = _pairs(st, group, topic)
         plan = op.plan_reset_offsets(
             st,

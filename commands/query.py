@@ -30,9 +30,8 @@ from ._common import (
     parse_time_ms,
     progress_bar,
     render_rows,
-    reports_errors,
 )
-from ._options import Reading, option_group
+from ._options import Reading, command
 
 app = typer.Typer()
 query_app = typer.Typer(
@@ -209,14 +208,11 @@ def query_key_command(
     _render_key_result(r, shown.fmt, shown.body, raw)
 
 
-query_key_command = option_group("shown", Shown)(query_key_command)
-query_app.command("key", cls=Command)(reports_errors(query_key_command))
-app.command("query-by-key", cls=Command, help=query_key_command.__doc__)(reports_errors(query_key_command))
+query_key_command = command(query_app, "key", Shown)(query_key_command)
+app.command("query-by-key", cls=Command, help=query_key_command.__doc__)(query_key_command)
 
 
-@query_app.command("uniq", cls=Command)
-@reports_errors
-@option_group("shown", Shown)
+@command(query_app, "uniq", Shown)
 def query_uniq_command(
     store: StorePath,
     topic: TopicArg,
@@ -261,9 +257,7 @@ def query_uniq_command(
     _render_key_result(r, shown.fmt, shown.body, raw)
 
 
-@query_app.command("id", cls=Command)
-@reports_errors
-@option_group("shown", Shown)
+@command(query_app, "id", Shown)
 def query_id_command(
     store: StorePath,
     msg_ids: Annotated[
@@ -340,9 +334,7 @@ def _queue_rows(hit: op.QueueHit, body: Body) -> list[dict[str, Any]]:
     return [] if hit.record is None else [record_row(hit.record, body)]
 
 
-@query_app.command("offset", cls=Command)
-@reports_errors
-@option_group("shown", Shown)
+@command(query_app, "offset", Shown)
 def query_offset_command(
     store: StorePath,
     topic: TopicArg,
@@ -361,9 +353,7 @@ def query_offset_command(
     _emit(_queue_rows(hit, b), shown.fmt, fields.QUERY, b, fields.QUERY_TABLE)
 
 
-@query_app.command("time", cls=Command)
-@reports_errors
-@option_group("shown", Shown)
+@command(query_app, "time", Shown)
 def query_time_command(
     store: StorePath,
     topic: TopicArg,

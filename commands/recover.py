@@ -9,23 +9,9 @@ import typer
 
 from rmqstore import recover as rec
 from rmqstore.detect import plan_for_detected
-from rmqstore.store import locked_error, open_store
 
-from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
-    Command,
-    DryRunOpt,
-    FormatOpt,
-    QuietOpt,
-    StorePath,
-    default_format,
-    err,
-    progress_bar,
-    reports_errors,
-    step_hook,
-)
-from ._options import Keeping, option_group
+from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
+from ._options import Changing, Keeping, command
 from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
@@ -55,20 +41,15 @@ def _plan(st: Any, quiet: bool, **options: Any) -> tuple[rec.RecoverPlan, bool]:
     return plan, False
 
 
-@app.command("recover", cls=Command)
-@reports_errors
-@option_group("keeping", Keeping)
+@command(app, "recover", Changing, Keeping)
 def recover_command(
     store: StorePath,
-    dry_run: DryRunOpt = False,
     check_crc: CheckCrcOpt = None,
     rebuild_index: RebuildIndexOpt = False,
     rebuild_consumequeue: RebuildCqOpt = False,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
     *,
+    changing: Changing,
     keeping: Keeping,
 ) -> None:
     """Recover a store after a crash exactly as the broker would at start, showing the plan first.
@@ -79,13 +60,9 @@ def recover_command(
     byte range and file is first copied to a quarantine folder with a manifest.json saying how to
     put it back. A run that is killed can be run again: it resumes from its journal.
     """
-    fmt = default_format(fmt)
+    fmt = changing.format
     result = None
-    with open_store(
-        store, broker_config=broker_config, writable=not dry_run, broker=broker_version, operation="recover"
-    ) as st:
-        if dry_run and st.lock_holder() is not None:
-            raise locked_error(st.config.lock_path, st.lock_holder())
+    with changing.open(store, "recover") as st:
         plan, resuming = _plan(
             st,
             quiet,
@@ -110,7 +87,7 @@ def recover_command(
                 result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
             return result, result.to_json()
 
-        result = show_and_apply(view, fmt, dry_run=dry_run, apply=apply)
+        result = show_and_apply(view, fmt, dry_run=changing.dry_run, apply=apply)
         if result is not None and not quiet:
             what = "resumed and finished" if resuming else "recovered"
             where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""

@@ -9,23 +9,9 @@ from typing import Annotated
 import typer
 
 from rmqstore import redispatch as op
-from rmqstore.store import locked_error, open_store
 
-from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
-    Command,
-    DryRunOpt,
-    FormatOpt,
-    QuietOpt,
-    StorePath,
-    default_format,
-    err,
-    progress_bar,
-    reports_errors,
-    step_hook,
-)
-from ._options import Keeping, option_group
+from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
+from ._options import Changing, Keeping, command
 from ._plan import Detail, PlanView, render_plan, show_and_apply
 
 app = typer.Typer()
@@ -60,13 +46,9 @@ ForceOpt = Annotated[
 ]
 
 
-@app.command("redispatch", cls=Command)
-@reports_errors
-@option_group("keeping", Keeping)
+@command(app, "redispatch", Changing, Keeping)
 def redispatch_command(
     store: StorePath,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     from_offset: FromOffsetOpt = None,
     topic: TopicOpt = None,
     only: OnlyOpt = None,
@@ -74,10 +56,9 @@ def redispatch_command(
     engine: EngineOpt = Engine.local,
     master: MasterOpt = None,
     force: ForceOpt = False,
-    dry_run: DryRunOpt = False,
-    fmt: FormatOpt = None,  # type: ignore[assignment]
     quiet: QuietOpt = False,
     *,
+    changing: Changing,
     keeping: Keeping,
 ) -> None:
     """Rebuild consume queues and index files from the commit log and swap them in atomically.
@@ -89,18 +70,10 @@ def redispatch_command(
     far fewer consume queue entries than the store has now unless --force (exit 8). A dry run builds
     in a temporary folder outside the store and writes nothing in it.
     """
-    fmt = default_format(fmt)
+    fmt, dry_run = changing.format, changing.dry_run
     if engine is Engine.spark:
         import rmqstore.spark.redispatch  # noqa: F401  # registers the spark engine
-    with open_store(
-        store,
-        broker_config=broker_config,
-        writable=not dry_run and output is None,
-        broker=broker_version,
-        operation="redispatch",
-    ) as st:
-        if dry_run and st.lock_holder() is not None:  # as every dry run: the plan of a store in use is not one
-            raise locked_error(st.config.lock_path, st.lock_holder())
+    with changing.open(store, "redispatch", writable=output is None) as st:
         pending = op.pending_journal(st.root)
         if pending is not None and not dry_run:
             q = op.finish(st.root, pending, on_step=step_hook())

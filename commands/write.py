@@ -12,21 +12,8 @@ import typer
 from rmqstore import write as op
 from rmqstore.errors import InputError
 
-from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
-    Command,
-    DryRunOpt,
-    Format,
-    default_format,
-    err,
-    parse_time_ms,
-    render_mapping,
-    render_rows,
-    reports_errors,
-    step_hook,
-)
-from ._options import Keeping, option_group
+from ._common import Format, err, parse_time_ms, render_mapping, render_rows, step_hook
+from ._options import Changing, Keeping, command
 from ._plan import Detail, PlanView, render_plan
 
 app = typer.Typer()
@@ -134,9 +121,7 @@ _AgainOpt = Annotated[
 ]
 
 
-@app.command("write", cls=Command)
-@reports_errors
-@option_group("keeping", Keeping)
+@command(app, "write", Changing, Keeping)
 def write_command(
     store: Annotated[Path, typer.Argument(help="Store root directory (storePathRootDir).", show_default=False)],
     source: _SourceOpt = None,
@@ -150,8 +135,6 @@ def write_command(
     prop: _PropOpt = None,
     delay_level: Annotated[int, typer.Option("--delay-level", min=0, help="Delay level (1-based; 0: none).")] = 0,
     flag: Annotated[int, typer.Option("--flag", help="User flag.")] = 0,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     no_dispatch: _NoDispatchOpt = False,
     flush: Annotated[Flush, typer.Option("--flush", help="sync: fsync before reporting success.")] = Flush.sync,
     create: Annotated[bool, typer.Option("--create", help="Create STORE if it does not exist.")] = False,
@@ -163,9 +146,8 @@ def write_command(
     now: _NowOpt = None,
     uniq_key_seed: _UniqKeySeedOpt = None,
     again: _AgainOpt = False,
-    dry_run: DryRunOpt = False,
-    fmt: Annotated[Format | None, typer.Option("--format", "-f", help="Output format.")] = None,
     *,
+    changing: Changing,
     keeping: Keeping,
 ) -> None:
     """Append messages to a store as the broker would, with consume queue and index entries.
@@ -186,9 +168,9 @@ def write_command(
     opts = op.WriteOptions(  # in its field order
         clock, not no_dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
     )
-    fmt = default_format(fmt)
+    fmt, dry_run = changing.format, changing.dry_run
     with op.open_for_write(
-        store, broker_config=broker_config, broker=broker_version, create=create, dry_run=dry_run
+        store, broker_config=changing.broker_config, broker=changing.broker_version, create=create, dry_run=dry_run
     ) as st:
         plan, digest, rolled = op.prepare_write(st, msgs, opts, again=again, dry_run=dry_run)
         view = _view(plan, fmt)

@@ -40,7 +40,7 @@ from .indexfile import HEADER as INDEX_HEADER
 from .layout import Segment, StoreConfig
 from .rules import rules_for
 from .safety import Journal, PlannedAction, Quarantine, StepHook, journal_file, move
-from .store import Store, is_zero_header, lock_holder_pid, locked_error, open_store
+from .store import Store, is_zero_header, open_store
 from .timeparse import format_time_ms
 
 # Exit codes of `rmqstore expire` (the project-wide codes plus two of its own).
@@ -799,21 +799,19 @@ def open_for_expire(
     hint = "; a running broker deletes expired files itself (deleteWhen, diskMaxUsedSpaceRatio)"
     with open_store(root, broker_config=broker_config, broker=broker):
         pass  # a store at all (StoreNotFound, UnsupportedStore) before anything is created in it
-    if dry_run:  # probes only: a dry run creates nothing in the store
-        with expire_lock(Path(root), create=False), open_store(root, broker_config=broker_config, broker=broker) as st:
-            pid = lock_holder_pid(st.config.lock_path)
-            if pid is not None:
-                raise locked_error(st.config.lock_path, pid, hint)
-            yield st
-        return
     with contextlib.ExitStack() as stack:
+        if dry_run:  # probes only: a dry run creates nothing in the store
+            stack.enter_context(expire_lock(Path(root), create=False))
         try:  # the broker's lock first: a refused run creates nothing (not even the expire lock)
             st = stack.enter_context(
-                open_store(root, broker_config=broker_config, broker=broker, writable=True, operation="expire")
+                open_store(
+                    root, broker_config=broker_config, broker=broker, writable=True, operation="expire", dry_run=dry_run
+                )
             )
         except StoreLocked as e:
             raise StoreLocked(f"{e}{hint}") from None
-        stack.enter_context(expire_lock(Path(root), create=True))
+        if not dry_run:
+            stack.enter_context(expire_lock(Path(root), create=True))
         yield st
 
 

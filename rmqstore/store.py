@@ -284,8 +284,12 @@ def open_store(
     broker: str | None = None,
     create: bool = False,
     operation: str | None = None,
+    dry_run: bool = False,
 ) -> Iterator[Store]:
     """Open a store; with ``writable`` take the broker's lock first (StoreLocked if held).
+
+    ``dry_run`` opens it read-only for a plan that is shown and not applied, refused (StoreLocked)
+    like the real run while a broker holds the lock: the plan of a store in use is not one.
 
     A writable open is refused (UnsafePlan) while another operation's journal shows it was
     interrupted: that operation must be re-run to finish first. ``operation`` names the caller
@@ -299,10 +303,12 @@ def open_store(
     _detect_unsupported(root)
     if writable or operation is not None:
         check_readable(cfg)
-    if writable and operation is not None:
+    if writable and not dry_run and operation is not None:
         require_settled(cfg.detection, operation, root)
-    st = Store(cfg, writable)
-    if writable:
+    st = Store(cfg, writable and not dry_run)
+    if dry_run and st.lock_holder() is not None:
+        raise locked_error(cfg.lock_path, st.lock_holder())
+    if st.writable:
         st._lock_fd = _take_lock(cfg.lock_path)
         try:
             _refuse_unfinished(root, operation)

@@ -463,6 +463,7 @@ LOCKED_COMMANDS = [
     ["write", "{root}", "--topic", "TopicA", "--body", "x"],
     ["write", "{root}", "--topic", "TopicA", "--body", "x", "--dry-run"],
     ["offsets", "set", "{root}", "--group", "G", "--topic", "TopicA", "--queue", "0", "--offset", "0"],
+    ["offsets", "set", "{root}", "--group", "G", "--topic", "TopicA", "--queue", "0", "--offset", "0", "--dry-run"],
 ]
 
 

@@ -494,13 +494,10 @@ def open_for_write(
     """The store a write works on: open writable (the broker's lock), or for a dry run read-only but
     still refusing a store a broker holds. A root that ``create`` made is removed again when what
     runs inside fails (only its lock file and empty directories exist then)."""
-    from ..store import locked_error, open_store
+    from ..store import open_store
 
     if dry_run:
-        with open_store(root, broker_config=broker_config, broker=broker, create=False, operation="write") as st:
-            pid = st.lock_holder()
-            if pid is not None:
-                raise locked_error(st.config.lock_path, pid)
+        with open_store(root, broker_config=broker_config, broker=broker, operation="write", dry_run=True) as st:
             yield st
         return
     new_root = Path(root)
