@@ -172,15 +172,19 @@ class _Parser:
             if pos >= self.n or self.text[pos] != ":":
                 self.fail("expected ':' after a key", pos)
             result[key], pos = self.value(pos + 1, depth)
-            pos = self.skip_ws(pos)
-            if pos >= self.n:
-                self.fail("unterminated object", pos)
-            c = self.text[pos]
-            if c == "}":
-                return result, pos + 1
-            if c != ",":
-                self.fail(f"expected ',' or '}}' in an object, found {c!r}", pos)
-            pos += 1
+            closed, pos = self.after_item(pos, "}", "object")
+            if closed:
+                return result, pos
+
+    def after_item(self, pos: int, close: str, what: str) -> tuple[bool, int]:
+        """Past the ``,`` after a member or item, or past ``close``; and whether it was ``close``."""
+        pos = self.skip_ws(pos)
+        if pos >= self.n:
+            self.fail(f"unterminated {what}", pos)
+        c = self.text[pos]
+        if c != close and c != ",":
+            self.fail(f"expected ',' or '{close}' in an {what}, found {c!r}", pos)
+        return c == close, pos + 1
 
     def key(self, pos: int) -> tuple[str | int, int]:
         if pos >= self.n:
@@ -207,15 +211,9 @@ class _Parser:
         while True:
             item, pos = self.value(pos, depth)
             items.append(item)
-            pos = self.skip_ws(pos)
-            if pos >= self.n:
-                self.fail("unterminated array", pos)
-            c = self.text[pos]
-            if c == "]":
-                return items, pos + 1
-            if c != ",":
-                self.fail(f"expected ',' or ']' in an array, found {c!r}", pos)
-            pos += 1
+            closed, pos = self.after_item(pos, "]", "array")
+            if closed:
+                return items, pos
 
     def string(self, pos: int) -> tuple[str, int]:
         quote = self.text[pos]
@@ -819,18 +817,10 @@ def set_consumer_offset(data: dict[str, Any], topic: str, group: str, queue_id: 
     Raises:
         InputError: an empty name, ``@`` in the topic, or an id/offset outside Java's range.
     """
-    if not topic or TOPIC_GROUP_SEPARATOR in topic:
-        raise InputError(f"topic {topic!r} must be non-empty and contain no '@'")
-    if not group:
-        raise InputError("consumer group must be non-empty")
+    _check_commit(topic, group, offset)
     if isinstance(queue_id, bool) or not 0 <= queue_id <= _JAVA_INT_MAX:
         raise InputError(f"queue id {queue_id!r} is out of range")
-    if isinstance(offset, bool) or not 0 <= offset <= _JAVA_LONG_MAX:
-        raise InputError(f"offset {offset!r} is out of range")
-    table = data.get("offsetTable")
-    if not isinstance(table, dict):
-        table = {}
-        _put_sorted(data, "offsetTable", table)
+    table = _own_table(data, "offsetTable")
     key = f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
     queues = table.get(key)
     if not isinstance(queues, dict):
@@ -884,17 +874,27 @@ def set_lmq_offset(data: dict[str, Any], topic: str, group: str, offset: int) ->
     Raises:
         InputError: an empty name, ``@`` in the topic, or an offset outside Java's range.
     """
+    _check_commit(topic, group, offset)
+    _own_table(data, "lmqOffsetTable")[f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"] = offset
+
+
+def _check_commit(topic: str, group: str, offset: int) -> None:
+    """What the broker's offset key and value must be: ``topic@group`` split back apart, a Java long."""
     if not topic or TOPIC_GROUP_SEPARATOR in topic:
         raise InputError(f"topic {topic!r} must be non-empty and contain no '@'")
     if not group:
         raise InputError("consumer group must be non-empty")
     if isinstance(offset, bool) or not 0 <= offset <= _JAVA_LONG_MAX:
         raise InputError(f"offset {offset!r} is out of range")
-    table = data.get("lmqOffsetTable")
+
+
+def _own_table(data: dict[str, Any], name: str) -> dict[Any, Any]:
+    """``data[name]`` as a mapping to update in place, added in its sorted place when missing."""
+    table = data.get(name)
     if not isinstance(table, dict):
         table = {}
-        _put_sorted(data, "lmqOffsetTable", table)
-    table[f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"] = offset
+        _put_sorted(data, name, table)
+    return table
 
 
 def load_delay_offsets(data: Any, *, path: str | Path = "delayOffset.json") -> dict[int, int]:

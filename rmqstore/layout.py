@@ -25,6 +25,16 @@ NAME_RE = re.compile(r"^\d{20}$")
 INDEX_NAME_RE = re.compile(r"^\d{17}$")
 
 
+class _UnderRoot:
+    """A fixed path under the store root, read off a :class:`StoreConfig`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, cfg: StoreConfig, owner: type | None = None) -> Path:
+        return cfg.store_root / self.name
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """The store settings rmqstore needs, with the broker's defaults (§1.2)."""
@@ -74,29 +84,13 @@ class StoreConfig:
     def commitlog_dir(self) -> Path:
         return self.commitlog_dirs[0] if self.commitlog_dirs else self.store_root / "commitlog"
 
-    @property
-    def consumequeue_dir(self) -> Path:
-        return self.store_root / "consumequeue"
-
-    @property
-    def index_dir(self) -> Path:
-        return self.store_root / "index"
-
-    @property
-    def config_dir(self) -> Path:
-        return self.store_root / "config"
-
-    @property
-    def checkpoint_path(self) -> Path:
-        return self.store_root / "checkpoint"
-
-    @property
-    def abort_path(self) -> Path:
-        return self.store_root / "abort"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.store_root / "lock"
+    # StorePathConfigHelper's layout under the store root
+    consumequeue_dir = _UnderRoot("consumequeue")
+    index_dir = _UnderRoot("index")
+    config_dir = _UnderRoot("config")
+    checkpoint_path = _UnderRoot("checkpoint")
+    abort_path = _UnderRoot("abort")
+    lock_path = _UnderRoot("lock")
 
     def delay_levels_ms(self) -> list[int]:
         return parse_delay_levels(self.message_delay_level)

@@ -109,31 +109,43 @@ FAMILIES: tuple[str, ...] = ("4.4", "4.9", "5.0-5.3.1", "5.3.2+")
 # the version whose rules stand for a family when only the family is known (the judged engines)
 REPRESENTATIVE: dict[str, str] = {"4.4": "4.4.0", "4.9": "4.9.4", "5.0-5.3.1": "5.2.0", "5.3.2+": "5.3.3"}
 _FIVE = frozenset({"5.0-5.3.1", "5.3.2+"})
-_AFTER_491 = frozenset({"4.9"}) | _FIVE
 
-# fact -> (families it admits, why)
-EVIDENCE: dict[str, tuple[frozenset[str], str]] = {
-    "v2-record": (_FIVE, "a V2 record (magic 0xDAA320AB) is written by 5.1.0+"),
-    "crc32-property": (_FIVE, "the __CRC32# property is written by 5.2.0+"),
-    "abort-pid": (_FIVE, "abort holds a process id (5.x writes it)"),
-    "abort-bak": (_FIVE, "abort.bak exists (5.x writes abort through a temporary file)"),
-    "checkpoint-5x": (_FIVE, "checkpoint bytes 24-39 (masterFlushedOffset, confirmPhyOffset) are set by 5.x"),
-    "batchconsumequeue": (_FIVE, "batchconsumequeue/ exists (5.x batch consume queues)"),
-    "timer-store": (_FIVE, "a timer store (timerwheel, timerlog/, config/timercheck) exists (5.x)"),
-    "compaction": (_FIVE, "compaction/ exists (5.x compaction service)"),
-    "config-5x": (_FIVE, "a 5.x config file exists (topicQueueMapping.json, messageRequestMode.json, timer files)"),
-    "topic-attributes": (_FIVE, "topics.json has topic attributes (5.x)"),
-    "lmq-queue": (_AFTER_491, "a %LMQ% consume queue exists (4.9.3+)"),
-    "lmq-offsets": (_AFTER_491, "config/lmqConsumerOffset.json exists (4.9.3+)"),
-    "ipv6-host": (_AFTER_491 | {"4.4"}, "a 16-byte IPv6 host (4.6.0+)"),
-    # 4.9.1 dropped the separator after the last property; the 5.x encoder writes it again
-    "props-no-trailing-separator": (frozenset({"4.9"}), "a property string without the trailing 0x02 (4.9.1-4.9.x)"),
-    "props-trailing-separator": (_FIVE | {"4.4"}, "a property string ending with 0x02 (before 4.9.1, or 5.x)"),
-    "blank-zero-tail": (_AFTER_491, "an end-of-file blank of 8 bytes with a zero tail (4.9.1+)"),
-    "blank-stale-tail": (frozenset({"4.4"}), "an end-of-file blank with stale bytes after its header (before 4.9.1)"),
-    "conf-mapped-keys": (_AFTER_491, "broker.conf uses mappedFileSize* (4.5.2+)"),
-    "conf-maped-keys": (frozenset({"4.4"}), "broker.conf uses mapedFileSize* (before 4.5.2)"),
-}
+
+def _evidence(table: str) -> dict[str, tuple[frozenset[str], str]]:
+    """``fact  families  why`` lines: the families a fact admits (``5``: both 5.x families)."""
+    out = {}
+    for line in table.strip().splitlines():
+        fact, families, why = line.split(None, 2)
+        admits = frozenset(f for name in families.split(",") for f in (_FIVE if name == "5" else {name}))
+        out[fact] = (admits, why)
+    return out
+
+
+# fact -> (families it admits, why); 4.9.1 dropped the separator after the last property and the
+# 5.x encoder writes it again (the props-* facts)
+EVIDENCE: dict[str, tuple[frozenset[str], str]] = _evidence(
+    """
+    v2-record                    5          a V2 record (magic 0xDAA320AB) is written by 5.1.0+
+    crc32-property               5          the __CRC32# property is written by 5.2.0+
+    abort-pid                    5          abort holds a process id (5.x writes it)
+    abort-bak                    5          abort.bak exists (5.x writes abort through a temporary file)
+    checkpoint-5x                5          checkpoint bytes 24-39 (masterFlushedOffset, confirmPhyOffset) are set by 5.x
+    batchconsumequeue            5          batchconsumequeue/ exists (5.x batch consume queues)
+    timer-store                  5          a timer store (timerwheel, timerlog/, config/timercheck) exists (5.x)
+    compaction                   5          compaction/ exists (5.x compaction service)
+    config-5x                    5          a 5.x config file exists (topicQueueMapping.json, messageRequestMode.json, timer files)
+    topic-attributes             5          topics.json has topic attributes (5.x)
+    lmq-queue                    4.9,5      a %LMQ% consume queue exists (4.9.3+)
+    lmq-offsets                  4.9,5      config/lmqConsumerOffset.json exists (4.9.3+)
+    ipv6-host                    4.4,4.9,5  a 16-byte IPv6 host (4.6.0+)
+    props-no-trailing-separator  4.9        a property string without the trailing 0x02 (4.9.1-4.9.x)
+    props-trailing-separator     4.4,5      a property string ending with 0x02 (before 4.9.1, or 5.x)
+    blank-zero-tail              4.9,5      an end-of-file blank of 8 bytes with a zero tail (4.9.1+)
+    blank-stale-tail             4.4        an end-of-file blank with stale bytes after its header (before 4.9.1)
+    conf-mapped-keys             4.9,5      broker.conf uses mappedFileSize* (4.5.2+)
+    conf-maped-keys              4.4        broker.conf uses mapedFileSize* (before 4.5.2)
+    """
+)
 # broker.conf keys describe what the operator configured, not what wrote the store: weaker than the store
 WEAK_EVIDENCE = frozenset({"conf-mapped-keys", "conf-maped-keys", "blank-zero-tail"})
 

@@ -47,7 +47,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -91,36 +91,53 @@ DEFAULT_OPEN_COST = 4 << 20  # what opening a file counts in split packing (as s
 # Magic codes as they appear on disk (big-endian), to find record candidates with a byte search.
 _MAGIC_BYTES = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
 
-COMMITLOG_SCHEMA = StructType(
-    [
-        StructField("store", StringType(), False),
-        StructField("brokerName", StringType(), True),
-        StructField("file", StringType(), False),
-        StructField("filePos", LongType(), False),
-        StructField("commitLogOffset", LongType(), False),
-        StructField("storeSize", IntegerType(), False),
-        StructField("magicCode", IntegerType(), False),
-        StructField("bodyCRC", IntegerType(), False),
-        StructField("queueId", IntegerType(), False),
-        StructField("flag", IntegerType(), False),
-        StructField("queueOffset", LongType(), False),
-        StructField("sysFlag", IntegerType(), False),
-        StructField("bornTimestamp", LongType(), False),
-        StructField("bornHost", StringType(), False),
-        StructField("storeTimestamp", LongType(), False),
-        StructField("storeHost", StringType(), False),
-        StructField("reconsumeTimes", IntegerType(), False),
-        StructField("preparedTransactionOffset", LongType(), False),
-        StructField("bodyLength", IntegerType(), False),
-        StructField("topic", StringType(), False),
-        StructField("tags", StringType(), True),
-        StructField("keys", ArrayType(StringType(), False), False),
-        StructField("uniqKey", StringType(), True),
-        StructField("properties", MapType(StringType(), StringType(), False), False),
-        StructField("body", BinaryType(), False),
-        StructField("msgId", StringType(), False),
-        StructField("crcOk", BooleanType(), False),
-    ]
+_TYPES = {
+    "string": StringType(),
+    "long": LongType(),
+    "int": IntegerType(),
+    "bool": BooleanType(),
+    "binary": BinaryType(),
+    "strings": ArrayType(StringType(), False),
+    "map": MapType(StringType(), StringType(), False),
+}
+
+
+def _schema(columns: str) -> StructType:
+    """A schema from ``name type`` lines (types of ``_TYPES``); ``?`` after the type: nullable."""
+    rows = (line.split() for line in columns.strip().splitlines())
+    return StructType([StructField(n, _TYPES[t.rstrip("?")], t.endswith("?")) for n, t in rows])
+
+
+COMMITLOG_SCHEMA = _schema(
+    """
+    store                      string
+    brokerName                 string?
+    file                       string
+    filePos                    long
+    commitLogOffset            long
+    storeSize                  int
+    magicCode                  int
+    bodyCRC                    int
+    queueId                    int
+    flag                       int
+    queueOffset                long
+    sysFlag                    int
+    bornTimestamp              long
+    bornHost                   string
+    storeTimestamp             long
+    storeHost                  string
+    reconsumeTimes             int
+    preparedTransactionOffset  long
+    bodyLength                 int
+    topic                      string
+    tags                       string?
+    keys                       strings
+    uniqKey                    string?
+    properties                 map
+    body                       binary
+    msgId                      string
+    crcOk                      bool
+    """
 )
 
 
@@ -129,18 +146,18 @@ def commitlog_schema(*, crc_ok: bool = False) -> StructType:
     return COMMITLOG_SCHEMA if crc_ok else StructType([f for f in COMMITLOG_SCHEMA.fields if f.name != "crcOk"])
 
 
-CONSUMEQUEUE_SCHEMA = StructType(
-    [
-        StructField("store", StringType(), False),
-        StructField("brokerName", StringType(), True),
-        StructField("topic", StringType(), False),
-        StructField("queueId", IntegerType(), False),
-        StructField("queueOffset", LongType(), False),
-        StructField("commitLogOffset", LongType(), False),
-        StructField("size", IntegerType(), False),
-        StructField("tagsCode", LongType(), False),
-        StructField("file", StringType(), False),
-    ]
+CONSUMEQUEUE_SCHEMA = _schema(
+    """
+    store            string
+    brokerName       string?
+    topic            string
+    queueId          int
+    queueOffset      long
+    commitLogOffset  long
+    size             int
+    tagsCode         long
+    file             string
+    """
 )
 
 
@@ -448,7 +465,26 @@ def option_filter(o: Mapping[str, str]) -> RowFilter:
     return RowFilter(keys=frozenset(str(k) for k in keys))
 
 
-class CommitLogReader(DataSourceReader):
+class _PlannedReader(DataSourceReader):
+    """Reads the partitions its ``plan()`` makes; an empty plan is one placeholder that reads nothing."""
+
+    schema: StructType
+
+    def plan(self) -> list[InputPartition]:
+        raise NotImplementedError
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.plan() or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, CommitLogSplit):
+            return read_split_batches(partition, self.schema)
+        if isinstance(partition, QueueFiles):
+            return read_queue_batches(partition, self.schema)
+        return iter(())
+
+
+class CommitLogReader(_PlannedReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = _options(options)
         self.schema = schema
@@ -460,7 +496,7 @@ class CommitLogReader(DataSourceReader):
         self.filter = push_filters(self.filter, filters)
         return filters
 
-    def partitions(self) -> Sequence[InputPartition]:
+    def plan(self) -> list[InputPartition]:
         o = self.options
         split_size = parse_size(o["splitsize"]) if o.get("splitsize") else None
         open_cost = parse_size(o["opencost"]) if o.get("opencost") else DEFAULT_OPEN_COST
@@ -473,27 +509,31 @@ class CommitLogReader(DataSourceReader):
         groups = plan_commitlog(
             stores, split_size=split_size, per_file=per_file, open_cost=open_cost, offsets=self.filter.offsets
         )
-        parts: list[InputPartition] = [CommitLogSplit(g, check_crc, batch, self.filter) for g in groups]
-        return parts or [InputPartition(None)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, CommitLogSplit):
-            return iter(())
-        return read_split_batches(partition, self.schema)
+        return [CommitLogSplit(g, check_crc, batch, self.filter) for g in groups]
 
 
-class RocketMQDataSource(DataSource):
-    """``format("rocketmq")``: one row per commit log record of the given stores."""
+class _StoreSource(DataSource):
+    """A source over store directories: its ``format`` name and its reader."""
+
+    short_name: ClassVar[str]
+    reader_type: ClassVar[Callable[[Mapping[str, str], StructType], DataSourceReader]]
 
     @classmethod
     def name(cls) -> str:
-        return COMMITLOG_SOURCE
+        return cls.short_name
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return self.reader_type(self.options, schema)
+
+
+class RocketMQDataSource(_StoreSource):
+    """``format("rocketmq")``: one row per commit log record of the given stores."""
+
+    short_name = COMMITLOG_SOURCE
+    reader_type = CommitLogReader
 
     def schema(self) -> StructType:
         return commitlog_schema(crc_ok=_bool(_options(self.options).get("crcok")))
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return CommitLogReader(self.options, schema)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -537,7 +577,7 @@ def read_queue_batches(part: QueueFiles, schema: StructType) -> Iterator[pa.Reco
         yield pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
 
 
-class ConsumeQueueReader(DataSourceReader):
+class ConsumeQueueReader(_PlannedReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = _options(options)
         self.schema = schema
@@ -545,7 +585,7 @@ class ConsumeQueueReader(DataSourceReader):
         if unknown:
             raise InputError(f"unknown column(s) {unknown} for the {CONSUMEQUEUE_SOURCE} source")
 
-    def partitions(self) -> Sequence[InputPartition]:
+    def plan(self) -> list[InputPartition]:
         o = self.options
         target = parse_size(o["splitsize"]) if o.get("splitsize") else 64 << 20
         parts: list[InputPartition] = []
@@ -565,26 +605,17 @@ class ConsumeQueueReader(DataSourceReader):
                             group, group_bytes = [], 0
         if group:
             parts.append(QueueFiles(group))
-        return parts or [InputPartition(None)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, QueueFiles):
-            return iter(())
-        return read_queue_batches(partition, self.schema)
+        return parts
 
 
-class ConsumeQueueDataSource(DataSource):
+class ConsumeQueueDataSource(_StoreSource):
     """``format("rocketmq_consumequeue")``: one row per consume queue entry of the given stores."""
 
-    @classmethod
-    def name(cls) -> str:
-        return CONSUMEQUEUE_SOURCE
+    short_name = CONSUMEQUEUE_SOURCE
+    reader_type = ConsumeQueueReader
 
     def schema(self) -> StructType:
         return CONSUMEQUEUE_SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return ConsumeQueueReader(self.options, schema)
 
 
 def register(spark: Any) -> None:
