@@ -15,7 +15,7 @@ would report them after loading the store, and the lag (max - committed).
   its neighbours in the consume queue file picked for the time.
 
 Writing follows the broker's persist sequence for the chosen version (``.bak`` rotation, §11.1)
-through :func:`rmqstore.config.write_config`, and is a :func:`plan_set_offsets` /
+through :func:`rmqstore.config.write_config`, and is a :func:`plan_reset_offsets` /
 :func:`apply_set_offsets` pair.
 """
 
@@ -233,10 +233,12 @@ def progress_totals(rows: Sequence[ConsumerProgress]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class OffsetChange:
+    """One committed offset a plan sets, with the queue's range it was checked against."""
+
     topic: str
     group: str
-    queue_id: int
-    before: int | None
+    queue_id: int  # an LMQ group's one offset is shown as queue 0
+    before: int | None  # None: nothing committed yet
     after: int
     min_offset: int
     max_offset: int
@@ -313,42 +315,6 @@ def _document_to_write(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, s
     return cf, table, data, lmq
 
 
-def plan_set_offsets(
-    st: Store,
-    *,
-    group: str,
-    topic: str,
-    mode: str,
-    queue_id: int | None = None,
-    offset: int | None = None,
-    time_ms: int | None = None,
-    force: bool = False,
-    broker_version: str = "4.4.0",
-) -> SetOffsetsPlan:
-    """Plan new committed offsets for ``group`` on ``topic`` (reads only).
-
-    ``mode``: ``offset`` (``queue_id`` and ``offset`` required), ``earliest`` (min offset),
-    ``latest`` (max offset) or ``time`` (the broker's offset for ``time_ms``). Without
-    ``queue_id`` the last three apply to every queue of the topic (on disk or already committed).
-
-    Raises:
-        InputError: bad arguments, or no queue to set.
-        UnsafePlan: an offset outside the queue's [min, max] without ``force``.
-        ConfigError: consumerOffset.json exists but neither it nor its ``.bak`` can be used.
-    """
-    if mode not in RESET_MODES:
-        raise InputError(f"unknown reset mode {mode!r}; one of {', '.join(RESET_MODES)}")
-    if mode == "time" and time_ms is None:
-        raise InputError("--to-time needs a time")
-    plan = plan_reset_offsets(
-        st, pairs=[(topic, group)], mode=mode, queue_id=queue_id, offset=offset, time_ms=time_ms, force=force,
-        broker_version=broker_version,
-    )  # fmt: skip
-    if not plan.changes:
-        raise InputError(f"topic {topic!r} has no consume queue in this store and {group!r} no offset on it")
-    return plan
-
-
 def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
     """Write exactly ``plan`` (the store must be open writable, so no broker runs).
 
@@ -403,16 +369,25 @@ def plan_reset_offsets(
     force: bool = False,
     broker_version: str = "4.4.0",
 ) -> SetOffsetsPlan:
-    """Plan new committed offsets for every ``(topic, group)`` of ``pairs`` in one rewrite.
+    """Plan new committed offsets for every ``(topic, group)`` of ``pairs`` in one rewrite (reads only).
 
-    The modes of :func:`plan_set_offsets`, plus ``shift``: the committed offset moved by
-    ``shift_by`` and kept inside the queue's [min, max] (a queue without a committed offset starts
-    from its min). Reads only; raises as :func:`plan_set_offsets` does.
+    ``mode``: ``offset`` (``queue_id`` and ``offset`` required), ``earliest`` (min offset),
+    ``latest`` (max offset), ``time`` (the broker's offset for ``time_ms``) or ``shift`` (the
+    committed offset moved by ``shift_by``, kept inside the queue's [min, max]; a queue without a
+    committed offset starts from its min). Without ``queue_id`` a mode applies to every queue of
+    the topic (on disk or already committed).
+
+    Raises:
+        InputError: bad arguments, or nothing to set.
+        UnsafePlan: an offset outside the queue's [min, max] without ``force``.
+        ConfigError: consumerOffset.json exists but neither it nor its ``.bak`` can be used.
     """
     if mode not in RESET_MODES_ALL:
         raise InputError(f"unknown reset mode {mode!r}; one of {', '.join(RESET_MODES_ALL)}")
     if mode == "offset" and (queue_id is None or offset is None):
         raise InputError("--offset needs --queue")
+    if mode == "time" and time_ms is None:
+        raise InputError("--to-time needs a time")
     if not pairs:
         raise InputError("no group and topic to set: consumerOffset.json has none that match")
     cf, table, data, lmq = _document_to_write(st)

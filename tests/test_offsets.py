@@ -72,8 +72,8 @@ def test_real_consumer_offset_files_round_trip(path: Path, tmp_path: Path):
     for (topic, group), queues in list(table.items())[:3]:
         for qid, value in list(queues.items())[:2]:
             with open_store(root) as st:
-                plan = op.plan_set_offsets(
-                    st, group=group, topic=topic, mode="offset", queue_id=qid, offset=value, force=True
+                plan = op.plan_reset_offsets(
+                    st, pairs=[(topic, group)], mode="offset", queue_id=qid, offset=value, force=True
                 )
             assert plan.new_text().encode() == raw
             assert [(c.before, c.after) for c in plan.changes] == [(value, value)]
@@ -332,7 +332,7 @@ def test_refused_while_a_broker_holds_the_lock(store: Path):
 def test_apply_refuses_a_plan_made_before_the_file_changed(store: Path):
     path = store / "config" / "consumerOffset.json"
     with open_store(store, writable=True) as st:
-        plan = op.plan_set_offsets(st, group="GroupA", topic="TopicA", mode="latest")
+        plan = op.plan_reset_offsets(st, pairs=[("TopicA", "GroupA")], mode="latest")
         path.write_text(offsets_text({"TopicA@GroupA": {0: 1}}))
         with pytest.raises(UnsafePlan):
             op.apply_set_offsets(st, plan)

@@ -49,7 +49,7 @@ def test_every_plan_has_the_common_shape(tmp_path: Path) -> None:
         redispatch.discard(rplan)
         eplan = expire.plan_expire(st, now_ms=4_102_444_800_000, force=True, disk_usage=lambda _p: 0.1)
         check(expire.planned_actions(eplan), clean, "expire")
-        oplan = offsets.plan_set_offsets(st, group="G", topic="TopicA", mode="earliest")
+        oplan = offsets.plan_reset_offsets(st, pairs=[("TopicA", "G")], mode="earliest")
         check(offsets.planned_actions(oplan), clean, "offsets")
     assert digest(tmp_path) == before  # planning (a dry run) writes nothing
 
@@ -81,7 +81,7 @@ def test_every_dry_run_shows_the_plans_actions_and_writes_nothing(tmp_path: Path
                 expire.plan_expire(st, now_ms=future, force=True, disk_usage=lambda _p: 0.1)
             ),
             "offsets": offsets.planned_actions(
-                offsets.plan_set_offsets(st, group="G", topic="TopicA", mode="earliest")
+                offsets.plan_reset_offsets(st, pairs=[("TopicA", "G")], mode="earliest")
             ),
         }
         redispatch.discard(rplan)
