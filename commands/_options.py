@@ -128,7 +128,8 @@ def option_group(name: str, group: type) -> Callable[[F], F]:
 
         @functools.wraps(fn)
         def command(*args: Any, **kwargs: Any) -> Any:
-            kwargs[name] = group(**{p.name: kwargs.pop(p.name) for p in extra})
+            if name not in kwargs:  # the options one by one (typer), else the group itself (a caller)
+                kwargs[name] = group(**{p.name: kwargs.pop(p.name) for p in extra})
             return fn(*args, **kwargs)
 
         params = own + extra

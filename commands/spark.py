@@ -9,18 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import (
-    BrokerConfigOpt,
-    BrokerVersionOpt,
-    Format,
-    QuietOpt,
-    default_format,
-    err,
-    render_mapping,
-    render_rows,
-    reports_errors,
-)
-from ._options import FmtOpt, NoQuarantineOpt, QuarantineOpt, option_group
+from ._common import Format, QuietOpt, default_format, err, format_time_ms, parse_time_ms, render_mapping, render_rows
+from ._options import Changing, FmtOpt, Keeping, command
 
 app = typer.Typer(
     name="spark",
@@ -84,7 +74,7 @@ def _conf(quiet: bool, conf: list[str] | None = None, max_failures: int | None =
 
 
 @dataclass(frozen=True)
-class SparkOptions:
+class Spark:
     """Where and how Spark runs: every Spark command takes these options."""
 
     master: MasterOpt = DEFAULT_MASTER
@@ -99,12 +89,10 @@ class SparkOptions:
         return spark_session(self.master, conf=conf, executor_python=self.executor_python, stores=stores)
 
 
-@app.command("export", epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")
-@reports_errors
-@option_group("spark_opts", SparkOptions)
+@command(app, "export", Spark, epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")
 def export_command(
     stores: StoresArg,
-    spark_opts: SparkOptions,
+    spark: Spark,
     output: Annotated[Path, typer.Option("--output", "-o", help="Parquet output directory.", show_default=False)],
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output directory.")] = False,
     split_size: SplitSizeOpt = None,
@@ -131,8 +119,8 @@ def export_command(
     opts = jobs.ReadOptions(split_size=split_size, verify_crc=verify_crc, broker=broker_version, crc_ok=crc_ok)
     roots = jobs.check_stores(_stores(stores), opts)  # bad input is reported before Spark starts
     jobs.check_output(output, overwrite=overwrite)
-    with spark_opts.session(quiet, roots) as spark:
-        res = jobs.export_parquet(spark, roots, output, overwrite=overwrite, options=opts, by_date=not no_date)
+    with spark.session(quiet, roots) as session:
+        res = jobs.export_parquet(session, roots, output, overwrite=overwrite, options=opts, by_date=not no_date)
     err.print(f"exported {res.rows} records of {len(res.stores)} store(s) to {res.output}")
     render_mapping({"output": res.output, "rows": res.rows, "stores": list(res.stores)}, default_format(fmt))
 
@@ -142,12 +130,10 @@ _STATS_TABLE = [
 ]  # fmt: skip
 
 
-@app.command("stats", epilog="Example: rmqstore spark stats '/data/broker-*/store' --format csv > stats.csv")
-@reports_errors
-@option_group("spark_opts", SparkOptions)
+@command(app, "stats", Spark, epilog="Example: rmqstore spark stats '/data/broker-*/store' --format csv > stats.csv")
 def stats_command(
     stores: StoresArg,
-    spark_opts: SparkOptions,
+    spark: Spark,
     split_size: SplitSizeOpt = None,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
@@ -158,13 +144,12 @@ def stats_command(
     tokens. Times are epoch milliseconds in json, ndjson and csv.
     """
     from rmqstore.spark import jobs
-    from rmqstore.timeparse import format_time_ms
 
     fmt = default_format(fmt)
     opts = jobs.ReadOptions(split_size)
     roots = jobs.check_stores(_stores(stores), opts)
-    with spark_opts.session(quiet, roots) as spark:
-        rows = [r.asDict() for r in jobs.stats(spark, roots, options=opts).collect()]
+    with spark.session(quiet, roots) as session:
+        rows = [r.asDict() for r in jobs.stats(session, roots, options=opts).collect()]
     if fmt in (Format.table, Format.plain):
         for r in rows:
             r["firstStoreTime"] = format_time_ms(r["firstStoreTimestamp"])
@@ -198,7 +183,6 @@ _FIND_TEXT = [
 
 def _find_row(store: str, rec: Any, body: str, text: bool) -> dict[str, Any]:
     from rmqstore.dump import message_row
-    from rmqstore.timeparse import format_time_ms
 
     row = message_row(rec, body=body, verify_crc=True)
     if not text:
@@ -218,12 +202,12 @@ def _find_row(store: str, rec: Any, body: str, text: bool) -> dict[str, Any]:
     }
 
 
-@app.command("find", epilog="Example: rmqstore spark find '/data/broker-*/store' --key order-42 --format ndjson")
-@reports_errors
-@option_group("spark_opts", SparkOptions)
+@command(
+    app, "find", Spark, epilog="Example: rmqstore spark find '/data/broker-*/store' --key order-42 --format ndjson"
+)
 def find_command(
     stores: StoresArg,
-    spark_opts: SparkOptions,
+    spark: Spark,
     key: Annotated[
         list[str] | None, typer.Option("--key", "-k", help="A KEYS token or UNIQ_KEY (repeatable: any).")
     ] = None,
@@ -255,7 +239,6 @@ def find_command(
     commitlog (RocketMQ field names in json/ndjson/csv) with the store they came from.
     """
     from rmqstore.spark import jobs
-    from rmqstore.timeparse import parse_time_ms
 
     fmt = default_format(fmt)
     query = jobs.FindQuery(
@@ -272,8 +255,8 @@ def find_command(
     roots = jobs.check_stores(_stores(stores), opts)
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
     text = fmt in (Format.table, Format.plain)
-    with spark_opts.session(quiet, roots) as spark:
-        found = jobs.find_records(spark, roots, query, limit=limit, options=opts)
+    with spark.session(quiet, roots) as session:
+        found = jobs.find_records(session, roots, query, limit=limit, options=opts)
         n = render_rows(
             (_find_row(store, rec, body_mode, text) for store, _, rec in found),
             fmt,
@@ -283,21 +266,18 @@ def find_command(
     err.print(f"{n} message(s) found")
 
 
-@app.command("redispatch", epilog="Example: rmqstore spark redispatch STORE --output /tmp/rebuild")
-@reports_errors
-@option_group("spark_opts", SparkOptions)
+@command(
+    app, "redispatch", Spark, Changing, Keeping, epilog="Example: rmqstore spark redispatch STORE --output /tmp/rebuild"
+)
 def redispatch_command(
     store: Annotated[Path, typer.Argument(help="Store root directory.", show_default=False)],
-    spark_opts: SparkOptions,
     output: Annotated[Path | None, typer.Option("--output", help="Build into this directory and swap nothing.")] = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
     topic: Annotated[list[str] | None, typer.Option("--topic", help="Only these topics' consume queues.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")] = False,
-    quarantine: QuarantineOpt = None,
-    no_quarantine: NoQuarantineOpt = False,
-    fmt: FmtOpt = None,
     quiet: QuietOpt = False,
+    *,
+    spark: Spark,
+    changing: Changing,
+    keeping: Keeping,
 ) -> None:
     """Rebuild consume queues and index files with Spark: rmqstore redispatch --engine spark.
 
@@ -312,22 +292,16 @@ def redispatch_command(
     from .redispatch import redispatch_command as local_command
 
     session: Any = contextlib.nullcontext()
-    if not dry_run and store.is_dir():  # the session the engine then runs in; errors before it are local_command's
-        session = spark_opts.session(quiet, [str(store)])
+    if not changing.dry_run and store.is_dir():  # errors before the engine runs are local_command's
+        session = spark.session(quiet, [str(store)])
     with session:
         local_command(
             store,
-            broker_config=broker_config,
-            broker_version=broker_version,
-            from_offset=None,
             topic=topic,
-            only=None,
             output=output,
             engine=Engine.spark,
-            master=spark_opts.master,
-            quarantine=quarantine,
-            no_quarantine=no_quarantine,
-            dry_run=dry_run,
-            fmt=fmt,
+            master=spark.master,
             quiet=quiet,
+            changing=changing,
+            keeping=keeping,
         )
