@@ -416,8 +416,10 @@ class _Topics(dict[bytes, bytes]):
 
 @dataclass(frozen=True, slots=True)
 class CrcMismatch:
+    """A record whose body CRC is not the BODYCRC it stores."""
+
     path: str
-    pos: int
+    pos: int  # where the record starts in its file
     phy_offset: int
     stored: int
     computed: int
@@ -1114,6 +1116,18 @@ def _index_file(st: Store, path: Path, buf: Any, problems: list[Problem]) -> ix.
         return None
 
 
+def _index_files_open(st: Store, problems: list[Problem]) -> Iterator[tuple[Path, ix.IndexFile]]:
+    """Every index file that decodes, mapped until the next one is asked for; the others are problems."""
+    files, more = st.index_files()
+    problems.extend(more)
+    for path in files:
+        with map_file(path) as buf:
+            f = _index_file(st, path, buf, problems)
+            if f is not None:
+                yield path, f
+            del f
+
+
 def index_summaries(st: Store, *, problems: list[Problem] | None = None) -> list[IndexSummary]:
     problems = [] if problems is None else problems
     files, more = st.index_files()
@@ -1147,7 +1161,7 @@ class IndexEntryRow:
     """One entry of an index file, located by its number (§5.1)."""
 
     file: str
-    number: int
+    number: int  # the entry is at 40 + 4 * maxHashSlotNum + 20 * number
     slot: int
     key_hash: int
     phy_offset: int
@@ -1180,7 +1194,7 @@ class ChainHead:
     """Where a key's chain starts in one index file."""
 
     file: str
-    key: str
+    key: str  # as the producer set it; the index hashes topic#key
     key_hash: int
     slot: int
     slot_value: int
@@ -1198,70 +1212,58 @@ def index_key_chains(
     problems = [] if problems is None else problems
     full = f"{topic}#{key}"
     key_hash = index_key_hash(full)
-    files, more = st.index_files()
-    problems.extend(more)
-    for path in files:
-        with map_file(path) as buf:
-            f = _index_file(st, path, buf, problems)
-            if f is None:
-                continue
-            h = f.header()
-            slot = key_hash % f.slots
-            value = f.slot_value(slot)
-            head = ChainHead(path.name, full, key_hash, slot, value, h.index_count)
-            rows: list[IndexEntryRow] = []
-            n, seen = value, set()
-            if value > h.index_count or value < 0:
-                problems.append(
-                    Problem(
-                        path,
-                        ix.HEADER_SIZE + slot * 4,
-                        f"slot {slot} holds {value}, outside 1..{h.index_count - 1}",
-                        WARNING,
-                    )
+    for path, f in _index_files_open(st, problems):
+        h = f.header()
+        slot = key_hash % f.slots
+        value = f.slot_value(slot)
+        head = ChainHead(path.name, full, key_hash, slot, value, h.index_count)
+        rows: list[IndexEntryRow] = []
+        n, seen = value, set()
+        if value > h.index_count or value < 0:
+            problems.append(
+                Problem(
+                    path,
+                    ix.HEADER_SIZE + slot * 4,
+                    f"slot {slot} holds {value}, outside 1..{h.index_count - 1}",
+                    WARNING,
                 )
-            while 0 < n <= h.index_count and n < f.max_entries and n not in seen:
-                seen.add(n)
-                e = f.entry(n)
-                rows.append(
-                    IndexEntryRow(
-                        path.name,
-                        n,
-                        e.key_hash % f.slots,
-                        e.key_hash,
-                        e.phy_offset,
-                        e.time_diff_s,
-                        e.prev,
-                        h.begin_timestamp_ms + e.time_diff_s * 1000,
-                        e.key_hash == key_hash,
-                    )
+            )
+        while 0 < n <= h.index_count and n < f.max_entries and n not in seen:
+            seen.add(n)
+            e = f.entry(n)
+            rows.append(
+                IndexEntryRow(
+                    path.name,
+                    n,
+                    e.key_hash % f.slots,
+                    e.key_hash,
+                    e.phy_offset,
+                    e.time_diff_s,
+                    e.prev,
+                    h.begin_timestamp_ms + e.time_diff_s * 1000,
+                    e.key_hash == key_hash,
                 )
-                if e.prev == n:
-                    break
-                n = e.prev
-            if n in seen and n != rows[-1].number:
-                problems.append(Problem(path, None, f"chain of slot {slot} loops back to entry {n}"))
-            del f
-            yield head, rows
+            )
+            if e.prev == n:
+                break
+            n = e.prev
+        if n in seen and n != rows[-1].number:
+            problems.append(Problem(path, None, f"chain of slot {slot} loops back to entry {n}"))
+        del f
+        yield head, rows
 
 
 def index_entries(st: Store, *, problems: list[Problem] | None = None) -> Iterator[IndexEntryRow]:
     """Every used entry (1 .. indexCount-1) of every index file."""
     problems = [] if problems is None else problems
-    files, more = st.index_files()
-    problems.extend(more)
-    for path in files:
-        with map_file(path) as buf:
-            f = _index_file(st, path, buf, problems)
-            if f is None:
-                continue
-            h = f.header()
-            if h.index_count > f.max_entries:
-                problems.append(Problem(path, 36, f"indexCount {h.index_count} exceeds maxIndexNum {f.max_entries}"))
-                continue
-            arr = f.entries_array()
-            cols = [arr[c].tolist() for c in ("key_hash", "phy_offset", "time_diff", "prev")]
-            del arr, f
+    for path, f in _index_files_open(st, problems):
+        h = f.header()
+        if h.index_count > f.max_entries:
+            problems.append(Problem(path, 36, f"indexCount {h.index_count} exceeds maxIndexNum {f.max_entries}"))
+            continue
+        arr = f.entries_array()
+        cols = [arr[c].tolist() for c in ("key_hash", "phy_offset", "time_diff", "prev")]
+        del arr, f
         begin = h.begin_timestamp_ms
         slots = st.config.max_hash_slot_num
         for n in range(1, len(cols[0])):

@@ -351,8 +351,10 @@ class FileAction:
 
 @dataclass(frozen=True, slots=True)
 class ExpirePlan:
+    """What one expire run would delete, and why it deletes no more."""
+
     store_root: Path
-    now_ms: int
+    now_ms: int  # the time the triggers and the files' ages are evaluated at
     settings: ExpireSettings
     triggers: Triggers
     min_phy_offset: int  # first commit log file's offset now (-1: no file)

@@ -309,7 +309,7 @@ class BatchCut:
 
     topic: str
     queue_id: int
-    path: Path
+    path: Path  # a file of batchconsumequeue/<topic>/<queueId>/
     verb: str  # "delete" (the whole file) | "zero" (from_pos up to the end of its data)
     from_pos: int
     to_pos: int

@@ -251,19 +251,9 @@ def records(draw: st.DrawFn) -> list[bytes]:
 def _add_columns(c, rows: list[tuple], keys: list[tuple[int, int]]) -> None:
     """The requests and index keys of one column batch, as ``_via_records`` lists them."""
     base = len(rows)
-    for k in range(len(c)):
-        rows.append(
-            (
-                c.topics[c.topic_id[k]],
-                int(c.queue_id[k]),
-                int(c.phy[k]),
-                int(c.size[k]),
-                int(c.tags_code[k]),
-                int(c.store_ts[k]),
-                int(c.queue_offset[k]),
-                int(c.sys_flag[k]),
-            )
-        )
+    columns = (c.queue_id, c.phy, c.size, c.tags_code, c.store_ts, c.queue_offset, c.sys_flag)
+    for k, values in enumerate(zip(*(a.tolist() for a in columns), strict=True)):
+        rows.append((c.topics[c.topic_id[k]], *values))
     keys += [(base + int(r), int(h)) for r, h in zip(c.key_rec, c.key_hash, strict=True)]
 
 
