@@ -130,7 +130,6 @@ BrokerVersionOpt = Annotated[
         help="Broker version whose behaviour to follow: auto (decided from the store) or 4.4 to 5.x (e.g. 4.4.0, 4.9.7, 5.3.3).",
     ),
 ]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 

@@ -306,8 +306,9 @@ def open_store(
     if writable and not dry_run and operation is not None:
         require_settled(cfg.detection, operation, root)
     st = Store(cfg, writable and not dry_run)
-    if dry_run and st.lock_holder() is not None:
-        raise locked_error(cfg.lock_path, st.lock_holder())
+    holder = st.lock_holder() if dry_run else None
+    if holder is not None:
+        raise locked_error(cfg.lock_path, holder)
     if st.writable:
         st._lock_fd = _take_lock(cfg.lock_path)
         try:
