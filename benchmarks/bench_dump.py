@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rmqstore.commitlog import encode_blank, encode_properties, encode_record
-from rmqstore.layout import file_name
+from rmqstore.codec.commitlog import encode_blank, encode_properties, encode_record
+from rmqstore.store.layout import file_name
 
 GIB = 1 << 30
 RECORD_SIZE = 200

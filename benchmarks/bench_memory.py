@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rmqstore.commitlog import encode_blank, encode_properties, encode_record  # noqa: E402
+from rmqstore.codec.commitlog import encode_blank, encode_properties, encode_record  # noqa: E402
 
 LIMIT_MB = 200
 RECORD_SIZE = 200

@@ -34,9 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqstore import query as op
-from rmqstore.commitlog import encode_properties, encode_record
-from rmqstore.indexfile import (
+from rmqstore.codec.commitlog import encode_properties, encode_record
+from rmqstore.codec.indexfile import (
     DEFAULT_ENTRIES,
     DEFAULT_SLOTS,
     ENTRY_DTYPE,
@@ -45,7 +44,8 @@ from rmqstore.indexfile import (
     IndexFile,
     file_size,
 )
-from rmqstore.javahash import index_key_hash
+from rmqstore.codec.javahash import index_key_hash
+from rmqstore.ops import query as op
 from rmqstore.store import open_store
 
 T0 = 1_700_000_000_000  # begin timestamp of the full file

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rmqstore import recover as rec
-from rmqstore.commitlog import encode_properties, encode_record
+from rmqstore.codec.commitlog import encode_properties, encode_record
+from rmqstore.ops import recover as rec
 from rmqstore.store import open_store
 
 FILE_SIZE = 1 << 30

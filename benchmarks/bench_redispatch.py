@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from rmqstore import redispatch  # noqa: E402
+from rmqstore.ops import redispatch  # noqa: E402
 from rmqstore.store import open_store  # noqa: E402
 
 

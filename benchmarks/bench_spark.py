@@ -110,8 +110,9 @@ def check(got: object, want: int, what: str) -> None:
 
 
 def scan_columns(store: Path) -> tuple[int, int]:
-    from rmqstore import columnar
-    from rmqstore.store import map_file, open_store
+    from rmqstore.store import open_store
+    from rmqstore.store.files import map_file
+    from rmqstore.walk import columns as columnar
 
     with open_store(store) as st:
         segs, _ = st.commitlog_segments()

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rmqstore.write import Message, MessageBatch, UniqKeySource, write_messages  # noqa: E402
+from rmqstore.ops.write import Message, MessageBatch, UniqKeySource, write_messages  # noqa: E402
 
 TOPICS, QUEUES = 4, 8
 

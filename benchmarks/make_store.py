@@ -33,14 +33,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rmqstore import checkpoint as cpmod  # noqa: E402
-from rmqstore import config as cfgmod  # noqa: E402
-from rmqstore.commitlog import encode_blank, encode_record  # noqa: E402
-from rmqstore.consumequeue import ENTRY_DTYPE, ENTRY_SIZE  # noqa: E402
-from rmqstore.dispatch import Dispatcher, DispatchRequest  # noqa: E402
-from rmqstore.javahash import java_hash  # noqa: E402
-from rmqstore.layout import file_name, load_broker_config  # noqa: E402
-from rmqstore.write import java_hashmap_order  # noqa: E402
+from rmqstore.codec import checkpoint as cpmod  # noqa: E402
+from rmqstore.codec.commitlog import encode_blank, encode_record  # noqa: E402
+from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE  # noqa: E402
+from rmqstore.codec.javahash import java_hash  # noqa: E402
+from rmqstore.dispatch.dispatcher import Dispatcher
+from rmqstore.ops.write import java_hashmap_order  # noqa: E402
+from rmqstore.store import config as cfgmod  # noqa: E402
+from rmqstore.store.layout import file_name, load_broker_config  # noqa: E402
+from rmqstore.walk.requests import DispatchRequest
 
 GIB = 1 << 30
 BASE_TS = 1_700_000_000_000
@@ -248,8 +249,9 @@ def verify(out: Path) -> None:
     import shutil
     import tempfile
 
-    from rmqstore.dispatch import iter_requests, scan_requests
-    from rmqstore.store import map_file, open_store
+    from rmqstore.store import open_store
+    from rmqstore.store.files import map_file
+    from rmqstore.walk.requests import iter_requests, scan_requests
 
     with open_store(out / "store") as st:
         cfg = st.config

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from rmqstore.safety import PlannedAction, actions_json
+from rmqstore.safety.actions import PlannedAction, actions_json
 
 from ._fields import PLAN_ACTION, PLAN_ACTION_TABLE
 from ._render import Format, cell, render_mapping, render_rows

@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
-from rmqstore.check import PER_KIND_LIMIT, CheckReport, check_store
 from rmqstore.errors import ProblemsFound, RmqstoreError
-from rmqstore.lostqueues import with_lost_queues
+from rmqstore.ops.check import PER_KIND_LIMIT, CheckReport, check_store
+from rmqstore.ops.lostqueues import with_lost_queues
 from rmqstore.problems import ERROR, INFO, WARNING
-from rmqstore.safety import PendingJournal, pending_journals
+from rmqstore.safety.journal import PendingJournal, pending_journals
 
 from . import _stores as stores
 from ._common import Format, QuietOpt, progress_bar, render_mapping, render_rows

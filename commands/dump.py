@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from rmqstore import dump as lib
 from rmqstore.errors import InputError, ProblemsFound
+from rmqstore.ops import dump as lib
 from rmqstore.problems import ERROR, Problem
 
 from . import _fields as fields
@@ -423,7 +423,7 @@ def timercheck_command(store: StorePath, *, reading: Reading) -> None:
     Last read time, timer log flush position, the last and the master's timer queue offsets, and the data
     version (state version, timestamp, counter).
     """
-    from rmqstore import timercompaction as tc
+    from rmqstore.ops import timercompaction as tc
 
     fmt = reading.format
     with reading.open(store) as st:
@@ -450,7 +450,7 @@ def compaction_log_command(
     Commit log records whose commitLogOffset is their position in the compaction log, and the blank that
     closes a file.
     """
-    from rmqstore import timercompaction as tc
+    from rmqstore.ops import timercompaction as tc
 
     fmt = reading.format
     mode = (body or (BodyMode.text if fmt is Format.table else BodyMode.base64)).value
@@ -469,7 +469,7 @@ def compaction_cq_command(
     Compaction log offset, size, tagsCode, store time and queue offset of each message, and the end unit
     that closes a file.
     """
-    from rmqstore import timercompaction as tc
+    from rmqstore.ops import timercompaction as tc
 
     fmt = reading.format
     with reading.open(store) as st:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rmqstore import expire as op
+from rmqstore.ops import expire as op
 
 from ._common import Format, StorePath, err, escape, format_time_ms, parse_time_ms, render_rows, step_hook
 from ._options import Changing, command

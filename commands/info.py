@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
-from rmqstore.describe import human_size
+from rmqstore.codec.describe import human_size
 from rmqstore.errors import ProblemsFound, RmqstoreError
-from rmqstore.info import StoreInfo, store_info
+from rmqstore.ops.info import StoreInfo, store_info
 from rmqstore.problems import Problem
-from rmqstore.safety import pending_journals
+from rmqstore.safety.journal import pending_journals
 from rmqstore.store import open_store
 
 from . import _stores as stores

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from rmqstore import offsets as op
 from rmqstore.errors import InputError
+from rmqstore.ops import offsets as op
 from rmqstore.timeparse import parse_duration_ms
 
 from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 
 import typer
 
-from rmqstore import query as op
-from rmqstore.commitlog import Record
+from rmqstore.codec.commitlog import Record
 from rmqstore.errors import InputError
-from rmqstore.fsutil import atomic_write
+from rmqstore.ops import query as op
+from rmqstore.safety.files import atomic_write
 
 from . import _fields as fields
 from ._common import (

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from rmqstore import recover as rec
-from rmqstore.detect import plan_for_detected
+from rmqstore.ops import recover as rec
+from rmqstore.store.detect import plan_for_detected
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
 from ._options import Changing, Keeping, command

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rmqstore import redispatch as op
+from rmqstore.ops import redispatch as op
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
 from ._options import Changing, Keeping, command

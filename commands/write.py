@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from rmqstore import write as op
 from rmqstore.errors import InputError
+from rmqstore.ops import write as op
 
 from ._common import Format, err, parse_time_ms, render_mapping, render_rows, step_hook
 from ._options import Changing, Keeping, command

@@ -21,7 +21,7 @@ import datetime as dt
 import re
 import time
 
-from .errors import InputError
+from rmqstore.errors import InputError
 
 SECONDS_BELOW = 10**11  # an epoch integer below this is seconds, else milliseconds
 

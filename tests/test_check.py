@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as hst
 from typer.testing import CliRunner
 
-from rmqstore.check import CheckReport, check_store, fast_properties
 from rmqstore.cli import app
-from rmqstore.commitlog import parse_properties
+from rmqstore.codec.commitlog import parse_properties
+from rmqstore.ops.check import CheckReport, check_store, fast_properties
 from rmqstore.problems import ERROR, INFO, WARNING
 from rmqstore.store import open_store
 from tests.conftest import copy_real_store, load_spec, load_truth

@@ -11,9 +11,10 @@ import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-from rmqstore import checkpoint
 from rmqstore.cli import app
-from rmqstore.store import iter_commitlog, open_store
+from rmqstore.codec import checkpoint
+from rmqstore.store import open_store
+from rmqstore.walk.chain import iter_commitlog
 
 runner = CliRunner()
 SMALL = FIXTURES / "small" / "store"

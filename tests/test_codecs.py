@@ -12,7 +12,7 @@ from conftest import small_record
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from rmqstore import checkpoint as cpmod
+from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.arrays import (
     duplicate_name_rows,
     host_codes_v4,
@@ -23,7 +23,7 @@ from rmqstore.codec.arrays import (
     property_items,
     record_arrays,
 )
-from rmqstore.commitlog import (
+from rmqstore.codec.commitlog import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -49,7 +49,7 @@ from rmqstore.commitlog import (
     parse_properties_by_rules,
     store_timestamp_at,
 )
-from rmqstore.consumequeue import (
+from rmqstore.codec.consumequeue import (
     FILLER_SIZE,
     CqEntry,
     decode_entry,
@@ -57,7 +57,7 @@ from rmqstore.consumequeue import (
     encode_entry,
     filler_entry,
 )
-from rmqstore.describe import (
+from rmqstore.codec.describe import (
     describe_cq_entry,
     describe_perm,
     describe_sys_flag,
@@ -68,18 +68,11 @@ from rmqstore.describe import (
     sys_flag_words,
     tags_code_kind,
 )
+from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header, encode_header, file_size
+from rmqstore.codec.javahash import index_key_hash, java_hash, java_hash_batch, tags_code
+from rmqstore.codec.msgid import decode_offset_msg_id, decode_uniq_key
 from rmqstore.errors import ChecksumMismatch, CorruptData, RecordSizeMismatch
-from rmqstore.indexfile import (
-    HEADER_SIZE,
-    IndexFile,
-    IndexHeader,
-    decode_header,
-    encode_header,
-    file_size,
-)
-from rmqstore.javahash import index_key_hash, java_hash, java_hash_batch, tags_code
-from rmqstore.layout import Segment, StoreConfig, file_name, segment_for
-from rmqstore.msgid import decode_offset_msg_id, decode_uniq_key
+from rmqstore.store.layout import Segment, StoreConfig, file_name, segment_for
 
 
 def hx(text: str) -> bytes:

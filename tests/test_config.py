@@ -36,8 +36,9 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from rmqstore import config as cfgmod
-from rmqstore.config import (
+from rmqstore.errors import ConfigError, InputError
+from rmqstore.store import config as cfgmod
+from rmqstore.store.config import (
     PERM_INHERIT,
     ConfigFile,
     JavaList,
@@ -56,7 +57,6 @@ from rmqstore.config import (
     topic_to_bean,
     write_config,
 )
-from rmqstore.errors import ConfigError, InputError
 
 _SHARED = Path(os.environ.get("RMQSTORE_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 REAL_WORLD = _SHARED / "real-world"

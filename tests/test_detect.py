@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from rmqstore.cli import app
 from rmqstore.codec.checkpoint import FILE_SIZE
-from rmqstore.detect import detect
 from rmqstore.rules import families_for, family_of
 from rmqstore.store import open_store, resolve_config
+from rmqstore.store.detect import detect
 
 runner = CliRunner()
 FIVE = ("5.0-5.3.1", "5.3.2+")

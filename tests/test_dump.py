@@ -20,10 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rmqstore import dump as lib
 from rmqstore.cli import app
 from rmqstore.codec.columnar import well_formed_records
-from rmqstore.commitlog import (
+from rmqstore.codec.commitlog import (
     BORNHOST_V6_FLAG,
     STOREHOSTADDRESS_V6_FLAG,
     Record,
@@ -32,10 +31,12 @@ from rmqstore.commitlog import (
     encode_properties,
     encode_record,
 )
+from rmqstore.codec.javahash import index_key_hash
 from rmqstore.errors import CorruptData
-from rmqstore.javahash import index_key_hash
+from rmqstore.ops import dump as lib
 from rmqstore.store import open_store
 from rmqstore.timeparse import format_time_ms
+from rmqstore.walk.starts import magic_positions
 
 runner = CliRunner()
 MAX_INLINE_BODY = 64 * 1024  # truth.json gives bodies over 64 KiB as bodySha256
@@ -444,7 +445,7 @@ def test_index_accepts_exactly_what_the_decoder_accepts(seed, edits):
         if pos < len(buf):
             buf[pos] = value
     buf = bytes(buf)
-    starts = lib.magic_positions(buf, len(buf), 0, len(buf)) - 4
+    starts = magic_positions(buf, len(buf), 0, len(buf)) - 4
     starts = starts[starts >= 0]
     got, _ = well_formed_records(buf, len(buf), 0, starts)
     want = []
@@ -459,7 +460,7 @@ def test_index_accepts_exactly_what_the_decoder_accepts(seed, edits):
 
 
 def test_slow_path_records_ipv6_v2_and_compressed(tmp_path):
-    from rmqstore.commitlog import compress_body
+    from rmqstore.codec.commitlog import compress_body
 
     plain = b"hello compressed world " * 300
     stored, flag_bits = compress_body(plain)
@@ -716,7 +717,7 @@ def test_consume_queue_ext_units_are_dumped(tmp_path):
         (f"{64:020d}", 64, 21, 77, 1700000000002, "01"),
     ]
     # what a consume queue entry's tagsCode holds for the third unit, and back
-    from rmqstore.consumequeue import EXT_ADDRESS_BASE, ext_real_offset
+    from rmqstore.codec.consumequeue import EXT_ADDRESS_BASE, ext_real_offset
 
     assert ext_real_offset(64 + EXT_ADDRESS_BASE) == 64
     bad = d / f"{0:020d}"
@@ -752,7 +753,7 @@ def test_timer_store_is_dumped(tmp_path):
 
 def test_compaction_checkpoint_is_dumped():
     """compaction/position-checkpoint as the 5.2.0 engine wrote it: fastjson, round-trips byte for byte."""
-    from rmqstore import config as cfgmod
+    from rmqstore.store import config as cfgmod
 
     store = store_of("5.2.0/batch-cq")
     if not store.is_dir():

@@ -25,13 +25,15 @@ import pytest
 from conftest import FIXTURES, REAL_CASES, copy_real_store, hold_lock, load_truth
 from typer.testing import CliRunner
 
-from rmqstore import expire as ex
 from rmqstore.cli import app
 from rmqstore.cli.expire import CRONTAB_EXAMPLE
-from rmqstore.commitlog import Blank, decode_record
+from rmqstore.codec.commitlog import Blank, decode_record
+from rmqstore.codec.indexfile import IndexFile, is_time_matched
 from rmqstore.errors import ConfigError, InputError
-from rmqstore.indexfile import IndexFile, is_time_matched
-from rmqstore.store import iter_commitlog, map_file, open_store
+from rmqstore.ops import expire as ex
+from rmqstore.store import open_store
+from rmqstore.store.files import map_file
+from rmqstore.walk.chain import iter_commitlog
 
 HOUR_MS = 3_600_000
 CL_SIZE = 32768  # mapedFileSizeCommitLog of the real stores

@@ -223,7 +223,7 @@ def test_record_topic_never_becomes_a_path(tmp_path: Path, command: str, topic: 
 
 def test_queue_paths_stay_inside_the_store(tmp_path: Path) -> None:
     from rmqstore.errors import CorruptData
-    from rmqstore.safety import queue_dir
+    from rmqstore.store.layout import queue_dir
 
     base = tmp_path / "store"
     assert queue_dir(base, "%RETRY%group_1", 3) == base / "consumequeue" / "%RETRY%group_1" / "3"
@@ -641,7 +641,7 @@ def test_write_checks_again_when_the_files_changed_since_the_last_write(tmp_path
 
 
 def test_fresh_quarantine_folders_never_collide(tmp_path: Path) -> None:
-    from rmqstore.safety import Quarantine
+    from rmqstore.safety.quarantine import Quarantine
 
     folders = {Quarantine.fresh(tmp_path / "q", "recover", tmp_path, 1_795_400_000_000).folder for _ in range(3)}
     assert len(folders) == 3 and all(f.parent == tmp_path / "q" and f.is_dir() for f in folders)

@@ -18,13 +18,13 @@ from test_codecs import damaged
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.codec.commitlog import checked_size
-from rmqstore.commitlog import Record, decode_record
-from rmqstore.consumequeue import ENTRY_SIZE
+from rmqstore.codec.commitlog import Record, checked_size, decode_record
+from rmqstore.codec.consumequeue import ENTRY_SIZE
 from rmqstore.errors import CorruptData, StoreLocked
-from rmqstore.info import store_info
+from rmqstore.ops.info import store_info
 from rmqstore.problems import ERROR, WARNING
-from rmqstore.store import iter_commitlog, open_store
+from rmqstore.store import open_store
+from rmqstore.walk.chain import iter_commitlog
 
 CLEAN = ("clean-2topics", "delay-tx-retry")
 runner = CliRunner()

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import rmqstore
 import rmqstore.cli as commands
 from rmqstore.errors import EXIT_CODES, ConfigError, RmqstoreError
-from rmqstore.layout import StoreConfig, load_broker_config
+from rmqstore.store.layout import StoreConfig, load_broker_config
 
 runner = CliRunner()
 
@@ -57,7 +57,7 @@ def library_modules() -> list[str]:
 
 def test_library_imports_no_cli_stack():
     mods = library_modules()
-    assert "rmqstore.info" in mods and "rmqstore.describe" in mods
+    assert "rmqstore.ops.info" in mods and "rmqstore.codec.describe" in mods
     code = (
         "import importlib, sys\n"
         f"for m in {mods!r}: importlib.import_module(m)\n"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rmqstore import config as cfgjson
-from rmqstore import offsets as op
 from rmqstore.cli import app
 from rmqstore.errors import UnsafePlan
+from rmqstore.ops import offsets as op
+from rmqstore.store import config as cfgjson
 from rmqstore.store import open_store
 from tests.conftest import REAL_WORLD, case_dir, copy_real_store, load_truth
 

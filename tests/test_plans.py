@@ -13,9 +13,9 @@ import pytest
 from conftest import copy_real_store
 from typer.testing import CliRunner
 
-from rmqstore import expire, offsets, recover, redispatch, write
 from rmqstore.cli import app
-from rmqstore.safety import PlannedAction, actions_json
+from rmqstore.ops import expire, offsets, recover, redispatch, write
+from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.store import open_store
 
 KEYS = {"operation", "action", "path", "from", "to", "bytes", "kept", "why"}

@@ -18,18 +18,14 @@ import pytest
 from conftest import REAL_CASES, REAL_STORES, case_dir, copy_real_store, is_crash, load_truth
 from typer.testing import CliRunner
 
-from rmqstore import query as q
 from rmqstore.cli import app
-from rmqstore.commitlog import (
-    TRANSACTION_ROLLBACK_TYPE,
-    Record,
-    encode_properties,
-    encode_record,
-)
-from rmqstore.indexfile import IndexFile, file_size, is_time_matched, new_index_header_after
-from rmqstore.javahash import index_key_hash
-from rmqstore.store import iter_commitlog, open_store
+from rmqstore.codec.commitlog import TRANSACTION_ROLLBACK_TYPE, Record, encode_properties, encode_record
+from rmqstore.codec.indexfile import IndexFile, file_size, is_time_matched, new_index_header_after
+from rmqstore.codec.javahash import index_key_hash
+from rmqstore.ops import query as q
+from rmqstore.store import open_store
 from rmqstore.timeparse import FORMS
+from rmqstore.walk.chain import iter_commitlog
 
 runner = CliRunner()
 

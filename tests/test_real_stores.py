@@ -17,15 +17,17 @@ import pytest
 from conftest import REAL_WORLD, case_dir, copy_real_store, is_crash, load_truth
 from helpers import truth_message_head
 
-from rmqstore.commitlog import PROP_DELAY, PROP_TAGS, SCHEDULE_TOPIC, Blank, Record, body_crc
-from rmqstore.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, decode_entry
-from rmqstore.describe import index_header_json
+from rmqstore.codec.commitlog import PROP_DELAY, PROP_TAGS, SCHEDULE_TOPIC, Blank, Record, body_crc
+from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, decode_entry
+from rmqstore.codec.describe import index_header_json
+from rmqstore.codec.indexfile import IndexFile, decode_header
+from rmqstore.codec.javahash import java_hash
+from rmqstore.codec.msgid import decode_offset_msg_id
 from rmqstore.errors import ChecksumMismatch, CorruptData
-from rmqstore.indexfile import IndexFile, decode_header
-from rmqstore.javahash import java_hash
-from rmqstore.layout import Segment, StoreConfig
-from rmqstore.msgid import decode_offset_msg_id
-from rmqstore.store import iter_commitlog, map_file, open_store, walk_segment
+from rmqstore.store import open_store
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import Segment, StoreConfig
+from rmqstore.walk.chain import iter_commitlog, walk_segment
 
 CRC32 = crcmod.predefined.mkCrcFun("crc-32")  # reference implementation, independent of zlib
 MAX_INLINE_BODY = 64 * 1024  # truth.json gives bodies over 64 KiB as bodySha256

@@ -17,15 +17,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rmqstore import columnar
-from rmqstore import indexfile as ix
-from rmqstore import recover as rec
 from rmqstore.cli import app
-from rmqstore.commitlog import Record, decode_record
-from rmqstore.consumequeue import entries_array, valid_prefix
-from rmqstore.dispatch import scan_requests
-from rmqstore.layout import list_segments
-from rmqstore.store import map_file, open_store
+from rmqstore.codec import indexfile as ix
+from rmqstore.codec.commitlog import Record, decode_record
+from rmqstore.codec.consumequeue import entries_array, valid_prefix
+from rmqstore.ops import recover as rec
+from rmqstore.store import open_store
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import list_segments
+from rmqstore.walk import columns as columnar
+from rmqstore.walk.checked import TopicIds, walk_file_checked
+from rmqstore.walk.requests import scan_requests
 
 runner = CliRunner()
 CLOCK_MS = 1_795_400_000_000
@@ -479,7 +481,7 @@ def test_walk_stops_where_the_record_decoder_does(clean_file, bits, crc):
         cfg = s.config
         seg = s.commitlog_segments()[0][1]
     # The record decoder reads IPv6 host flags (4.6.0+): compare with a 4.6.0+ broker's walk.
-    walk = rec.walk_file_checked(data, seg, cfg, rec.broker_rules("4.9.7"), rec.TopicIds(), start_pos=0, check_crc=crc)
+    walk = walk_file_checked(data, seg, cfg, rec.broker_rules("4.9.7"), TopicIds(), start_pos=0, check_crc=crc)
     reqs, stop = scan_requests(data, seg, cfg, check_crc=crc, skip_size_mismatch=False)
     assert walk.stop_pos == stop.pos
     assert [int(x) for x in walk.phy] == [r.phy_offset for r in reqs]

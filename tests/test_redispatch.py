@@ -21,18 +21,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rmqstore import columnar
-from rmqstore import indexfile as ix
-from rmqstore import redispatch as op
 from rmqstore.cli import app
 from rmqstore.codec import arrays as property_arrays
-from rmqstore.columnar import iter_columns, scan_columns
-from rmqstore.commitlog import encode_blank, encode_properties, encode_record
-from rmqstore.dispatch import ScanStop, scan_requests
+from rmqstore.codec import indexfile as ix
+from rmqstore.codec.commitlog import encode_blank, encode_properties, encode_record
+from rmqstore.codec.javahash import index_key_hash
 from rmqstore.errors import UnsupportedStore
-from rmqstore.javahash import index_key_hash
-from rmqstore.layout import Segment, StoreConfig
+from rmqstore.ops import redispatch as op
 from rmqstore.store import open_store
+from rmqstore.store.layout import Segment, StoreConfig
+from rmqstore.walk import columns as columnar
+from rmqstore.walk.columns import iter_columns, scan_columns
+from rmqstore.walk.requests import ScanStop, scan_requests
 
 runner = CliRunner()
 

@@ -29,11 +29,12 @@ from hypothesis import strategies as st  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 import rmqstore.spark.redispatch  # noqa: E402, F401  # registers the spark engine
-from rmqstore import redispatch as local_redispatch  # noqa: E402
 from rmqstore.cli import app  # noqa: E402
-from rmqstore.commitlog import MAGIC_V1, MAGIC_V2, Record, decode_record  # noqa: E402
+from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2, Record, decode_record  # noqa: E402
 from rmqstore.errors import CorruptData, MissingExtra, UnsafePlan  # noqa: E402
-from rmqstore.store import iter_commitlog, open_store  # noqa: E402
+from rmqstore.ops import redispatch as local_redispatch  # noqa: E402
+from rmqstore.store import open_store
+from rmqstore.walk.chain import iter_commitlog
 
 pytestmark = pytest.mark.spark
 runner = CliRunner()
@@ -562,7 +563,7 @@ def test_missing_java_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_core_never_imports_spark() -> None:
     code = (
-        "import sys, rmqstore.redispatch, rmqstore.dispatch, rmqstore.store, rmqstore.commitlog, rmqstore.cli\n"
+        "import sys, rmqstore.ops.redispatch, rmqstore.dispatch.dispatcher, rmqstore.store, rmqstore.codec.commitlog, rmqstore.cli\n"
         "print(sorted(m for m in ('pyspark', 'pyarrow', 'rmqstore.spark') if m in sys.modules))"
     )
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "[]"

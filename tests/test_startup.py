@@ -65,7 +65,7 @@ def test_the_static_command_list_matches_the_commands():
 
 def test_a_key_query_needs_neither_numpy_nor_pydantic():
     mods = modules_after("query", "key", str(SMALL), "TopicA", "order-0", "-f", "plain")
-    assert "rmqstore.query" in mods
+    assert "rmqstore.ops.query" in mods
     assert not {m for m in mods if m.split(".")[0] in ("numpy", "pydantic", "pydantic_core")}
 
 

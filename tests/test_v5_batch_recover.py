@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.layout import list_segments
-from rmqstore.multiqueue import batch_queue_max_phy, plan_batch_cq_cut
+from rmqstore.dispatch.multiqueue import batch_queue_max_phy, plan_batch_cq_cut
+from rmqstore.store.layout import list_segments
 
 runner = CliRunner()
 UNIT = 46

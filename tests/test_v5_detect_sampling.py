@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from rmqstore.codec.checkpoint import FILE_SIZE
 from rmqstore.codec.commitlog import BLANK_MAGIC, encode_record
-from rmqstore.detect import _FILES_SAMPLED, sampled_files
-from rmqstore.layout import Segment
 from rmqstore.store import resolve_config
+from rmqstore.store.detect import _FILES_SAMPLED, sampled_files
+from rmqstore.store.layout import Segment
 
 FILE = 1 << 16
 IP = bytes([127, 0, 0, 1])

@@ -12,9 +12,9 @@ import pytest
 from conftest import copy_real_store
 from typer.testing import CliRunner
 
-from rmqstore import config as cfgmod
 from rmqstore.cli import app
-from rmqstore.offsets import offsets_file, read_consumer_offsets
+from rmqstore.ops.offsets import offsets_file, read_consumer_offsets
+from rmqstore.store import config as cfgmod
 from rmqstore.store import open_store
 
 runner = CliRunner()

@@ -9,12 +9,16 @@ from pathlib import Path
 import pytest
 from conftest import REAL_STORES, SHARED, copy_real_store
 
-from rmqstore import recover as rec
-from rmqstore import walk
 from rmqstore.codec.commitlog import MAGIC_V2
 from rmqstore.errors import CorruptData
-from rmqstore.layout import Segment
+from rmqstore.ops import recover as rec
 from rmqstore.store import open_store
+from rmqstore.store.layout import Segment
+from rmqstore.store.queues import QueueTail, queue_tail
+from rmqstore.walk import checked
+from rmqstore.walk.chain import Stop, StopKind, indexed, queued, walk_chain
+from rmqstore.walk.checked import kept_range
+from rmqstore.walk.starts import RecordStarts, data_end, first_nonzero, zero_tail_start
 
 _CASES = ("clean-2topics", "crash-midwrite", "delay-tx-retry", "crash-5x-midwrite", "long-topic-v2", "clean-5x-mixed")
 STORES = [
@@ -65,7 +69,7 @@ def _flip_body_bit(root: Path) -> None:
 
 
 def _plan(root: Path, part_size: int, monkeypatch: pytest.MonkeyPatch, crc: bool = True) -> dict:
-    monkeypatch.setattr(walk, "PART_SIZE", part_size)
+    monkeypatch.setattr(checked, "PART_SIZE", part_size)
     with open_store(root, writable=False) as st:
         plan = rec.plan_recover(st, now_ms=1_700_000_000_000, check_crc=crc)
     return plan.to_json()
@@ -107,10 +111,10 @@ def test_kept_columns_redispatch_the_same_bytes(case: str, tmp_path: Path, monke
             import shutil
 
             shutil.rmtree(root / d, ignore_errors=True)
-        monkeypatch.setattr(walk, "PART_SIZE", part_size)
+        monkeypatch.setattr(checked, "PART_SIZE", part_size)
         with open_store(root, writable=True) as st:
             plan = rec.plan_recover(st, now_ms=1_700_000_000_000, use_quarantine=False)
-            kept = walk.kept_range(root) is not None
+            kept = kept_range(root) is not None
             rec.apply_recover(st, plan, clock=lambda: 1_700_000_000_000)
         assert kept == (name == "fused" and plan.dispatch is not None)
         digests.append(_tree_digest(root))
@@ -142,9 +146,9 @@ def test_end_of_data_through_extents_matches_the_bytes(pieces: list[tuple[int, b
     with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
         for start in (0, 100, 5001, 1 << 20):
             after = [i for i in nz if i >= start]
-            assert walk.first_nonzero(m, start, size, path=f) == (after[0] if after else None)
-            assert walk.zero_tail_start(m, start, size, path=f) == (after[-1] + 1 if after else start)
-            assert walk.data_end(f, start) == (after[-1] + 1 if after else start)
+            assert first_nonzero(m, start, size, path=f) == (after[0] if after else None)
+            assert zero_tail_start(m, start, size, path=f) == (after[-1] + 1 if after else start)
+            assert data_end(f, start) == (after[-1] + 1 if after else start)
 
 
 # ------------------------------------------------------------------ the walker's API: stops, chain, facts
@@ -152,44 +156,44 @@ def test_end_of_data_through_extents_matches_the_bytes(pieces: list[tuple[int, b
 
 def test_stop_is_typed_and_says_where() -> None:
     err = CorruptData("bad magic", path="x", pos=7)
-    stop = walk.Stop(7, "invalid", err, Path("x"), 1 << 30)
-    assert stop.kind is walk.StopKind.INVALID and stop.kind == "invalid" and stop.reason == "invalid"
+    stop = Stop(7, "invalid", err, Path("x"), 1 << 30)
+    assert stop.kind is StopKind.INVALID and stop.kind == "invalid" and stop.reason == "invalid"
     assert stop.phy_offset == (1 << 30) + 7
     assert "bad magic" in stop.explanation
-    assert walk.Stop(0, walk.StopKind.BLANK).explanation.startswith("blank record")
+    assert Stop(0, StopKind.BLANK).explanation.startswith("blank record")
     with pytest.raises(ValueError):
-        walk.Stop(0, "sideways")
+        Stop(0, "sideways")
 
 
 def test_walk_chain_goes_on_only_after_a_blank() -> None:
     segs = [Segment(Path(f"f{i}"), i * 100, 100) for i in range(4)]
-    kinds = {0: walk.StopKind.BLANK, 1: walk.StopKind.BLANK, 2: walk.StopKind.INVALID, 3: walk.StopKind.END}
+    kinds = {0: StopKind.BLANK, 1: StopKind.BLANK, 2: StopKind.INVALID, 3: StopKind.END}
     seen = []
 
     class _W:
         def __init__(self, seg: Segment, pos: int) -> None:
             seen.append((seg.base_offset, pos))
-            self.stop = walk.Stop(50, kinds[seg.base_offset // 100], None, seg.path, seg.base_offset)
+            self.stop = Stop(50, kinds[seg.base_offset // 100], None, seg.path, seg.base_offset)
 
-    out = list(walk.walk_chain(segs, 0, _W, start_pos=30))
+    out = list(walk_chain(segs, 0, _W, start_pos=30))
     assert seen == [(0, 30), (100, 0), (200, 0)]  # the INVALID stop of the third file ends the chain
     assert out[-1].stop.phy_offset == 250
-    assert [w.stop.kind for w in walk.walk_chain(segs, 3, _W)] == [walk.StopKind.END]
-    assert [w.stop.kind for w in walk.walk_chain(segs[:2], 0, _W)] == [walk.StopKind.BLANK] * 2  # no next file
+    assert [w.stop.kind for w in walk_chain(segs, 3, _W)] == [StopKind.END]
+    assert [w.stop.kind for w in walk_chain(segs[:2], 0, _W)] == [StopKind.BLANK] * 2  # no next file
 
 
 def test_queued_and_indexed_follow_the_transaction_type() -> None:
     import numpy as np
 
     flags = np.array([0x0, 0x4, 0x8, 0xC, 0x8 | 0x1, 0x10 | 0x4], dtype=np.int64)  # other bits do not matter
-    assert walk.queued(flags).tolist() == [True, False, True, False, True, False]
-    assert walk.indexed(flags).tolist() == [True, True, True, False, True, True]
-    assert bool(walk.queued(0x8)) and not bool(walk.indexed(0xC))
+    assert queued(flags).tolist() == [True, False, True, False, True, False]
+    assert indexed(flags).tolist() == [True, True, True, False, True, True]
+    assert bool(queued(0x8)) and not bool(indexed(0xC))
 
 
 @pytest.mark.parametrize(("base", "case"), STORES)
 def test_recovery_facts_are_what_the_plan_and_the_forecast_use(base: str, case: str, tmp_path: Path) -> None:
-    from rmqstore.check import check_store
+    from rmqstore.ops.check import check_store
 
     root = _copy(base, case, tmp_path)
     with open_store(root, writable=False) as st:
@@ -214,7 +218,7 @@ def _first_file(root: Path) -> tuple[bytes, Segment]:
 
 @pytest.mark.parametrize(("base", "case"), STORES)
 def test_one_resync_finds_the_next_record_after_damage(base: str, case: str, tmp_path: Path) -> None:
-    from rmqstore.dispatch import scan_requests
+    from rmqstore.walk.requests import scan_requests
 
     root = _copy(base, case, tmp_path)
     data, seg = _first_file(root)
@@ -225,20 +229,20 @@ def test_one_resync_finds_the_next_record_after_damage(base: str, case: str, tmp
     starts = [r.phy_offset - seg.base_offset for r in reqs]
     damaged = bytearray(data)
     damaged[starts[1] : starts[1] + 8] = b"\xff" * 8  # TOTALSIZE and magic of the second record
-    rs = walk.RecordStarts(bytes(damaged), len(damaged), seg.base_offset)
+    rs = RecordStarts(bytes(damaged), len(damaged), seg.base_offset)
     assert rs.resync(starts[1] - 1) == starts[2]
     assert rs.resync(starts[0]) == starts[2]
-    last = walk.RecordStarts(data, len(data), seg.base_offset).resync(starts[-1])
-    assert last is None or (stop.kind is walk.StopKind.BLANK and last == stop.pos)
+    last = RecordStarts(data, len(data), seg.base_offset).resync(starts[-1])
+    assert last is None or (stop.kind is StopKind.BLANK and last == stop.pos)
     magic_v2 = int.from_bytes(data[starts[2] + 4 : starts[2] + 8], "big") == MAGIC_V2
-    no_v2 = walk.RecordStarts(bytes(damaged), len(damaged), seg.base_offset, v2=False).resync(starts[1] - 1)
+    no_v2 = RecordStarts(bytes(damaged), len(damaged), seg.base_offset, v2=False).resync(starts[1] - 1)
     assert (no_v2 != starts[2]) if magic_v2 else (no_v2 == starts[2])
 
 
 def test_queue_tail_is_the_valid_prefix_of_the_last_file(tmp_path: Path) -> None:
     import numpy as np
 
-    from rmqstore.consumequeue import ENTRY_DTYPE, ENTRY_SIZE
+    from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE
 
     def write(name: int, entries: list[tuple[int, int]], slots: int = 4) -> Segment:
         arr = np.zeros(slots, dtype=ENTRY_DTYPE)
@@ -249,9 +253,9 @@ def test_queue_tail_is_the_valid_prefix_of_the_last_file(tmp_path: Path) -> None
         return Segment(p, name, slots * ENTRY_SIZE)
 
     full = write(0, [(0, 10), (10, 10), (20, 10), (30, 10)])
-    assert walk.queue_tail([]) == walk.QueueTail(0, None)
-    assert walk.queue_tail([full]) == walk.QueueTail(4 * ENTRY_SIZE, (30, 10))
+    assert queue_tail([]) == QueueTail(0, None)
+    assert queue_tail([full]) == QueueTail(4 * ENTRY_SIZE, (30, 10))
     part = write(4 * ENTRY_SIZE, [(40, 10), (50, 10), (0, 0), (70, 10)])  # a hole ends the valid entries
-    assert walk.queue_tail([full, part]) == walk.QueueTail(6 * ENTRY_SIZE, (50, 10))
+    assert queue_tail([full, part]) == QueueTail(6 * ENTRY_SIZE, (50, 10))
     empty = write(4 * ENTRY_SIZE, [])  # nothing valid in the last file: the last entry is the file before's
-    assert walk.queue_tail([full, empty]) == walk.QueueTail(4 * ENTRY_SIZE, (30, 10))
+    assert queue_tail([full, empty]) == QueueTail(4 * ENTRY_SIZE, (30, 10))

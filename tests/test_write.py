@@ -20,10 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rmqstore import write as wr
-from rmqstore.append_point import find_append_point
 from rmqstore.cli import app
-from rmqstore.commitlog import (
+from rmqstore.codec.commitlog import (
     BORNHOST_V6_FLAG,
     MAGIC_V2,
     STOREHOSTADDRESS_V6_FLAG,
@@ -32,10 +30,13 @@ from rmqstore.commitlog import (
     decode_record,
     parse_properties,
 )
-from rmqstore.consumequeue import entries_array, valid_prefix
+from rmqstore.codec.consumequeue import entries_array, valid_prefix
+from rmqstore.codec.indexfile import IndexFile
 from rmqstore.errors import InputError, UnsafePlan
-from rmqstore.indexfile import IndexFile
-from rmqstore.store import iter_commitlog, open_store
+from rmqstore.ops import write as wr
+from rmqstore.ops.write.append_point import find_append_point
+from rmqstore.store import open_store
+from rmqstore.walk.chain import iter_commitlog
 
 SMALL_CONF = textwrap.dedent(
     """\
@@ -634,7 +635,7 @@ _KILL = textwrap.dedent(
     """\
     import os, sys
     sys.path.insert(0, {repo!r})
-    from rmqstore import write as wr
+    from rmqstore.ops import write as wr
     def die(self, sync=True):
         os._exit(9)  # killed after the commit log, consume queues and index were written
     wr.Dispatcher.close = die

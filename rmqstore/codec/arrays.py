@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .columnar import HEAD_DTYPES, be, decode_heads, gather, head_column
-from .commitlog import (
+from rmqstore.codec.columnar import HEAD_DTYPES, be, decode_heads, gather, head_column
+from rmqstore.codec.commitlog import (
     BORNHOST_V6_FLAG,
     MAGIC_V1,
     MAGIC_V2,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CorruptData
-from .fields import struct_of, table
+from rmqstore.codec.fields import struct_of, table
+from rmqstore.errors import CorruptData
 
 FILE_SIZE = 4096
 # §6: the first 40 bytes, declared once (the names are the Checkpoint attributes).

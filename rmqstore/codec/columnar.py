@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptData, RecordSizeMismatch
-from .commitlog import (
+from rmqstore.codec.commitlog import (
     BORNHOST_V6_FLAG,
     HEAD_OFFSETS,
     HEAD_STRUCTS,
@@ -28,7 +27,8 @@ from .commitlog import (
     STOREHOSTADDRESS_V6_FLAG,
     head_codes,
 )
-from .fields import dtype_of
+from rmqstore.codec.fields import dtype_of
+from rmqstore.errors import CorruptData, RecordSizeMismatch
 
 # One dtype per host-width combination, indexed like ``commitlog.HEAD_STRUCTS``.
 HEAD_DTYPES: tuple[np.dtype, ...] = tuple(dtype_of(RECORD_HEAD, head_codes(v << 4)) for v in range(4))

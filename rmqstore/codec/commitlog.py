@@ -14,9 +14,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ChecksumMismatch, CorruptData, MissingExtra, RecordSizeMismatch
-from ..rules import rules_for, version_tuple  # noqa: F401  (version_tuple: old import path)
-from .fields import Field, table
+from rmqstore.codec.fields import Field, table
+from rmqstore.errors import ChecksumMismatch, CorruptData, MissingExtra, RecordSizeMismatch
+from rmqstore.rules import rules_for
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB, 5.1.0+: 2-byte topic length

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .commitlog import Blank, Record, decode_record
-from .consumequeue import BCQ_FIELDS, BCQ_UNIT_SIZE, BcqEntry
-from .fields import struct_of
+from rmqstore.codec.commitlog import Blank, Record, decode_record
+from rmqstore.codec.consumequeue import BCQ_FIELDS, BCQ_UNIT_SIZE, BcqEntry
+from rmqstore.codec.fields import struct_of
 
 _UNIT = struct_of(BCQ_FIELDS)
 UNIT_SIZE = BCQ_UNIT_SIZE  # 46

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-from ..errors import CorruptData
-from .fields import lazy_dtypes, struct_of, table
+from rmqstore.codec.fields import lazy_dtypes, struct_of, table
+from rmqstore.errors import CorruptData
 
 # §4.1: one entry, declared once; the struct (one entry) and the dtype (runs of entries) derive from it.
 ENTRY_FIELDS = table(

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-from ..errors import CorruptData
-from ..rules import rules_for
-from .fields import Field, lazy_dtypes, struct_of, table
-from .javahash import index_key_hash
+from rmqstore.codec.fields import Field, lazy_dtypes, struct_of, table
+from rmqstore.codec.javahash import index_key_hash
+from rmqstore.errors import CorruptData
+from rmqstore.rules import rules_for
 
 # §5.1: the header, a slot and an entry, each declared once; structs and dtypes derive from them.
 HEADER_FIELDS = table(

@@ -7,7 +7,7 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from ..errors import InputError
+from rmqstore.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)

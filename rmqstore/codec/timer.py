@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CorruptData
-from .fields import struct_of, table
+from rmqstore.codec.fields import struct_of, table
+from rmqstore.errors import CorruptData
 
 SLOT_FIELDS = table(
     """

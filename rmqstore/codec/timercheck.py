@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CorruptData
-from .fields import struct_of, table
+from rmqstore.codec.fields import struct_of, table
+from rmqstore.errors import CorruptData
 
 # the four offsets (all a reader needs), then the data version 5.1 added
 TIMER_CHECKPOINT_FIELDS = table(

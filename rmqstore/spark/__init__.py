@@ -12,7 +12,7 @@ this package: importing ``redispatch`` registers the Spark engine in ``rmqstore.
 
 from __future__ import annotations
 
-from ..errors import MissingExtra
+from rmqstore.errors import MissingExtra
 
 _HOW = "install the spark extra: pip install 'rmqstore[spark]'"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..codec.arrays import (
+from rmqstore.codec.arrays import (
     PropertyItems,
     RecordArrays,
     duplicate_name_rows,
@@ -13,8 +13,7 @@ from ..codec.arrays import (
     property_items,
     record_arrays,
 )
-from ..columnar import BATCH, Columns, decode_batch, walk_positions
-from ..commitlog import (
+from rmqstore.codec.commitlog import (
     MAGIC_V1,
     MAGIC_V2,
     PROP_KEYS,
@@ -25,6 +24,7 @@ from ..commitlog import (
     decode_record,
     host_str,
 )
+from rmqstore.walk.columns import BATCH, Columns, decode_batch, walk_positions
 
 __all__ = [
     "BATCH",

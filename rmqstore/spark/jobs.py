@@ -22,10 +22,9 @@ from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StructField, StructType
 
-from ..errors import InputError, UnsafePlan
-from ..store import map_file
-from .codec import Record, decode_record
-from .source import (
+from rmqstore.errors import InputError, UnsafePlan
+from rmqstore.spark.codec import Record, decode_record
+from rmqstore.spark.source import (
     COMMITLOG_SCHEMA,
     COMMITLOG_SOURCE,
     CONSUMEQUEUE_SCHEMA,
@@ -35,9 +34,11 @@ from .source import (
     StoreInfo,
     commitlog_schema,
     parse_size,
+    read_split_batches,
     register,
     resolve_stores,
 )
+from rmqstore.store.files import map_file
 
 MS_PER_DAY = 86_400_000
 MS_PER_HOUR = 3_600_000
@@ -218,8 +219,6 @@ def export_split(
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from .source import read_split_batches
 
     for index, split in items:
         writers: dict[tuple[str, ...], tuple[Any, Path, Path]] = {}

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .codec import (
+from rmqstore.spark.codec import (
     PROP_KEYS,
     PROP_TAGS,
     PROP_UNIQ_KEY,
@@ -46,6 +46,7 @@ from .codec import (
     record_arrays,
     walk_positions,
 )
+from rmqstore.walk.starts import resync
 
 CHUNK = 1 << 15  # records decoded at once: the arrays of a chunk stay in the CPU caches' reach
 _NEEDS_PROPS = frozenset({"tags", "keys", "uniqKey", "properties"})
@@ -188,7 +189,6 @@ def _check_chunk(
 
 
 def _resync(buf: Any, start: int, end: int, record_at: Callable[[int], Record | None]) -> int | None:
-    from .source import resync
 
     return resync(buf, start, end, lambda q: record_at(q) is not None)
 

@@ -25,13 +25,15 @@ from typing import Any
 import numpy as np
 from pyspark.sql import SparkSession
 
-from ..dispatch import Dispatcher, DispatchStats
-from ..errors import CorruptData
-from ..layout import Segment, StoreConfig
-from ..redispatch import BuildScope
-from ..store import Store, map_file
-from . import codec as columnar  # the columnar decoder, through the package's one import of the codecs
-from .session import spark_session
+from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
+from rmqstore.errors import CorruptData
+from rmqstore.ops import redispatch as local
+from rmqstore.ops.redispatch import BuildScope
+from rmqstore.spark import codec as columnar  # the columnar decoder, through the package's one import of the codecs
+from rmqstore.spark.session import spark_session
+from rmqstore.store import Store
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import Segment, StoreConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +205,6 @@ def spark_redispatch(
 
 
 def _register() -> None:
-    from .. import redispatch as local
 
     local.ENGINES["spark"] = spark_redispatch  # the library never imports this package itself
 

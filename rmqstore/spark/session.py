@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
-from ..errors import MissingExtra, RmqstoreError
-from .source import register
+from rmqstore.errors import MissingExtra, RmqstoreError
+from rmqstore.spark.source import register
 
 DEFAULT_MASTER = "local[*]"
 CONNECT_TIMEOUT_S = 5.0

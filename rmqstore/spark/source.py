@@ -76,12 +76,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
-from ..errors import InputError, StoreNotFound
-from ..layout import list_segments
-from ..store import map_file, open_store
-from .codec import MAGIC_V1, MAGIC_V2
-from .reader import CHUNK, COLUMNS, RowFilter, SplitContext, chunk_batch, row_function, valid_chunks
+from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
+from rmqstore.errors import InputError, StoreNotFound
+from rmqstore.spark.reader import CHUNK, COLUMNS, RowFilter, SplitContext, chunk_batch, row_function, valid_chunks
+from rmqstore.store import open_store
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import list_segments
 
 COMMITLOG_SOURCE = "rocketmq"
 CONSUMEQUEUE_SOURCE = "rocketmq_consumequeue"
@@ -89,7 +89,6 @@ DEFAULT_SPLIT_SIZE = 128 << 20
 DEFAULT_BATCH_SIZE = 1 << 15  # rows per Arrow batch (at most)
 DEFAULT_OPEN_COST = 4 << 20  # what opening a file counts in split packing (as spark.sql.files.openCostInBytes)
 # Magic codes as they appear on disk (big-endian), to find record candidates with a byte search.
-_MAGIC_BYTES = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
 
 _TYPES = {
     "string": StringType(),
@@ -329,30 +328,6 @@ def plan_commitlog(
     if per_file:
         return [(p,) for p in pieces]
     return pack_pieces(pieces, split_size or DEFAULT_SPLIT_SIZE, open_cost)
-
-
-def resync(buf: Any, start: int, end: int, valid: Callable[[int], bool]) -> int | None:
-    """The first position ``p`` in ``[start, end)`` with the V1 or V2 magic at ``p + 4`` and ``valid(p)``.
-
-    The bytes are searched in windows growing from 64 KiB, so finding a record near ``start``
-    does not scan the whole range for the magic that is not there.
-    """
-    lo, step = start, 1 << 16
-    while lo < end:
-        hi = min(end, lo + step)
-        at = lo + 4
-        while True:
-            hits = [i for i in (buf.find(m, at, hi + 7) for m in _MAGIC_BYTES) if i >= 0]
-            if not hits:
-                break
-            idx = min(hits)
-            if idx - 4 >= hi:
-                break
-            if valid(idx - 4):
-                return idx - 4
-            at = idx + 1
-        lo, step = hi, step * 2
-    return None
 
 
 def read_piece_batches(

@@ -1,0 +1,552 @@
+"""Dispatch: build consume queue entries and index keys from commit log records (§9, §4.3-4.4, §5.2-5.3).
+
+This is the broker's ``ReputMessageService`` + ``CommitLogDispatcherBuildConsumeQueue`` +
+``CommitLogDispatcherBuildIndex`` chain, offline. It works on the files of a store root (the
+store itself, or a build directory for an atomic swap) and keeps the broker's rules:
+
+* consume queue: NOT and COMMIT records only, entry at ``QUEUEOFFSET x 20``, duplicate
+  suppression against the queue's max physical offset (4.4.0 compares ``offset``, 4.5.1+
+  ``offset + size``), fillPreBlank for a queue whose first entry is not offset 0, "already
+  present" skips, and the broker's append-at-end when an entry would leave a gap;
+* index: every record but ROLLBACK, skipped when below the last file's endPhyOffset, keys
+  ``topic#UNIQ_KEY`` then each KEYS token, a new file when the last one is full.
+
+Requests are processed in batches with numpy (the hash of every key, slot chains, time diffs
+and the file writes are vectorised); the result is byte-identical to one-at-a-time puts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rmqstore.codec import indexfile as ix
+from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, write_entry
+from rmqstore.codec.javahash import index_key_hash_batch
+from rmqstore.errors import CorruptData
+from rmqstore.problems import ProblemKind
+from rmqstore.rules import rules_for
+from rmqstore.store.layout import Segment, StoreConfig, file_name, list_segments, queue_dir, record_place
+from rmqstore.store.queues import queue_tail
+from rmqstore.walk.chain import indexed, queued
+from rmqstore.walk.requests import _INT_MAX, DispatchRequest
+
+
+class _QueueWriter:
+    """Appends entries to one ``consumequeue/<topic>/<queueId>`` as ``putMessagePositionInfo`` does."""
+
+    def __init__(self, directory: Path, file_size: int, broker_4_4: bool):
+        self.dir = directory
+        self.file_size = file_size
+        self.old_dup_rule = broker_4_4
+        self.segs, problems = list_segments(directory, file_size)
+        bad = [p for p in problems if p.kind in (ProblemKind.WRONG_SIZE, ProblemKind.BAD_NAME)]
+        if bad:
+            raise CorruptData(bad[0].what, path=bad[0].path, pos=0)
+        self.first_created_here = not self.segs
+        self.max_phy = -1  # maxPhysicOffset in memory (4.4.0: offset; 4.5.1+: offset + size)
+        self.end = 0  # byte end of the queue stream (last.from + write position)
+        self.last_ts = 0
+        self.written = 0
+        self._maps: dict[int, mmap.mmap] = {}
+        tail = queue_tail(self.segs)
+        self.end = tail.end
+        if tail.last_entry is not None:
+            phy, size = tail.last_entry
+            self.max_phy = phy + (0 if broker_4_4 else size)
+
+    def _map(self, base: int) -> mmap.mmap:
+        m = self._maps.get(base)
+        if m is None:
+            p = self.dir / file_name(base)
+            if not p.exists():
+                self.dir.mkdir(parents=True, exist_ok=True)
+                with open(p, "wb") as f:
+                    f.truncate(self.file_size)
+                self.segs.append(Segment(p, base, self.file_size))
+            fd = os.open(p, os.O_RDWR)
+            try:
+                m = mmap.mmap(fd, self.file_size)
+            finally:
+                os.close(fd)
+            self._maps[base] = m
+        return m
+
+    def _last_file_for(self, expected: int) -> int:
+        """``getLastMappedFile(expected)``: the current last file, or a new one (§4.4)."""
+        if not self.segs:
+            return expected - expected % self.file_size
+        last = self.segs[-1].base_offset
+        if self.end >= last + self.file_size:
+            return last + self.file_size
+        return last
+
+    def put(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, qoff: np.ndarray, ts: np.ndarray) -> None:
+        n = len(phy)
+        i = 0
+        fs = self.file_size
+        while i < n:
+            # Bulk path: a run that continues exactly at the end, past max_phy, within one file.
+            expected = int(qoff[i]) * ENTRY_SIZE
+            p0 = int(phy[i])
+            dup = p0 <= self.max_phy if self.old_dup_rule else p0 + int(size[i]) <= self.max_phy
+            if not dup and expected == self.end and self.segs and self.end < self.segs[-1].base_offset + fs:
+                base = self.segs[-1].base_offset
+                room = (base + fs - self.end) // ENTRY_SIZE
+                j = min(n, i + room)
+                # Contiguous queue offsets and increasing phy offsets keep the bulk path exact.
+                run_q = qoff[i:j] - qoff[i]
+                ok = run_q == np.arange(j - i)
+                run_phy = phy[i:j]
+                if j - i > 1:
+                    ok[1:] &= run_phy[1:] > run_phy[:-1]
+                bad = np.flatnonzero(~ok)
+                if bad.size:
+                    j = i + int(bad[0])
+                if j > i:
+                    m = self._map(base)
+                    out = np.frombuffer(m, dtype=ENTRY_DTYPE, count=j - i, offset=self.end - base)
+                    out["phy_offset"] = phy[i:j]
+                    out["size"] = size[i:j]
+                    out["tags_code"] = tags[i:j]
+                    del out
+                    self.end += (j - i) * ENTRY_SIZE
+                    last = j - 1
+                    self.max_phy = int(phy[last]) + (0 if self.old_dup_rule else int(size[last]))
+                    self.last_ts = int(ts[last])
+                    self.written += j - i
+                    i = j
+                    continue
+            self._put_one(int(phy[i]), int(size[i]), int(tags[i]), int(qoff[i]), int(ts[i]))
+            i += 1
+
+    def _put_one(self, phy: int, size: int, tags: int, q: int, ts: int) -> None:
+        if (phy <= self.max_phy) if self.old_dup_rule else (phy + size <= self.max_phy):
+            return
+        expected = q * ENTRY_SIZE
+        base = self._last_file_for(expected)
+        fresh = not self.segs
+        m = self._map(base)
+        if fresh and self.first_created_here and q != 0 and self.end <= base:
+            # fillPreBlank: filler entries from the file start up to the expected position.
+            self.end = base
+            count = (expected % self.file_size) // ENTRY_SIZE
+            fill = np.frombuffer(m, dtype=ENTRY_DTYPE, count=count, offset=0)
+            fill["phy_offset"] = 0
+            fill["size"] = FILLER_SIZE
+            fill["tags_code"] = 0
+            del fill
+            self.end = base + count * ENTRY_SIZE
+        if q != 0 and expected < self.end:
+            return  # already present
+        # expected > end would be the broker's "[BUG]logic queue order maybe wrong": it appends anyway.
+        if self.end < base:
+            self.end = base
+        pos = self.end - base
+        write_entry(m, pos, phy, size, tags)
+        self.end += ENTRY_SIZE
+        self.max_phy = phy + (0 if self.old_dup_rule else size)
+        self.last_ts = ts
+        self.written += 1
+
+    def close(self, sync: bool) -> None:
+        for m in self._maps.values():
+            if sync:
+                m.flush()
+            m.close()
+        self._maps.clear()
+
+
+def index_file_name(now_ms: int, after: str | None) -> str:
+    """``yyyyMMddHHmmssSSS`` of local time, kept strictly after the previous file's name."""
+    t = dt.datetime.fromtimestamp(now_ms / 1000)
+    name = t.strftime("%Y%m%d%H%M%S") + f"{now_ms % 1000:03d}"
+    if after is not None and name <= after:
+        name = f"{int(after) + 1:017d}"
+    return name
+
+
+class _IndexWriter:
+    def __init__(self, directory: Path, slots: int, entries: int, broker: str, clock: Callable[[], int]):
+        self.dir = directory
+        self.slots = slots
+        self.max_entries = entries
+        self.size = ix.file_size(slots, entries)
+        self.new_slots_only = ix.counts_new_slots_only(broker)
+        self.clock = clock
+        self.entries_pos = ix.HEADER_SIZE + slots * 4
+        self.created: list[Path] = []
+        self.full_end_timestamps: list[int] = []
+        self.written = 0
+        self._map: mmap.mmap | None = None
+        self._path: Path | None = None
+        self._last_name: str | None = None
+        names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
+        if names:
+            self._last_name = names[-1]
+            self._open(directory / names[-1])
+
+    def _open(self, p: Path) -> None:
+        if p.stat().st_size != self.size:
+            raise CorruptData(
+                f"index file is {p.stat().st_size} bytes, expected {self.size} for "
+                f"maxHashSlotNum={self.slots} maxIndexNum={self.max_entries}",
+                path=p,
+                pos=0,
+            )
+        fd = os.open(p, os.O_RDWR)
+        try:
+            self._map = mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+        self._path = p
+
+    def header(self) -> ix.IndexHeader | None:
+        return ix.decode_header(self._map) if self._map is not None else None
+
+    def _roll(self) -> None:
+        prev = self.header()
+        if self._map is not None:
+            if prev is not None and prev.index_count >= self.max_entries:
+                self.full_end_timestamps.append(prev.end_timestamp_ms)
+            self._map.flush()
+            self._map.close()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        name = index_file_name(self.clock(), self._last_name)
+        p = self.dir / name
+        with open(p, "wb") as f:
+            f.truncate(self.size)
+        self._last_name = name
+        self.created.append(p)
+        self._open(p)
+        assert self._map is not None
+        ix.write_header(self._map, ix.new_index_header_after(prev))
+
+    def end_phy_offset(self) -> int:
+        h = self.header()
+        return h.end_phy_offset if h is not None else 0
+
+    def put_batch(self, keys: list[str], phy: np.ndarray, ts: np.ndarray) -> None:
+        """Put keys (already ``topic#key``) in order, rolling to new files when full."""
+        if keys:
+            self.put_hashes(index_key_hash_batch(keys).astype(np.int64), phy, ts)
+
+    def put_hashes(self, hashes: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
+        """Put precomputed key hashes in order, rolling to new files when full."""
+        n = len(hashes)
+        i = 0
+        while i < n:
+            if self._map is None:
+                self._roll()
+            h = self.header()
+            assert h is not None and self._map is not None
+            count = max(h.index_count, 1)
+            room = self.max_entries - count
+            if room <= 0:
+                self._roll()
+                continue
+            j = min(n, i + room)
+            self._put_chunk(h, count, hashes[i:j], phy[i:j], ts[i:j])
+            i = j
+
+    def _put_chunk(self, h: ix.IndexHeader, count: int, hashes: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
+        m = self._map
+        assert m is not None
+        k = len(hashes)
+        nums = np.arange(count, count + k, dtype=np.int64)
+        slot = hashes % self.slots
+        slots_view = np.frombuffer(m, dtype=">i4", count=self.slots, offset=ix.HEADER_SIZE)
+        # prev pointer: the previous entry of the same slot in this chunk, else the slot's old value
+        order = np.argsort(slot, kind="stable")
+        s_sorted = slot[order]
+        n_sorted = nums[order]
+        prev_sorted = np.empty(k, dtype=np.int64)
+        prev_sorted[1:] = n_sorted[:-1]
+        starts = np.ones(k, dtype=bool)
+        starts[1:] = s_sorted[1:] != s_sorted[:-1]
+        old = slots_view[s_sorted[starts]].astype(np.int64)
+        # the broker checks old against indexCount at the time of each put; the first put of a
+        # slot in this chunk sees the count at its own position
+        limit = n_sorted[starts]
+        old[(old <= 0) | (old > limit)] = 0
+        prev_sorted[starts] = old
+        prev = np.empty(k, dtype=np.int64)
+        prev[order] = prev_sorted
+        # time diffs (§5.2): the first entry of an empty file is measured against the old begin
+        begin = h.begin_timestamp_ms
+        diffs = np.empty(k, dtype=np.int64)
+        if count <= 1:
+            first_begin = begin
+            begin = int(ts[0])
+            d0 = int(ts[0]) - first_begin
+            d0 = 0 if first_begin <= 0 or d0 < 0 else min(d0 // 1000, _INT_MAX)
+            diffs[0] = d0
+            rest = ts[1:].astype(np.int64) - begin
+            diffs[1:] = np.where(rest < 0, 0, np.minimum(rest // 1000, _INT_MAX)) if begin > 0 else 0
+        else:
+            d = ts.astype(np.int64) - begin
+            diffs[:] = np.where(d < 0, 0, np.minimum(d // 1000, _INT_MAX)) if begin > 0 else 0
+        out = np.frombuffer(m, dtype=ix.ENTRY_DTYPE, count=k, offset=self.entries_pos + count * ix.ENTRY_SIZE)
+        out["key_hash"] = hashes
+        out["phy_offset"] = phy
+        out["time_diff"] = diffs
+        out["prev"] = prev
+        del out
+        # slot values: the last entry of each slot wins
+        last_of_slot = np.ones(k, dtype=bool)
+        last_of_slot[:-1] = s_sorted[1:] != s_sorted[:-1]
+        slots_view[s_sorted[last_of_slot]] = n_sorted[last_of_slot]
+        new_slots = int(np.count_nonzero(prev_sorted[starts] == 0))
+        del slots_view
+        slot_count = h.hash_slot_count + (new_slots if self.new_slots_only else k)
+        if count <= 1:
+            begin_phy, begin_ts = int(phy[0]), int(ts[0])
+        else:
+            begin_phy, begin_ts = h.begin_phy_offset, h.begin_timestamp_ms
+        ix.HEADER.pack_into(m, 0, begin_ts, int(ts[-1]), begin_phy, int(phy[-1]), slot_count, count + k)
+        self.written += k
+
+    def close(self, sync: bool) -> None:
+        if self._map is not None:
+            h = self.header()
+            if h is not None and h.index_count >= self.max_entries:
+                self.full_end_timestamps.append(h.end_timestamp_ms)
+            if sync:
+                self._map.flush()
+            self._map.close()
+            self._map = None
+
+
+def _select(c: Any, rec_mask: np.ndarray) -> Any:
+    """The records of ``c`` where ``rec_mask`` holds, with their index keys."""
+    keep = np.flatnonzero(rec_mask)
+    remap = np.full(len(rec_mask), -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    ksel = rec_mask[c.key_rec]
+    return type(c)(
+        c.phy[keep],
+        c.size[keep],
+        c.queue_id[keep],
+        c.queue_offset[keep],
+        c.store_ts[keep],
+        c.sys_flag[keep],
+        c.tags_code[keep],
+        c.topic_id[keep],
+        c.topics,
+        remap[c.key_rec[ksel]],
+        c.key_hash[ksel],
+    )
+
+
+@dataclass
+class DispatchStats:
+    records: int = 0
+    cq_entries: int = 0
+    index_entries: int = 0
+    queues_touched: set[tuple[str, int]] = field(default_factory=set)
+    index_files_created: list[Path] = field(default_factory=list)
+    logics_msg_timestamp_ms: int = 0  # store time of the record behind the last CQ entry written
+    index_msg_timestamp_ms: int = 0  # end time of the last index file that became full
+    max_phy_offset: int = -1  # end (offset + size) of the last record dispatched
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "cqEntries": self.cq_entries,
+            "indexEntries": self.index_entries,
+            "queues": len(self.queues_touched),
+            "indexFilesCreated": [p.name for p in self.index_files_created],
+            "logicsMsgTimestamp": self.logics_msg_timestamp_ms,
+            "indexMsgTimestamp": self.index_msg_timestamp_ms,
+        }
+
+
+class Dispatcher:
+    """Writes CQ entries and index keys into the files under ``root`` (a store or a build dir).
+
+    Existing files are continued exactly where the broker would continue them. Call
+    :meth:`dispatch` with requests in commit log order, then :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        cfg: StoreConfig,
+        *,
+        root: Path | None = None,
+        consume_queue: bool = True,
+        index: bool | None = None,
+        clock: Callable[[], int] | None = None,
+        topics: set[str] | None = None,
+        cq_exclude: frozenset[str] = frozenset(),
+    ):
+        self.cfg = cfg
+        self.cq_exclude = cq_exclude  # batch consume queue topics: never written as plain queues
+        self.root = Path(root) if root is not None else cfg.store_root
+        self.build_cq = consume_queue
+        self.build_index = cfg.message_index_enable if index is None else index
+        self.topics = topics
+        self.old_dup_rule = not rules_for(cfg.broker).cq_max_includes_size
+        self._queues: dict[tuple[str, int], _QueueWriter] = {}
+        self._clock = clock or (lambda: int(dt.datetime.now().timestamp() * 1000))
+        self._index: _IndexWriter | None = None
+        self.stats = DispatchStats()
+
+    def _queue(self, topic: str, qid: int, phy_offset: int) -> _QueueWriter:
+        w = self._queues.get((topic, qid))
+        if w is None:
+            # a topic from record bytes becomes a path only if the broker could have accepted it
+            where = record_place(self.cfg.commitlog_dir, self.cfg.commitlog_file_size, phy_offset)
+            qdir = queue_dir(self.root, topic, qid, where=where)
+            w = _QueueWriter(qdir, self.cfg.cq_file_size, self.old_dup_rule)
+            self._queues[(topic, qid)] = w
+        return w
+
+    def _index_writer(self) -> _IndexWriter:
+        if self._index is None:
+            self._index = _IndexWriter(
+                self.root / "index", self.cfg.max_hash_slot_num, self.cfg.max_index_num, self.cfg.broker, self._clock
+            )
+        return self._index
+
+    def dispatch(self, reqs: list[DispatchRequest]) -> None:
+        """Dispatch a batch of requests (commit log order)."""
+        if not reqs:
+            return
+        if self.topics is not None:
+            reqs = [r for r in reqs if r.topic in self.topics]
+            if not reqs:
+                return
+        self.stats.records += len(reqs)
+        last = reqs[-1]
+        self.stats.max_phy_offset = max(self.stats.max_phy_offset, last.phy_offset + last.size)
+        if self.build_cq:
+            self._dispatch_cq(reqs)
+        if self.build_index:
+            self._dispatch_index(reqs)
+
+    def dispatch_columns(self, c: Any) -> None:
+        """Dispatch a :class:`rmqstore.columnar.Columns` batch (same rules as :meth:`dispatch`)."""
+        n = len(c)
+        if n == 0:
+            return
+        if self.topics is not None:
+            wanted = np.array([t in self.topics for t in c.topics] or [False], dtype=bool)
+            rec_ok = wanted[c.topic_id]
+            if not rec_ok.any():
+                return
+            if not rec_ok.all():
+                c = _select(c, rec_ok)
+                n = len(c)
+        self.stats.records += n
+        self.stats.max_phy_offset = max(self.stats.max_phy_offset, int(c.phy[-1] + c.size[-1]))
+        if self.build_cq:
+            cq_ok = queued(c.sys_flag)
+            if self.cq_exclude:
+                keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
+                cq_ok &= keep[c.topic_id]
+            idx = np.flatnonzero(cq_ok)
+            grp = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
+            order = np.argsort(grp, kind="stable")
+            idx = idx[order]
+            g = grp[order]
+            bounds = np.flatnonzero(np.diff(g)) + 1
+            last_phy, last_ts = -1, 0
+            for part in np.split(idx, bounds):
+                if not len(part):
+                    continue
+                key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
+                w = self._queue(*key, int(c.phy[part[0]]))
+                before = w.written
+                w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
+                if w.written > before:
+                    self.stats.queues_touched.add(key)
+                    self.stats.cq_entries += w.written - before
+                    if int(c.phy[part[-1]]) > last_phy:
+                        last_phy, last_ts = int(c.phy[part[-1]]), w.last_ts
+            if last_ts:
+                self.stats.logics_msg_timestamp_ms = last_ts
+        if self.build_index and len(c.key_rec):
+            w = self._index_writer()
+            rec_ok = (c.phy >= w.end_phy_offset()) & indexed(c.sys_flag)
+            sel = rec_ok[c.key_rec]
+            kr = c.key_rec[sel]
+            if len(kr):
+                w.put_hashes(c.key_hash[sel], c.phy[kr], c.store_ts[kr])
+                self.stats.index_entries = w.written
+
+    def _dispatch_cq(self, reqs: list[DispatchRequest]) -> None:
+        groups: dict[tuple[str, int], list[DispatchRequest]] = {}
+        for r in reqs:
+            if queued(r.sys_flag) and r.topic not in self.cq_exclude:
+                g = groups.get((r.topic, r.queue_id))
+                if g is None:
+                    groups[(r.topic, r.queue_id)] = g = []
+                g.append(r)
+        last_ts = 0
+        last_phy = -1
+        for key, g in groups.items():
+            w = self._queue(*key, g[0].phy_offset)
+            before = w.written
+            w.put(
+                np.fromiter((r.phy_offset for r in g), np.int64, len(g)),
+                np.fromiter((r.size for r in g), np.int64, len(g)),
+                np.fromiter((r.tags_code for r in g), np.int64, len(g)),
+                np.fromiter((r.queue_offset for r in g), np.int64, len(g)),
+                np.fromiter((r.store_timestamp_ms for r in g), np.int64, len(g)),
+            )
+            if w.written > before:
+                self.stats.queues_touched.add(key)
+                self.stats.cq_entries += w.written - before
+                if g[-1].phy_offset > last_phy:
+                    last_phy, last_ts = g[-1].phy_offset, w.last_ts
+        if last_ts:
+            self.stats.logics_msg_timestamp_ms = last_ts
+
+    def _dispatch_index(self, reqs: list[DispatchRequest]) -> None:
+        w = self._index_writer()
+        end_phy = w.end_phy_offset()
+        keys: list[str] = []
+        phys: list[int] = []
+        tss: list[int] = []
+        for r in reqs:
+            if r.phy_offset < end_phy:
+                continue
+            if not indexed(r.sys_flag):
+                continue
+            topic = r.topic
+            if r.uniq_key is not None:
+                keys.append(f"{topic}#{r.uniq_key}")
+                phys.append(r.phy_offset)
+                tss.append(r.store_timestamp_ms)
+            if r.keys:
+                for k in r.keys.split(" "):
+                    if k:
+                        keys.append(f"{topic}#{k}")
+                        phys.append(r.phy_offset)
+                        tss.append(r.store_timestamp_ms)
+        if keys:
+            w.put_batch(keys, np.array(phys, dtype=np.int64), np.array(tss, dtype=np.int64))
+            self.stats.index_entries = w.written
+
+    def close(self, *, sync: bool = True) -> DispatchStats:
+        for w in self._queues.values():
+            w.close(sync)
+        if self._index is not None:
+            self._index.close(sync)
+            self.stats.index_files_created = list(self._index.created)
+            if self._index.full_end_timestamps:
+                self.stats.index_msg_timestamp_ms = self._index.full_end_timestamps[-1]
+        return self.stats
+
+    def __enter__(self) -> Dispatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(sync=exc[0] is None)

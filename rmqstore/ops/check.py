@@ -1,0 +1,1725 @@
+"""Consistency check of a whole store, like a file system's fsck (store-format.md §2-§8, §11).
+
+:func:`check_store` never stops at the first problem: it decodes leniently and collects
+:class:`~rmqstore.problems.Problem` values, each naming a file and a byte position.
+
+Full check:
+
+* commit log (§2.4, §3.11): file names, sizes and continuity; every record's magic, TOTALSIZE
+  against ``calMsgLength``, body CRC, stored PHYSICALOFFSET against its real position; a BLANK at
+  the end of every file but the last; after an unreadable stretch the walk resynchronises on the
+  next record whose magic and stored offset agree with its position, so one bad record does not
+  hide the rest. Zeros after the end of data are normal; other bytes there are a dirty tail the
+  broker truncates.
+* consume queues (§4): every entry against the record it points to (topic, queue, queue offset,
+  size, tagsCode incl. delay-level delivery times), zero entries followed by data (gaps),
+  fillPreBlank fillers only as a prefix, entries past the end of the commit log; records missing
+  from their queue.
+* index files (§5): header sanity, slot chains, every entry's key hash against the keys of the
+  record it points to, time differences against the record's store time; keys missing.
+* checkpoint (§6), abort and lock (§7), config/*.json (§11).
+* what the broker concludes at start (§8): where recovery starts and stops, what it truncates
+  and deletes, and which records would never be dispatched.
+
+``quick=True`` computes only that last part (what a broker reads at start), without verifying
+every consume queue entry and index entry.
+
+Vectorised with numpy where it counts: the commit log walk builds sorted arrays of record
+fields once; consume queue and index entries are matched against them with ``searchsorted``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rmqstore.codec import checkpoint as cpmod
+from rmqstore.codec.commitlog import (
+    HEAD_V4,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    PROP_DELAY,
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    Blank,
+    decode_record,
+    parse_properties,
+    prop_crc_check,
+    read_head,
+)
+from rmqstore.codec.consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
+from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
+from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
+from rmqstore.codec.javahash import index_key_hash_batch, tags_code
+from rmqstore.dispatch.multiqueue import lmq_listed
+from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
+from rmqstore.ops.dump import scan_batch_queue
+from rmqstore.ops.offsets import commitlog_min_phy, queue_range, range_from_files, read_consumer_offsets
+from rmqstore.ops.recover import walk_start
+from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
+from rmqstore.rules import rules_for
+from rmqstore.store import Store
+from rmqstore.store import config as cfgjson
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
+from rmqstore.walk.chain import indexed, queued
+from rmqstore.walk.checked import TopicIds
+from rmqstore.walk.starts import RecordStarts, first_nonzero
+
+PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
+_INT_MAX = 0x7FFFFFFF
+_V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
+_CHUNK = 16 << 20
+_KEY_FLUSH = 1 << 16  # index keys hashed at a time
+_CONFIG_SUFFIXES = (".json", ".json.bak")
+_COMPACT_CONFIG = tuple(cfgjson.COMPACT_FILES) + tuple(f"{n}.bak" for n in cfgjson.COMPACT_FILES)
+_TYPED_CONFIG: dict[str, Callable[..., Any]] = {
+    "topics.json": cfgjson.load_topics,
+    "consumerOffset.json": cfgjson.load_consumer_offsets,
+    "delayOffset.json": cfgjson.load_delay_offsets,
+}
+
+Progress = Callable[[int], None]
+COUNT_KEYS = (
+    "commitlogFiles",
+    "records",
+    "blanks",
+    "queues",
+    "cqEntries",
+    "indexFiles",
+    "indexEntries",
+    "configFiles",
+    "committedOffsets",
+)
+
+
+# ----------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryForecast:
+    """What the broker concludes when it loads this store (§8)."""
+
+    last_exit_ok: bool  # no abort file
+    mode: str  # "normal" | "abnormal"
+    start_file: str | None  # commit log file recovery starts in
+    stop_phy_offset: int  # processOffset: where the commit log ends after recovery
+    stop_reason: str
+    dropped_records: int  # readable records at or after the stop: lost by the truncation
+    dropped_bytes: int
+    deleted_files: tuple[str, ...]  # commit log files deleted by truncateDirtyFiles
+    deleted_index_files: tuple[str, ...]  # abnormal start: index files newer than the checkpoint
+    cq_max_phy_offset: int  # maxPhyOffsetOfConsumeQueue with this broker's meaning (§8.6)
+    truncated_queues: int  # queues with entries at or past the stop: truncateDirtyLogicFiles cuts them
+    dispatch_from: int  # where dispatch resumes after recovery (§9.3)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lastExitOK": self.last_exit_ok,
+            "mode": self.mode,
+            "startFile": self.start_file,
+            "stopPhyOffset": self.stop_phy_offset,
+            "stopReason": self.stop_reason,
+            "droppedRecords": self.dropped_records,
+            "droppedBytes": self.dropped_bytes,
+            "deletedFiles": list(self.deleted_files),
+            "deletedIndexFiles": list(self.deleted_index_files),
+            "cqMaxPhyOffset": self.cq_max_phy_offset,
+            "truncatedQueues": self.truncated_queues,
+            "dispatchFrom": self.dispatch_from,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """Everything :func:`check_store` found."""
+
+    store: Path
+    quick: bool
+    broker: str
+    counts: dict[str, int]
+    recovery: RecoveryForecast | None
+    problems: tuple[Problem, ...]
+    found: dict[str, int]  # problems found per severity, including those not listed
+
+    @property
+    def clean(self) -> bool:
+        """No error and no warning (info findings are normal)."""
+        return not self.found.get(ERROR) and not self.found.get(WARNING)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"store": str(self.store), "mode": "quick" if self.quick else "full"}
+        out["brokerVersion"] = self.broker
+        out.update(self.counts)
+        out["errors"] = self.found.get(ERROR, 0)
+        out["warnings"] = self.found.get(WARNING, 0)
+        out["infos"] = self.found.get(INFO, 0)
+        if self.recovery is not None:
+            out["recovery"] = self.recovery.to_json()
+        return out
+
+    def one_line(self) -> str:
+        parts = [f"{self.found.get(s, 0)} {n}" for s, n in ((ERROR, "error(s)"), (WARNING, "warning(s)"))]
+        return f"check found {', '.join(parts)} in {self.store}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "problems": [p.to_json() for p in self.problems]}
+
+
+class _Problems:
+    """Collects problems; past ``limit`` of one kind (over all files) they are only counted."""
+
+    def __init__(self, limit: int = PER_KIND_LIMIT) -> None:
+        self.items: list[Problem] = []
+        self.found: Counter[str] = Counter()
+        self._per_group: Counter[str] = Counter()
+        self._hidden: dict[str, tuple[set[str], str, int]] = {}
+        self.limit = limit  # 0: no limit
+
+    def add(
+        self,
+        path: Path | str,
+        pos: int | None,
+        what: str,
+        severity: str = ERROR,
+        phy_offset: int | None = None,
+        group: str | None = None,
+    ) -> None:
+        self.found[severity] += 1
+        if group is not None:
+            self._per_group[group] += 1
+            if self.limit and self._per_group[group] > self.limit:
+                self.hide(path, group, severity, 1, counted=True)
+                return
+        self.items.append(Problem(path, pos, what, severity, phy_offset))
+
+    def hide(self, path: Path | str, group: str, severity: str, n: int, *, counted: bool = False) -> None:
+        """Count ``n`` more problems of ``group`` that are not listed."""
+        if n <= 0:
+            return
+        if not counted:
+            self.found[severity] += n
+        paths, _, had = self._hidden.get(group, (set(), severity, 0))
+        paths.add(str(path))
+        self._hidden[group] = (paths, severity, had + n)
+
+    def extend(self, problems: Iterable[Problem]) -> None:
+        for p in problems:
+            self.found[p.severity] += 1
+            self.items.append(p)
+
+    def finish(self) -> tuple[Problem, ...]:
+        for group, (paths, severity, n) in self._hidden.items():
+            where = next(iter(paths)) if len(paths) == 1 else os.path.commonpath(sorted(paths))
+            self.items.append(Problem(where, None, f"... and {n} more problem(s) like {group!r} not listed", severity))
+        return tuple(self.items)
+
+
+# --------------------------------------------------------------------------- commit log walk
+
+
+@dataclass
+class _FileRun:
+    """How the walk of one commit log file ended."""
+
+    seg: Segment
+    records: int = 0
+    end_pos: int = 0  # where the run of readable records ended
+    end_kind: str = "eof"  # "blank" | "zeros" | "eof" | "invalid"
+    garbage_pos: int | None = None  # first byte after the data that no record explains
+    tail_what: str | None = None  # the decode error at garbage_pos, if any
+
+
+@dataclass
+class _LogScan:
+    """Fields of every readable record, in commit log order (so sorted by phy offset)."""
+
+    names: TopicIds = field(default_factory=TopicIds)  # topic name <-> id of every record
+    # one row per record: phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
+    # computes, store timestamp, transaction type
+    rows: array = field(default_factory=lambda: array("q"))  # flat: 8 longs a record
+    key_rec: list[np.ndarray] = field(default_factory=list)  # record number of each index key
+    key_hash: list[np.ndarray] = field(default_factory=list)  # its index key hash
+    stops: list[int] = field(default_factory=list)  # phy offsets where the broker's walk stops
+    runs: list[_FileRun] = field(default_factory=list)
+    blanks: int = 0
+    # numpy views, built by finish()
+    a_phy: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    keys_sorted: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    @property
+    def topics(self) -> list[str]:
+        return self.names.names
+
+    @property
+    def topic_ids(self) -> dict[str, int]:
+        return self.names.ids
+
+    def topic_id(self, name: str) -> int:
+        return self.names.id(name)
+
+    def finish(self) -> None:
+        table = (
+            np.frombuffer(self.rows, dtype=np.int64).reshape(-1, 8) if len(self.rows) else np.zeros((0, 8), np.int64)
+        )
+        self.a_phy = np.ascontiguousarray(table[:, 0])
+        names = ("size", "topic", "qid", "qoff", "tags", "ts", "tx")
+        self.arrays = {name: np.ascontiguousarray(table[:, i + 1]) for i, name in enumerate(names)}
+        del table
+        recs = np.concatenate(self.key_rec) if self.key_rec else np.empty(0, np.int64)
+        hashes = np.concatenate(self.key_hash) if self.key_hash else np.empty(0, np.int64)
+        self.keys_sorted = _sorted_unique((recs.astype(np.int64) << 32) | hashes.astype(np.int64))
+        self.rows = array("q")
+        self.key_rec, self.key_hash = [], []
+
+    @property
+    def count(self) -> int:
+        return int(self.a_phy.size)
+
+    @property
+    def data_end(self) -> int:
+        """End of the last readable record (the commit log max as far as data goes)."""
+        if not self.count:
+            return self.runs[0].seg.base_offset if self.runs else 0
+        return int(self.a_phy[-1] + self.arrays["size"][-1])
+
+    def lookup(self, phys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Record number of each offset and whether a record starts exactly there."""
+        idx = np.searchsorted(self.a_phy, phys)
+        safe = np.minimum(idx, max(self.count - 1, 0))
+        hit = (idx < self.count) & (self.a_phy[safe] == phys) if self.count else np.zeros(len(phys), bool)
+        return safe, hit
+
+
+@dataclass
+class _OpenFile:
+    """The commit log file a walk is in, mapped."""
+
+    seg: Segment
+    buf: Any
+    view: memoryview
+    size: int
+    run: _FileRun
+    shifts: list[tuple[int, int]]
+    starts: RecordStarts | None = None  # built at the first resync
+
+    @property
+    def path(self) -> str:
+        return str(self.seg.path)
+
+
+class _Walker:
+    """Lenient walk over commit log files, building a :class:`_LogScan`."""
+
+    def __init__(self, st: Store, out: _Problems, progress: Progress | None, *, light: bool = False) -> None:
+        self.light = light  # only what recovery reads: no tagsCode, no index keys
+        self.st = st
+        self.cfg = st.config
+        self.broker = st.config.broker
+        # 5.2.0+ forceVerifyPropCRC: recovery checks the __CRC32# property of every record
+        self.prop_crc = st.config.force_verify_prop_crc and rules_for(self.broker).prop_crc
+        self.out = out
+        self.progress = progress
+        self.v2_ok = rules_for(self.broker).v2_magic
+        try:
+            self.levels = st.config.delay_levels_ms()
+        except ValueError:
+            self.levels = parse_delay_levels(DEFAULT_DELAY_LEVELS)
+        self.scan = _LogScan()
+        self._tags_cache: dict[str | None, int] = {}
+        self._key_strs: list[str] = []
+        self._key_recs: list[int] = []
+        self._topics: dict[bytes, tuple[str, int]] = {}
+
+    # -- helpers ------------------------------------------------------------------
+    def _stop(self, phy: int) -> None:
+        if not self.scan.stops or self.scan.stops[-1] != phy:
+            self.scan.stops.append(phy)
+
+    def _props(self, raw: str) -> dict[str, str]:
+        return fast_properties(raw, broker=self.broker)
+
+    def _tags_code(self, tags: str | None) -> int:
+        code = self._tags_cache.get(tags)
+        if code is None:
+            code = self._tags_cache[tags] = tags_code(tags)
+        return code
+
+    def _flush_keys(self) -> None:
+        if self._key_strs:
+            self.scan.key_hash.append(index_key_hash_batch(self._key_strs).astype(np.int64))
+            self.scan.key_rec.append(np.asarray(self._key_recs, dtype=np.int64))
+            self._key_strs, self._key_recs = [], []
+
+    # -- the walk -----------------------------------------------------------------
+    def walk(self, segs: Sequence[Segment]) -> _LogScan:
+        for seg in segs:
+            self.scan.runs.append(self._walk_file(seg))
+        self._flush_keys()
+        return self.scan
+
+    def _walk_file(self, seg: Segment) -> _FileRun:
+        run = _FileRun(seg)
+        shifts: list[tuple[int, int]] = []
+        reported = 0
+        with map_file(seg.path) as buf, memoryview(buf) as view:
+            f = _OpenFile(seg, buf, view, len(buf), run, shifts)
+            pos: int | None = 0
+            while pos is not None:
+                if pos - reported >= _CHUNK and self.progress is not None:
+                    self.progress(pos - reported)
+                    reported = pos
+                nxt = self._fast_record(f, pos) if f.size - pos >= HEAD_V4.size else None
+                pos = nxt if nxt is not None else self._slow_step(f, pos)
+            f.starts = None
+        if self.progress is not None:
+            self.progress(seg.size - reported)
+        self._report_shifts(seg, run, shifts)
+        if len(self._key_strs) > 200_000:
+            self._flush_keys()
+        return run
+
+    def _fast_record(self, f: _OpenFile, pos: int) -> int | None:
+        """A V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly what decode_record
+        accepts for such a record: read it here and return where the next one starts; None leaves
+        anything else to the decoder."""
+        buf, view, n, base = f.buf, f.view, f.size, f.seg.base_offset
+        (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
+         body_len) = HEAD_V4.unpack_from(buf, pos)  # fmt: skip
+        if magic != MAGIC_V1 or sys_flag & _V6_FLAGS or not MIN_RECORD_SIZE_V1 <= total <= n - pos or body_len < 0:
+            return None
+        end = pos + total
+        p = pos + HEAD_V4.size + body_len
+        if p >= end:
+            return None
+        topic_len = buf[p]
+        q = p + 1 + topic_len
+        if topic_len >= 128 or q + 2 > end:
+            return None
+        props_len = (buf[q] << 8) | buf[q + 1]
+        if props_len >= 0x8000 or MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len != total:
+            return None
+        if body_len:
+            start = pos + HEAD_V4.size
+            computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
+            if computed != crc:
+                self._crc_problem(f.path, pos, base + pos, crc, computed)
+        if self.prop_crc:
+            self._check_prop_crc(buf, f.path, pos, base, total)
+        topic = self._topic(bytes(view[p + 1 : q]))
+        raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
+        self._accept(
+            f.path, pos, base + pos, magic, phy_field, sys_flag, qid, qoff, total, store_ts, topic, raw, f.shifts
+        )
+        f.run.records += 1
+        return end
+
+    def _resync(self, f: _OpenFile, start: int) -> int | None:
+        """The next position >= ``start`` where a record (or the file-ending BLANK) verifiably starts."""
+        if f.starts is None:
+            f.starts = RecordStarts(f.buf, f.size, f.seg.base_offset, v2=self.v2_ok)
+        return f.starts.resync(start - 1)
+
+    def _slow_step(self, f: _OpenFile, pos: int) -> int | None:
+        """One step through the decoder: the end of the data, a gap, damage, a BLANK or a record."""
+        buf, n, base, path, run = f.buf, f.size, f.seg.base_offset, f.path, f.run
+        if n - pos < 8:
+            run.end_kind, run.end_pos = "eof", pos
+            self._stop(base + pos)
+            if pos < n and any(buf[pos:n]):
+                run.garbage_pos, run.tail_what = pos, f"{n - pos} bytes too short for a record header"
+            return None
+        total, magic = read_head(buf, pos)
+        if total == 0 and magic == 0:
+            return self._zero_gap(f, pos)
+        try:
+            rec = decode_record(buf, pos, path=path, file_from=base, broker=self.broker)
+        except CorruptData as e:
+            self._stop(base + pos)
+            nxt = self._resync(f, pos + 1)
+            if nxt is None:
+                run.end_kind, run.end_pos = "invalid", pos
+                run.garbage_pos, run.tail_what = pos, e.what
+                return None
+            skipped = "" if isinstance(e, RecordSizeMismatch) else "unreadable "
+            what = f"{e.what}; {nxt - pos} {skipped}bytes up to the next valid record at byte {nxt}"
+            self.out.add(path, pos, what, phy_offset=base + pos, group="bad record")
+            return nxt
+        if isinstance(rec, Blank):
+            self.scan.blanks += 1
+            if rec.total_size != n - pos:
+                what = f"BLANK record says {rec.total_size} bytes remain, the file has {n - pos} left"
+                self.out.add(path, pos, what, WARNING, phy_offset=rec.phy_offset)
+            run.end_kind, run.end_pos = "blank", pos
+            return None
+        if rec.body and not rec.crc_ok():
+            self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
+        if self.prop_crc:
+            self._check_prop_crc(buf, path, pos, base, rec.total_size)
+        self._accept(
+            path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
+            rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw, f.shifts,
+        )  # fmt: skip
+        run.records += 1
+        return pos + rec.total_size
+
+    def _zero_gap(self, f: _OpenFile, pos: int) -> int | None:
+        """Zeros where a record should start: the end of the data, or a gap with records after it."""
+        base = f.seg.base_offset
+        self._stop(base + pos)
+        nz = first_nonzero(f.buf, pos, f.size, path=f.seg.path)
+        # a record's TOTALSIZE has a non-zero byte among its first four
+        nxt = None if nz is None else self._resync(f, max(pos, nz - 3))
+        if nxt is None:
+            f.run.end_kind, f.run.end_pos = "zeros", pos
+            f.run.garbage_pos = nz
+            return None
+        self.out.add(
+            f.path,
+            pos,
+            f"zero bytes from byte {pos} to {nxt} inside the data: the broker stops reading here "
+            "and truncates the records after it",
+            phy_offset=base + pos,
+            group="zero gap",
+        )
+        return nxt
+
+    def _topic(self, raw: bytes) -> tuple[str, int]:
+        """Topic name and id, decoded as decode_record does (UTF-8, bad bytes replaced)."""
+        got = self._topics.get(raw)
+        if got is None:
+            name = raw.decode("utf-8", "replace")
+            got = self._topics[raw] = (name, self.scan.topic_id(name))
+        return got
+
+    def _check_prop_crc(self, buf: Any, path: str, pos: int, base: int, total: int) -> None:
+        stored, computed = prop_crc_check(buf, pos, total)
+        if stored == computed:
+            return
+        self._stop(base + pos)
+        what = "no __CRC32# property" if stored is None else f"__CRC32# property {stored}, computed {computed}"
+        self.out.add(
+            path,
+            pos,
+            f"{what} (forceVerifyPropCRC): recovery stops at this record and truncates everything after it",
+            phy_offset=base + pos,
+            group="crc",
+        )
+
+    def _crc_problem(self, path: str, pos: int, phy: int, stored: int, computed: int) -> None:
+        stop = self.cfg.check_crc_on_recover
+        if stop:
+            self._stop(phy)
+        self.out.add(
+            path,
+            pos,
+            f"body CRC mismatch: stored {stored}, computed {computed}"
+            + ("; recovery stops at this record and truncates everything after it" if stop else ""),
+            phy_offset=phy,
+            group="crc",
+        )
+
+    def _accept(
+        self,
+        path: str,
+        pos: int,
+        phy: int,
+        magic: int,
+        phy_field: int,
+        sys_flag: int,
+        queue_id: int,
+        queue_offset: int,
+        total: int,
+        store_ts: int,
+        topic: tuple[str, int],
+        raw: str,
+        shifts: list[tuple[int, int]],
+    ) -> None:
+        """Record-level checks after a successful decode, and the record's row in the scan."""
+        name, tid = topic
+        if magic == MAGIC_V2 and not self.v2_ok:
+            self._stop(phy)
+            self.out.add(
+                path, pos, f"V2 record (magic 0xDAA320AB): broker {self.broker} reads it as corrupt", group="v2"
+            )
+        if phy_field != phy:
+            shifts.append((pos, phy_field - phy))
+        schedule = name == SCHEDULE_TOPIC
+        props = self._props(raw) if raw and (schedule or not self.light) else {}
+        code = self._tags_code(props.get(PROP_TAGS)) if props else 0
+        if schedule and PROP_DELAY in props:
+            raw_level = props[PROP_DELAY]
+            if not _JAVA_INT_RE.fullmatch(raw_level):
+                self._stop(phy)
+                self.out.add(
+                    path,
+                    pos,
+                    f"DELAY={raw_level!r} is not a number: the broker treats this record as invalid",
+                    phy_offset=phy,
+                    group="delay",
+                )
+            else:
+                level = min(int(raw_level), len(self.levels))
+                if level > 0:
+                    code = store_ts + self.levels[level - 1]
+        tx = sys_flag & TRANSACTION_MASK
+        if tx and tx != TRANSACTION_COMMIT_TYPE and queue_offset != 0:
+            self.out.add(
+                path,
+                pos,
+                f"prepared/rollback record with QUEUEOFFSET {queue_offset}: the broker writes 0",
+                WARNING,
+                phy_offset=phy,
+                group="tx queue offset",
+            )
+        rows = self.scan.rows
+        number = len(rows) // 8
+        rows.extend((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
+        if indexed(tx) and props and not self.light:  # §5.3: rollback is not indexed
+            uniq = props.get(PROP_UNIQ_KEY)
+            if uniq:
+                self._key_strs.append(f"{name}#{uniq}")
+                self._key_recs.append(number)
+            keys = props.get(PROP_KEYS)
+            if keys:
+                for token in keys.split(" "):
+                    if token:
+                        self._key_strs.append(f"{name}#{token}")
+                        self._key_recs.append(number)
+            if len(self._key_strs) >= _KEY_FLUSH:  # hash in bounded batches: memory stays flat
+                self._flush_keys()
+
+    def _report_shifts(self, seg: Segment, run: _FileRun, shifts: list[tuple[int, int]]) -> None:
+        if not shifts:
+            return
+        path = str(seg.path)
+        deltas = {d for _, d in shifts}
+        if len(shifts) == run.records and len(deltas) == 1 and run.records > 1:
+            (delta,) = deltas
+            self.out.add(
+                path,
+                shifts[0][0],
+                f"the stored PHYSICALOFFSET of all {run.records} records is {delta:+d} off their position: the file "
+                f"name does not match its content (the records belong in {file_name(seg.base_offset + delta)})",
+                phy_offset=seg.base_offset + shifts[0][0],
+            )
+            return
+        for pos, delta in shifts:
+            self.out.add(
+                path,
+                pos,
+                f"stored PHYSICALOFFSET {seg.base_offset + pos + delta} differs from the record's position "
+                f"{seg.base_offset + pos}: consume queue entries built from it point elsewhere",
+                phy_offset=seg.base_offset + pos,
+                group="phy offset",
+            )
+
+
+def _first(out: _Problems, idx: np.ndarray, path: Path | str, group: str, severity: str = ERROR) -> np.ndarray:
+    """The first indices worth building a problem for; the others are only counted."""
+    if not out.limit:
+        return idx
+    keep = out.limit + 1
+    out.hide(path, group, severity, int(idx.size) - keep)
+    return idx[:keep]
+
+
+def _crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def fast_properties(raw: str, *, broker: str) -> dict[str, str]:
+    """``parse_properties`` (the codec's one splitter, fast path included), under its earlier name."""
+    return parse_properties(raw, broker=broker)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (a plain sort: numpy's hash-based ``unique`` is slow on millions)."""
+    a = np.sort(a)
+    if a.size:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
+    return a
+
+
+def _classify_tails(scan: _LogScan, out: _Problems) -> None:
+    """File ends: BLANKs between files, dirty tails, preallocated files (§2.3, §3.4, §8.5)."""
+    runs = scan.runs
+    with_data = [i for i, r in enumerate(runs) if r.records or r.garbage_pos is not None]
+    last = with_data[-1] if with_data else -1
+    for i, run in enumerate(runs):
+        path, seg = str(run.seg.path), run.seg
+        if i < last:
+            if run.end_kind != "blank":
+                later = len(runs) - i - 1
+                if run.garbage_pos is not None and run.tail_what:
+                    out.add(path, run.garbage_pos, run.tail_what, phy_offset=seg.base_offset + run.garbage_pos)
+                elif run.garbage_pos is not None:
+                    out.add(path, run.garbage_pos, "non-zero bytes after the end of data", WARNING)
+                out.add(
+                    path,
+                    run.end_pos,
+                    f"data ends at byte {run.end_pos} without a BLANK record while later files hold data: "
+                    f"recovery stops here and drops the {later} later file(s)",
+                    phy_offset=seg.base_offset + run.end_pos,
+                )
+        elif i == last:
+            if run.garbage_pos is not None:
+                what = f"{run.tail_what}; " if run.tail_what else ""
+                out.add(
+                    path,
+                    run.garbage_pos,
+                    f"dirty tail: {what}non-zero bytes after the last record that the broker would truncate",
+                    WARNING,
+                    phy_offset=seg.base_offset + run.garbage_pos,
+                )
+        elif not run.records and seg.base_offset > scan.data_end:
+            out.add(path, 0, "empty (preallocated) file after the end of data: recovery deletes it", INFO)
+
+
+def _fix_segment_problems(problems: Iterable[Problem], segs: Sequence[Segment], expected: int) -> list[Problem]:
+    """Give the size problems of :func:`~rmqstore.layout.list_segments` a byte position: where
+    the file ends (truncated) or where it should have ended (too long)."""
+    sizes = {str(s.path): s.size for s in segs}
+    out = []
+    for p in problems:
+        if p.pos is None and str(p.path) in sizes and p.kind is ProblemKind.WRONG_SIZE:
+            p = Problem(p.path, min(sizes[str(p.path)], expected), p.what, p.severity, p.phy_offset)
+        out.append(p)
+    return out
+
+
+# --------------------------------------------------------------------------- consume queues
+
+
+@dataclass
+class _QueueInfo:
+    topic: str
+    queue_id: int
+    first_qoff: int  # queue offset at the start of the first file
+    end_qoff: int  # first queue offset after the valid entries (the max offset)
+    last_phy: int  # start of the last valid entry, -1 if none
+    last_end: int  # offset + size of the last valid real entry, -1 if none
+    entries: int = 0
+    fillers: int = 0
+    filler_end: int = -1  # queue offset after the fillPreBlank prefix (-1: none)
+    batch: bool = False  # a 5.x batch consume queue (first/end offsets count messages, not units)
+
+
+def _load_queue(segs: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All entries of a queue: the entry array, queue offsets, file numbers and byte positions."""
+    parts, qoffs, files, poss = [], [], [], []
+    for i, seg in enumerate(segs):
+        with map_file(seg.path) as buf:
+            view = entries_array(buf)
+            arr = np.array(view)
+            del view
+        k = len(arr)
+        parts.append(arr)
+        qoffs.append(seg.base_offset // ENTRY_SIZE + np.arange(k, dtype=np.int64))
+        files.append(np.full(k, i, dtype=np.int64))
+        poss.append(np.arange(k, dtype=np.int64) * ENTRY_SIZE)
+    if not parts:
+        empty = np.empty(0, np.int64)
+        return np.empty(0, dtype=entries_array(b"").dtype), empty, empty, empty
+    return np.concatenate(parts), np.concatenate(qoffs), np.concatenate(files), np.concatenate(poss)
+
+
+def _check_queues(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str]) -> list[_QueueInfo]:
+    infos = []
+    cfg = st.config
+    fsize = cfg.cq_file_size
+    log_min = scan.runs[0].seg.base_offset if scan.runs else 0
+    data_end = scan.data_end
+    for topic, qid, _qdir in st.queues():
+        segs, seg_problems = st.cq_segments(topic, qid)
+        out.extend(_fix_segment_problems(seg_problems, segs, fsize))
+        counts["queues"] += 1
+        for seg in segs:
+            if seg.base_offset % ENTRY_SIZE:
+                out.add(seg.path, 0, f"file name {seg.base_offset} is not a multiple of {ENTRY_SIZE}")
+            if seg.size % ENTRY_SIZE:
+                cut = seg.size - seg.size % ENTRY_SIZE
+                out.add(seg.path, cut, f"file ends inside an entry ({seg.size % ENTRY_SIZE} stray bytes)")
+        if not segs:
+            infos.append(_QueueInfo(topic, qid, 0, 0, -1, -1))
+            continue
+        arr, qoff, fno, pos = _load_queue(segs)
+        counts["cqEntries"] += len(arr)
+        infos.append(_verify_queue(topic, qid, segs, arr, qoff, fno, pos, scan, out, log_min, data_end, cfg))
+    for topic, qid, _qdir in st.batch_queues():
+        counts["queues"] += 1
+        infos.append(_verify_batch_queue(st, topic, qid, scan, out, counts))
+    return infos
+
+
+def _verify_batch_queue(
+    st: Store, topic: str, qid: int, scan: _LogScan, out: _Problems, counts: Counter[str]
+) -> _QueueInfo:
+    """A 5.x batch consume queue: every unit is a record of this topic and queue at its base offset (§4.7)."""
+
+    segs = st.bcq_segments(topic, qid)[0]
+    units = [(segs[0].path.parent / u.file, u.pos, u.entry) for u in scan_batch_queue(st, topic, qid)]
+    counts["cqEntries"] += len(units)
+    if not units:
+        return _QueueInfo(topic, qid, 0, 0, -1, -1)
+    a = scan.arrays
+    rec, hit = scan.lookup(np.array([u[2].phy_offset for u in units], dtype=np.int64))
+    want_topic = scan.topic_ids.get(topic, -1)
+    for (path, pos, e), r, h in zip(units, rec.tolist(), hit.tolist(), strict=True):
+        if not h:
+            out.add(path, pos, f"batch unit points to commit log offset {e.phy_offset}, where no record starts")
+        elif a["topic"][r] != want_topic or a["qid"][r] != qid or a["size"][r] != e.size:
+            out.add(
+                path,
+                pos,
+                f"batch unit (commit log offset {e.phy_offset}, size {e.size}) does not match the record there "
+                f"({scan.topics[a['topic'][r]]} queue {a['qid'][r]} size {a['size'][r]})",
+                phy_offset=e.phy_offset,
+            )
+    first, last = units[0][2], units[-1][2]
+    return _QueueInfo(
+        topic,
+        qid,
+        first.base_offset,
+        last.base_offset + last.batch_size,
+        last.phy_offset,
+        last.phy_offset + last.size,
+        len(units),
+        0,
+        -1,
+        batch=True,
+    )
+
+
+@dataclass
+class _Entries:
+    """One consume queue's entries as arrays, and where each one is on disk."""
+
+    segs: Sequence[Segment]
+    qoff: np.ndarray
+    fno: np.ndarray
+    pos: np.ndarray
+    phy: np.ndarray
+    size: np.ndarray
+    tags: np.ndarray
+
+    @property
+    def qdir(self) -> Path:
+        return self.segs[0].path.parent
+
+    def where(self, i: int) -> tuple[Path, int]:
+        return self.segs[int(self.fno[i])].path, int(self.pos[i])
+
+    def report(self, out: _Problems, idx: np.ndarray, group: str, what: Callable[[int], str]) -> None:
+        """A problem at each entry of ``idx`` that points at a commit log offset (the first few built)."""
+        for i in _first(out, idx, self.qdir, group):
+            p, b = self.where(i)
+            out.add(p, b, what(int(i)), phy_offset=int(self.phy[i]), group=group)
+
+
+def _queue_prefix(e: _Entries, out: _Problems) -> tuple[int, np.ndarray, np.ndarray, int]:
+    """Invalid entries, the gap that ends the queue, misplaced fillers; returns (end of the valid prefix,
+    the real entries before it, the fillers before it, the first real entry)."""
+    phy, size, tags, qoff = e.phy, e.size, e.tags, e.qoff
+    valid = (phy >= 0) & (size > 0)
+    zero = (phy == 0) & (size == 0) & (tags == 0)
+    filler = (phy == 0) & (size == FILLER_SIZE) & (tags == 0)
+    for i in _first(out, np.flatnonzero(~valid & ~zero), e.qdir, "invalid entry"):
+        p, b = e.where(i)
+        out.add(p, b, f"invalid entry: commit log offset {phy[i]}, size {size[i]}", group="invalid entry")
+    bad = np.flatnonzero(~valid)
+    end = int(bad[0]) if bad.size else len(phy)
+    after = np.flatnonzero(valid[end:] & ~filler[end:])
+    if after.size:
+        p, b = e.where(end)
+        out.add(
+            p,
+            b,
+            f"gap at queue offset {qoff[end]}: an empty or invalid entry followed by {after.size} valid entries; the broker "
+            f"stops reading the queue here (max offset {qoff[end]}) and loses them",
+            phy_offset=None,
+        )
+    real = valid.copy()
+    real[end:] = False
+    # fillPreBlank fillers: only before the first real entry of the queue's first file
+    fill_idx = np.flatnonzero(filler[:end])
+    nonfill = np.flatnonzero(real & ~filler)
+    first_real = int(nonfill[0]) if nonfill.size else end
+    for i in _first(out, fill_idx[fill_idx > first_real], e.qdir, "filler"):
+        p, b = e.where(i)
+        out.add(p, b, "fillPreBlank filler entry after real entries", group="filler")
+    return end, real & ~filler, fill_idx, first_real
+
+
+def _entries_off_records(
+    e: _Entries, idx_real: np.ndarray, hit: np.ndarray, out: _Problems, log_min: int, data_end: int
+) -> None:
+    """Entries that point past the end of the data or where no record starts (expired ones aside)."""
+    e_phy = e.phy[idx_real]
+    past = ~hit & (e_phy >= data_end)
+    inside = ~hit & (e_phy >= log_min) & ~past
+    e.report(
+        out,
+        idx_real[past],
+        "past end",
+        lambda i: (
+            f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, past the end of the "
+            f"commit log data ({data_end}): the broker truncates the queue there at start"
+        ),
+    )
+    e.report(
+        out,
+        idx_real[inside],
+        "not a record",
+        lambda i: f"entry for queue offset {e.qoff[i]} points to commit log offset {e.phy[i]}, where no record starts",
+    )
+
+
+def _entry_mismatches(
+    e: _Entries, topic: str, qid: int, ri: np.ndarray, ei: np.ndarray, scan: _LogScan, out: _Problems, cfg: Any
+) -> None:
+    """Entries whose record (``ri``, for entries ``ei``) disagrees with them."""
+    a = scan.arrays
+    mismatch = {
+        "topic": a["topic"][ri] != scan.topic_ids.get(topic, -1),
+        "queue id": a["qid"][ri] != qid,
+        "queue offset": a["qoff"][ri] != e.qoff[ei],
+        "size": a["size"][ri] != e.size[ei],
+        "tagsCode": a["tags"][ri] != e.tags[ei],
+        "transaction type": ~queued(a["tx"][ri]),
+    }
+    if cfg.enable_consume_queue_ext:
+        mismatch["tagsCode"] &= e.tags[ei] > EXT_ADDR_MAX  # ext addresses are not tag hashes
+    if cfg.enable_multi_dispatch and (mismatch["topic"] | mismatch["queue id"]).any():
+        # a multi-dispatch queue: the record names it in INNER_MULTI_DISPATCH, with this queue offset
+        listed = lmq_listed(cfg, topic, qid, scan.a_phy[ri], e.qoff[ei])
+        for name in ("topic", "queue id", "queue offset"):
+            mismatch[name] &= ~listed
+    any_bad = np.zeros(len(ei), dtype=bool)
+    for m in mismatch.values():
+        any_bad |= m
+
+    def what(j: int) -> str:
+        i, r = int(ei[j]), int(ri[j])
+        fields = [name for name, m in mismatch.items() if m[j]]
+        rec_desc = (
+            f"topic {scan.topics[a['topic'][r]]} queue {a['qid'][r]} queueOffset {a['qoff'][r]} size {a['size'][r]} "
+            f"tagsCode {a['tags'][r]}"
+        )
+        if "transaction type" in fields:
+            rec_desc += " (a prepared/rollback record, which never gets an entry)"
+        return (
+            f"entry for queue offset {e.qoff[i]} (commit log offset {e.phy[i]}, size {e.size[i]}, tagsCode "
+            f"{e.tags[i]}) does not match the record there: {', '.join(fields)} differ ({rec_desc})"
+        )
+
+    bad = np.flatnonzero(any_bad)
+    for j in _first(out, bad, e.qdir, "entry mismatch"):
+        p, b = e.where(int(ei[j]))
+        out.add(p, b, what(int(j)), phy_offset=int(e.phy[ei[j]]), group="entry mismatch")
+
+
+def _verify_queue(
+    topic: str,
+    qid: int,
+    segs: Sequence[Segment],
+    arr: np.ndarray,
+    qoff: np.ndarray,
+    fno: np.ndarray,
+    pos: np.ndarray,
+    scan: _LogScan,
+    out: _Problems,
+    log_min: int,
+    data_end: int,
+    cfg: Any,
+) -> _QueueInfo:
+    phy, size = arr["phy_offset"].astype(np.int64), arr["size"].astype(np.int64)
+    e = _Entries(segs, qoff, fno, pos, phy, size, arr["tags_code"].astype(np.int64))
+    first_qoff = segs[0].base_offset // ENTRY_SIZE
+    end, real, fill_idx, first_real = _queue_prefix(e, out)
+    idx_real = np.flatnonzero(real)
+    rec, hit = scan.lookup(phy[idx_real])
+    _entries_off_records(e, idx_real, hit, out, log_min, data_end)
+    ok = np.flatnonzero(hit)
+    _entry_mismatches(e, topic, qid, rec[ok], idx_real[ok], scan, out, cfg)
+    last_phy = last_end = -1
+    if idx_real.size:
+        last = int(idx_real[-1])
+        last_phy, last_end = int(phy[last]), int(phy[last] + size[last])
+    end_qoff = int(qoff[end - 1]) + 1 if end else first_qoff
+    prefix = fill_idx[fill_idx < first_real]
+    filler_end = int(qoff[prefix[-1]]) + 1 if prefix.size else -1
+    return _QueueInfo(
+        topic, qid, first_qoff, end_qoff, last_phy, last_end, int(idx_real.size), int(fill_idx.size), filler_end
+    )
+
+
+def _report_records(scan: _LogScan, out: _Problems, mask: np.ndarray, log_dir: Path, group: str, why: str) -> None:
+    """A problem for each record in ``mask`` (the first few built, the rest counted)."""
+    a = scan.arrays
+    for r in _first(out, np.flatnonzero(mask), log_dir, group):
+        out.add(
+            log_dir,
+            None,
+            f"record at commit log offset {scan.a_phy[r]} ({scan.topics[a['topic'][r]]} queue {a['qid'][r]} "
+            f"queueOffset {a['qoff'][r]}) {why}",
+            phy_offset=int(scan.a_phy[r]),
+            group=group,
+        )
+
+
+def _check_coverage(
+    scan: _LogScan, queues: list[_QueueInfo], out: _Problems, horizon: int, log_dir: Path, forecast: RecoveryForecast
+) -> None:
+    """Records (NOT/COMMIT) without their consume queue entry (§4.3, §9)."""
+    if not scan.count:
+        return
+    a = scan.arrays
+    by_key = {(q.topic, q.queue_id): q for q in queues}
+    consumable = queued(a["tx"])
+    # one group per (topic, queue id) of the records, mapped back with the inverse index
+    pairs = (a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF)
+    order = np.argsort(pairs, kind="stable")
+    sorted_pairs = pairs[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_pairs[1:] != sorted_pairs[:-1])))
+    inverse = np.empty(scan.count, dtype=np.int64)
+    inverse[order] = np.cumsum(np.concatenate(([False], sorted_pairs[1:] != sorted_pairs[:-1])))
+    reps = order[starts]  # one record of each (topic, queue id)
+    groups = np.stack([a["topic"][reps], a["qid"][reps]], axis=1)
+    g_first = np.full(len(groups), -1, dtype=np.int64)
+    g_end = np.full(len(groups), -1, dtype=np.int64)
+    g_exists = np.zeros(len(groups), dtype=bool)
+    g_fill = np.full(len(groups), -1, dtype=np.int64)
+    for g, (tid, qid) in enumerate(groups.tolist()):
+        q = by_key.get((scan.topics[tid], qid))
+        if q is not None:
+            g_first[g], g_end[g], g_exists[g], g_fill[g] = q.first_qoff, q.end_qoff, True, q.filler_end
+    first, end, exists = g_first[inverse], g_end[inverse], g_exists[inverse]
+    filled = consumable & exists & (a["qoff"] >= first) & (a["qoff"] < g_fill[inverse])
+    why = "has a fillPreBlank filler as its consume queue entry: it cannot be consumed"
+    _report_records(scan, out, filled, log_dir, "filler over record", why)
+    expired = exists & (a["qoff"] < first)
+    missing = consumable & ~expired & (~exists | (a["qoff"] >= end))
+    pending = missing & (scan.a_phy >= horizon)
+    behind = missing & ~pending
+    no_dir = np.bincount(inverse[behind & ~exists], minlength=len(groups))
+    for g in np.flatnonzero(no_dir):
+        tid, qid = groups[g].tolist()
+        out.add(
+            log_dir,
+            None,
+            f"{no_dir[g]} record(s) of {scan.topics[tid]} queue {qid} have no consume queue directory "
+            "(deleted, or cleaned as unused)",
+            INFO,
+        )
+    _report_records(scan, out, behind & exists, log_dir, "missing from queue", "is missing from its consume queue")
+    if pending.any():
+        idx = np.flatnonzero(pending)
+        lo = int(scan.a_phy[idx[0]])
+        dispatched = (scan.a_phy >= forecast.dispatch_from) & (scan.a_phy < forecast.stop_phy_offset)
+        never = int((pending & ~dispatched).sum())
+        if never == 0:
+            sev, why = INFO, "the broker dispatches them when it starts"
+        else:
+            sev = ERROR if not forecast.last_exit_ok else WARNING
+            why = f"dispatch after recovery covers offsets from {forecast.dispatch_from} only: {never} never get dispatched"
+        out.add(
+            log_dir,
+            None,
+            f"{idx.size} record(s) from commit log offset {lo} are not in any consume queue yet; {why}",
+            sev,
+            lo,
+        )
+
+
+# ------------------------------------------------------------------------------------ index
+
+
+@dataclass
+class _IndexInfo:
+    path: Path
+    header: IndexHeader | None
+
+
+def _check_index(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str]) -> list[_IndexInfo]:
+    cfg = st.config
+    files, name_problems = st.index_files()
+    out.extend(name_problems)
+    infos: list[_IndexInfo] = []
+    slots, max_entries = cfg.max_hash_slot_num, cfg.max_index_num
+    log_min = scan.runs[0].seg.base_offset if scan.runs else 0
+    data_end = scan.data_end
+    indexed = np.empty(0, np.int64)
+    cover_lo, cover_hi = None, None
+    prev_end_ts: int | None = None
+    for path in files:
+        counts["indexFiles"] += 1
+        with map_file(path) as buf:
+            try:
+                ix = IndexFile(buf, slots=slots, entries=max_entries, path=str(path), broker=cfg.broker)
+            except CorruptData as e:
+                out.add(path, min(len(buf), HEADER_SIZE + slots * 4 + max_entries * INDEX_ENTRY_SIZE), e.what)
+                infos.append(_IndexInfo(path, decode_header(buf, path=str(path)) if len(buf) >= HEADER_SIZE else None))
+                prev_end_ts = None
+                continue
+            h = ix.header()
+            infos.append(_IndexInfo(path, h))
+            got = _verify_index_file(ix, h, scan, out, log_min, data_end, prev_end_ts)
+            del ix
+        counts["indexEntries"] += got[0]
+        indexed = np.concatenate([indexed, got[1]])
+        if got[0]:
+            cover_lo = h.begin_phy_offset if cover_lo is None else min(cover_lo, h.begin_phy_offset)
+            cover_hi = h.end_phy_offset if cover_hi is None else max(cover_hi, h.end_phy_offset)
+        prev_end_ts = h.end_timestamp_ms
+    if cfg.message_index_enable and cover_lo is not None and scan.keys_sorted.size:
+        _check_index_coverage(scan, _sorted_unique(indexed), out, st.config.index_dir, cover_lo, cover_hi)
+    return infos
+
+
+def _index_count(ix: IndexFile, h: IndexHeader, out: _Problems) -> int:
+    """The header's indexCount (clamped to the file), after reporting the header's own problems."""
+    path, max_entries = ix.path, ix.max_entries
+    count = h.index_count
+    if count < 0 or count > max_entries:
+        out.add(path, 36, f"indexCount {count} is outside [0, maxIndexNum={max_entries}]")
+        count = min(max(count, 0), max_entries)
+    n_entries = max(count, 1) - 1
+    if h.hash_slot_count < 0 or h.hash_slot_count > n_entries:
+        out.add(path, 32, f"hashSlotCount {h.hash_slot_count} exceeds the {n_entries} entries", WARNING)
+    if h.begin_timestamp_ms > h.end_timestamp_ms or h.begin_phy_offset > h.end_phy_offset:
+        out.add(path, 0, "header begin timestamp/offset is after the end one", WARNING)
+    return count
+
+
+@dataclass
+class _IndexEntries:
+    """Entries 1..count-1 of one index file as arrays (entry 0 is never used), and where problems go."""
+
+    path: str
+    out: _Problems
+    count: int
+    slots: int
+    num: np.ndarray  # entry numbers
+    key_hash: np.ndarray
+    phy: np.ndarray
+    tdiff: np.ndarray
+    prev: np.ndarray
+    heads: np.ndarray  # slot heads
+
+    @classmethod
+    def read(cls, ix: IndexFile, count: int, out: _Problems) -> _IndexEntries:
+        dt = np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
+        e = np.frombuffer(ix.buf, dtype=dt, count=count, offset=HEADER_SIZE + ix.slots * 4)
+        cols = [e[n][1:].astype(np.int64) for n in ("h", "p", "t", "v")]
+        del e
+        num = np.arange(1, count, dtype=np.int64)
+        return cls(ix.path, out, count, ix.slots, num, *cols, ix.slots_array().astype(np.int64))
+
+    def add(self, mask: np.ndarray, what: Callable[[int], str], group: str, sev: str = ERROR) -> None:
+        """A problem for each entry in ``mask`` (the first few built, the rest counted)."""
+        for i in _first(self.out, np.flatnonzero(mask), self.path, group, sev):
+            at = HEADER_SIZE + self.slots * 4 + int(self.num[i]) * INDEX_ENTRY_SIZE
+            self.out.add(self.path, at, what(int(i)), sev, phy_offset=int(self.phy[i]), group=group)
+
+
+def _index_chains(x: _IndexEntries) -> None:
+    """Hash slot chains (§5.2): keyHash signs, prev links, slot heads, reachability."""
+    num, key_hash, prev, heads, count, path, out = x.num, x.key_hash, x.prev, x.heads, x.count, x.path, x.out
+    x.add(key_hash < 0, lambda i: f"entry {num[i]} has a negative keyHash {key_hash[i]}", "negative hash")
+    x.add(
+        (prev < 0) | (prev >= num), lambda i: f"entry {num[i]} links to entry {prev[i]}, not an earlier one", "bad prev"
+    )
+    slot = np.where(key_hash >= 0, key_hash % x.slots, -1)
+    okp = (prev > 0) & (prev < num)
+    prev_slot = np.full(len(num), -1, dtype=np.int64)
+    prev_slot[okp] = slot[prev[okp] - 1]
+    x.add(
+        okp & (prev_slot != slot),
+        lambda i: f"entry {num[i]} (slot {slot[i]}) links to entry {prev[i]} of slot {prev_slot[i]}: chains mixed",
+        "chain slot",
+    )
+    bad_head = (heads < 0) | (heads >= count)
+    for s in _first(out, np.flatnonzero(bad_head), path, "bad slot"):
+        what = f"slot {s} points to entry {heads[s]}, past indexCount {count}"
+        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
+    live = np.flatnonzero((heads > 0) & ~bad_head)
+    head_slot = slot[heads[live] - 1]
+    for s in _first(out, live[head_slot != live], path, "bad slot"):
+        what = f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot"
+        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
+    refs = np.bincount(prev[okp], minlength=count)[1:count] + np.bincount(heads[live], minlength=count)[1:count]
+    x.add(refs == 0, lambda i: f"entry {num[i]} is in no slot chain: queries never find it", "unreachable", WARNING)
+    x.add(refs > 1, lambda i: f"entry {num[i]} is linked {refs[i]} times: slot chains merge", "merged chains")
+
+
+def _index_times(
+    x: _IndexEntries, h: IndexHeader, scan: _LogScan, rec: np.ndarray, hit: np.ndarray, prev_end_ts: int | None
+) -> None:
+    """Rollback records indexed, timeDiff against the record's store time, the header's begin/end."""
+    a, num, tdiff, phy = scan.arrays, x.num, x.tdiff, x.phy
+    x.add(
+        hit & ~indexed(a["tx"][rec]),
+        lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes",
+        "rollback",
+        WARNING,
+    )
+    ts = a["ts"][rec]
+    expect = _time_diff(ts, h.begin_timestamp_ms)
+    ok_t = expect == tdiff
+    ok_t[0] |= tdiff[0] == 0  # the first entry of the very first file: header begin was 0
+    if prev_end_ts is not None:
+        ok_t[0] |= _time_diff(ts[:1], prev_end_ts)[0] == tdiff[0]
+    else:
+        ok_t[0] |= tdiff[0] >= 0  # the file before it is gone: its end time is unknown
+    x.add(
+        hit & ~ok_t,
+        lambda i: f"entry {num[i]} has timeDiff {tdiff[i]} s, the record's store time gives {expect[i]} s",
+        "time diff",
+    )
+    last = len(num) - 1
+    if hit[0] and (h.begin_phy_offset != phy[0] or h.begin_timestamp_ms != ts[0]):
+        x.out.add(x.path, 0, "header begin offset/timestamp differ from entry 1's record", WARNING)
+    if hit[last] and (h.end_phy_offset != phy[last] or h.end_timestamp_ms != ts[last]):
+        x.out.add(x.path, 8, f"header end offset/timestamp differ from entry {num[last]}'s record", WARNING)
+
+
+def _verify_index_file(
+    ix: IndexFile, h: IndexHeader, scan: _LogScan, out: _Problems, log_min: int, data_end: int, prev_end_ts: int | None
+) -> tuple[int, np.ndarray]:
+    """Check one index file; returns its entry count and the (record, hash) pairs it holds."""
+    count = _index_count(ix, h, out)
+    if max(count, 1) - 1 == 0:
+        return 0, np.empty(0, np.int64)
+    x = _IndexEntries.read(ix, count, out)
+    _index_chains(x)
+    num, phy, key_hash = x.num, x.phy, x.key_hash
+    # entries against records
+    rec, hit = scan.lookup(phy)
+    past = ~hit & (phy >= data_end)
+    inside = ~hit & (phy >= log_min) & ~past
+    x.add(
+        past,
+        lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, past the end of data ({data_end})",
+        "past end",
+    )
+    x.add(
+        inside, lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, where no record starts", "not a record"
+    )
+    pair = (rec << 32) | key_hash
+    has_key = np.zeros(len(num), dtype=bool)
+    if scan.keys_sorted.size:
+        k = np.minimum(np.searchsorted(scan.keys_sorted, pair), scan.keys_sorted.size - 1)
+        has_key = scan.keys_sorted[k] == pair
+    x.add(
+        hit & ~has_key,
+        lambda i: (
+            f"entry {num[i]} (keyHash {key_hash[i]}) points to the record at commit log offset {phy[i]} "
+            f"({scan.topics[scan.arrays['topic'][rec[i]]]}), which has no key with that hash"
+        ),
+        "wrong key",
+    )
+    if hit.any():
+        _index_times(x, h, scan, rec, hit, prev_end_ts)
+    return len(num), pair[hit & has_key]
+
+
+def _time_diff(ts: np.ndarray, begin_ms: int) -> np.ndarray:
+    """putKey's timeDiff (§5.2): seconds since the header begin, truncated, clamped to int."""
+    if begin_ms <= 0:
+        return np.zeros(len(ts), dtype=np.int64)
+    d = ts - begin_ms
+    d = np.where(d >= 0, d // 1000, -((-d) // 1000))
+    return np.clip(d, 0, _INT_MAX)
+
+
+def _check_index_coverage(
+    scan: _LogScan, indexed: np.ndarray, out: _Problems, index_dir: Path, lo: int, hi: int
+) -> None:
+    """Keys of records inside the indexed range that no index file holds (§5.3)."""
+    recs = scan.keys_sorted >> 32
+    in_range = (scan.a_phy[recs] >= lo) & (scan.a_phy[recs] <= hi)
+    want = scan.keys_sorted[in_range]
+    k = np.minimum(np.searchsorted(indexed, want), max(indexed.size - 1, 0))
+    missing = want[indexed[k] != want] if indexed.size else want
+    if not missing.size:
+        return
+    owners = missing >> 32  # sorted, since the pairs are
+    firsts = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
+    recs_missing = owners[firsts]
+    per_rec = np.diff(np.append(firsts, owners.size))
+    keep = _first(out, np.arange(recs_missing.size), index_dir, "key not indexed", WARNING)
+    for r, n in zip(recs_missing[keep].tolist(), per_rec[keep].tolist(), strict=True):
+        out.add(
+            index_dir,
+            None,
+            f"{n} key(s) of the record at commit log offset {scan.a_phy[r]} ({scan.topics[scan.arrays['topic'][r]]}) "
+            "are in no index file",
+            WARNING,
+            phy_offset=int(scan.a_phy[r]),
+            group="key not indexed",
+        )
+
+
+# ---------------------------------------------------------------------- checkpoint, markers
+
+
+def _read_checkpoint(path: Path, out: _Problems | None) -> Any:
+    """The checkpoint as the broker reads it: it maps 4096 bytes, so a short file reads as if
+    padded with zeros and bytes past 4096 are ignored (§6)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if out is not None:
+            out.add(path, None, f"cannot read: {e.strerror}")
+        return None
+    if len(data) != cpmod.FILE_SIZE and out is not None:
+        effect = "the broker extends it with zeros" if len(data) < cpmod.FILE_SIZE else "the broker ignores the rest"
+        out.add(
+            path, min(len(data), cpmod.FILE_SIZE), f"checkpoint is {len(data)} bytes, expected 4096: {effect}", WARNING
+        )
+    return cpmod.decode(data[: cpmod.FILE_SIZE].ljust(cpmod.FILE_SIZE, b"\0"), path=str(path))
+
+
+def _check_checkpoint(st: Store, out: _Problems, newest_ts: int | None) -> Any:
+    path = st.config.checkpoint_path
+    cp = _read_checkpoint(path, out)
+    if cp is None:
+        out.add(
+            path, None, "no checkpoint: an abnormal start would re-dispatch everything from the first file", WARNING
+        )
+        return None
+    if newest_ts is None:
+        return cp
+    for pos, name, value in (
+        (0, "physicMsgTimestamp", cp.physic_msg_timestamp_ms),
+        (8, "logicsMsgTimestamp", cp.logics_msg_timestamp_ms),
+        (16, "indexMsgTimestamp", cp.index_msg_timestamp_ms),
+    ):
+        if value > newest_ts:
+            out.add(
+                path,
+                pos,
+                f"{name} {value} is newer than the newest record ({newest_ts}): abnormal recovery could start after "
+                "records that are not in the consume queues and never dispatch them",
+            )
+        elif value and value < newest_ts and name != "indexMsgTimestamp":
+            out.add(path, pos, f"{name} is {(newest_ts - value) / 1000:.3f} s behind the newest record", INFO)
+    return cp
+
+
+def _check_markers(st: Store, out: _Problems) -> None:
+    cfg = st.config
+    if st.abort_exists():
+        out.add(
+            cfg.abort_path, None, "abort exists: the last shutdown was not clean; the broker recovers abnormally", INFO
+        )
+    pid = st.lock_holder()
+    if pid:
+        out.add(
+            cfg.lock_path,
+            0,
+            f"a running process (pid {pid}) holds the broker lock: the store changes while it is checked",
+            WARNING,
+        )
+
+
+def _check_config(st: Store, out: _Problems, counts: Counter[str]) -> None:
+    d = st.config.config_dir
+    if not d.is_dir():
+        return
+    for p in sorted(d.iterdir()):
+        name = p.name
+        if name.endswith(".json.tmp"):
+            out.add(p, None, "leftover temporary file of an interrupted persist (the broker ignores it)", INFO)
+            continue
+        if not (name.endswith(_CONFIG_SUFFIXES) or name in _COMPACT_CONFIG) or not p.is_file():
+            continue
+        counts["configFiles"] += 1
+        is_bak = name.endswith(".bak")
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            out.add(p, None, f"cannot read: {e.strerror}")
+            continue
+        if not raw:
+            out.add(p, 0, "empty file: the broker loads the .bak copy instead" if not is_bak else "empty file", WARNING)
+            continue
+        try:
+            data = cfgjson.loads(raw, path=p)
+            typed = _TYPED_CONFIG.get(name.removesuffix(".bak"))
+            if typed is not None:
+                typed(data, path=p)
+        except ConfigError as e:
+            line, what = e.line, e.what
+            sev = WARNING if is_bak else ERROR
+            tail = "; the broker falls back to the .bak copy (older state)" if not is_bak else "; no fallback left"
+            out.add(p, _byte_of(raw, line, what), f"does not parse: {what}{tail}", sev)
+
+
+def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
+    """Committed offsets in consumerOffset.json against the queues' ranges (§4.4, §11.4)."""
+    try:
+        cf, table = read_consumer_offsets(st)
+    except ConfigError:
+        return  # reported by _check_config
+    if cf.raw is None:
+        return
+    path = cf.path if cf.source == "file" else cf.path.with_name(cf.path.name + ".bak")
+    min_phy = commitlog_min_phy(st)
+    ranges: dict[tuple[str, int], Any] = {}
+    for (topic, group), queues in table.items():
+        at = cf.raw.find(f'"{topic}@{group}"'.encode())
+        pos = at if at >= 0 else None
+        for qid, committed in queues.items():
+            counts["committedOffsets"] += 1
+            rng = ranges.get((topic, qid))
+            if rng is None:
+                rng = ranges[(topic, qid)] = queue_range(st, topic, qid, min_phy=min_phy)
+            where = f"{group} on {topic} queue {qid}: committed offset {committed}"
+            if committed > rng.max_offset:
+                out.add(
+                    path,
+                    pos,
+                    f"{where} is past the queue's max offset {rng.max_offset}: the broker answers the next pull "
+                    "with OFFSET_OVERFLOW_BADLY and corrects it (to the min offset when that is 0: everything is "
+                    "consumed again)",
+                    WARNING,
+                    group="offset past max",
+                )
+            elif committed < rng.min_offset:
+                out.add(
+                    path,
+                    pos,
+                    f"{where} is behind the queue's min offset {rng.min_offset}: "
+                    f"{rng.min_offset - committed} message(s) expired unconsumed",
+                    INFO,
+                    group="offset before min",
+                )
+
+
+def _byte_of(raw: bytes, line: int | None, what: str) -> int | None:
+    """Byte position of a parse error given its line and ``(column N)`` in the message."""
+    if line is None:
+        return None
+    start = 0
+    for _ in range(line - 1):
+        nl = raw.find(b"\n", start)
+        if nl < 0:
+            break
+        start = nl + 1
+    m = re.search(r"\(column (\d+)\)", what)
+    if not m:
+        return start
+    end = raw.find(b"\n", start)
+    text = raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace")
+    return start + len(text[: int(m.group(1)) - 1].encode("utf-8"))
+
+
+# ------------------------------------------------------------------------------- recovery
+
+
+def _forecast_stop(scan: _LogScan, segs: Sequence[Segment], start_phy: int) -> int:
+    """Where the broker's walk from ``start_phy`` stops, from the stops the lenient walk saw."""
+    stops = [s for s in scan.stops if s >= start_phy]
+    stop = stops[0] if stops else scan.data_end
+    # a BLANK at the end of the last loaded file ends the walk there ("recover last physics file over")
+    last = segs[-1]
+    run = next((r for r in scan.runs if r.seg.path == last.path), None)
+    if run is not None and run.end_kind == "blank":
+        stop = min(stop, last.base_offset + run.end_pos)
+    return stop
+
+
+def _dispatch_from(rules: Any, abort: bool, first_phy: int, start_phy: int, stop: int, cq_max: int) -> int:
+    """Where the re-dispatch after the broker's recovery starts."""
+    if rules.restart_dispatches_from_stop:
+        dispatch_from = stop
+    elif rules.cq_max_includes_size:
+        dispatch_from = max(first_phy, cq_max)
+    else:
+        dispatch_from = stop
+    if abort:
+        return min(dispatch_from, start_phy)
+    if rules.normal_dispatch_beyond_cq:
+        return min(dispatch_from, max(cq_max, start_phy))
+    return dispatch_from
+
+
+def _forecast(
+    st: Store,
+    segs: Sequence[Segment],
+    scan: _LogScan,
+    queues: Sequence[_QueueInfo],
+    index: Sequence[_IndexInfo],
+    cp: Any,
+) -> RecoveryForecast:
+    """What the broker's recovery would do, from the lenient walk's findings; the start file is
+    recovery's own rule (:func:`rmqstore.recover.walk_start`)."""
+
+    cfg = st.config
+    rules = rules_for(cfg.broker)
+    abort = st.abort_exists()
+    ends = [q.last_end if rules.cq_max_includes_size else q.last_phy for q in queues if q.last_phy >= 0]
+    cq_max = max(ends) if ends else -1
+    segs = loaded_segments(segs, cfg.commitlog_file_size, cfg.broker)
+    mode = "abnormal" if abort else "normal"
+    if not segs:
+        return RecoveryForecast(not abort, mode, None, 0, "no commit log files", 0, 0, (), (), cq_max, 0, 0)
+    start, _why = walk_start(segs, abort, cp if cp is not None else cpmod.Checkpoint(0, 0, 0), cfg, rules, cq_max)
+    start_phy = segs[start].base_offset
+    stop = _forecast_stop(scan, segs, start_phy)
+    beyond = scan.a_phy >= stop if scan.count else np.zeros(0, bool)
+    dropped = int(beyond.sum())
+    deleted_index: tuple[str, ...] = ()
+    if abort:
+        limit_ts = cp.index_msg_timestamp_ms if cp is not None else 0
+        deleted_index = tuple(
+            i.path.name for i in index if i.header is not None and i.header.end_timestamp_ms > limit_ts
+        )
+    return RecoveryForecast(
+        last_exit_ok=not abort,
+        mode=mode,
+        start_file=segs[start].path.name,
+        stop_phy_offset=stop,
+        stop_reason=_stop_reason(scan, stop),
+        dropped_records=dropped,
+        dropped_bytes=int(scan.arrays["size"][beyond].sum()) if dropped else 0,
+        deleted_files=tuple(s.path.name for s in segs if s.base_offset > stop),
+        deleted_index_files=deleted_index,
+        cq_max_phy_offset=cq_max,
+        truncated_queues=sum(1 for q in queues if q.last_phy >= stop) if cq_max >= stop else 0,
+        dispatch_from=_dispatch_from(rules, abort, segs[0].base_offset, start_phy, stop, cq_max),
+    )
+
+
+def _loads_prefix_only(broker: str) -> bool:
+    """4.4.0 (and older) and 4.9.2 stop loading at a file of the wrong size; the others fail (§2.4)."""
+    return rules_for(broker).loads_prefix_only
+
+
+def loaded_segments(segs: Sequence[Segment], file_size: int, broker: str) -> list[Segment]:
+    """The commit log files a broker of this version loads (§2.4): 5.1.3+ deletes an empty last
+    file; 4.4.0 and 4.9.2 stop at the first file of the wrong size (the others refuse to start)."""
+    segs = list(segs)
+    if segs and segs[-1].size == 0 and rules_for(broker).deletes_empty_last_file:
+        segs.pop()
+    bad = next((i for i, s in enumerate(segs) if s.size != file_size), None)
+    if bad is not None and _loads_prefix_only(broker):
+        segs = segs[:bad]
+    return segs
+
+
+def _stop_reason(scan: _LogScan, stop: int) -> str:
+    if stop >= scan.data_end:
+        return "end of data"
+    for run in scan.runs:
+        seg = run.seg
+        if seg.base_offset <= stop < seg.base_offset + max(seg.size, 1):
+            return f"invalid data in {seg.path.name} at byte {stop - seg.base_offset}"
+    return "end of data"
+
+
+def _report_forecast(
+    fc: RecoveryForecast, st: Store, out: _Problems, segs: Sequence[Segment], queues: Sequence[_QueueInfo]
+) -> None:
+    cfg = st.config
+    log_dir = cfg.commitlog_dir
+    loaded = loaded_segments(segs, cfg.commitlog_file_size, cfg.broker)
+    bad = next((s for s in loaded if s.size != cfg.commitlog_file_size), None)
+    if bad is None and len(loaded) < len(segs) and segs[len(loaded)].size != 0:
+        first_skipped = segs[len(loaded)]
+        out.add(
+            first_skipped.path,
+            min(first_skipped.size, cfg.commitlog_file_size),
+            f"broker {cfg.broker} stops loading the commit log at this file of the wrong size: it and the "
+            f"{len(segs) - len(loaded) - 1} file(s) after it are ignored, their records lost",
+        )
+    elif bad is not None:
+        out.add(
+            bad.path,
+            min(bad.size, cfg.commitlog_file_size),
+            f"broker {cfg.broker} refuses to start with a commit log file of the wrong size",
+        )
+    segs = loaded
+    if not segs and any(q.last_phy >= 0 for q in queues):
+        out.add(log_dir, None, "no commit log file: the broker deletes every consume queue at start", WARNING)
+    if fc.dropped_records:
+        seg = next((s for s in segs if s.base_offset <= fc.stop_phy_offset < s.base_offset + s.size), None)
+        path, pos = (seg.path, fc.stop_phy_offset - seg.base_offset) if seg else (log_dir, None)
+        out.add(
+            path,
+            pos,
+            f"the broker's {fc.mode} recovery stops at commit log offset {fc.stop_phy_offset} ({fc.stop_reason}) and "
+            f"truncates {fc.dropped_records} readable record(s), {fc.dropped_bytes} bytes, after it",
+            phy_offset=fc.stop_phy_offset,
+        )
+    if fc.deleted_index_files:
+        out.add(
+            cfg.index_dir,
+            None,
+            f"abnormal recovery deletes {len(fc.deleted_index_files)} index file(s) newer than the checkpoint "
+            f"({', '.join(fc.deleted_index_files)}) and rebuilds their keys only for re-dispatched records",
+            INFO,
+        )
+    if fc.truncated_queues:
+        out.add(
+            cfg.consumequeue_dir,
+            None,
+            f"{fc.truncated_queues} consume queue(s) end past the recovered commit log end "
+            f"{fc.stop_phy_offset}: the broker truncates them",
+            WARNING,
+        )
+
+
+# ------------------------------------------------------------------------------- entry point
+
+
+def check_store(
+    st: Store, *, quick: bool = False, progress: Progress | None = None, limit: int = PER_KIND_LIMIT
+) -> CheckReport:
+    """Check ``st`` and return every problem found (reads only).
+
+    ``limit`` caps how many problems of one kind are listed (0: all); the others are counted in
+    :attr:`CheckReport.found` and summarised by one line per kind.
+    """
+    out = _Problems(limit)
+    counts: Counter[str] = Counter(dict.fromkeys(COUNT_KEYS, 0))
+    cfg = st.config
+    segs, seg_problems = st.commitlog_segments()
+    if segs and segs[-1].size == 0 and rules_for(cfg.broker).deletes_empty_last_file:
+        last = str(segs[-1].path)
+        seg_problems = [p for p in seg_problems if str(p.path) != last or p.kind is not ProblemKind.WRONG_SIZE]
+        out.add(last, 0, "empty last file: the broker deletes it when it loads the store", INFO)
+    out.extend(_fix_segment_problems(seg_problems, segs, cfg.commitlog_file_size))
+    counts["commitlogFiles"] = len(segs)
+    _check_markers(st, out)
+    _check_config(st, out, counts)
+    _check_offsets(st, out, counts)
+    walker = _Walker(st, out, progress, light=quick)
+    if quick:
+        queues = _recover_queues(st, out, counts)
+        index = _index_headers(st, counts)
+        cp0 = _read_checkpoint_quietly(st)
+        first = _quick_start(st, segs, queues, cp0)
+        if progress is not None:
+            progress(sum(s.size for s in segs[:first]))
+        scan = walker.walk(segs[first:])
+    else:
+        scan = walker.walk(segs)
+    scan.finish()
+    _classify_tails(scan, out)
+    counts["records"] = scan.count
+    counts["blanks"] = scan.blanks
+    newest = int(scan.arrays["ts"].max()) if scan.count else None
+    cp = _check_checkpoint(st, out, newest)
+    if not quick:
+        queues = _check_queues(st, scan, out, counts)
+        index = _check_index(st, scan, out, counts)
+    fc = _forecast(st, segs, scan, queues, index, cp)
+    _report_forecast(fc, st, out, segs, queues)
+    ends = [q.last_end for q in queues if q.last_end >= 0]
+    horizon = max(ends) if ends else (segs[0].base_offset if segs else 0)
+    if not quick:
+        _check_coverage(scan, queues, out, horizon, cfg.commitlog_dir, fc)
+    elif scan.count:
+        _quick_dispatch(scan, out, horizon, cfg.commitlog_dir, fc)
+    counts["minPhyOffset"] = segs[0].base_offset if segs else 0
+    counts["maxPhyOffset"] = scan.data_end
+    problems = out.finish()
+    order = {ERROR: 0, WARNING: 1, INFO: 2}
+    problems = tuple(sorted(problems, key=lambda p: order.get(p.severity, 3)))
+    return CheckReport(st.root, quick, cfg.broker, dict(counts), fc, problems, dict(out.found))
+
+
+def _read_checkpoint_quietly(st: Store) -> Any:
+    return _read_checkpoint(st.config.checkpoint_path, None)
+
+
+def _quick_start(st: Store, segs: Sequence[Segment], queues: Sequence[_QueueInfo], cp: Any) -> int:
+    """Index of the commit log file the broker's recovery starts in."""
+    empty = _LogScan()
+    fc = _forecast(st, segs, empty, queues, (), cp)
+    for i, s in enumerate(segs):
+        if s.path.name == fc.start_file:
+            return i
+    return 0
+
+
+def _recover_queues(st: Store, out: _Problems, counts: Counter[str]) -> list[_QueueInfo]:
+    """Consume queue recovery only (§8.4): the valid end of each queue from its last three files."""
+    infos = []
+    cfg = st.config
+    for topic, qid, _ in st.queues():
+        segs, seg_problems = st.cq_segments(topic, qid)
+        out.extend(_fix_segment_problems(seg_problems, segs, cfg.cq_file_size))
+        counts["queues"] += 1
+        if not segs:
+            infos.append(_QueueInfo(topic, qid, 0, 0, -1, -1))
+            continue
+        rng = range_from_files(cfg.cq_file_size, segs, topic, qid, min_phy=0, broker=cfg.broker)
+        infos.append(
+            _QueueInfo(
+                topic, qid, segs[0].base_offset // ENTRY_SIZE, rng.max_offset, rng.last_phy_offset, rng.last_phy_end
+            )
+        )
+    return infos
+
+
+def _index_headers(st: Store, counts: Counter[str]) -> list[_IndexInfo]:
+    files, _ = st.index_files()
+    infos = []
+    for p in files:
+        counts["indexFiles"] += 1
+        with map_file(p) as buf:
+            infos.append(_IndexInfo(p, decode_header(buf, path=str(p)) if len(buf) >= HEADER_SIZE else None))
+    return infos
+
+
+def _quick_dispatch(scan: _LogScan, out: _Problems, horizon: int, log_dir: Path, fc: RecoveryForecast) -> None:
+    """Quick mode: records after the consume queues' end that the broker will never dispatch."""
+    a = scan.arrays
+    consumable = queued(a["tx"])
+    pending = consumable & (scan.a_phy >= horizon) & (scan.a_phy < fc.stop_phy_offset)
+    if not pending.any():
+        return
+    never = pending & (scan.a_phy < fc.dispatch_from)
+    n, lost = int(pending.sum()), int(never.sum())
+    lo = int(scan.a_phy[np.flatnonzero(pending)[0]])
+    if not lost:
+        out.add(
+            log_dir,
+            None,
+            f"{n} record(s) from commit log offset {lo} are not dispatched yet; the broker "
+            "dispatches them when it starts",
+            INFO,
+            lo,
+        )
+    else:
+        sev = ERROR if not fc.last_exit_ok else WARNING
+        out.add(
+            log_dir,
+            None,
+            f"{lost} of {n} undispatched record(s) from commit log offset {lo} lie before "
+            f"where dispatch resumes ({fc.dispatch_from}): they are never dispatched",
+            sev,
+            lo,
+        )

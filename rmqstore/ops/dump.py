@@ -1,0 +1,1426 @@
+"""Lenient, byte-exact views of a store behind ``rmqstore dump`` (store-format.md §2-§6, §11).
+
+Commit log (§3): every byte of every file is accounted for, as a message record, a BLANK
+end-of-file record (§3.4), an all-zero end of data (§2.3: preallocated space) or a damaged range.
+A damaged range starts where a record fails to decode and ends where the next record decodes
+whose stored PHYSICALOFFSET equals its real offset (or at the BLANK or zero tail that ends the
+file), so one bad byte never hides the records after it.
+
+Record starts are found for a whole window of a file at once with numpy: every place where a
+magic code sits, checked with the structural rules of ``decode_record`` (§3.11) and the stored
+physical offset. Python then only follows the TOTALSIZE chain over runs of intact records, which
+is what makes a count-only scan run at millions of records a second.
+
+Consume queues (§4) are listed entry by entry and, on request, joined to the records they point at;
+index files (§5) are summarised from their headers and slots, and their hash chains walked.
+"""
+
+from __future__ import annotations
+
+import ast
+import binascii
+import contextlib
+import json
+import mmap
+import re
+import struct
+import zlib
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rmqstore.codec import indexfile as ix
+from rmqstore.codec import timer
+from rmqstore.codec.commitlog import (
+    BLANK_MAGIC,
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    HEAD_V4,
+    MAGIC_V1,
+    MIN_RECORD_SIZE_V1,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Blank,
+    Record,
+    decode_record,
+    host_str,
+    parse_properties,
+    read_head,
+)
+from rmqstore.codec.consumequeue import (
+    BCQ_UNIT_SIZE,
+    ENTRY_SIZE,
+    EXT_ADDR_MAX,
+    FILLER_SIZE,
+    BcqEntry,
+    ExtUnit,
+    decode_bcq_entry,
+    decode_ext_units,
+    entries_array,
+)
+from rmqstore.codec.describe import index_header_json
+from rmqstore.codec.javahash import index_key_hash
+from rmqstore.codec.topic import check_topic_name
+from rmqstore.errors import CorruptData, InputError
+from rmqstore.problems import ERROR, INFO, WARNING, Problem
+from rmqstore.store import Store
+from rmqstore.store import config as cfgmod
+from rmqstore.store.files import map_file, names_in
+from rmqstore.store.layout import Segment, list_segments, segment_for
+from rmqstore.walk.requests import request_from_record
+from rmqstore.walk.starts import RecordStarts, first_nonzero, zero_tail_start
+
+Progress = Callable[[int], None]
+
+_PORT = struct.Struct(">i")
+BODY_MODES = ("base64", "hex", "text", "none")
+
+
+# ----------------------------------------------------------------------------------------------
+# Walking the commit log
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A stretch of a commit log file that holds no message: BLANK padding, zeros, or damage."""
+
+    kind: str  # "blank" (§3.4) | "end" (zeros to the end of the file) | "corrupt"
+    path: Path
+    phy_offset: int
+    pos: int
+    size: int  # bytes
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "offset": self.phy_offset, "size": self.size}
+        if self.why:
+            out["why"] = self.why
+        out["file"] = self.path.name
+        out["pos"] = self.pos
+        return out
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Run:
+    """Consecutive intact records of one file: each starts where the previous one ends."""
+
+    seg: Segment
+    positions: np.ndarray  # int64 record starts inside the file
+    end_pos: int  # where the last record ends
+
+
+def _why_bad(buf: Any, seg: Segment, pos: int, size: int, broker: str) -> str:
+    try:
+        rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=size, broker=broker)
+    except CorruptData as e:
+        return e.what
+    if isinstance(rec, Blank):
+        return f"BLANK record with TOTALSIZE {rec.total_size} but {size - pos} bytes to the end of the file"
+    if rec.phy_offset != seg.base_offset + pos:
+        return f"PHYSICALOFFSET field is {rec.phy_offset}, the record is at {seg.base_offset + pos}"
+    return "record does not follow the previous one"  # pragma: no cover - the index and decoder agree
+
+
+def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | None = None) -> Iterator[Run | Span]:
+    """Every byte of one commit log file as runs of intact records and spans, in file order."""
+    size = len(buf)
+    stop = size if stop_pos is None else min(size, stop_pos)
+    idx = RecordStarts(buf, size, seg.base_offset)
+    base = seg.base_offset
+    pos = 0
+    while pos < stop:
+        run = idx.run_at(pos) if size - pos >= MIN_RECORD_SIZE_V1 else None
+        if run is not None:
+            yield Run(seg, run[0], run[1])
+            pos = run[1]
+            continue
+        if size - pos < 8:
+            tail = buf[pos:size]
+            if tail.count(0) == len(tail):
+                yield Span("end", seg.path, base + pos, pos, size - pos)
+            else:
+                yield Span(
+                    "corrupt", seg.path, base + pos, pos, size - pos, f"{size - pos} bytes, too short for a record"
+                )
+            return
+        total, magic = read_head(buf, pos)
+        if magic == BLANK_MAGIC and total == size - pos:
+            yield Span("blank", seg.path, base + pos, pos, size - pos)
+            return
+        if total == 0 and magic == 0:
+            if first_nonzero(buf, pos, size, path=seg.path) is None:
+                yield Span("end", seg.path, base + pos, pos, size - pos)
+                return
+            why = "zero bytes where a record should start, with data after them"
+        else:
+            why = _why_bad(buf, seg, pos, size, broker)
+        q = idx.resync(pos)
+        if q is None:
+            if magic == BLANK_MAGIC:
+                # A BLANK with a wrong TOTALSIZE and nothing valid after it: still the file's end.
+                yield Span("blank", seg.path, base + pos, pos, size - pos, why)
+                return
+            z = zero_tail_start(buf, pos, size, path=seg.path)
+            yield Span("corrupt", seg.path, base + pos, pos, z - pos, why)
+            if z < size:
+                yield Span("end", seg.path, base + z, z, size - z)
+            return
+        yield Span("corrupt", seg.path, base + pos, pos, q - pos, why)
+        pos = q
+
+
+class CommitLogScan:
+    """Walks commit log files leniently; every problem found is appended to ``problems``.
+
+    ``events()`` yields ``(buffer, Run | Span)``; the buffer (the mapped file) is valid until the
+    next item is asked for. ``from_phy``/``to_phy`` keep what lies in ``[from_phy, to_phy)``.
+    """
+
+    def __init__(
+        self,
+        segs: Sequence[Segment],
+        *,
+        broker: str = "4.4.0",
+        from_phy: int | None = None,
+        to_phy: int | None = None,
+        progress: Progress | None = None,
+        problems: list[Problem] | None = None,
+    ) -> None:
+        self.segs = list(segs)
+        self.broker = broker
+        self.from_phy = from_phy
+        self.to_phy = to_phy
+        self.progress = progress
+        self.problems: list[Problem] = [] if problems is None else problems
+
+    def selected(self) -> list[Segment]:
+        out = []
+        for seg in self.segs:
+            if self.to_phy is not None and seg.base_offset >= self.to_phy:
+                break
+            if self.from_phy is not None and seg.base_offset + seg.size <= self.from_phy:
+                continue
+            out.append(seg)
+        return out
+
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.selected())
+
+    def events(self) -> Iterator[tuple[Any, Run | Span]]:
+        end_of_data: Span | None = None  # an all-zero end seen before: records after it are a problem
+        lo = -(1 << 63) if self.from_phy is None else self.from_phy
+        hi = (1 << 63) - 1 if self.to_phy is None else self.to_phy
+        for seg in self.selected():
+            with map_file(seg.path) as buf:
+                done = 0
+                stop = None if self.to_phy is None else self.to_phy - seg.base_offset
+                for ev in walk_file(buf, seg, broker=self.broker, stop_pos=stop):
+                    if isinstance(ev, Run):
+                        end = ev.end_pos
+                        if end_of_data is not None:
+                            self.problems.append(
+                                Problem(
+                                    end_of_data.path,
+                                    end_of_data.pos,
+                                    f"zeros end the data here, but records follow at phy offset "
+                                    f"{seg.base_offset + int(ev.positions[0])}: the broker's recovery would "
+                                    "drop them",
+                                    ERROR,
+                                    end_of_data.phy_offset,
+                                )
+                            )
+                            end_of_data = None
+                        phy = ev.positions + seg.base_offset
+                        if phy[0] < lo or phy[-1] >= hi:
+                            keep = (phy >= lo) & (phy < hi)
+                            ev = Run(seg, ev.positions[keep], ev.end_pos)
+                        item: Run | Span | None = ev if len(ev.positions) else None
+                    else:
+                        end = ev.pos + ev.size
+                        if ev.kind == "corrupt":
+                            self.problems.append(
+                                Problem(ev.path, ev.pos, f"{ev.size} bytes skipped: {ev.why}", ERROR, ev.phy_offset)
+                            )
+                        elif ev.kind == "blank" and ev.why:
+                            self.problems.append(Problem(ev.path, ev.pos, ev.why, WARNING, ev.phy_offset))
+                        elif ev.kind == "end" and end_of_data is None:
+                            end_of_data = ev
+                        item = ev if ev.phy_offset + ev.size > lo and ev.phy_offset < hi else None
+                    if self.progress is not None and end > done:
+                        self.progress(end - done)
+                        done = end
+                    if item is not None:
+                        yield buf, item
+                if self.progress is not None and seg.size > done:
+                    self.progress(seg.size - done)
+
+
+def commitlog_end(segs: Sequence[Segment], *, broker: str = "4.4.0") -> int | None:
+    """The commit log offset just past the last intact record (None when there is none)."""
+    for seg in reversed(segs):
+        end = None
+        with map_file(seg.path) as buf:
+            for ev in walk_file(buf, seg, broker=broker):
+                if isinstance(ev, Run):
+                    end = seg.base_offset + ev.end_pos
+        if end is not None:
+            return end
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Messages: filters, rows, fast ndjson
+
+
+@dataclass(frozen=True)
+class MessageFilter:
+    """Which messages to keep; ``None`` keeps all. ``tags`` is any of the given TAGS values."""
+
+    topic: str | None = None
+    queue_id: int | None = None
+    key: str | None = None
+    tags: tuple[str, ...] | None = None
+    since_ms: int | None = None  # store timestamp, inclusive
+    until_ms: int | None = None  # store timestamp, inclusive
+
+    @property
+    def active(self) -> bool:
+        return any(
+            v is not None for v in (self.topic, self.queue_id, self.key, self.tags, self.since_ms, self.until_ms)
+        )
+
+    @property
+    def needs_properties(self) -> bool:
+        return self.key is not None or self.tags is not None
+
+    def matches_props(self, props: dict[str, str], raw_empty: bool) -> bool:
+        if self.tags is not None and props.get("TAGS") not in self.tags:
+            return False
+        if self.key is not None:
+            keys = "" if raw_empty else props.get("KEYS")
+            if props.get("UNIQ_KEY") != self.key and self.key not in (keys or "").split(" "):
+                return False
+        return True
+
+    def matches(self, rec: Record) -> bool:
+        if self.topic is not None and rec.topic != self.topic:
+            return False
+        if self.queue_id is not None and rec.queue_id != self.queue_id:
+            return False
+        if self.since_ms is not None and rec.store_timestamp_ms < self.since_ms:
+            return False
+        if self.until_ms is not None and rec.store_timestamp_ms > self.until_ms:
+            return False
+        if self.needs_properties:
+            return self.matches_props(rec.properties, not rec.properties_raw)
+        return True
+
+
+def parse_tag_expression(text: str) -> tuple[str, ...]:
+    """``TagA || TagB`` (a subscription expression) as the tags it accepts."""
+    tags = tuple(t.strip() for t in text.split("||") if t.strip())
+    if not tags:
+        raise InputError(f"tag expression {text!r} names no tag")
+    return tags
+
+
+@dataclass(frozen=True)
+class MessageOptions:
+    """How message records are rendered and which are kept."""
+
+    body: str = "base64"  # base64 | hex | text | none; compressed bodies are shown decompressed
+    verify_crc: bool = False
+    broker: str = "4.4.0"
+    filter: MessageFilter = field(default_factory=MessageFilter)
+
+    def __post_init__(self) -> None:
+        if self.body not in BODY_MODES:
+            raise InputError(f"body mode {self.body!r} is not one of {', '.join(BODY_MODES)}")
+
+
+def _intact_record(buf: Any, pos: int, path: str, file_from: int, broker: str) -> Record:
+    """The record at a position the structural index proved intact."""
+    rec = decode_record(buf, pos, path=path, file_from=file_from, broker=broker)
+    if not isinstance(rec, Record):  # pragma: no cover - the index never yields a BLANK
+        raise CorruptData("a BLANK record where a message was expected", path=path, pos=pos)
+    return rec
+
+
+def message_row(
+    rec: Record, *, body: str = "base64", verify_crc: bool = False, path: str = "<buffer>"
+) -> dict[str, Any]:
+    """``Record.to_row``: the record with its body decompressed (§3.9), plus ``crcOk`` when asked for."""
+    return rec.to_row(body=body, verify_crc=verify_crc, path=path)
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+
+
+# Properties the fast path can turn into JSON by replacing separators: printable ASCII without
+# '"' or '\', every item one non-empty name, one 0x01, one non-empty value, 0x02, no name twice.
+# Every broker version's parser reads such a string the same way (§3.7). One pattern per item
+# count captures the names, so a single match both checks the shape and yields them.
+_SAFE = rb"[\x20\x21\x23-\x5b\x5d-\x7e]+"
+_SHAPES: dict[int, Callable[[bytes], re.Match[bytes] | None]] = {}
+
+
+def _no_match(raw: bytes) -> None:
+    return None
+
+
+def _props_shape(items: int) -> Callable[[bytes], re.Match[bytes] | None]:
+    got = _SHAPES.get(items)
+    if got is None:
+        if 0 < items <= 64:
+            got = re.compile((b"(" + _SAFE + b")\x01" + _SAFE + b"\x02") * items).fullmatch
+        else:
+            got = _no_match
+        _SHAPES[items] = got
+    return got
+
+
+_LINE = (
+    b'{"topic":%s,"queueId":%d,"queueOffset":%d,"commitLogOffset":%d,"storeSize":%d,"bodyCRC":%d,"flag":%d,'
+    b'"sysFlag":%d,"bornTimestamp":%d,"bornHost":"%s","storeTimestamp":%d,"storeHost":"%s","reconsumeTimes":%d,'
+    b'"preparedTransactionOffset":%d,"properties":%s,"bodyLength":%d,"msgId":"%s%016X"%s}'
+)
+_LINE_B64 = _LINE[:-3] + b',"body":"%s"}'  # the common case, without one concatenation a line
+_SLOW_FLAGS = COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+
+
+class _Hosts(dict[tuple[bytes, int, bytes, int], tuple[bytes, bytes, bytes]]):
+    """(born host, store host, msgId prefix) as JSON-ready bytes, per born and store address."""
+
+    def __missing__(self, key: tuple[bytes, int, bytes, int]) -> tuple[bytes, bytes, bytes]:
+        born_addr, born_port, store_addr, store_port = key
+        v = self[key] = (
+            host_str(born_addr, born_port).encode(),
+            host_str(store_addr, store_port).encode(),
+            (store_addr + _PORT.pack(store_port)).hex().upper().encode(),
+        )
+        return v
+
+
+class _Topics(dict[bytes, bytes]):
+    def __missing__(self, key: bytes) -> bytes:
+        v = self[key] = json.dumps(key.decode("utf-8", "replace"), ensure_ascii=False).encode()
+        return v
+
+
+@dataclass(frozen=True, slots=True)
+class CrcMismatch:
+    """A record whose body CRC is not the BODYCRC it stores."""
+
+    path: str
+    pos: int  # where the record starts in its file
+    phy_offset: int
+    stored: int
+    computed: int
+
+    def problem(self) -> Problem:
+        return Problem(
+            self.path,
+            self.pos,
+            f"body CRC mismatch: stored {self.stored}, computed {self.computed}",
+            ERROR,
+            self.phy_offset,
+        )
+
+
+class NdjsonFormatter:
+    """Message records as ndjson lines, each exactly ``json.dumps(message_row(...))`` compact.
+
+    Records with IPv4 hosts, a V1 magic and an uncompressed body are formatted straight from
+    the buffer; every other record goes through ``decode_record`` and :func:`message_row`.
+    """
+
+    def __init__(self, opts: MessageOptions) -> None:
+        self.opts = opts
+        self._hosts = _Hosts()
+        self._topics = _Topics()
+        flt = opts.filter
+        self._topic_b = None if flt.topic is None else flt.topic.encode("utf-8")
+
+    def _props_json(self, raw: bytes) -> bytes:
+        props = parse_properties(raw.decode("utf-8", "replace"), broker=self.opts.broker)
+        return json.dumps(props, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def _body_json(self, body: bytes) -> bytes:
+        mode = self.opts.body
+        if mode == "base64":
+            return b'"' + binascii.b2a_base64(body, newline=False) + b'"'
+        if mode == "hex":
+            return b'"' + body.hex().encode() + b'"'
+        return str(encode_basestring(body.decode("utf-8", "backslashreplace"))).encode()
+
+    def _decoded_line(self, buf: Any, pos: int, path: str, file_from: int, bad: list[CrcMismatch]) -> bytes | None:
+        """The line of a record off the straight path (V2, IPv6, compressed), through ``message_row``."""
+        opts, verify = self.opts, self.opts.verify_crc
+        rec = _intact_record(buf, pos, path, file_from, opts.broker)
+        if opts.filter.active and not opts.filter.matches(rec):
+            return None
+        row = message_row(rec, body=opts.body, verify_crc=verify, path=path)
+        if verify and not row["crcOk"]:
+            bad.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, zlib.crc32(rec.body) & 0x7FFFFFFF))
+        return _json_line(row).encode()
+
+    def _matches(self, topic: bytes, queue_id: int, store_ts: int, raw: bytes) -> bool:
+        """The filter on a record read straight from the buffer (properties parsed only when asked for)."""
+        flt = self.opts.filter
+        if self._topic_b is not None and topic != self._topic_b:
+            return False
+        if flt.queue_id is not None and queue_id != flt.queue_id:
+            return False
+        if (flt.since_ms is not None and store_ts < flt.since_ms) or (
+            flt.until_ms is not None and store_ts > flt.until_ms
+        ):
+            return False
+        if flt.needs_properties:
+            return flt.matches_props(parse_properties(raw.decode("utf-8", "replace"), broker=self.opts.broker), not raw)
+        return True
+
+    def format(
+        self, buf: Any, path: str, file_from: int, positions: np.ndarray | Sequence[int], limit: int | None = None
+    ) -> tuple[list[bytes], list[CrcMismatch]]:
+        """Lines (UTF-8, without newline) of the records at ``positions`` that pass the filter."""
+        opts, flt = self.opts, self.opts.filter
+        lines: list[bytes] = []
+        bad: list[CrcMismatch] = []
+        unpack = HEAD_V4.unpack_from
+        hosts, topics = self._hosts, self._topics
+        filtering = flt.active
+        with_body = opts.body != "none"
+        b64, b2a = opts.body == "base64", binascii.b2a_base64
+        verify = opts.verify_crc
+        props_json, body_json = self._props_json, self._body_json
+        shapes = _SHAPES
+        b64_only = b64 and not verify
+        line = _LINE_B64 if b64_only else _LINE
+        pos_list = positions.tolist() if isinstance(positions, np.ndarray) else list(positions)
+        if limit is not None and not filtering:
+            pos_list = pos_list[:limit]
+        for pos in pos_list:
+            (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_addr, born_port, store_ts,
+             store_addr, store_port, reconsume, prepared, body_len) = unpack(buf, pos)  # fmt: skip
+            if magic != MAGIC_V1 or sys_flag & _SLOW_FLAGS:
+                slow = self._decoded_line(buf, pos, path, file_from, bad)
+                if slow is not None:
+                    lines.append(slow)
+                    if limit is not None and len(lines) >= limit:
+                        break
+                continue
+            p = pos + HEAD_V4.size
+            body_end = p + body_len if body_len > 0 else p
+            t0 = body_end + 1
+            pp = t0 + buf[body_end]  # TOPICLENGTH, a signed byte the index proved >= 0
+            props_len = (buf[pp] << 8) | buf[pp + 1]
+            raw = buf[pp + 2 : pp + 2 + props_len] if 0 < props_len < 0x8000 else b""
+            if filtering and not self._matches(buf[t0:pp], queue_id, store_ts, raw):
+                continue
+            tail = b""
+            if b64_only:
+                tail = b2a(buf[p:body_end], newline=False)  # the line template holds ,"body":"..."
+            elif with_body or verify:
+                body = buf[p:body_end]
+                if b64:
+                    tail = b',"body":"' + b2a(body, newline=False) + b'"'
+                elif with_body:
+                    tail = b',"body":' + body_json(body)
+                if verify:
+                    computed = zlib.crc32(body) & 0x7FFFFFFF
+                    if computed == crc:
+                        tail += b',"crcOk":true'
+                    else:
+                        tail += b',"crcOk":false'
+                        bad.append(CrcMismatch(path, pos, phy, crc, computed))
+            if not raw:
+                pj = b"{}"
+            elif (m := (shapes.get(n := raw.count(b"\x02")) or _props_shape(n))(raw)) is not None and len(
+                set(names := m.groups())
+            ) == len(names):
+                pj = b'{"' + raw[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","') + b'"}'
+            else:
+                pj = props_json(raw)
+            born_host, store_host, id_prefix = hosts[(born_addr, born_port, store_addr, store_port)]
+            lines.append(
+                line
+                % (
+                    topics[buf[t0:pp]], queue_id, queue_offset, phy, total, crc, flag, sys_flag, born_ts, born_host,
+                    store_ts, store_host, reconsume, prepared, pj, body_len, id_prefix, phy, tail,
+                )
+            )  # fmt: skip
+            if limit is not None and len(lines) >= limit:
+                break
+        return lines, bad
+
+
+def span_visible(span: Span, flt: MessageFilter) -> bool:
+    """Blank and end-of-data rows are left out when messages are filtered; damage never is."""
+    return span.kind == "corrupt" or not flt.active
+
+
+def iter_messages(
+    scan: CommitLogScan, opts: MessageOptions, *, limit: int | None = None
+) -> Iterator[tuple[Record, dict[str, Any]] | Span]:
+    """Decoded records (with their row) and spans, in commit log order; CRC problems go to the scan."""
+    flt = opts.filter
+    n = 0
+    if limit is not None and limit <= 0:
+        return
+    for buf, ev in scan.events():
+        if isinstance(ev, Span):
+            if span_visible(ev, flt):
+                yield ev
+            continue
+        path, base = str(ev.seg.path), ev.seg.base_offset
+        for pos in ev.positions.tolist():
+            rec = _intact_record(buf, pos, path, base, opts.broker)
+            if flt.active and not flt.matches(rec):
+                continue
+            row = message_row(rec, body=opts.body, verify_crc=opts.verify_crc, path=path)
+            if opts.verify_crc and not row["crcOk"]:
+                computed = zlib.crc32(rec.body) & 0x7FFFFFFF
+                scan.problems.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, computed).problem())
+            yield rec, row
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+
+# -- ndjson output, serial or in worker processes ---------------------------------------------
+
+_BATCH = 8192  # records per formatting task
+_BATCH_BYTES = 4 << 20  # and at most this many record bytes, so one task's output fits a slot
+_SLOT_SIZE = 32 << 20  # shared output buffer per task in flight; bigger outputs are sent as bytes
+_WORKER: dict[Any, Any] = {}  # per worker process: mapped files, formatters, the shared slots
+
+
+def _lines_bytes(lines: list[bytes]) -> bytes:
+    return b"\n".join(lines) + b"\n" if lines else b""
+
+
+def _batches(run: Run) -> Iterator[np.ndarray]:
+    """A run's positions in pieces of at most _BATCH records starting within _BATCH_BYTES."""
+    pos = run.positions
+    i = 0
+    while i < len(pos):
+        j = int(np.searchsorted(pos, pos[i] + _BATCH_BYTES))
+        j = max(i + 1, min(j, i + _BATCH))
+        yield pos[i:j]
+        i = j
+
+
+def _worker_format(
+    task: tuple[int, str, int, np.ndarray, MessageOptions],
+) -> tuple[int, int, bytes, int, list[CrcMismatch]]:
+    slot, path, file_from, positions, opts = task
+    maps: dict[str, mmap.mmap] = _WORKER.setdefault("maps", {})
+    buf = maps.get(path)
+    if buf is None:
+        for old in list(maps):
+            maps.pop(old).close()
+        with open(path, "rb") as f:
+            buf = maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    fmt = _WORKER.get(opts)
+    if fmt is None:
+        fmt = _WORKER[opts] = NdjsonFormatter(opts)
+    try:
+        lines, bad = fmt.format(buf, path, file_from, positions)
+    except CorruptData as e:  # the file changed under us; exceptions with keyword fields do not pickle
+        return slot, -2, repr((e.what, str(e.path), e.pos, e.phy_offset)).encode(), 0, []
+    data = _lines_bytes(lines)
+    shared = _WORKER.get("slots")
+    if shared is not None and len(data) <= _SLOT_SIZE:
+        # The parent writes straight from the shared slot: no pickling, no pipe, no copy.
+        shared[slot * _SLOT_SIZE : slot * _SLOT_SIZE + len(data)] = data
+        return slot, len(data), b"", len(lines), bad
+    return slot, -1, data, len(lines), bad
+
+
+@dataclass
+class NdjsonStats:
+    messages: int = 0
+    spans: Counter[str] = field(default_factory=Counter)
+
+
+Write = Callable[[Any], Any]  # takes bytes or a memoryview, valid only during the call
+
+
+def write_ndjson(
+    scan: CommitLogScan,
+    opts: MessageOptions,
+    write: Write,
+    *,
+    workers: int = 1,
+    limit: int | None = None,
+) -> NdjsonStats:
+    """Write the scan as ndjson (UTF-8) through ``write``, many lines per call: messages as
+    :func:`message_row`, spans as ``Span.to_json``. With ``workers > 1`` (and no ``limit``)
+    records are formatted in worker processes, output in order. CRC problems are appended to
+    ``scan.problems``."""
+    stats = NdjsonStats()
+    if workers > 1 and limit is None:
+        _write_parallel(scan, opts, write, workers, stats)
+        return stats
+    fmt = NdjsonFormatter(opts)
+    for buf, ev in scan.events():
+        if isinstance(ev, Span):
+            if span_visible(ev, opts.filter):
+                stats.spans[ev.kind] += 1
+                write((_json_line(ev.to_json()) + "\n").encode())
+            continue
+        path = str(ev.seg.path)
+        for positions in _batches(ev):
+            left = None if limit is None else limit - stats.messages
+            lines, bad = fmt.format(buf, path, ev.seg.base_offset, positions, left)
+            scan.problems.extend(b.problem() for b in bad)
+            stats.messages += len(lines)
+            if lines:
+                write(_lines_bytes(lines))
+            if limit is not None and stats.messages >= limit:
+                return stats
+    return stats
+
+
+def _write_parallel(scan: CommitLogScan, opts: MessageOptions, write: Write, workers: int, stats: NdjsonStats) -> None:
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    # fork: workers start at once, inherit the shared slots, and never re-run the caller's
+    # __main__ (spawn does). They only format bytes, so locks a progress-bar thread held at fork
+    # time are never needed in them.
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    n_slots = 3 * workers
+    slots = mmap.mmap(-1, n_slots * _SLOT_SIZE) if "fork" in methods else None
+    _WORKER["slots"] = slots
+    free = list(range(n_slots))
+    pending: deque[Any] = deque()  # encoded span rows and task results, in output order
+    view = memoryview(slots) if slots is not None else None
+
+    def take_oldest() -> None:
+        item = pending.popleft()
+        if isinstance(item, bytes):
+            write(item)
+            return
+        slot, size, data, n, bad = item.get()
+        if size == -2:
+            what, path, pos, phy = ast.literal_eval(data.decode())
+            raise CorruptData(what, path=path, pos=pos, phy_offset=phy)
+        stats.messages += n
+        scan.problems.extend(b.problem() for b in bad)
+        if size > 0 and view is not None:
+            write(view[slot * _SLOT_SIZE : slot * _SLOT_SIZE + size])
+        elif data:
+            write(data)
+        free.append(slot)
+
+    try:
+        with ctx.Pool(processes=workers) as pool:
+            try:
+                for _buf, ev in scan.events():
+                    if isinstance(ev, Span):
+                        if span_visible(ev, opts.filter):
+                            stats.spans[ev.kind] += 1
+                            pending.append((_json_line(ev.to_json()) + "\n").encode())
+                        continue
+                    path = str(ev.seg.path)
+                    for positions in _batches(ev):
+                        while not free:
+                            take_oldest()  # bounded: at most one task per slot in flight
+                        task = (free.pop(), path, ev.seg.base_offset, positions, opts)
+                        pending.append(pool.apply_async(_worker_format, (task,)))
+                while pending:
+                    take_oldest()
+            finally:
+                pool.terminate()
+    finally:
+        _WORKER.pop("slots", None)
+        if view is not None:
+            view.release()
+        if slots is not None:
+            slots.close()
+
+
+# -- counting -----------------------------------------------------------------------------------
+
+
+@dataclass
+class KindCount:
+    count: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class CommitLogCounts:
+    """Totals of a scan per kind: message, blank, end, corrupt (and CRC mismatches)."""
+
+    kinds: dict[str, KindCount] = field(
+        default_factory=lambda: {k: KindCount() for k in ("message", "blank", "end", "corrupt")}
+    )
+    crc_mismatches: int = 0
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        rows = [{"kind": k, "count": v.count, "bytes": v.bytes} for k, v in self.kinds.items()]
+        rows.append({"kind": "crc-mismatch", "count": self.crc_mismatches, "bytes": None})
+        return rows
+
+
+def count_commitlog(scan: CommitLogScan, opts: MessageOptions) -> CommitLogCounts:
+    """Count records and spans. Without a message filter or CRC check no record is decoded:
+    the structural index already proved each one intact."""
+    counts = CommitLogCounts()
+    decode = opts.filter.active or opts.verify_crc
+    be32_size = struct.Struct(">i").unpack_from
+    for buf, ev in scan.events():
+        if isinstance(ev, Span):
+            if span_visible(ev, opts.filter):
+                k = counts.kinds[ev.kind]
+                k.count += 1
+                k.bytes += ev.size
+            continue
+        msg = counts.kinds["message"]
+        if not decode:
+            msg.count += len(ev.positions)
+            if len(ev.positions):
+                last = int(ev.positions[-1])
+                msg.bytes += last + be32_size(buf, last)[0] - int(ev.positions[0])
+            continue
+        path, base = str(ev.seg.path), ev.seg.base_offset
+        for pos in ev.positions.tolist():
+            rec = _intact_record(buf, pos, path, base, opts.broker)
+            if opts.filter.active and not opts.filter.matches(rec):
+                continue
+            msg.count += 1
+            msg.bytes += rec.total_size
+            if opts.verify_crc and not rec.crc_ok():
+                counts.crc_mismatches += 1
+                computed = zlib.crc32(rec.body) & 0x7FFFFFFF
+                scan.problems.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, computed).problem())
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------
+# Consume queues
+
+
+class CommitLogReader:
+    """Random access to commit log records by phy offset, keeping the last files mapped."""
+
+    def __init__(self, segs: Sequence[Segment], file_size: int, *, broker: str = "4.4.0", keep: int = 2) -> None:
+        self.segs = list(segs)
+        self.file_size = file_size
+        self.broker = broker
+        self.keep = keep
+        self._open: dict[Path, tuple[contextlib.ExitStack, Any]] = {}
+
+    def _buf(self, seg: Segment) -> Any:
+        got = self._open.get(seg.path)
+        if got is None:
+            if len(self._open) >= self.keep:
+                self._open.pop(next(iter(self._open)))[0].close()
+            stack = contextlib.ExitStack()
+            buf = stack.enter_context(map_file(seg.path))
+            got = self._open[seg.path] = (stack, buf)
+        return got[1]
+
+    def read(self, phy_offset: int) -> tuple[Segment | None, Record | Blank | CorruptData | None]:
+        """The record at ``phy_offset``: None when no file holds it, the error when it does not decode."""
+        seg = segment_for(self.segs, phy_offset, self.file_size)
+        if seg is None:
+            return None, None
+        buf = self._buf(seg)
+        pos = phy_offset - seg.base_offset
+        if pos >= len(buf):
+            return seg, CorruptData("past the end of the file", path=seg.path, pos=pos, phy_offset=phy_offset)
+        try:
+            return seg, decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
+        except CorruptData as e:
+            return seg, e
+
+    def close(self) -> None:
+        for stack, _ in self._open.values():
+            stack.close()
+        self._open.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class CqRow:
+    """One consume queue slot (``kind`` entry or filler) or a range of empty slots (hole, end)."""
+
+    kind: str  # "entry" | "filler" (fillPreBlank, §4.4) | "hole" (empty slots before entries) | "end"
+    queue_offset: int
+    phy_offset: int | None = None
+    size: int | None = None
+    tags_code: int | None = None
+    count: int = 1  # slots covered (hole, end)
+    record: Record | None = None
+    expected_tags_code: int | None = None
+    mismatch: tuple[str, ...] = ()
+    resolved: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind in ("hole", "end"):
+            return {
+                "kind": self.kind,
+                "queueOffset": self.queue_offset,
+                "count": self.count,
+                "mismatch": list(self.mismatch),
+            }
+        out: dict[str, Any] = {
+            "queueOffset": self.queue_offset,
+            "commitLogOffset": self.phy_offset,
+            "size": self.size,
+            "tagsCode": self.tags_code,
+        }
+        if self.kind != "entry":
+            out = {"kind": self.kind, **out}
+        if self.resolved:
+            rec = self.record
+            out.update(
+                {
+                    "storeSize": None if rec is None else rec.total_size,
+                    "recordTopic": None if rec is None else rec.topic,
+                    "recordQueueId": None if rec is None else rec.queue_id,
+                    "recordQueueOffset": None if rec is None else rec.queue_offset,
+                    "expectedTagsCode": self.expected_tags_code,
+                    "storeTimestamp": None if rec is None else rec.store_timestamp_ms,
+                    "tags": None if rec is None else rec.tags,
+                    "keys": None if rec is None else rec.keys,
+                    "msgId": None if rec is None else rec.msg_id,
+                }
+            )
+            out["mismatch"] = list(self.mismatch)
+        return out
+
+
+def _multi_dispatch_offset(rec: Record, topic: str) -> int | None:
+    """Queue offset of ``rec`` in an extra queue it was multi-dispatched to (4.9.3+, §4.3)."""
+    props = rec.properties
+    names = props.get("INNER_MULTI_DISPATCH")
+    if not names:
+        return None
+    offsets = (props.get("INNER_MULTI_QUEUE_OFFSET") or "").split(",")
+    for i, name in enumerate(names.split(",")):
+        if name == topic and i < len(offsets):
+            with contextlib.suppress(ValueError):
+                return int(offsets[i])
+    return None
+
+
+def _check_entry(
+    st: Store,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    phy: int,
+    size: int,
+    tags_code: int,
+    reader: CommitLogReader,
+    clog_min: int | None,
+    clog_end: int | None,
+) -> tuple[Record | None, int | None, list[str], str]:
+    """Join one entry to its record: (record, expected tagsCode, mismatches, severity)."""
+    if clog_min is not None and phy < clog_min:
+        return None, None, [f"before the first commit log file ({clog_min}): expired"], INFO
+    if clog_end is None or phy + size > clog_end:
+        return None, None, [f"points past the end of the commit log data ({clog_end})"], ERROR
+    seg, got = reader.read(phy)
+    if seg is None:
+        return None, None, ["no commit log file holds this offset"], ERROR
+    if isinstance(got, Blank):
+        return None, None, ["points at a BLANK end-of-file record"], ERROR
+    if not isinstance(got, Record):
+        return None, None, [f"no valid record there: {got.what if got is not None else 'nothing'}"], ERROR
+    rec, bad = got, []
+    if rec.phy_offset != phy:
+        bad.append(f"the record's PHYSICALOFFSET is {rec.phy_offset}")
+    if rec.total_size != size:
+        bad.append(f"size {size}, the record is {rec.total_size} bytes")
+    extra = _multi_dispatch_offset(rec, topic) if rec.topic != topic else None
+    if extra is None:
+        if rec.topic != topic:
+            bad.append(f"the record's topic is {rec.topic!r}")
+        if rec.queue_id != queue_id:
+            bad.append(f"the record's queue is {rec.queue_id}")
+        if rec.queue_offset != queue_offset:
+            bad.append(f"the record's queue offset is {rec.queue_offset}")
+    elif extra != queue_offset:
+        bad.append(f"the record's INNER_MULTI_QUEUE_OFFSET for this queue is {extra}")
+    tx = rec.sys_flag & TRANSACTION_MASK
+    if tx in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        bad.append("a prepared/rollback transaction record: the broker gives it no consume queue entry")
+    expected: int | None = None
+    if st.config.enable_consume_queue_ext and tags_code <= EXT_ADDR_MAX:
+        pass  # the slot holds a ConsumeQueueExt address (§4.6)
+    else:
+        try:
+            expected = request_from_record(rec, st.config, path=str(seg.path)).tags_code
+        except CorruptData as e:
+            bad.append(e.what)
+        if expected is not None and expected != tags_code:
+            bad.append(f"tagsCode {tags_code}, the record gives {expected}")
+    return rec, expected, bad, ERROR if bad else INFO
+
+
+def _segment_entries(seg: Segment, problems: list[Problem]) -> tuple[list[int], list[int], list[int]]:
+    """(commit log offsets, sizes, tags codes) of one consume queue file's slots; odd names and tails to ``problems``."""
+    if seg.base_offset % ENTRY_SIZE:
+        problems.append(Problem(seg.path, None, f"file name {seg.base_offset} is not a multiple of 20"))
+    with map_file(seg.path) as buf:
+        arr = entries_array(buf)
+        out = (arr["phy_offset"].tolist(), arr["size"].tolist(), arr["tags_code"].tolist())
+        del arr
+        tail = len(buf) % ENTRY_SIZE
+        if tail:
+            problems.append(Problem(seg.path, len(buf) - tail, f"{tail} trailing bytes, not a whole entry"))
+    return out
+
+
+def _commitlog_join(st: Store) -> tuple[CommitLogReader, int | None, int | None]:
+    """A reader of the commit log, its first offset and the end of its data, to join entries to records."""
+    clog_segs, _ = st.commitlog_segments()
+    reader = CommitLogReader(clog_segs, st.config.commitlog_file_size, broker=st.config.broker)
+    clog_min = clog_segs[0].base_offset if clog_segs else None
+    return reader, clog_min, commitlog_end(clog_segs, broker=st.config.broker)
+
+
+def scan_consume_queue(
+    st: Store,
+    topic: str,
+    queue_id: int,
+    *,
+    resolve: bool = False,
+    problems: list[Problem] | None = None,
+    progress: Progress | None = None,
+) -> Iterator[CqRow]:
+    """Every slot of ``consumequeue/<topic>/<queue_id>`` in queue offset order.
+
+    Empty slots (offset < 0 or size <= 0, §4.4) followed by entries are one ``hole`` row; those at
+    the end are one ``end`` row. With ``resolve`` each entry is joined to its record and every
+    disagreement is listed in ``mismatch``. Problems are appended to ``problems``.
+    """
+    problems = [] if problems is None else problems
+    qdir = st.queue_dir(topic, queue_id)
+    if not qdir.is_dir():
+        raise InputError(f"{qdir}: no consume queue for topic {topic!r} queue {queue_id}")
+    segs, seg_problems = st.cq_segments(topic, queue_id)
+    problems.extend(seg_problems)
+    reader, clog_min, clog_end = _commitlog_join(st) if resolve else (None, None, None)
+    empty_from: int | None = None
+    empty_path: Path | None = None
+    empty_pos = 0
+    seen_entry = False
+    prev_phy = -1
+    try:
+        for seg in segs:
+            phys, sizes, tags = _segment_entries(seg, problems)
+            first_q = seg.base_offset // ENTRY_SIZE
+            for i, (phy, size, tags_code) in enumerate(zip(phys, sizes, tags, strict=True)):
+                qo = first_q + i
+                if phy < 0 or size <= 0:
+                    if empty_from is None:
+                        empty_from, empty_path, empty_pos = qo, seg.path, i * ENTRY_SIZE
+                    continue
+                if empty_from is not None:
+                    why = f"{qo - empty_from} empty slot(s) before entries: a gap in the queue"
+                    problems.append(Problem(empty_path or seg.path, empty_pos, f"queue offset {empty_from}: {why}"))
+                    yield CqRow("hole", empty_from, count=qo - empty_from, mismatch=(why,))
+                    empty_from = None
+                if phy == 0 and size == FILLER_SIZE and tags_code == 0:
+                    bad = ("a fillPreBlank filler after real entries",) if seen_entry else ()
+                    if bad:
+                        problems.append(Problem(seg.path, i * ENTRY_SIZE, f"queue offset {qo}: {bad[0]}"))
+                    yield CqRow("filler", qo, phy, size, tags_code, mismatch=bad, resolved=resolve)
+                    continue
+                mism: list[str] = []
+                if seen_entry and phy <= prev_phy:
+                    mism.append(f"commit log offset not above the previous entry's ({prev_phy})")
+                seen_entry = True
+                rec = expected = None
+                severity = ERROR if mism else INFO
+                if reader is not None:
+                    rec, expected, more, sev = _check_entry(
+                        st, topic, queue_id, qo, phy, size, tags_code, reader, clog_min, clog_end
+                    )
+                    mism += more
+                    if sev == ERROR:
+                        severity = ERROR
+                if mism:
+                    problems.append(
+                        Problem(seg.path, i * ENTRY_SIZE, f"queue offset {qo}: " + "; ".join(mism), severity, phy)
+                    )
+                else:
+                    prev_phy = phy  # a bad entry is no reference for the order of the next ones
+                yield CqRow("entry", qo, phy, size, tags_code, record=rec, expected_tags_code=expected,
+                            mismatch=tuple(mism), resolved=resolve)  # fmt: skip
+            if progress is not None:
+                progress(seg.size)
+        if empty_from is not None and segs:
+            last = segs[-1]
+            end_q = (last.base_offset + last.size) // ENTRY_SIZE
+            yield CqRow("end", empty_from, count=end_q - empty_from)
+    finally:
+        if reader is not None:
+            reader.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Index files
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSummary:
+    """Header and fill of one index file (§5.1)."""
+
+    path: Path
+    size: int
+    header: ix.IndexHeader | None
+    slots: int
+    max_entries: int
+    used_slots: int | None  # slots holding a chain head; None when the file's size is wrong
+
+    @property
+    def entry_count(self) -> int:
+        return 0 if self.header is None else self.header.entry_count
+
+    def to_json(self) -> dict[str, Any]:
+        h = self.header
+        cap = max(self.max_entries - 1, 1)
+        return {
+            "name": self.path.name,
+            **index_header_json(h),
+            "entryCount": self.entry_count,
+            "usedSlots": self.used_slots,
+            "slotFill": None if self.used_slots is None else round(self.used_slots / max(self.slots, 1), 6),
+            "fill": round(self.entry_count / cap, 6),
+            "writeFull": None if h is None else h.index_count >= self.max_entries,
+            "size": self.size,
+        }
+
+
+def _index_file(st: Store, path: Path, buf: Any, problems: list[Problem]) -> ix.IndexFile | None:
+    cfg = st.config
+    try:
+        return ix.IndexFile(
+            buf, slots=cfg.max_hash_slot_num, entries=cfg.max_index_num, path=str(path), broker=cfg.broker
+        )
+    except CorruptData as e:
+        problems.append(Problem(path, 0, e.what))
+        return None
+
+
+def _index_files_open(st: Store, problems: list[Problem]) -> Iterator[tuple[Path, ix.IndexFile]]:
+    """Every index file that decodes, mapped until the next one is asked for; the others are problems."""
+    files, more = st.index_files()
+    problems.extend(more)
+    for path in files:
+        with map_file(path) as buf:
+            f = _index_file(st, path, buf, problems)
+            if f is not None:
+                yield path, f
+            del f
+
+
+def index_summaries(st: Store, *, problems: list[Problem] | None = None) -> list[IndexSummary]:
+    problems = [] if problems is None else problems
+    files, more = st.index_files()
+    problems.extend(more)
+    out = []
+    cfg = st.config
+    for path in files:
+        with map_file(path) as buf:
+            header = None
+            if len(buf) >= ix.HEADER_SIZE:
+                header = ix.decode_header(buf, path=str(path))
+            else:
+                problems.append(Problem(path, 0, f"{len(buf)} bytes: shorter than the {ix.HEADER_SIZE}-byte header"))
+            f = _index_file(st, path, buf, problems)
+            used = None
+            if f is not None:
+                slots_arr = f.slots_array()
+                used = int(np.count_nonzero(slots_arr))
+                del slots_arr
+                if header is not None and header.index_count > cfg.max_index_num:
+                    problems.append(
+                        Problem(path, 36, f"indexCount {header.index_count} exceeds maxIndexNum {cfg.max_index_num}")
+                    )
+            del f
+            out.append(IndexSummary(path, len(buf), header, cfg.max_hash_slot_num, cfg.max_index_num, used))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntryRow:
+    """One entry of an index file, located by its number (§5.1)."""
+
+    file: str
+    number: int  # the entry is at 40 + 4 * maxHashSlotNum + 20 * number
+    slot: int
+    key_hash: int
+    phy_offset: int
+    time_diff_s: int
+    prev: int
+    timestamp_ms: int  # header beginTimestamp + timeDiff seconds, as the query computes it
+    hash_match: bool | None = None  # chain walks: does keyHash equal the key's hash
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "file": self.file,
+            "slot": self.slot,
+            "number": self.number,
+            "keyHash": self.key_hash,
+            "phyOffset": self.phy_offset,
+            "timeDiff": self.time_diff_s,
+            "timestamp": self.timestamp_ms,
+            "prevIndex": self.prev,
+        }
+        if self.hash_match is not None:
+            out["hashMatch"] = self.hash_match
+        if self.why:
+            out["why"] = self.why
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """Where a key's chain starts in one index file."""
+
+    file: str
+    key: str  # as the producer set it; the index hashes topic#key
+    key_hash: int
+    slot: int
+    slot_value: int
+    index_count: int
+
+
+def index_key_chains(
+    st: Store, topic: str, key: str, *, problems: list[Problem] | None = None
+) -> Iterator[tuple[ChainHead, list[IndexEntryRow]]]:
+    """For every index file: the slot of ``topic#key`` and its chain, newest entry first (§5.4).
+
+    The walk follows prevIndex like the broker (stopping at 0, past indexCount, or a self link),
+    without a time window, and stops at a loop.
+    """
+    problems = [] if problems is None else problems
+    full = f"{topic}#{key}"
+    key_hash = index_key_hash(full)
+    for path, f in _index_files_open(st, problems):
+        h = f.header()
+        slot = key_hash % f.slots
+        value = f.slot_value(slot)
+        head = ChainHead(path.name, full, key_hash, slot, value, h.index_count)
+        rows: list[IndexEntryRow] = []
+        n, seen = value, set()
+        if value > h.index_count or value < 0:
+            problems.append(
+                Problem(
+                    path,
+                    ix.HEADER_SIZE + slot * 4,
+                    f"slot {slot} holds {value}, outside 1..{h.index_count - 1}",
+                    WARNING,
+                )
+            )
+        while 0 < n <= h.index_count and n < f.max_entries and n not in seen:
+            seen.add(n)
+            e = f.entry(n)
+            rows.append(
+                IndexEntryRow(
+                    path.name,
+                    n,
+                    e.key_hash % f.slots,
+                    e.key_hash,
+                    e.phy_offset,
+                    e.time_diff_s,
+                    e.prev,
+                    h.begin_timestamp_ms + e.time_diff_s * 1000,
+                    e.key_hash == key_hash,
+                )
+            )
+            if e.prev == n:
+                break
+            n = e.prev
+        if n in seen and n != rows[-1].number:
+            problems.append(Problem(path, None, f"chain of slot {slot} loops back to entry {n}"))
+        del f
+        yield head, rows
+
+
+def index_entries(st: Store, *, problems: list[Problem] | None = None) -> Iterator[IndexEntryRow]:
+    """Every used entry (1 .. indexCount-1) of every index file."""
+    problems = [] if problems is None else problems
+    for path, f in _index_files_open(st, problems):
+        h = f.header()
+        if h.index_count > f.max_entries:
+            problems.append(Problem(path, 36, f"indexCount {h.index_count} exceeds maxIndexNum {f.max_entries}"))
+            continue
+        arr = f.entries_array()
+        cols = [arr[c].tolist() for c in ("key_hash", "phy_offset", "time_diff", "prev")]
+        del arr, f
+        begin = h.begin_timestamp_ms
+        slots = st.config.max_hash_slot_num
+        for n in range(1, len(cols[0])):
+            kh, phy, diff, prev = cols[0][n], cols[1][n], cols[2][n], cols[3][n]
+            yield IndexEntryRow(path.name, n, kh % slots, kh, phy, diff, prev, begin + diff * 1000)
+
+
+# ----------------------------------------------------------------------------------------------
+# Config files
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigListing:
+    name: str
+    size: int
+
+
+def config_files(st: Store) -> list[ConfigListing]:
+    """The files in ``config/`` (``.bak`` copies included), by name."""
+    d = st.config.config_dir
+    try:
+        names = names_in(d)
+    except OSError as e:
+        raise InputError(f"{d}: cannot list: {e.strerror}") from None
+    return [ConfigListing(n, (d / n).stat().st_size) for n in names if (d / n).is_file()]
+
+
+def read_config_file(st: Store, name: str) -> cfgmod.ConfigFile:
+    """``config/<name>`` as the broker loads it (``.bak`` when the main file is unusable, §11.1)."""
+    d = st.config.config_dir
+    if not (d / name).exists() and not (d / f"{name}.bak").exists():
+        have = ", ".join(c.name for c in config_files(st)) or "none"
+        raise InputError(f"{d / name}: no such config file (present: {have})")
+    return cfgmod.read_config(d, name)
+
+
+def flatten(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Nested config data as ``(dotted.path, scalar)`` pairs, in document order."""
+    if isinstance(data, dict):
+        if not data:
+            yield prefix, {}
+        for k, v in data.items():
+            yield from flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(data, list):
+        if not data:
+            yield prefix, []
+        for i, v in enumerate(data):
+            yield from flatten(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, data
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCqRow:
+    """One unit of a 5.x batch consume queue (§4.7)."""
+
+    file: str
+    pos: int
+    entry: BcqEntry
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "kind": "batch",
+            "queueOffset": e.base_offset,
+            "batchNum": e.batch_size,
+            "commitLogOffset": e.phy_offset,
+            "size": e.size,
+            "tagsCode": e.tags_code,
+            "storeTimestamp": e.store_timestamp_ms,
+            "compactedOffset": e.compacted_offset,
+            "file": self.file,
+            "pos": self.pos,
+        }
+
+
+def is_batch_queue(st: Store, topic: str, queue_id: int) -> bool:
+    return any(t == topic and q == queue_id for t, q, _ in st.batch_queues())
+
+
+def scan_batch_queue(st: Store, topic: str, queue_id: int) -> Iterator[BatchCqRow]:
+    """The valid units of ``batchconsumequeue/<topic>/<queueId>`` in order (up to the first empty one)."""
+    for seg in st.bcq_segments(topic, queue_id)[0]:
+        with map_file(seg.path) as buf:
+            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                if e.ends_queue:
+                    return
+                yield BatchCqRow(seg.path.name, pos, e)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtRow:
+    """One ConsumeQueueExt unit with its global address (what a consume queue entry points at)."""
+
+    file: str
+    address: int  # global ext offset: file start + position
+    unit: ExtUnit
+
+    def to_json(self) -> dict[str, Any]:
+        u = self.unit
+        return {
+            "file": self.file,
+            "pos": u.pos,
+            "address": self.address,
+            "size": u.size,
+            "tagsCode": u.tags_code,
+            "storeTimestamp": u.store_timestamp_ms,
+            "bitMapSize": len(u.bitmap),
+            "bitMap": u.bitmap.hex(),
+        }
+
+
+def scan_consume_queue_ext(st: Store, topic: str, queue_id: int) -> Iterator[ExtRow]:
+    """The units of ``consumequeue_ext/<topic>/<queueId>`` (§4.6), file by file."""
+
+    if check_topic_name(topic) is not None:
+        raise InputError(f"{topic!r}: not a topic the broker accepts")
+    d = st.root / "consumequeue_ext" / topic / str(int(queue_id))
+    segs, _ = list_segments(d, None)
+    if not segs:
+        raise InputError(f"{d}: no consume queue ext files")
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for u in decode_ext_units(buf, path=str(seg.path)):
+                yield ExtRow(seg.path.name, seg.base_offset + u.pos, u)
+
+
+def timer_wheel_slots(st: Store) -> Iterator[dict[str, Any]]:
+    """The used slots of the 5.x ``timerwheel`` file."""
+    path = st.root / "timerwheel"
+    if not path.is_file():
+        raise InputError(f"{path}: no timer wheel (timerWheelEnable was never on)")
+    with map_file(path) as buf:
+        for s in timer.used_slots(buf):
+            yield {"slot": s.index, "timeMs": s.time_ms, "firstPos": s.first_pos, "lastPos": s.last_pos,
+                   "num": s.num, "magic": s.magic}  # fmt: skip
+
+
+def timer_log_units(st: Store) -> Iterator[dict[str, Any]]:
+    """The units of the 5.x ``timerlog/`` files, with their global positions."""
+    d = st.root / "timerlog"
+    segs, _ = list_segments(d, None)
+    if not segs:
+        raise InputError(f"{d}: no timer log files")
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for u in timer.timer_units(buf, path=str(seg.path)):
+                yield {"file": seg.path.name, "position": seg.base_offset + u.pos, "prevPos": u.prev_pos,
+                       "magic": u.magic, "writeTimeMs": u.write_time_ms, "delayedTime": u.delayed_time,
+                       "offsetPy": u.offset_py, "sizePy": u.size_py, "topicHash": u.topic_hash}  # fmt: skip
+
+
+def compaction_checkpoint(st: Store) -> cfgmod.ConfigFile:
+    """``compaction/position-checkpoint`` (5.x compaction service), fastjson like the config files."""
+    d = st.root / "compaction"
+    if not (d / "position-checkpoint").exists():
+        raise InputError(f"{d / 'position-checkpoint'}: no compaction checkpoint")
+    return cfgmod.read_config(d, "position-checkpoint")

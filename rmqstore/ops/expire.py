@@ -1,0 +1,852 @@
+"""Expire old files the way the broker's clean services do (store-format.md §10, §5.5, §1.2).
+
+One run of :func:`plan_expire` is one pass of ``CleanCommitLogService`` followed by one pass of
+``CleanConsumeQueueService`` on a store no broker holds:
+
+* commit log (§10.1): when triggered by the hour (``deleteWhen``), by disk usage
+  (``diskMaxUsedSpaceRatio`` and the forced-clean levels) or manually (``--force``, what
+  ``mqadmin deleteExpiredCommitLog`` does), walk every file but the newest, oldest first; delete a
+  file whose mtime + ``fileReservedTime`` hours has passed (or any file when the disk is above the
+  forced-clean level and ``cleanFileForciblyEnable``); stop at the first file kept, and after
+  ``deleteFileBatchMax`` deletions;
+* consume queues (§10.2): every file but a queue's last whose last entry points below the new
+  commit log min offset, oldest first, stopping at the first file kept;
+* index (§5.5): when the first file's endPhyOffset is below the min offset, every file but the
+  last with endPhyOffset below it, stopping at the first that is not.
+
+Deleting oldest first leaves a consistent store after every single step (a broker is in the same
+state between its two clean services), so a run killed midway is finished by the next one: the
+consume queue and index passes only depend on the commit log files left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import shlex
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqstore.codec.consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
+from rmqstore.codec.indexfile import HEADER as INDEX_HEADER
+from rmqstore.errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
+from rmqstore.rules import rules_for
+from rmqstore.safety.actions import PlannedAction
+from rmqstore.safety.files import SCRATCH_DIR, fsync_dir, move, scratch_dir
+from rmqstore.safety.journal import Journal, StepHook, journal_file
+from rmqstore.safety.quarantine import Quarantine
+from rmqstore.store import Store, open_store
+from rmqstore.store.layout import Segment, StoreConfig
+from rmqstore.timeparse import format_time_ms
+from rmqstore.walk.chain import is_zero_header
+
+# Exit codes of `rmqstore expire` (the project-wide codes plus two of its own).
+EXIT_NOTHING_TO_DO = 0  # no file to delete
+EXIT_ERROR = 1  # bad input, configuration or an I/O error
+EXIT_OVER_FORCED_RATIO = 3  # after the run the disk is still above the forced-clean level
+EXIT_LOCKED = StoreLocked.exit_code  # 4: a running broker holds the store (it cleans itself)
+EXIT_DELETED = 9  # files were deleted (or, in a dry run, would be)
+EXIT_EXPIRE_RUNNING = ExpireRunning.exit_code  # 11: another `rmqstore expire` holds this store's expire lock
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_NOTHING_TO_DO: "nothing to do",
+    EXIT_DELETED: "files deleted (dry run: files would be deleted)",
+    EXIT_OVER_FORCED_RATIO: "the commit log's disk is above the forced-clean level after the run (dry run: now)",
+    EXIT_LOCKED: "a running broker holds the store; it cleans the store itself",
+    EXIT_EXPIRE_RUNNING: "another rmqstore expire run holds this store's expire lock",
+    EXIT_ERROR: "error (bad option or broker.conf, I/O error)",
+    5: "not a store",
+    6: "a commit log directory a broker would not load",
+    7: "unsupported store",
+}
+
+HOUR_MS = 3_600_000
+EXPIRE_LOCK = "expire.lock"
+_LONG = struct.Struct(">q")
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireSettings:
+    """The effective cleaning settings, with the broker's names in :meth:`to_json`."""
+
+    broker: str
+    file_reserved_time_h: int
+    delete_when: str
+    delete_hours: tuple[int, ...]
+    disk_max_used_space_ratio: int  # percent, after the getter's clamp to [10, 95]
+    clean_file_forcibly_enable: bool
+    delete_file_batch_max: int
+    disk_space_warning_level_ratio: float  # fraction
+    disk_space_clean_forcibly_ratio: float  # fraction
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "brokerVersion": self.broker,
+            "fileReservedTime": self.file_reserved_time_h,
+            "deleteWhen": self.delete_when,
+            "diskMaxUsedSpaceRatio": self.disk_max_used_space_ratio,
+            "cleanFileForciblyEnable": self.clean_file_forcibly_enable,
+            "deleteFileBatchMax": self.delete_file_batch_max,
+            "diskSpaceWarningLevelRatio": self.disk_space_warning_level_ratio,
+            "diskSpaceCleanForciblyRatio": self.disk_space_clean_forcibly_ratio,
+        }
+
+
+def parse_delete_when(text: str, *, path: Path | str = "deleteWhen") -> tuple[int, ...]:
+    """``deleteWhen`` hours as ``UtilAll.isItTimeToDo`` reads them: split on ';', Integer.parseInt each.
+
+    A value Java cannot parse makes every pass of the broker's clean task throw before it deletes
+    anything, so it is refused here instead of being silently ignored.
+    """
+    parts = text.split(";") if ";" in text else [text]
+    while len(parts) > 1 and parts[-1] == "":  # String.split drops trailing empty strings
+        parts.pop()
+    if parts == [""] and text.endswith(";"):
+        parts = []
+    hours = []
+    for part in parts:
+        if not re.fullmatch(r"[+-]?[0-9]+", part):
+            raise ConfigError(
+                f"deleteWhen={text!r}: {part!r} is not an integer hour; the broker's clean task fails on it "
+                "at every pass and never deletes anything",
+                path=path,
+            )
+        hours.append(int(part))
+    return tuple(hours)
+
+
+def _fraction(v: float) -> float:
+    return v / 100.0 if v > 1 else v
+
+
+def expire_settings(
+    cfg: StoreConfig,
+    *,
+    broker: str | None = None,
+    file_reserved_time_h: int | None = None,
+    delete_when: str | None = None,
+    disk_max_used_space_ratio: int | None = None,
+    clean_file_forcibly_enable: bool | None = None,
+    delete_file_batch_max: int | None = None,
+    disk_space_warning_level_ratio: float | None = None,
+    disk_space_clean_forcibly_ratio: float | None = None,
+) -> ExpireSettings:
+    """Settings from broker.conf (as the given broker version reads it) and explicit overrides.
+
+    The two forced-clean levels given here act like the JVM system properties
+    ``rocketmq.broker.diskSpaceWarningLevelRatio`` / ``...CleanForciblyRatio`` (fractions; a
+    value above 1 is taken as a percent): the only way to set them on 4.x, and an override of the
+    broker.conf keys on 5.x.
+    """
+    broker = broker or cfg.broker
+    rules = rules_for(broker)
+    notes: list[str] = []
+    src = cfg.source or "broker.conf"
+    when = cfg.delete_when if delete_when is None else delete_when
+    hours = parse_delete_when(when, path=src if delete_when is None else "--delete-when")
+    bad = [h for h in hours if not 0 <= h <= 23]
+    if bad:
+        notes.append(f"deleteWhen hour(s) {bad} never match a local hour (0-23)")
+    reserved = cfg.file_reserved_time_h if file_reserved_time_h is None else file_reserved_time_h
+    max_ratio = cfg.disk_max_used_space_ratio if disk_max_used_space_ratio is None else disk_max_used_space_ratio
+    clamped = min(max(max_ratio, 10), 95)  # MessageStoreConfig.getDiskMaxUsedSpaceRatio
+    if clamped != max_ratio:
+        notes.append(f"diskMaxUsedSpaceRatio {max_ratio} is clamped to {clamped} by the broker")
+    forcibly_enable = (
+        cfg.clean_file_forcibly_enable if clean_file_forcibly_enable is None else clean_file_forcibly_enable
+    )
+
+    if rules.expire_batch_max_in_config:
+        batch = cfg.delete_file_batch_max
+    else:
+        batch = 10  # MappedFileQueue.DELETE_FILES_BATCH_MAX
+        if "deleteFileBatchMax" in cfg.explicit:
+            notes.append(f"deleteFileBatchMax in {src} is ignored by a {broker} broker (fixed at 10)")
+    if delete_file_batch_max is not None:
+        batch = delete_file_batch_max
+
+    warning, forcibly = 0.90, 0.85  # 4.x system property defaults; 5.x key defaults 90 / 85
+    if rules.expire_levels_in_config:  # 5.x keys are int percents
+        if "diskSpaceWarningLevelRatio" in cfg.explicit:
+            warning = cfg.disk_space_warning_level_ratio / 100.0
+        if "diskSpaceCleanForciblyRatio" in cfg.explicit:
+            forcibly = cfg.disk_space_clean_forcibly_ratio / 100.0
+    else:
+        for key in ("diskSpaceWarningLevelRatio", "diskSpaceCleanForciblyRatio"):
+            if key in cfg.explicit:
+                notes.append(
+                    f"{key} in {src} is ignored by a {broker} broker (it reads the JVM system property "
+                    f"rocketmq.broker.{key}); pass it as an option instead"
+                )
+    if disk_space_warning_level_ratio is not None:
+        warning = _fraction(disk_space_warning_level_ratio)
+    if disk_space_clean_forcibly_ratio is not None:
+        forcibly = _fraction(disk_space_clean_forcibly_ratio)
+    if rules.expire_levels_in_config:
+        warning = min(max(warning, 0.35), 0.90)
+        forcibly = min(max(forcibly, 0.30), 0.85)
+    return ExpireSettings(
+        broker=broker,
+        file_reserved_time_h=reserved,
+        delete_when=when,
+        delete_hours=hours,
+        disk_max_used_space_ratio=clamped,
+        clean_file_forcibly_enable=forcibly_enable,
+        delete_file_batch_max=batch,
+        disk_space_warning_level_ratio=warning,
+        disk_space_clean_forcibly_ratio=forcibly,
+        notes=tuple(notes),
+    )
+
+
+# -- disk usage and triggers ----------------------------------------------------------------
+
+
+def partition_used_ratio(path: Path, broker: str) -> float:
+    """``UtilAll.getDiskPartitionSpaceUsedPercent`` of the file system holding ``path``; -1 if missing."""
+    try:
+        sv = os.statvfs(path)
+    except OSError:
+        return -1.0
+    total = sv.f_blocks * sv.f_frsize
+    if total <= 0:
+        return -1.0
+    used = total - sv.f_bfree * sv.f_frsize
+    if not rules_for(broker).expire_ratio_rounds_up:
+        return used / total
+    entire = used + sv.f_bavail * sv.f_frsize
+    if entire <= 0:
+        return -1.0
+    return (used * 100 // entire + (1 if used * 100 % entire else 0)) / 100.0
+
+
+DiskUsage = Callable[[Path], float]
+
+
+def measured_disk_usage(broker: str) -> DiskUsage:
+    """The real file-system usage, computed as ``broker`` computes it."""
+    return lambda path: partition_used_ratio(path, broker)
+
+
+def commitlog_used_ratio(cfg: StoreConfig, disk_usage: DiskUsage) -> float:
+    # 5.x (multi-path) takes the smallest ratio among the commit log directories.
+    dirs = cfg.commitlog_dirs or (cfg.commitlog_dir,)
+    return min(disk_usage(d) for d in dirs)
+
+
+@dataclass(frozen=True, slots=True)
+class Triggers:
+    """Why (or why not) ``CleanCommitLogService`` deletes in this pass."""
+
+    local_hour: int
+    time: bool  # the local hour is one of deleteWhen
+    space: bool  # isSpaceToDelete
+    manual: bool  # executeDeleteFilesManually (--force)
+    clean_immediately: bool  # cleanImmediately && cleanFileForciblyEnable: ignore fileReservedTime
+    disk_full: bool  # above the warning level: a broker would refuse new messages
+    commitlog_used_ratio: float
+    consumequeue_used_ratio: float
+
+    @property
+    def triggered(self) -> bool:
+        return self.time or self.space or self.manual
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "localHour": self.local_hour,
+            "time": self.time,
+            "space": self.space,
+            "manual": self.manual,
+            "cleanImmediately": self.clean_immediately,
+            "diskFull": self.disk_full,
+            "commitLogDiskUsedRatio": round(self.commitlog_used_ratio, 4),
+            "consumeQueueDiskUsedRatio": round(self.consumequeue_used_ratio, 4),
+        }
+
+
+def space_to_delete(settings: ExpireSettings, physic: float, logics: float) -> tuple[bool, bool, bool]:
+    """``isSpaceToDelete``: (space trigger, cleanImmediately, disk full) for the two partitions' ratios."""
+    max_ratio = settings.disk_max_used_space_ratio / 100.0
+    warning, forcibly = settings.disk_space_warning_level_ratio, settings.disk_space_clean_forcibly_ratio
+    clean_now = disk_full = False
+    if rules_for(settings.broker).expire_forced_level_triggers:
+        for r in (physic, logics):
+            if r > warning:
+                return True, True, True
+            if r > forcibly:
+                return True, True, False
+        return (physic < 0 or physic > max_ratio or logics < 0 or logics > max_ratio), False, False
+    # 4.x: the levels only set cleanImmediately; only diskMaxUsedSpaceRatio (or -1) triggers.
+    for r in (physic, logics):
+        if r > warning:
+            clean_now = disk_full = True
+        elif r > forcibly:
+            clean_now = True
+        if r < 0 or r > max_ratio:
+            return True, clean_now, disk_full
+    return False, clean_now, disk_full
+
+
+def local_hour(now_ms: int) -> int:
+    """``Calendar.HOUR_OF_DAY`` of ``now`` in this process's time zone (TZ)."""
+    return time.localtime(now_ms / 1000).tm_hour
+
+
+def evaluate_triggers(
+    st: Store, settings: ExpireSettings, *, now_ms: int, force: bool, disk_usage: DiskUsage
+) -> Triggers:
+    hour = local_hour(now_ms)
+    physic = commitlog_used_ratio(st.config, disk_usage)
+    logics = disk_usage(st.config.consumequeue_dir)
+    space, clean_now, full = space_to_delete(settings, physic, logics)
+    return Triggers(
+        local_hour=hour,
+        time=hour in settings.delete_hours,
+        space=space,
+        manual=force,
+        clean_immediately=clean_now and settings.clean_file_forcibly_enable,
+        disk_full=full,
+        commitlog_used_ratio=physic,
+        consumequeue_used_ratio=logics,
+    )
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileAction:
+    """One file to delete."""
+
+    kind: str  # "commitlog" | "consumequeue" | "index"
+    path: Path
+    rel_path: str  # as shown, and where it goes under a quarantine folder
+    size: int
+    mtime_ms: int
+    why: str
+    topic: str | None = None
+    queue_id: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "kind": self.kind,
+            "path": self.rel_path,
+            "size": self.size,
+            "mtime": format_time_ms(self.mtime_ms),
+            "mtimeMs": self.mtime_ms,
+            "reason": self.why,
+        }
+        if self.topic is not None:
+            out["topic"] = self.topic
+            out["queueId"] = self.queue_id
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ExpirePlan:
+    """What one expire run would delete, and why it deletes no more."""
+
+    store_root: Path
+    now_ms: int  # the time the triggers and the files' ages are evaluated at
+    settings: ExpireSettings
+    triggers: Triggers
+    min_phy_offset: int  # first commit log file's offset now (-1: no file)
+    new_min_phy_offset: int  # after the commit log deletions
+    commitlog: tuple[FileAction, ...]
+    consumequeue: tuple[FileAction, ...]
+    index: tuple[FileAction, ...]
+    commitlog_stop: str  # why the commit log pass deleted no more
+    notes: tuple[str, ...] = ()  # informational
+    warnings: tuple[str, ...] = ()  # parts skipped; need attention
+
+    @property
+    def actions(self) -> tuple[FileAction, ...]:
+        return self.commitlog + self.consumequeue + self.index
+
+    @property
+    def freed_size(self) -> int:
+        return sum(a.size for a in self.actions)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.actions
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "store": os.path.abspath(self.store_root),
+            "now": format_time_ms(self.now_ms),
+            "nowMs": self.now_ms,
+            "settings": self.settings.to_json(),
+            "triggers": self.triggers.to_json(),
+            "minPhyOffset": self.min_phy_offset,
+            "newMinPhyOffset": self.new_min_phy_offset,
+            "commitLogStop": self.commitlog_stop,
+            "actions": [a.to_json() for a in self.actions],
+            "freedBytes": self.freed_size,
+            "notes": list(self.notes),
+            "warnings": list(self.warnings),
+        }
+
+
+def _mtime_ms(path: Path) -> tuple[int, int]:
+    s = path.stat()
+    return s.st_mtime_ns // 1_000_000, s.st_size
+
+
+def _read_at(path: Path, pos: int, n: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, n, pos)
+    finally:
+        os.close(fd)
+
+
+def _rel(root: Path, path: Path, fallback: str) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return fallback
+
+
+def _has_data(seg: Segment) -> bool:
+    head = _read_at(seg.path, 0, 8)
+    return len(head) == 8 and not is_zero_header(head, 0)
+
+
+def _hours(ms: int) -> str:
+    return f"{ms / HOUR_MS:.1f}h"
+
+
+def _plan_commitlog(
+    st: Store, settings: ExpireSettings, triggers: Triggers, now_ms: int
+) -> tuple[list[FileAction], int, int, str]:
+    segs, problems = st.commitlog_segments()
+    if problems:
+        p = problems[0]
+        raise CorruptData(f"{p.what} (a broker would not load this commit log; see rmqstore check)", path=p.path, pos=0)
+    min_phy = segs[0].base_offset if segs else -1
+    if not triggers.triggered:
+        return [], min_phy, min_phy, "not triggered"
+    # The newest file is the one a broker writes to: trailing pre-allocated (all-zero) files are
+    # not in its file list (recovery deletes them), so they do not count as the newest.
+    last = len(segs) - 1
+    while last > 0 and not _has_data(segs[last]):
+        last -= 1
+    reserved_ms = settings.file_reserved_time_h * HOUR_MS
+    actions: list[FileAction] = []
+    stop = "only the newest file is left" if last <= 0 else ""
+    for seg in segs[:last]:
+        mtime, size = _mtime_ms(seg.path)
+        expired = now_ms >= mtime + reserved_ms
+        if not (expired or triggers.clean_immediately):
+            stop = (
+                f"kept {seg.path.name}: mtime {format_time_ms(mtime)} + {settings.file_reserved_time_h}h is after now "
+                f"(expires in {_hours(mtime + reserved_ms - now_ms)}); later files are never deleted before it"
+            )
+            break
+        why = (
+            f"mtime + {settings.file_reserved_time_h}h <= now (age {_hours(now_ms - mtime)})"
+            if expired
+            else f"disk above the forced-clean level {percent(settings.disk_space_clean_forcibly_ratio)} (cleanImmediately)"
+        )
+        rel = _rel(st.root, seg.path, f"commitlog/{seg.path.name}")
+        actions.append(FileAction("commitlog", seg.path, rel, size, mtime, why))
+        if len(actions) >= settings.delete_file_batch_max:
+            stop = f"batch limit: {settings.delete_file_batch_max} files per pass (deleteFileBatchMax)"
+            break
+    else:
+        if last > 0:
+            stop = "every file before the newest is deleted"
+    new_min = segs[len(actions)].base_offset if segs else -1
+    return actions, min_phy, new_min, stop
+
+
+def _plan_consumequeues(st: Store, min_phy: int) -> tuple[list[FileAction], list[str]]:
+    """``deleteExpiredFileByOffset(minPhy, 20)`` for every queue (§10.2)."""
+    actions: list[FileAction] = []
+    warnings: list[str] = []
+    file_size = st.config.cq_file_size
+    for topic, qid, _ in st.queues():
+        segs, problems = st.cq_segments(topic, qid)
+        if problems:
+            warnings.append(f"skipped queue {topic}/{qid}: {problems[0]}")
+            continue
+        for seg in segs[:-1]:
+            raw = _read_at(seg.path, file_size - CQ_ENTRY_SIZE, 8)
+            if len(raw) < 8:
+                warnings.append(f"skipped queue {topic}/{qid}: {seg.path} is shorter than {file_size} bytes")
+                break
+            (last_phy,) = _LONG.unpack(raw)
+            if last_phy >= min_phy:
+                break
+            mtime, size = _mtime_ms(seg.path)
+            rel = _rel(st.root, seg.path, f"consumequeue/{topic}/{qid}/{seg.path.name}")
+            why = f"last entry's commit log offset {last_phy} < min offset {min_phy}"
+            actions.append(FileAction("consumequeue", seg.path, rel, size, mtime, why, topic, qid))
+    return actions, warnings
+
+
+def _index_files(st: Store) -> tuple[list[tuple[Path, int]], list[str], list[str]]:
+    """(path, endPhyOffset) of every index file, in the broker's load order (by name)."""
+    files, problems = st.index_files()
+    notes = [str(p) for p in problems]
+    out: list[tuple[Path, int]] = []
+    for p in files:
+        raw = _read_at(p, 0, INDEX_HEADER.size)
+        if len(raw) < INDEX_HEADER.size:
+            return [], notes, [f"skipped index files: {p} is shorter than its {INDEX_HEADER.size}-byte header"]
+        out.append((p, INDEX_HEADER.unpack(raw)[3]))
+    # With `abort` present a starting broker first drops the index files newer than the
+    # checkpoint's indexMsgTimestamp and re-dispatch then opens a new last file, so judging the
+    # files on disk as they are deletes the same older files the broker would.
+    return out, notes, []
+
+
+def _plan_index(st: Store, min_phy: int) -> tuple[list[FileAction], list[str], list[str]]:
+    files, notes, warnings = _index_files(st)
+    actions: list[FileAction] = []
+    if not files or files[0][1] >= min_phy:
+        return actions, notes, warnings
+    for p, end_phy in files[:-1]:
+        if end_phy >= min_phy:
+            break
+        mtime, size = _mtime_ms(p)
+        why = f"endPhyOffset {end_phy} < min offset {min_phy}"
+        actions.append(FileAction("index", p, _rel(st.root, p, f"index/{p.name}"), size, mtime, why))
+    return actions, notes, warnings
+
+
+def plan_expire(
+    st: Store,
+    *,
+    now_ms: int,
+    settings: ExpireSettings | None = None,
+    force: bool = False,
+    disk_usage: DiskUsage | None = None,
+) -> ExpirePlan:
+    """What one pass of the broker's two clean services would delete now. Reads only.
+
+    ``disk_usage(path) -> ratio`` gives a partition's used ratio as the broker computes it
+    (default: measured); ``force`` is the manual mode of ``mqadmin deleteExpiredCommitLog``.
+    """
+    settings = settings or expire_settings(st.config)
+    disk_usage = disk_usage or measured_disk_usage(settings.broker)
+    triggers = evaluate_triggers(st, settings, now_ms=now_ms, force=force, disk_usage=disk_usage)
+    commitlog, min_phy, new_min, stop = _plan_commitlog(st, settings, triggers, now_ms)
+    if not triggers.triggered:
+        stop = (
+            f"not triggered: local hour {triggers.local_hour:02d} is not in deleteWhen {settings.delete_when!r}, "
+            f"disk {percent(triggers.commitlog_used_ratio)} used (commit log) / {percent(triggers.consumequeue_used_ratio)} "
+            f"(consume queue) is not above diskMaxUsedSpaceRatio {settings.disk_max_used_space_ratio}%, no --force"
+        )
+    cq: list[FileAction] = []
+    index: list[FileAction] = []
+    notes = list(settings.notes)
+    warnings: list[str] = []
+    if new_min > 0:  # CleanConsumeQueueService runs when the min offset moved past its start value 0
+        cq, w = _plan_consumequeues(st, new_min)
+        warnings += w
+        index, n, w = _plan_index(st, new_min)
+        notes += n
+        warnings += w
+    if triggers.disk_full:
+        notes.append(
+            f"disk above the warning level {percent(settings.disk_space_warning_level_ratio)}: a running broker "
+            "would refuse new messages"
+        )
+    return ExpirePlan(
+        store_root=st.root,
+        now_ms=now_ms,
+        settings=settings,
+        triggers=triggers,
+        min_phy_offset=min_phy,
+        new_min_phy_offset=new_min,
+        commitlog=tuple(commitlog),
+        consumequeue=tuple(cq),
+        index=tuple(index),
+        commitlog_stop=stop,
+        notes=tuple(notes),
+        warnings=tuple(warnings),
+    )
+
+
+def percent(r: float) -> str:
+    """A used ratio as the broker logs it, or "unknown" for -1 (path missing)."""
+    return "unknown" if r < 0 else f"{r:.1%}"
+
+
+def describe(plan: ExpirePlan) -> str:
+    """One line saying why the plan is what it is."""
+    if plan.nothing_to_do:
+        return f"nothing to do: {plan.commitlog_stop}"
+    parts = [f"{len(plan.commitlog)} commit log", f"{len(plan.consumequeue)} consume queue", f"{len(plan.index)} index"]
+    moved = (
+        f", min offset {plan.min_phy_offset} -> {plan.new_min_phy_offset}"
+        if plan.new_min_phy_offset != plan.min_phy_offset
+        else ""
+    )
+    return f"{', '.join(parts)} file(s), {plan.freed_size} bytes{moved}; commit log: {plan.commitlog_stop}"
+
+
+# -- applying ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireResult:
+    done: tuple[FileAction, ...]
+    quarantine_dir: Path | None = None
+    freed_size: int = 0
+    skipped: tuple[FileAction, ...] = field(default_factory=tuple)  # already gone when applied
+
+
+def _check_quarantine(plan: ExpirePlan, config: StoreConfig | None, qdir: Path) -> None:
+    q = qdir.resolve()
+    for a in plan.actions:
+        d = a.path.parent.resolve()
+        if q == d or d in q.parents:
+            raise InputError(f"--quarantine {qdir} is inside {d}: the broker would try to load files from it")
+    if config is not None:
+        for d in (*(config.commitlog_dirs or (config.commitlog_dir,)), config.consumequeue_dir, config.index_dir):
+            d = Path(d).resolve()
+            if q == d or d in q.parents:
+                raise InputError(f"--quarantine {qdir} is inside {d}: the broker would try to load files from it")
+
+
+def _quarantine(plan: ExpirePlan, base: Path) -> Quarantine:
+    """A fresh ``expire-<UTC time>`` folder and its manifest, written before the first file moves."""
+    q = Quarantine.fresh(base, "expire", plan.store_root, int(time.time() * 1000))
+    for a in plan.actions:
+        src, saved = Path(os.path.abspath(a.path)), q.folder / a.rel_path
+        q.add(
+            {
+                "kind": "file",
+                "path": str(src),
+                "saved": str(saved),
+                "size": a.size,
+                "mtimeMs": a.mtime_ms,
+                "why": a.why,
+                "restore": f"mv -n {shlex.quote(str(saved))} {shlex.quote(str(src))}",  # mv keeps the mtime
+            }
+        )
+    q.write_manifest(
+        now=format_time_ms(plan.now_ms),
+        minPhyOffset=plan.min_phy_offset,
+        newMinPhyOffset=plan.new_min_phy_offset,
+        note="files missing here were not moved yet when the run stopped and are still in the store",
+    )
+    return q
+
+
+def planned_actions(plan: ExpirePlan, *, quarantine: bool = False) -> tuple[PlannedAction, ...]:
+    """The deletions in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    verb = "move" if quarantine else "delete"
+    return tuple(PlannedAction("expire", verb, a.path, a.why, size=a.size, kept=quarantine) for a in plan.actions)
+
+
+def apply_expire(
+    plan: ExpirePlan,
+    *,
+    quarantine: Path | None = None,
+    config: StoreConfig | None = None,
+    on_action: Callable[[FileAction], None] | None = None,
+    on_step: StepHook | None = None,
+) -> ExpireResult:
+    """Delete (or move to a fresh folder inside ``quarantine``) exactly the plan's files, oldest first.
+
+    Commit log files go first, then consume queue files, then index files; each removal is made
+    durable (directory fsync) before the next, so a crash never leaves a hole. The plan's files are
+    journaled first: a run killed midway is finished by the next run (:func:`finish_pending`), which
+    removes exactly the files this plan chose. ``on_step`` is called with ``expire:<path>`` after each.
+    """
+    if not plan.actions:
+        return ExpireResult(())
+    q = None
+    if quarantine is not None:
+        _check_quarantine(plan, config, quarantine)
+        q = _quarantine(plan, Path(quarantine))
+    journal = Journal(
+        journal_file(plan.store_root, "expire"),
+        {
+            "operation": "expire",
+            "quarantine": str(q.folder) if q else None,
+            "files": [[str(a.path), a.rel_path, a.size] for a in plan.actions],
+        },
+        on_step,
+    )
+    journal.save()
+    journal.hook("expire:journal")
+    return _run(journal, {str(a.path): a for a in plan.actions}, on_action)
+
+
+def finish_pending(root: Path, *, on_step: StepHook | None = None) -> ExpireResult | None:
+    """Finish the files of an expire run that was killed midway, if its journal is there."""
+    journal = Journal.load(journal_file(root, "expire"), on_step)
+    return None if journal is None else _run(journal, {}, None)
+
+
+def _run(
+    journal: Journal, actions: dict[str, FileAction], on_action: Callable[[FileAction], None] | None
+) -> ExpireResult:
+    run_dir = Path(journal.data["quarantine"]) if journal.data.get("quarantine") else None
+    done: list[FileAction] = []
+    skipped: list[FileAction] = []
+    freed = 0
+    for path_s, rel, size in journal.data["files"]:
+        path = Path(path_s)
+        a = actions.get(path_s) or FileAction("file", path, rel, size, 0, "planned by the interrupted run")
+        if journal.done(rel):
+            continue
+        try:
+            if run_dir is not None:
+                move(path, run_dir / rel)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            skipped.append(a)
+            journal.mark(rel)
+            continue
+        except OSError as e:
+            raise RmqstoreError(
+                f"{path}: cannot {'move' if run_dir else 'delete'}: {e.strerror}; "
+                f"{len(done)} file(s) done before it, the store is consistent (re-run to finish the plan)"
+            ) from None
+        fsync_dir(path.parent)
+        done.append(a)
+        freed += size
+        journal.mark(rel)
+        if on_action is not None:
+            on_action(a)
+    journal.remove()
+    try:
+        journal.path.parent.rmdir()  # the scratch directory, when nothing else uses it
+    except OSError:
+        pass
+    journal.hook("expire:finished")
+    return ExpireResult(tuple(done), run_dir, freed, tuple(skipped))
+
+
+def over_forced_ratio(plan: ExpirePlan, config: StoreConfig, disk_usage: DiskUsage) -> tuple[float, bool]:
+    """The commit log partition's used ratio now, and whether it is above the forced-clean level."""
+    ratio = commitlog_used_ratio(config, disk_usage)
+    return ratio, ratio > plan.settings.disk_space_clean_forcibly_ratio
+
+
+def exit_code(plan: ExpirePlan, *, over_forced: bool, detailed: bool = False) -> int:
+    """The run's exit status: 3 above the forced-clean level; 9 for files deleted (a dry run: would be)
+    only when ``detailed`` (``--detailed-exitcode``), as schedulers retry anything but 0; else 0."""
+    if over_forced:
+        return EXIT_OVER_FORCED_RATIO
+    return EXIT_DELETED if detailed and not plan.nothing_to_do else EXIT_NOTHING_TO_DO
+
+
+# -- locks ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def expire_lock(root: Path, *, create: bool = True) -> Iterator[None]:
+    """Hold ``<root>/.rmqstore/expire.lock`` (flock) so two runs never work on one store at once.
+
+    With ``create=False`` (dry runs, which change nothing) only an existing lock file is checked.
+    """
+    path = Path(root, SCRATCH_DIR, EXPIRE_LOCK)
+    fd: int | None = None
+    if create:
+        scratch_dir(Path(root))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(path, os.O_RDONLY)
+    if fd is None:
+        yield
+        return
+    acquired = False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise ExpireRunning(f"{path}: another rmqstore expire run is working on this store") from None
+            raise
+        acquired = True
+        yield
+    finally:
+        if acquired and create:
+            # a real run holds the broker's lock around this one: no other run can be waiting on the file
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only when nothing else uses the scratch directory
+        os.close(fd)  # closing releases the flock
+
+
+@contextlib.contextmanager
+def open_for_expire(
+    root: Path,
+    *,
+    broker_config: Path | None = None,
+    broker: str | None = None,
+    dry_run: bool = False,
+) -> Iterator[Store]:
+    """Take the expire lock, then open the store; a store a running broker holds is refused.
+
+    A real run takes the broker's own lock for its whole duration (so no broker starts under
+    it); a dry run only probes it.
+    """
+    hint = "; a running broker deletes expired files itself (deleteWhen, diskMaxUsedSpaceRatio)"
+    with open_store(root, broker_config=broker_config, broker=broker):
+        pass  # a store at all (StoreNotFound, UnsupportedStore) before anything is created in it
+    with contextlib.ExitStack() as stack:
+        if dry_run:  # probes only: a dry run creates nothing in the store
+            stack.enter_context(expire_lock(Path(root), create=False))
+        try:  # the broker's lock first: a refused run creates nothing (not even the expire lock)
+            st = stack.enter_context(
+                open_store(
+                    root, broker_config=broker_config, broker=broker, writable=True, operation="expire", dry_run=dry_run
+                )
+            )
+        except StoreLocked as e:
+            raise StoreLocked(f"{e}{hint}") from None
+        if not dry_run:
+            stack.enter_context(expire_lock(Path(root), create=True))
+        yield st
+
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_DELETED",
+    "EXIT_ERROR",
+    "EXIT_EXPIRE_RUNNING",
+    "EXIT_LOCKED",
+    "EXIT_NOTHING_TO_DO",
+    "EXIT_OVER_FORCED_RATIO",
+    "ExpirePlan",
+    "ExpireResult",
+    "ExpireRunning",
+    "ExpireSettings",
+    "FileAction",
+    "Triggers",
+    "apply_expire",
+    "describe",
+    "evaluate_triggers",
+    "exit_code",
+    "expire_lock",
+    "expire_settings",
+    "local_hour",
+    "measured_disk_usage",
+    "open_for_expire",
+    "over_forced_ratio",
+    "parse_delete_when",
+    "partition_used_ratio",
+    "percent",
+    "plan_expire",
+    "space_to_delete",
+]

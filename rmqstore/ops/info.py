@@ -1,0 +1,678 @@
+"""The state of a store at a glance, read cheaply (store-format.md §2, §4.4, §5.1, §6, §7, §8.2, §11).
+
+``store_info`` never reads a whole commit log. It finds:
+
+* the commit log range: min = the first file's start offset; max = where the broker's normal
+  recovery would stop (§8.2), found by walking only from the start of the last non-empty file,
+  record by record, without the body CRC (structure only: magic, TOTALSIZE and the lengths
+  inside the record must agree, as in ``checkMessageAndReturnSize``);
+* per consume queue: the max queue offset from the valid prefix of the last file (§8.4) and the
+  min queue offset by the 4.x ``correctMinOffset`` rule (§4.4), both with numpy over mmapped files;
+* per index file: the 40-byte header only;
+* ``config/*.json``: parsed the way the broker loads them (main file, else ``.bak``).
+
+Anything odd seen on the way is a :class:`~rmqstore.problems.Problem`; errors are what the broker
+would refuse or silently mis-read, warnings what it will repair or what needs attention.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rmqstore.codec.checkpoint import Checkpoint
+from rmqstore.codec.commitlog import (
+    BLANK_MAGIC,
+    OFFSETS_V4,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    checked_size,
+    decode_record,
+    read_head,
+    store_timestamp_at,
+)
+from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array
+from rmqstore.codec.describe import index_header_json
+from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
+from rmqstore.errors import CorruptData, RmqstoreError
+from rmqstore.problems import ERROR, INFO, WARNING, Problem
+from rmqstore.rules import rules_for
+from rmqstore.store import Store
+from rmqstore.store import config as configjson
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import Segment
+from rmqstore.store.queues import queue_tail
+from rmqstore.walk.chain import Stop, StopKind, walk_chain
+
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_MIN_SCAN_CHUNK = 4096  # entries read at a time when looking for the first live CQ entry
+_STEP = 1 << 24  # every 16 MiB walked: report progress, release the pages walked
+
+# Tables whose size says how much a config file holds (§11.3-§11.7).
+_CONFIG_TABLES = ("topicConfigTable", "offsetTable", "subscriptionGroupTable", "filterDataByTopic")
+
+
+@dataclass(frozen=True, slots=True)
+class CommitLogFile:
+    name: str
+    base_offset: int
+    size: int
+    state: str  # "data", "empty" (preallocated, all-zero header), "after end" (past the data end)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "baseOffset": self.base_offset, "size": self.size, "state": self.state}
+
+
+@dataclass(frozen=True, slots=True)
+class CommitLogInfo:
+    dirs: tuple[str, ...]
+    file_size: int
+    files: tuple[CommitLogFile, ...]
+    min_phy_offset: int  # -1 when there is no commit log file, as the broker's getMinOffset
+    max_phy_offset: int  # where the next record would be written
+    walk_from_phy_offset: int  # the end was found by walking from here
+    first_store_timestamp_ms: int | None  # of the first record of the first file
+    last_store_timestamp_ms: int | None  # of the last valid record
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dirs": list(self.dirs),
+            "fileSize": self.file_size,
+            "files": [f.to_json() for f in self.files],
+            "minPhyOffset": self.min_phy_offset,
+            "maxPhyOffset": self.max_phy_offset,
+            "walkFromPhyOffset": self.walk_from_phy_offset,
+            "firstStoreTimestamp": self.first_store_timestamp_ms,
+            "lastStoreTimestamp": self.last_store_timestamp_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    topic: str
+    queue_id: int
+    files: int
+    min_offset: int  # minOffsetInQueue
+    max_offset: int  # maxOffsetInQueue: the next queue offset to be written
+    max_physic_offset: int  # the broker's maxPhysicOffset (4.4.0: start of the last record; 4.5.1+: its end)
+    last_offset: int  # end (offset + size) of the record of the last entry; -1 when empty
+    last_size: int = 0  # size of that record
+
+    @property
+    def message_total(self) -> int:
+        return self.max_offset - self.min_offset
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "files": self.files,
+            "minOffset": self.min_offset,
+            "maxOffset": self.max_offset,
+            "messageTotal": self.message_total,
+            "maxPhysicOffset": self.max_physic_offset,
+            "lastOffset": self.last_offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFileInfo:
+    name: str
+    size: int
+    header: IndexHeader | None  # None when the file is too short for a header
+    full: bool
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "size": self.size}
+        if self.header is not None:
+            out.update(index_header_json(self.header))
+        out["writeFull"] = self.full
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFileInfo:
+    name: str
+    size: int
+    loaded_from: str  # "file", "bak", "missing" (empty state) or "error"
+    entries: int | None  # size of the file's main table, when it has one
+    bak: bool  # a .bak copy exists
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "size": self.size,
+            "loadedFrom": self.loaded_from,
+            "entries": self.entries,
+            "bak": self.bak,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    root: Path
+    broker_config: Path | None
+    broker: str
+    abort_exists: bool
+    abort_pid: int | None  # 5.x brokers write their pid into abort
+    lock_holder_pid: int | None
+    checkpoint: Checkpoint | None
+    commitlog: CommitLogInfo
+    queues: tuple[QueueInfo, ...]
+    index_files: tuple[IndexFileInfo, ...]
+    config_files: tuple[ConfigFileInfo, ...]
+    problems: tuple[Problem, ...]
+    version: dict[str, Any] | None = None  # detect.Detection.to_json(): the family and its evidence
+    extra_parts: tuple[tuple[str, int], ...] = ()  # 5.x timer / compaction / ext files: (path, bytes)
+
+    @property
+    def clean_shutdown(self) -> bool:
+        return not self.abort_exists
+
+    @property
+    def broker_running(self) -> bool:
+        return self.lock_holder_pid is not None
+
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store": str(self.root),
+            "brokerConfig": None if self.broker_config is None else str(self.broker_config),
+            "brokerVersion": self.broker,
+            "brokerFamily": None if self.version is None else self.version["family"],
+            "version": self.version,
+            "extraParts": [{"path": p, "size": n} for p, n in self.extra_parts],
+            "cleanShutdown": self.clean_shutdown,
+            "abortExists": self.abort_exists,
+            "abortPid": self.abort_pid,
+            "brokerRunning": self.broker_running,
+            "lockHolderPid": self.lock_holder_pid,
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
+            "commitLog": self.commitlog.to_json(),
+            "queues": [q.to_json() for q in self.queues],
+            "indexFiles": [i.to_json() for i in self.index_files],
+            "configFiles": [c.to_json() for c in self.config_files],
+            "problems": [p.to_json() for p in self.problems],
+        }
+
+
+# ------------------------------------------------------------------------------------------ commit log
+
+
+@dataclass(slots=True)
+class _Walk:
+    end_phy: int
+    last_store_ts: int | None = None
+    queued_after: int = 0  # NOT/COMMIT records at or after the given phy offset
+    stop: Problem | None = None
+
+
+@dataclass(slots=True)
+class _FileEnd:
+    stop: Stop
+    last_store_ts: int | None
+    queued_after: int
+    problem: Problem | None
+
+
+def _walk_one_file(
+    seg: Segment, pos: int, broker: str, count_from_phy: int, progress: Callable[[int], None] | None
+) -> _FileEnd:
+    """One file walked record by record with the structure check only; its pages released behind the walk."""
+    with map_file(seg.path) as buf:
+        size = len(buf)
+        reported = released = pos
+        last, queued, problem = -1, 0, None
+        kind = StopKind.END
+        while pos + 8 <= size:
+            total, magic = read_head(buf, pos)
+            if magic == BLANK_MAGIC:
+                kind = StopKind.BLANK
+                break
+            n = checked_size(buf, pos, size)
+            if n is None:
+                if total or magic:  # all zeros is the normal end of the data
+                    kind, problem = StopKind.INVALID, _explain(buf, pos, seg, size, broker)
+                break
+            if seg.base_offset + pos >= count_from_phy:
+                (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
+                queued += sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+            last = pos
+            pos += n
+            if pos - reported >= _STEP:
+                # Drop the pages walked so far from this process (they stay in the page cache):
+                # without this a walk over a 1 GiB file would count 1 GiB of resident memory.
+                done = pos - pos % mmap.PAGESIZE
+                buf.madvise(mmap.MADV_DONTNEED, released, done - released)
+                released = done
+                if progress is not None:
+                    progress(pos - reported)
+                reported = pos
+        if progress is not None:
+            progress(pos - reported)
+        last_ts = store_timestamp_at(buf, last) if last >= 0 else None
+    return _FileEnd(Stop(pos, kind, None, seg.path, seg.base_offset), last_ts, queued, problem)
+
+
+def _walk_to_end(
+    segs: list[Segment],
+    start: int,
+    broker: str,
+    count_from_phy: int,
+    progress: Callable[[int], None] | None,
+) -> _Walk:
+    """Walk from the start of ``segs[start]`` like ``recoverNormally`` (§8.2), CRC not checked.
+
+    A BLANK moves on to the next file; with no next file the write position stays at the blank.
+    """
+    walk = _Walk(end_phy=segs[start].base_offset)
+    for f in walk_chain(segs, start, lambda seg, pos: _walk_one_file(seg, pos, broker, count_from_phy, progress)):
+        walk.end_phy = f.stop.phy_offset
+        walk.queued_after += f.queued_after
+        walk.stop = f.problem
+        if f.last_store_ts is not None:
+            walk.last_store_ts = f.last_store_ts
+    return walk
+
+
+def _explain(buf: Any, pos: int, seg: Segment, size: int, broker: str) -> Problem:
+    phy = seg.base_offset + pos
+    try:
+        decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=size, broker=broker)
+        what = "record rejected by the structure check"
+    except CorruptData as e:
+        what = e.what
+    return Problem(
+        seg.path,
+        pos,
+        f"commit log data ends at an invalid record ({what}); a broker's recovery truncates here",
+        WARNING,
+        phy,
+    )
+
+
+def _first_is_zero(seg: Segment) -> bool:
+    if seg.size < 8:
+        return True
+    with map_file(seg.path) as buf:
+        return read_head(buf, 0) == (0, 0)
+
+
+def _first_store_timestamp(seg: Segment) -> int | None:
+    with map_file(seg.path) as buf:
+        if len(buf) >= 8 and checked_size(buf, 0, len(buf)) is not None:
+            return store_timestamp_at(buf, 0)
+    return None
+
+
+def _commitlog_info(
+    st: Store,
+    segs: list[Segment],
+    hint: tuple[int, int] | None,
+    progress: Callable[[int], None] | None,
+) -> tuple[CommitLogInfo, int, list[Problem]]:
+    """Commit log summary, the number of queueable records after ``hint`` (the record of the
+    furthest consume queue entry: phy offset, size), and problems."""
+    cfg = st.config
+    dirs = tuple(str(d) for d in (cfg.commitlog_dirs or (cfg.commitlog_dir,)))
+    if not segs:
+        return CommitLogInfo(dirs, cfg.commitlog_file_size, (), -1, -1, -1, None, None), 0, []
+    start = len(segs) - 1
+    while start > 0 and _first_is_zero(segs[start]):
+        start -= 1
+    count_from = 0 if hint is None else hint[0] + hint[1]
+    walk = _walk_to_end(segs, start, cfg.broker, count_from, progress)
+    problems = [] if walk.stop is None else [walk.stop]
+    files = []
+    for seg in segs:
+        if seg.base_offset < walk.end_phy:
+            state = "data"
+        elif _first_is_zero(seg):
+            state = "empty"
+        else:
+            state = "after end"
+            if seg.base_offset > walk.end_phy:  # the file the walk stopped in is explained already
+                problems.append(
+                    Problem(seg.path, 0, "file lies after the end of the commit log data but is not empty", WARNING)
+                )
+        files.append(CommitLogFile(seg.path.name, seg.base_offset, seg.size, state))
+    info = CommitLogInfo(
+        dirs,
+        cfg.commitlog_file_size,
+        tuple(files),
+        segs[0].base_offset,
+        walk.end_phy,
+        segs[start].base_offset,
+        _first_store_timestamp(segs[0]),
+        walk.last_store_ts,
+    )
+    return info, walk.queued_after, problems
+
+
+# ---------------------------------------------------------------------------------------- consume queues
+
+
+_EXTRA_PARTS = ("timerwheel", "timerlog", "config/timercheck", "config/timermetrics", "compaction", "consumequeue_ext")
+
+
+def _extra_parts(root: Path) -> tuple[tuple[str, int], ...]:
+    """Files of the 5.x timer store, compaction and consume queue ext (`dump timer`, `timercheck`, `compaction*`)."""
+    out = []
+    for name in _EXTRA_PARTS:
+        p = root / name
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
+        out += [(f.relative_to(root).as_posix(), f.stat().st_size) for f in files]
+    return tuple(out)
+
+
+def _batch_queue_info(st: Store, topic: str, queue_id: int) -> QueueInfo:
+    """A 5.x batch consume queue (§4.7): offsets count messages; maxPhysicOffset is the last unit's offset."""
+    segs, _ = st.bcq_segments(topic, queue_id)
+    first = last = None
+    for seg in segs:
+        with map_file(seg.path) as buf:
+            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                e = decode_bcq_entry(buf, pos, path=str(seg.path))
+                if e.ends_queue:
+                    break
+                first = first or e
+                last = e
+    if first is None or last is None:
+        return QueueInfo(topic, queue_id, len(segs), 0, 0, -1, -1)
+    end = last.phy_offset + last.size
+    return QueueInfo(
+        topic,
+        queue_id,
+        len(segs),
+        first.base_offset,
+        last.base_offset + last.batch_size,
+        last.phy_offset,
+        end,
+        last.size,
+    )
+
+
+def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tuple[QueueInfo, list[Problem]]:
+    cfg = st.config
+    file_size = cfg.cq_file_size
+    segs, problems = st.cq_segments(topic, queue_id)
+    if not segs:
+        return QueueInfo(topic, queue_id, 0, 0, 0, -1, -1), problems
+    # Max: the valid prefix of the last file (§8.4; earlier files are taken as complete).
+    last = segs[-1]
+    tail = queue_tail(segs, file_size)
+    valid, last_entry = (tail.end - last.base_offset) // ENTRY_SIZE, tail.last_entry
+    max_offset = (last.base_offset + valid * ENTRY_SIZE) // ENTRY_SIZE
+    # Min: the 4.x correctMinOffset scan of the first file (§4.4); minLogicOffset stays 0 if nothing matches.
+    first = segs[0]
+    scan_end = valid * ENTRY_SIZE if first is last else min(first.size, file_size)
+    min_logic = _first_live_entry(first, scan_end, commitlog_min)
+    if min_logic is None:
+        min_logic = 0
+        if scan_end:
+            problems.append(
+                Problem(
+                    first.path,
+                    None,
+                    f"no entry of the first file points at or after the commit log min offset {commitlog_min}: "
+                    "every message of this queue has expired",
+                    INFO,
+                )
+            )
+    last_size = 0
+    if last_entry is None:
+        max_physic = last_end = -1
+    else:
+        last_size = last_entry[1]
+        last_end = last_entry[0] + last_entry[1]
+        max_physic = last_end if rules_for(cfg.broker).cq_max_includes_size else last_entry[0]
+    return (
+        QueueInfo(topic, queue_id, len(segs), min_logic // ENTRY_SIZE, max_offset, max_physic, last_end, last_size),
+        problems,
+    )
+
+
+def _first_live_entry(seg: Segment, scan_end: int, commitlog_min: int) -> int | None:
+    """Byte offset in the queue stream of the first entry pointing at or after ``commitlog_min``."""
+    if scan_end <= 0:
+        return None
+    with map_file(seg.path) as buf:
+        step = _MIN_SCAN_CHUNK * ENTRY_SIZE
+        for pos in range(0, scan_end, step):
+            arr = entries_array(buf, pos, min(pos + step, scan_end))
+            hits = np.flatnonzero(arr["phy_offset"] >= commitlog_min)
+            del arr
+            if hits.size:
+                return seg.base_offset + pos + int(hits[0]) * ENTRY_SIZE
+    return None
+
+
+# ----------------------------------------------------------------------------------------- index files
+
+
+def _index_info(st: Store, path: Path) -> tuple[IndexFileInfo, list[Problem]]:
+    cfg = st.config
+    problems: list[Problem] = []
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+            size = f.seek(0, 2)
+    except OSError as e:
+        return IndexFileInfo(path.name, 0, None, False), [Problem(path, None, f"cannot read: {e.strerror}")]
+    want = cfg.index_file_size()
+    if size != want:
+        problems.append(
+            Problem(
+                path,
+                None,
+                f"file is {size} bytes; maxHashSlotNum={cfg.max_hash_slot_num} and maxIndexNum={cfg.max_index_num} "
+                f"make {want}: the broker would read it at wrong positions",
+            )
+        )
+    if len(head) < HEADER_SIZE:
+        return IndexFileInfo(path.name, size, None, False), problems
+    h = decode_header(head, path=str(path))
+    return IndexFileInfo(path.name, size, h, h.index_count >= cfg.max_index_num), problems
+
+
+# ---------------------------------------------------------------------------------------- config files
+
+
+def _config_info(st: Store) -> tuple[list[ConfigFileInfo], list[Problem]]:
+    d = st.config.config_dir
+    try:
+        names = sorted(p.name for p in d.iterdir() if p.name.endswith(".json") and p.is_file())
+    except FileNotFoundError:
+        return [], []
+    except OSError as e:
+        return [], [Problem(d, None, f"cannot list: {e.strerror}", WARNING)]
+    out: list[ConfigFileInfo] = []
+    problems: list[Problem] = []
+    for name in names:
+        path = d / name
+        size = path.stat().st_size
+        bak = path.with_name(name + ".bak").is_file()
+        try:
+            cf = configjson.read_config(d, name)
+        except RmqstoreError as e:
+            out.append(ConfigFileInfo(name, size, "error", None, bak, str(e)))
+            problems.append(Problem(path, None, f"cannot be loaded, nor its .bak: {e}"))
+            continue
+        if cf.skipped is not None:
+            at = "" if cf.skipped.line is None else f"line {cf.skipped.line}: "
+            problems.append(
+                Problem(path, None, f"unusable ({at}{cf.skipped.what}); the broker loads {name}.bak instead", WARNING)
+            )
+        entries = None
+        if isinstance(cf.data, dict):
+            for key in _CONFIG_TABLES:
+                table = cf.data.get(key)
+                if isinstance(table, dict):
+                    entries = len(table)
+                    break
+        out.append(ConfigFileInfo(name, size, cf.source, entries, bak, None if cf.skipped is None else str(cf.skipped)))
+    return out, problems
+
+
+# --------------------------------------------------------------------------------------------- summary
+
+
+def _abort_pid(path: Path) -> int | None:
+    """The pid a 5.x broker writes into ``abort`` (4.x leaves it empty)."""
+    try:
+        text = path.read_bytes()[:32].strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _marker_problems(st: Store, abort: bool, pid: int | None) -> list[Problem]:
+    cfg = st.config
+    if pid is not None:
+        return [Problem(cfg.lock_path, 0, f"a running broker (pid {pid}) holds the lock: figures may change", WARNING)]
+    if abort:
+        why = "unclean shutdown: abort exists, the broker will run abnormal recovery on its next start"
+        return [Problem(cfg.abort_path, None, why, WARNING)]
+    return []
+
+
+def _checkpoint_info(st: Store) -> tuple[Checkpoint | None, list[Problem]]:
+    try:
+        cp = st.read_checkpoint()
+    except CorruptData as e:
+        return None, [Problem(e.path, e.pos, e.what)]
+    return cp, [Problem(st.config.checkpoint_path, None, "no checkpoint file", WARNING)] if cp is None else []
+
+
+def _queues_info(st: Store, commitlog_min: int) -> tuple[list[QueueInfo], list[Problem]]:
+    queues: list[QueueInfo] = []
+    problems: list[Problem] = []
+    for topic, qid, _ in st.queues():
+        q, qp = _queue_info(st, topic, qid, commitlog_min)
+        queues.append(q)
+        problems += qp
+    queues += [_batch_queue_info(st, topic, qid) for topic, qid, _ in st.batch_queues()]
+    queues.sort(key=lambda q: (q.topic, q.queue_id))
+    return queues, problems
+
+
+def _index_files_info(st: Store, clog: CommitLogInfo) -> tuple[list[IndexFileInfo], list[Problem]]:
+    index_paths, problems = st.index_files()
+    index_files: list[IndexFileInfo] = []
+    for path in index_paths:
+        info, pp = _index_info(st, path)
+        index_files.append(info)
+        problems += pp
+    last_index = index_files[-1].header if index_files else None
+    if last_index is not None and last_index.index_count > 1 and last_index.end_phy_offset >= clog.max_phy_offset:
+        problems.append(
+            Problem(
+                st.config.index_dir / index_files[-1].name,
+                None,
+                f"the index refers to phy offset {last_index.end_phy_offset}, at or past the commit log end "
+                f"{clog.max_phy_offset}",
+                WARNING,
+            )
+        )
+    return index_files, problems
+
+
+def _checkpoint_problems(st: Store, cp: Checkpoint | None, clog: CommitLogInfo) -> list[Problem]:
+    """Checkpoint times later than the last record: an abnormal recovery would start too late (§8.3)."""
+    last = clog.last_store_timestamp_ms
+    if cp is None or last is None:
+        return []
+    out = []
+    for name, ts in (
+        ("physicMsgTimestamp", cp.physic_msg_timestamp_ms),
+        ("logicsMsgTimestamp", cp.logics_msg_timestamp_ms),
+    ):
+        if ts > last:
+            why = f"{name} {ts} is later than the last record's store time {last}: an abnormal recovery could skip records"
+            out.append(Problem(st.config.checkpoint_path, None, why, WARNING))
+    return out
+
+
+def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> StoreInfo:
+    """Everything ``rmqstore info`` shows about an opened store; reads only (see the module doc).
+
+    ``progress`` is called with the number of commit log bytes walked since its last call.
+    """
+    cfg = st.config
+    abort = st.abort_exists()
+    pid = st.lock_holder()
+    problems = _marker_problems(st, abort, pid)
+    cp, cp_problems = _checkpoint_info(st)
+    problems += cp_problems
+    segs, seg_problems = st.commitlog_segments()
+    problems += seg_problems
+    queues, queue_problems = _queues_info(st, segs[0].base_offset if segs else -1)
+    problems += queue_problems
+    furthest = max(queues, key=lambda q: q.last_offset, default=None)
+    queued_end = -1 if furthest is None else furthest.last_offset
+    hint = None if furthest is None or queued_end < 0 else (queued_end - furthest.last_size, furthest.last_size)
+    clog, queued_after, clog_problems = _commitlog_info(st, segs, hint, progress)
+    problems += clog_problems
+    problems += _dispatch_problems(st, clog, queued_end, queued_after)
+    index_files, index_problems = _index_files_info(st, clog)
+    problems += index_problems
+    problems += _checkpoint_problems(st, cp, clog)
+    config_files, config_problems = _config_info(st)
+    problems += config_problems
+    return StoreInfo(
+        root=st.root,
+        broker_config=cfg.source,
+        broker=cfg.broker,
+        abort_exists=abort,
+        abort_pid=_abort_pid(cfg.abort_path) if abort else None,
+        lock_holder_pid=pid,
+        checkpoint=cp,
+        commitlog=clog,
+        queues=tuple(queues),
+        index_files=tuple(index_files),
+        config_files=tuple(config_files),
+        problems=tuple(problems),
+        version=None if cfg.detection is None else cfg.detection.to_json(),
+        extra_parts=_extra_parts(st.root),
+    )
+
+
+def _dispatch_problems(st: Store, clog: CommitLogInfo, queued_end: int, queued_after: int) -> list[Problem]:
+    """Consume queues ahead of or behind the commit log (§8.4, §9.3)."""
+    cq_dir = st.config.consumequeue_dir
+    if queued_end > clog.max_phy_offset:
+        return [
+            Problem(
+                cq_dir,
+                None,
+                f"consume queue entries reach phy offset {queued_end}, past the commit log end "
+                f"{clog.max_phy_offset}: their messages are missing and recovery truncates the queues",
+                ERROR,
+            )
+        ]
+    if queued_after:
+        # Records before the walk's start were not looked at: the count is then a lower bound.
+        at_least = "at least " if queued_end < clog.walk_from_phy_offset else ""
+        start = max(queued_end, 0)
+        return [
+            Problem(
+                cq_dir,
+                None,
+                f"{at_least}{queued_after} message(s) from here on are in no consume queue (not dispatched yet)",
+                WARNING,
+                start,
+            )
+        ]
+    return []

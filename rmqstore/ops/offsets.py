@@ -1,0 +1,429 @@
+"""Consumer progress offline, and rewriting committed offsets (store-format.md §4.4, §8.4, §11.4).
+
+``mqadmin consumerProgress`` without a broker: for every ``topic@group`` in consumerOffset.json
+the committed offset (the next offset to consume), the queue's min and max offsets as a broker
+would report them after loading the store, and the lag (max - committed).
+
+* max offset: ``(last.from + valid end) / 20``, the valid end found the way consume queue
+  recovery finds it (§8.4: from the third-to-last file, stop at the first entry with offset < 0
+  or size <= 0).
+* min offset: ``correctMinOffset`` (§4.4): the first entry of the first file whose commit log
+  offset is at least the commit log's min offset; 4.x keeps 0 when no entry qualifies, 5.x then
+  treats the queue as empty (min = max).
+* offset for a time: :func:`rmqstore.query.offset_by_time`, the broker's ``getOffsetInQueueByTime``
+  (what ``mqadmin resetOffsetByTime`` uses): the entry stored at that time, else the nearer of
+  its neighbours in the consume queue file picked for the time.
+
+Writing follows the broker's persist sequence for the chosen version (``.bak`` rotation, §11.1)
+through :func:`rmqstore.config.write_config`, and is a :func:`plan_reset_offsets` /
+:func:`apply_set_offsets` pair.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
+from rmqstore.errors import ConfigError, InputError, UnsafePlan
+from rmqstore.ops.query import offset_by_time, query_queue_offset
+from rmqstore.rules import rules_for
+from rmqstore.safety.actions import PlannedAction
+from rmqstore.store import Store
+from rmqstore.store import config as cfgjson
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import Segment
+
+CONSUMER_OFFSET_FILE = "consumerOffset.json"
+LMQ_OFFSET_FILE = "lmqConsumerOffset.json"
+
+
+# ------------------------------------------------------------------------------ queue ranges
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRange:
+    """What a broker reports for one consume queue right after loading the store."""
+
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_phy_offset: int  # commit log offset of the last valid entry, -1 when none (4.4.0 maxPhysicOffset)
+    last_phy_end: int  # offset + size of that entry, -1 when none (4.5.1+ maxPhysicOffset)
+
+
+def commitlog_min_phy(st: Store) -> int:
+    """The commit log's min offset: the first file's start (0 without files)."""
+    segs, _ = st.commitlog_segments()
+    return segs[0].base_offset if segs else 0
+
+
+def queue_range(st: Store, topic: str, queue_id: int, *, min_phy: int | None = None) -> QueueRange:
+    """Min/max offsets of one queue as the broker computes them (§4.4, §8.4).
+
+    A queue without a directory or files has min = max = 0, as the broker answers for it.
+    ``min_phy`` is the commit log min offset (looked up when not given).
+    """
+    segs, _ = st.cq_segments(topic, queue_id)
+    if not segs:
+        return QueueRange(topic, queue_id, 0, 0, -1, -1)
+    if min_phy is None:
+        min_phy = commitlog_min_phy(st)
+    return range_from_files(st.config.cq_file_size, segs, topic, queue_id, min_phy=min_phy, broker=st.config.broker)
+
+
+def range_from_files(
+    file_size: int, segs: Sequence[Segment], topic: str, queue_id: int, *, min_phy: int, broker: str
+) -> QueueRange:
+    """:func:`queue_range` over already listed consume queue files."""
+    start = max(0, len(segs) - 3)
+    end_byte = segs[start].base_offset
+    last_phy = last_end = -1
+    first_valid_end: int | None = None  # valid entries of the first file, when recovery reads it
+    for i in range(start, len(segs)):
+        seg = segs[i]
+        with map_file(seg.path) as buf:
+            arr = entries_array(buf)
+            k = valid_prefix(arr)
+            if k and int(arr["size"][k - 1]) != FILLER_SIZE:  # a fillPreBlank filler points nowhere
+                last_phy = int(arr["phy_offset"][k - 1])
+                last_end = last_phy + int(arr["size"][k - 1])
+            del arr
+        if i == 0:
+            first_valid_end = k
+        end_byte = seg.base_offset + k * ENTRY_SIZE
+        if k * ENTRY_SIZE != file_size:  # a file not completely valid ends the queue
+            break
+    max_offset = end_byte // ENTRY_SIZE
+    min_offset = 0
+    found = False
+    with map_file(segs[0].path) as buf:
+        arr = entries_array(buf)
+        count = len(arr) if first_valid_end is None else first_valid_end
+        phys = arr["phy_offset"][:count]
+        hits = (phys >= min_phy).nonzero()[0]
+        if hits.size:
+            min_offset = (segs[0].base_offset + int(hits[0]) * ENTRY_SIZE) // ENTRY_SIZE
+            found = True
+        del arr, phys
+    if not found and rules_for(broker).empty_queue_min_is_max:
+        min_offset = max_offset  # 5.x: every entry is below the commit log: the queue is empty
+    return QueueRange(topic, queue_id, min_offset, max_offset, last_phy, last_end)
+
+
+# ------------------------------------------------------------------------- consumer progress
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerProgress:
+    """One row of consumer progress: a group's committed offset on one queue."""
+
+    group: str
+    topic: str
+    queue_id: int
+    consumer_offset: int | None  # None: the group has no committed offset for this queue
+    min_offset: int
+    max_offset: int
+
+    @property
+    def lag(self) -> int | None:
+        """Messages not consumed yet (mqadmin's "Diff"); negative when committed is past the max."""
+        return None if self.consumer_offset is None else self.max_offset - self.consumer_offset
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "consumerOffset": self.consumer_offset,
+            "minOffset": self.min_offset,
+            "maxOffset": self.max_offset,
+            "lag": self.lag,
+        }
+
+
+def lmq_offset_manager(st: Store) -> bool:
+    """Whether the broker keeps its offsets in lmqConsumerOffset.json: with ``enableLmq`` (4.9.3+) its
+    offset manager is ``LmqConsumerOffsetManager``, which persists every group there (consumerOffset.json
+    is then neither read nor written) and an LMQ group's one offset per queue in ``lmqOffsetTable``."""
+    return st.config.enable_lmq and rules_for(st.config.broker).multi_dispatch
+
+
+def offsets_file(st: Store) -> str:
+    """The name of the committed offsets file the broker of this store loads and persists."""
+    return LMQ_OFFSET_FILE if lmq_offset_manager(st) else CONSUMER_OFFSET_FILE
+
+
+def _offset_table(cf: cfgjson.ConfigFile, lmq: bool) -> dict[tuple[str, str], dict[int, int]]:
+    path = cf.path if cf.source != "bak" else cf.path.with_name(cf.path.name + ".bak")
+    table = cfgjson.load_consumer_offsets(cf.data, path=path)
+    if lmq:
+        table.update(cfgjson.load_lmq_offsets(cf.data, path=path))
+    return table
+
+
+def read_consumer_offsets(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, str], dict[int, int]]]:
+    """The committed offsets file as the broker loads it (:func:`offsets_file`), and its table
+    ``{(topic, group): {queue: offset}}`` (an LMQ group's offset from lmqOffsetTable at queue 0)."""
+    name = offsets_file(st)
+    cf = cfgjson.read_config(st.config.config_dir, name)
+    return cf, _offset_table(cf, name == LMQ_OFFSET_FILE)
+
+
+def read_lmq_offsets(st: Store) -> dict[tuple[str, str], dict[int, int]]:
+    """4.9.3+/5.x ``lmqConsumerOffset.json`` (``offsetTable`` as in consumerOffset.json, plus
+    ``lmqOffsetTable``: ``topic@group`` -> one offset, shown at queue 0); empty when the file is absent."""
+    d = st.config.config_dir
+    if not (d / LMQ_OFFSET_FILE).exists() and not (d / f"{LMQ_OFFSET_FILE}.bak").exists():
+        return {}
+    return _offset_table(cfgjson.read_config(d, LMQ_OFFSET_FILE), True)
+
+
+def _queue_ids_on_disk(st: Store) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, qid, _ in st.queues():
+        out.setdefault(topic, []).append(qid)
+    return out
+
+
+def consumer_progress(st: Store, *, group: str | None = None, topic: str | None = None) -> list[ConsumerProgress]:
+    """Progress of every group in consumerOffset.json (optionally one group and/or topic).
+
+    Each ``topic@group`` gets one row per queue that has a committed offset or a consume queue
+    on disk; rows are sorted by group, topic and queue id.
+    """
+    _, table = read_consumer_offsets(st)
+    table = {**table, **read_lmq_offsets(st)}
+    on_disk = _queue_ids_on_disk(st)
+    min_phy = commitlog_min_phy(st)
+    ranges: dict[tuple[str, int], QueueRange] = {}
+    rows: list[ConsumerProgress] = []
+    for (t, g), committed in table.items():
+        if (group is not None and g != group) or (topic is not None and t != topic):
+            continue
+        for qid in sorted(set(committed) | set(on_disk.get(t, ()))):
+            rng = ranges.get((t, qid))
+            if rng is None:
+                rng = ranges[(t, qid)] = queue_range(st, t, qid, min_phy=min_phy)
+            rows.append(ConsumerProgress(g, t, qid, committed.get(qid), rng.min_offset, rng.max_offset))
+    rows.sort(key=lambda r: (r.group, r.topic, r.queue_id))
+    return rows
+
+
+def progress_totals(rows: Sequence[ConsumerProgress]) -> list[dict[str, Any]]:
+    """Lag totals per group and topic, then per group, like consumerProgress's "Diff Total"."""
+    per_pair: dict[tuple[str, str], int] = {}
+    per_group: dict[str, int] = {}
+    for r in rows:
+        lag = r.lag or 0
+        per_pair[(r.group, r.topic)] = per_pair.get((r.group, r.topic), 0) + lag
+        per_group[r.group] = per_group.get(r.group, 0) + lag
+    out = [{"group": g, "topic": t, "lag": v} for (g, t), v in per_pair.items()]
+    out += [{"group": g, "topic": None, "lag": v} for g, v in per_group.items()]
+    out.append({"group": None, "topic": None, "lag": sum(per_group.values())})
+    return out
+
+
+# --------------------------------------------------------------------------- setting offsets
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetChange:
+    """One committed offset a plan sets, with the queue's range it was checked against."""
+
+    topic: str
+    group: str
+    queue_id: int  # an LMQ group's one offset is shown as queue 0
+    before: int | None  # None: nothing committed yet
+    after: int
+    min_offset: int
+    max_offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "before": self.before,
+            "after": self.after,
+            "minOffset": self.min_offset,
+            "maxOffset": self.max_offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SetOffsetsPlan:
+    """A rewrite of the offsets file (consumerOffset.json, or lmqConsumerOffset.json with enableLmq)."""
+
+    path: Path  # config/consumerOffset.json
+    broker_version: str
+    changes: tuple[OffsetChange, ...]
+    data: Any  # the whole new document (fastjson form kept: int keys, key order)
+    source_raw: bytes | None  # the main file's bytes when planned, to detect a concurrent change
+
+    def new_text(self) -> str:
+        return cfgjson.dumps(self.data)
+
+
+RESET_MODES = ("offset", "earliest", "latest", "time")
+
+
+def _set_one(
+    data: Any, topic: str, group: str, qid: int, old: int | None, target: int, rng: Any, force: bool, lmq: bool
+) -> OffsetChange:
+    """Set one committed offset in ``data``; outside the queue's [min, max] only with ``force``.
+    ``lmq``: the document is lmqConsumerOffset.json, where an LMQ group's offset goes to lmqOffsetTable."""
+    if not rng.min_offset <= target <= rng.max_offset and not force:
+        raise UnsafePlan(
+            f"offset {target} is outside {topic} queue {qid}'s range [{rng.min_offset}, {rng.max_offset}]; "
+            "use --force to write it anyway"
+        )
+    if lmq and cfgjson.is_lmq(group):
+        if qid != 0:
+            raise InputError(f"LMQ group {group!r} has one offset, kept for queue 0 (lmqOffsetTable): give --queue 0")
+        cfgjson.set_lmq_offset(data, topic, group, target)
+    else:
+        cfgjson.set_consumer_offset(data, topic, group, qid, target)
+    return OffsetChange(topic, group, qid, old, target, rng.min_offset, rng.max_offset)
+
+
+def _document_to_write(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, str], dict[int, int]], Any, bool]:
+    """The offsets file as loaded, its table, a copy of its document to change, and whether it is
+    lmqConsumerOffset.json. A missing file starts as the broker's empty manager would write it.
+
+    Raises:
+        ConfigError: the file exists but the broker would load its ``.bak`` instead.
+    """
+    cf, table = read_consumer_offsets(st)
+    if cf.skipped is not None:
+        raise ConfigError(
+            f"{cf.skipped.what}; the broker would load {cf.path.name}.bak instead: repair the file first",
+            path=cf.skipped.path,
+            line=cf.skipped.line,
+        )
+    lmq = cf.path.name == LMQ_OFFSET_FILE
+    data = copy.deepcopy(cf.data) if isinstance(cf.data, dict) and cf.data else None
+    if data is None and lmq and rules_for(st.config.broker).five:
+        version = cfgjson.bean(counter=0, stateVersion=0, timestamp=int(time.time() * 1000))
+        data = cfgjson.bean(dataVersion=version, groupTopicMap={}, lmqOffsetTable={}, offsetTable={})
+    elif data is None:
+        data = cfgjson.bean(lmqOffsetTable={}, offsetTable={}) if lmq else cfgjson.bean(offsetTable={})
+    return cf, table, data, lmq
+
+
+def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
+    """Write exactly ``plan`` (the store must be open writable, so no broker runs).
+
+    Raises:
+        StoreLocked: the store was not opened writable (the lock is not ours).
+        UnsafePlan: consumerOffset.json changed since the plan was made.
+    """
+    if not st.writable:
+        raise UnsafePlan("the store is open read-only; open it writable (taking the broker's lock) to write")
+    try:
+        now = plan.path.read_bytes()
+    except FileNotFoundError:
+        now = None
+    if now != plan.source_raw and not (now is not None and plan.source_raw is None and not now):
+        raise UnsafePlan(f"{plan.path} changed since the plan was made; plan again")
+    cfgjson.write_config(plan.path.parent, plan.path.name, plan.data, broker_version=plan.broker_version)
+
+
+def planned_actions(plan: SetOffsetsPlan) -> tuple[PlannedAction, ...]:
+    """The rewrite in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    why = f"{len(plan.changes)} committed offset(s) set; the previous file is kept as .bak"
+    return (PlannedAction("offsets", "rewrite", plan.path, why),) if plan.changes else ()
+
+
+# ------------------------------------------------------- last consumed time, reset over many pairs
+
+
+def last_consumed_ms(st: Store, row: ConsumerProgress) -> int | None:
+    """Store time of the last consumed message (at committed - 1), as consumerProgress's LastTime
+    shows it; None when nothing before the committed offset is in the queue."""
+
+    committed = row.consumer_offset
+    if committed is None or committed <= row.min_offset or committed - 1 >= row.max_offset:
+        return None
+    hit = query_queue_offset(st, row.topic, row.queue_id, committed - 1)
+    return None if hit.record is None else hit.record.store_timestamp_ms
+
+
+RESET_MODES_ALL = (*RESET_MODES, "shift")
+
+
+def plan_reset_offsets(
+    st: Store,
+    *,
+    pairs: Sequence[tuple[str, str]],
+    mode: str,
+    queue_id: int | None = None,
+    offset: int | None = None,
+    time_ms: int | None = None,
+    shift_by: int | None = None,
+    force: bool = False,
+    broker_version: str = "4.4.0",
+) -> SetOffsetsPlan:
+    """Plan new committed offsets for every ``(topic, group)`` of ``pairs`` in one rewrite (reads only).
+
+    ``mode``: ``offset`` (``queue_id`` and ``offset`` required), ``earliest`` (min offset),
+    ``latest`` (max offset), ``time`` (the broker's offset for ``time_ms``) or ``shift`` (the
+    committed offset moved by ``shift_by``, kept inside the queue's [min, max]; a queue without a
+    committed offset starts from its min). Without ``queue_id`` a mode applies to every queue of
+    the topic (on disk or already committed).
+
+    Raises:
+        InputError: bad arguments, or nothing to set.
+        UnsafePlan: an offset outside the queue's [min, max] without ``force``.
+        ConfigError: consumerOffset.json exists but neither it nor its ``.bak`` can be used.
+    """
+    if mode not in RESET_MODES_ALL:
+        raise InputError(f"unknown reset mode {mode!r}; one of {', '.join(RESET_MODES_ALL)}")
+    if mode == "offset" and (queue_id is None or offset is None):
+        raise InputError("--offset needs --queue")
+    if mode == "time" and time_ms is None:
+        raise InputError("--to-time needs a time")
+    if not pairs:
+        raise InputError("no group and topic to set: consumerOffset.json has none that match")
+    cf, table, data, lmq = _document_to_write(st)
+    on_disk = _queue_ids_on_disk(st)
+    min_phy = commitlog_min_phy(st)
+    changes = []
+    for topic, group in pairs:
+        committed = table.get((topic, group), {})
+        qids = [queue_id] if queue_id is not None else sorted(set(committed) | set(on_disk.get(topic, ())))
+        for qid in qids:
+            rng = queue_range(st, topic, qid, min_phy=min_phy)
+            target = _reset_target(st, rng, committed.get(qid), mode, offset, time_ms, shift_by)
+            changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force, lmq))
+    raw = cf.raw if cf.source == "file" else None
+    return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
+
+
+def _reset_target(
+    st: Store,
+    rng: QueueRange,
+    before: int | None,
+    mode: str,
+    offset: int | None,
+    time_ms: int | None,
+    shift_by: int | None,
+) -> int:
+    if mode == "offset":
+        assert offset is not None
+        return offset
+    if mode == "earliest":
+        return rng.min_offset
+    if mode == "latest":
+        return rng.max_offset
+    if mode == "shift":
+        assert shift_by is not None
+        start = rng.min_offset if before is None else before
+        return min(max(start + shift_by, rng.min_offset), rng.max_offset)
+    assert time_ms is not None
+    return offset_by_time(st, rng.topic, rng.queue_id, time_ms).queue_offset

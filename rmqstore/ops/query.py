@@ -1,0 +1,1073 @@
+"""Finding messages in a store without a broker (store-format.md §5.3, §5.4, §5.5, §3.10, §4).
+
+Key and unique-key queries walk the index files exactly as the broker's ``queryMessage`` does:
+files newest first, ``isTimeMatched``, ``selectPhyOffset`` (slot, chain walk, time match), the
+stop rules, and ``maxNum = min(maxNum, maxMsgsNumBatch)``. That raw answer compares 31-bit key
+hashes only, so it can name messages of another key or topic (hash collisions), and a message
+indexed twice after a recovery is named twice. The client filters the answer after reading each
+message; we do the same, so a result never shows a wrong message:
+
+* key query: the record's topic equals the topic and its KEYS, split on single spaces, contain
+  the key (the 4.4.0 client checks the keys only; later clients also check the topic, which the
+  index key ``topic#key`` implies anyway);
+* unique-key query: topic equal and UNIQ_KEY equal to the key; the client then keeps only the
+  earliest-stored match (``all_copies`` keeps every one).
+
+Hits are de-duplicated by commit log offset and sorted ascending, as the broker sorts them.
+Both the raw answer (``raw_phy_offsets``, in the order the index walk found them) and the
+verified records are returned, with the reason each raw entry was dropped.
+
+What the broker would see after it starts, not what is on disk, decides the answer:
+
+* after an abnormal exit (``abort`` present) the broker drops every index file whose
+  endTimestamp is past the checkpoint's indexMsgTimestamp (§5.5) and re-indexes those records
+  while recovering; we ignore those files too;
+* records after the newest (kept) index file's endPhyOffset are not indexed yet (dispatch was
+  behind, or the file was dropped). The broker indexes them as soon as it starts, so we scan
+  them from the commit log ("tail scan"): they are the newest and come first in the max budget.
+
+With ``scan=True``, or when the index cannot be used (no index files, ``messageIndexEnable=false``,
+a file of the wrong size, a damaged header or chain), the whole commit log is scanned with the
+same filter, the same time window (on the exact store timestamp, while the index keeps whole
+seconds since the file's begin time) and the same budget (the newest ``max_num`` matches).
+
+Queue lookups read the consume queue: ``query_queue_offset`` reads the entry at a queue offset
+and its record (an offset past the queue's end is looked for among the records not dispatched
+yet); ``offset_by_time`` is the broker's ``getOffsetInQueueByTime`` (4.4.0): pick a file, then
+binary-search its entries on their records' store timestamps (see its docstring).
+
+Nothing here writes: a store a broker is running on can be queried (its files are read as they
+are at that moment).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from rmqstore.codec.commitlog import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Blank,
+    Record,
+    decode_record,
+    read_head,
+    store_timestamp_at,
+)
+from rmqstore.codec.consumequeue import ENTRY_SIZE, CqEntry, decode_entry, entries_array, valid_prefix
+from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header, is_time_matched
+from rmqstore.codec.msgid import decode_offset_msg_id
+from rmqstore.errors import CorruptData, InputError, RecordSizeMismatch
+from rmqstore.store import Store
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import Segment, segment_for
+
+JAVA_LONG_MAX = (1 << 63) - 1
+KEY_QUERY_MAX_NUM = 64  # mqadmin queryMsgByKey asks for 64
+_MIN_RECORD_SIZE = 91  # V1 record with IPv4 hosts and empty body, topic and properties
+_PROGRESS_STEP = 8 << 20  # report scan progress every 8 MiB
+_SEARCH_WINDOW = 1 << 20  # bytes searched for the key ahead of the record walk
+
+Progress = Callable[[int, int], None]  # (bytes just scanned, total bytes of this scan)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A raw index answer the client-side filter drops, and why."""
+
+    phy_offset: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyQueryResult:
+    """The answer to one key or unique-key query."""
+
+    topic: str
+    key: str
+    unique: bool
+    max_num: int  # after the maxMsgsNumBatch cap
+    begin_ms: int
+    end_ms: int
+    method: str  # "index", "index+tail" (index plus a scan of records not indexed yet) or "scan"
+    raw_phy_offsets: tuple[int, ...]  # what the broker's lookup returns, in the order found (newest first)
+    hits: tuple[Record, ...]  # verified, de-duplicated, ascending commit log offset
+    rejected: tuple[Rejected, ...] = ()
+    index_last_update_timestamp_ms: int = 0  # endTimestamp of the newest index file used
+    index_last_update_phy_offset: int = 0  # its endPhyOffset
+    tail_from_phy: int | None = None  # records after this offset were scanned, not looked up
+    notices: tuple[str, ...] = ()
+
+    @property
+    def limited(self) -> bool:
+        """The raw answer is full: older matches may exist outside it."""
+        return len(self.raw_phy_offsets) >= self.max_num
+
+
+@dataclass(frozen=True, slots=True)
+class MsgIdResult:
+    """The answer to ``query id``: an offset msgId read directly, else a unique-key lookup."""
+
+    msg_id: str
+    kind: str  # "offset" (decoded and read at its commit log offset) or "unique" (looked up as UNIQ_KEY)
+    hits: tuple[Record, ...]
+    lookups: tuple[KeyQueryResult, ...] = ()  # one per topic searched, for kind "unique"
+    notices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBounds:
+    min_offset: int  # first valid queue offset (the broker's minOffsetInQueue)
+    max_offset: int  # one past the last valid entry (maxOffsetInQueue)
+    last_record_end: int = 0  # offset + size of the last entry's record (4.4.0's maxPhysicOffset is the offset)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHit:
+    """``query offset`` / ``query time``: a queue offset, its entry and its record (if any)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    bounds: QueueBounds
+    entry: CqEntry | None
+    record: Record | None
+    notices: tuple[str, ...] = ()
+
+
+class IndexUnusable(Exception):
+    """The index cannot answer; the reason is the message. Callers fall back to a scan."""
+
+
+# -- the index, as the broker loads and walks it ----------------------------------------------------
+
+
+class MapsOpen:
+    """A reader whose mapped files stay open until ``close`` (or the end of its ``with`` block)."""
+
+    _mapped: dict[Any, mmap.mmap | bytes]
+
+    def close(self) -> None:
+        for m in self._mapped.values():
+            if isinstance(m, mmap.mmap):
+                m.close()
+        self._mapped.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class IndexSet(MapsOpen):
+    """The store's index files in name order, read lazily.
+
+    A file is mapped only when a query's time window matches its header; for any other file only
+    its 40-byte header is read (once). Nothing large is cached: an ``mmap`` costs address space,
+    not memory, and pages are read on demand by the chain walk.
+    """
+
+    def __init__(self, st: Store) -> None:
+        cfg = st.config
+        if not cfg.message_index_enable:
+            raise IndexUnusable("messageIndexEnable=false: the broker builds no index")
+        # As Store.index_files() lists them (non-numeric names skipped, as the broker skips them),
+        # without building a Path per file: a lookup touches only a few of possibly many files.
+        try:
+            names = sorted(n for n in os.listdir(cfg.index_dir) if n.isdigit())
+        except FileNotFoundError:
+            names = []
+        except OSError as e:
+            raise IndexUnusable(f"{cfg.index_dir}: cannot list: {e.strerror}") from None
+        if not names:
+            raise IndexUnusable(f"no index files in {cfg.index_dir}")
+        self.dir = cfg.index_dir
+        self.names = names
+        self.slots = cfg.max_hash_slot_num
+        self.entries = cfg.max_index_num
+        self.file_size = cfg.index_file_size()
+        self.broker = cfg.broker
+        self._headers: dict[int, IndexHeader] = {}
+        self._mapped: dict[int, mmap.mmap | bytes] = {}
+        self._files: dict[int, IndexFile] = {}  # of the files in ``_mapped``
+        # §5.5: after an abnormal exit, files ending past indexMsgTimestamp are destroyed at load.
+        # (A running broker also keeps ``abort``; its files are live, nothing is dropped.)
+        self.drop_after_ms: int | None = None
+        if st.abort_exists() and st.lock_holder() is None:
+            try:
+                cp = st.read_checkpoint()
+            except CorruptData:
+                cp = None
+            self.drop_after_ms = cp.index_msg_timestamp_ms if cp else 0
+        self.newest = self._newest_kept()
+
+    def header(self, i: int) -> IndexHeader:
+        h = self._headers.get(i)
+        if h is None:
+            h = self._read_header(self.dir / self.names[i])
+            self._headers[i] = h
+        return h
+
+    def _read_header(self, path: Path) -> IndexHeader:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise IndexUnusable(f"{path}: cannot open: {e.strerror}") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != self.file_size:
+                raise IndexUnusable(
+                    f"{path}: {size} bytes, expected {self.file_size} for maxHashSlotNum={self.slots} "
+                    f"maxIndexNum={self.entries}"
+                )
+            h = decode_header(os.pread(fd, HEADER_SIZE, 0), path=str(path))
+        finally:
+            os.close(fd)
+        if not 0 <= h.index_count <= self.entries:
+            raise IndexUnusable(f"{path}: header indexCount {h.index_count} outside 0..{self.entries}")
+        return h
+
+    def kept(self, h: IndexHeader) -> bool:
+        return self.drop_after_ms is None or h.end_timestamp_ms <= self.drop_after_ms
+
+    @property
+    def dropped(self) -> int:
+        """Files a starting broker would destroy (only the newest ones can be)."""
+        return len(self.names) - 1 - self.newest if self.newest is not None else len(self.names)
+
+    def _newest_kept(self) -> int | None:
+        for i in reversed(range(len(self.names))):
+            if self.kept(self.header(i)):
+                return i
+        return None
+
+    def _file(self, i: int) -> IndexFile:
+        if i not in self._mapped:
+            path = self.dir / self.names[i]
+            m: mmap.mmap | bytes = b""
+            try:
+                m = _map_readonly(path)
+                if isinstance(m, mmap.mmap) and hasattr(mmap, "MADV_RANDOM"):
+                    # Chain walks hop across 400 MB: read-ahead would turn each ~0.1 ms page fault
+                    # into several milliseconds of reading pages never used.
+                    m.madvise(mmap.MADV_RANDOM)
+                got = IndexFile(m, slots=self.slots, entries=self.entries, path=str(path), broker=self.broker)
+            except CorruptData as e:
+                if isinstance(m, mmap.mmap):
+                    m.close()
+                raise IndexUnusable(str(e)) from None
+            self._mapped[i], self._files[i] = m, got
+        return self._files[i]
+
+    def lookup(self, index_key: str, *, max_num: int, begin_ms: int, end_ms: int, found: list[int]) -> None:
+        """``IndexService.queryOffset`` (§5.4) for an already built ``topic#key``; appends to ``found``."""
+        if self.newest is None:
+            return
+        for i in range(self._newest_starting_by(end_ms), -1, -1):
+            h = self.header(i)
+            if is_time_matched(h, begin_ms, end_ms):
+                f = self._file(i)
+                try:
+                    f.select_phy_offsets(index_key, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms, found=found)
+                except CorruptData as e:
+                    raise IndexUnusable(str(e)) from None
+                except (struct.error, IndexError):
+                    raise IndexUnusable(
+                        f"{self.dir / self.names[i]}: a slot or chain points past the end of the file"
+                    ) from None
+            if h.begin_timestamp_ms < begin_ms or len(found) >= max_num:
+                break
+
+    def _newest_starting_by(self, end_ms: int) -> int:
+        """The newest file whose beginTimestamp is at or before ``end_ms`` (-1: none).
+
+        A file beginning after the window neither matches ``isTimeMatched`` nor triggers a stop
+        rule, so the broker's walk passes over it. Files are in time order (each begins where the
+        previous one ended), so a binary search finds where the walk has work to do, reading
+        O(log n) headers: the cost of a lookup does not grow with the files newer than the window.
+        """
+        newest = self.newest if self.newest is not None else -1
+        if newest < 0 or self.header(newest).begin_timestamp_ms <= end_ms:
+            return newest
+        lo, hi = 0, newest - 1
+        if self.header(lo).begin_timestamp_ms > end_ms:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.header(mid).begin_timestamp_ms <= end_ms:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+# -- the commit log ------------------------------------------------------------------------------------
+
+
+def _map_readonly(path: Path) -> mmap.mmap | bytes:
+    """A read-only map kept beyond one block (``map_file`` closes at the end of its block)."""
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return b""
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise CorruptData(f"cannot map: {e.strerror}", path=path, pos=0) from None
+
+
+class CommitLogReader(MapsOpen):
+    """Reads single records by commit log offset, keeping the files it mapped open until closed."""
+
+    def __init__(self, st: Store) -> None:
+        self.segments, _ = st.commitlog_segments()
+        self.file_size = st.config.commitlog_file_size
+        self.broker = st.config.broker
+        self._mapped: dict[Path, mmap.mmap | bytes] = {}
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    def buffer(self, seg: Segment) -> mmap.mmap | bytes:
+        buf = self._mapped.get(seg.path)
+        if buf is None:
+            buf = _map_readonly(seg.path)
+            self._mapped[seg.path] = buf
+        return buf
+
+    def locate(self, phy_offset: int) -> tuple[Segment, int] | None:
+        seg = segment_for(self.segments, phy_offset, self.file_size)
+        if seg is None:
+            return None
+        return seg, phy_offset - seg.base_offset
+
+    def read(self, phy_offset: int) -> Record:
+        """The record at ``phy_offset``; CorruptData if there is none."""
+        loc = self.locate(phy_offset)
+        if loc is None:
+            raise CorruptData(
+                "no commit log file holds this offset (deleted or never written)", path="commitlog", pos=phy_offset
+            )
+        seg, pos = loc
+        rec = decode_record(self.buffer(seg), pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
+        if isinstance(rec, Blank):
+            raise CorruptData("end-of-file blank, not a message", path=seg.path, pos=pos, phy_offset=phy_offset)
+        return rec
+
+
+@dataclass
+class ScanStats:
+    """What a scan walked: records (every record, not only decoded ones) and bytes."""
+
+    records: int = 0
+    scanned_bytes: int = 0
+
+
+def scan_records(
+    reader: CommitLogReader,
+    needle: bytes,
+    *,
+    from_phy: int = 0,
+    progress: Progress | None = None,
+    notices: list[str] | None = None,
+    stats: ScanStats | None = None,
+) -> Iterator[Record]:
+    """Decode every record at or after ``from_phy`` whose bytes contain ``needle``, in order.
+
+    Record boundaries are walked from the headers (TOTALSIZE and magic, as the dispatcher walks
+    them); a record is decoded only when ``needle`` occurs inside it, which keeps a full scan
+    close to disk speed. The walk stops where the data ends: zeros, a file not ended by a blank,
+    or an invalid header (a notice says where). A candidate whose TOTALSIZE disagrees with its
+    fields is skipped, as the dispatcher skips it.
+    """
+    segs = [s for s in reader.segments if s.base_offset + s.size > from_phy]
+    total = sum(s.size for s in segs) - max(0, from_phy - segs[0].base_offset) if segs else 0
+    stats = stats if stats is not None else ScanStats()
+    for seg in segs:
+        buf = reader.buffer(seg)
+        size = len(buf)
+        pos = reported = max(0, from_phy - seg.base_offset)
+        # Search for the needle in windows just ahead of the walk, so that a walk which stops
+        # early (the usual tail scan) never reads the rest of a 1 GiB file.
+        hit, searched_to = -1, pos
+        ended_by_blank = False
+        try:
+            while pos + 8 <= size:
+                total_size, magic = read_head(buf, pos)
+                if magic == BLANK_MAGIC:
+                    ended_by_blank = True
+                    break
+                if total_size == 0 and magic == 0:
+                    break
+                if (magic != MAGIC_V1 and magic != MAGIC_V2) or not _MIN_RECORD_SIZE <= total_size <= size - pos:
+                    _note(
+                        notices,
+                        f"commit log data ends at offset {seg.base_offset + pos} ({seg.path.name}): invalid record "
+                        f"header (TOTALSIZE {total_size}, magic 0x{magic & 0xFFFFFFFF:08X}); the broker's recovery "
+                        "truncates here",
+                    )
+                    return
+                end = pos + total_size
+                while hit < 0 and searched_to < end:
+                    window_end = min(size, searched_to + _SEARCH_WINDOW)
+                    hit = buf.find(needle, searched_to, min(size, window_end + len(needle) - 1))
+                    searched_to = window_end
+                if 0 <= hit < end:
+                    try:
+                        rec = decode_record(
+                            buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=reader.broker
+                        )
+                    except RecordSizeMismatch:
+                        rec = None  # the dispatcher skips it: never indexed
+                    except CorruptData as e:
+                        _note(notices, f"commit log data ends at offset {seg.base_offset + pos}: {e.what}")
+                        return
+                    if isinstance(rec, Record):
+                        yield rec
+                    hit, searched_to = -1, end
+                stats.records += 1
+                pos = end
+                if progress is not None and pos - reported >= _PROGRESS_STEP:
+                    progress(pos - reported, total)
+                    reported = pos
+        finally:
+            stats.scanned_bytes += pos - max(0, from_phy - seg.base_offset)
+        if progress is not None:
+            progress(size - reported, total)
+        if not ended_by_blank:
+            return  # data ended inside this file: later files hold nothing the broker serves
+
+
+def _note(notices: list[str] | None, msg: str) -> None:
+    if notices is not None:
+        notices.append(msg)
+
+
+# -- key and unique-key queries ---------------------------------------------------------------------------
+
+
+def index_key(topic: str, key: str) -> str:
+    """The indexed string (§5.3): ``topic#key``."""
+    return f"{topic}#{key}"
+
+
+def matches(rec: Record, topic: str, key: str, *, unique: bool) -> bool:
+    """The client's check of a message the index named (see the module docstring)."""
+    if rec.topic != topic:
+        return False
+    if unique:
+        return rec.uniq_key == key
+    keys = rec.keys
+    return bool(keys) and key in keys.split(" ")
+
+
+def _indexed_match(rec: Record, topic: str, key: str, unique: bool, begin_ms: int, end_ms: int) -> bool:
+    """A record the index would name for this query (ROLLBACK records are never indexed, §5.3)."""
+    return (
+        rec.transaction_type != TRANSACTION_ROLLBACK_TYPE
+        and begin_ms <= rec.store_timestamp_ms <= end_ms
+        and matches(rec, topic, key, unique=unique)
+    )
+
+
+def _check_query(topic: str, key: str, max_num: int) -> None:
+    if not topic:
+        raise InputError("topic must not be empty")
+    if not key:
+        raise InputError("key must not be empty")
+    if max_num < 1:
+        raise InputError(f"--max must be at least 1, got {max_num}")
+
+
+class Searcher:
+    """Key, unique-key and message id lookups on one store, sharing the mapped files.
+
+    The index files are opened (lazily) once for all lookups; if they cannot be used, every
+    lookup scans the commit log and carries a note saying why. Use as a context manager.
+    """
+
+    def __init__(self, st: Store) -> None:
+        self.st = st
+        self.reader = CommitLogReader(st)
+        self._index: IndexSet | None = None
+        self._unusable: str | None = None
+
+    def index(self) -> IndexSet:
+        """The index files, or IndexUnusable (remembered: the files do not change under us)."""
+        if self._unusable is not None:
+            raise IndexUnusable(self._unusable)
+        if self._index is None:
+            try:
+                self._index = IndexSet(self.st)
+            except IndexUnusable as e:
+                self._unusable = str(e)
+                raise
+        return self._index
+
+    def _index_failed(self, e: IndexUnusable) -> str:
+        self._unusable = str(e)
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+        return f"index not usable ({e}); scanning the whole commit log instead"
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+        self.reader.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- keys ------------------------------------------------------------------------------------
+    def key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_num: int = KEY_QUERY_MAX_NUM,
+        begin_ms: int = 0,
+        end_ms: int = JAVA_LONG_MAX,
+        scan: bool = False,
+        progress: Progress | None = None,
+    ) -> KeyQueryResult:
+        """Messages of ``topic`` whose KEYS contain ``key``, as ``mqadmin queryMsgByKey`` shows them."""
+        _check_query(topic, key, max_num)
+        return self._query(topic, key, False, max_num, begin_ms, end_ms, scan, progress, all_copies=True)
+
+    def uniq(
+        self,
+        topic: str,
+        uniq_key: str,
+        *,
+        max_num: int | None = None,
+        begin_ms: int = 0,
+        end_ms: int = JAVA_LONG_MAX,
+        scan: bool = False,
+        all_copies: bool = False,
+        progress: Progress | None = None,
+    ) -> KeyQueryResult:
+        """The message of ``topic`` with this UNIQ_KEY (the client's msgId): the earliest stored one,
+        or every copy with ``all_copies``. ``max_num`` defaults to the broker's defaultQueryMaxNum."""
+        n = self.st.config.default_query_max_num if max_num is None else max_num
+        _check_query(topic, uniq_key, n)
+        return self._query(topic, uniq_key, True, n, begin_ms, end_ms, scan, progress, all_copies=all_copies)
+
+    def _query(
+        self, topic: str, key: str, unique: bool, max_num: int, begin_ms: int, end_ms: int, scan: bool,
+        progress: Progress | None, *, all_copies: bool,
+    ) -> KeyQueryResult:  # fmt: skip
+        max_num = min(max_num, self.st.config.max_msgs_num_batch)
+        q = _Lookup(topic, key, unique, max_num, begin_ms, end_ms, progress, [], all_copies)
+        if not scan:
+            try:
+                return _query_index(self.index(), self.reader, q)
+            except IndexUnusable as e:
+                q.notices.append(self._index_failed(e))
+        found = _scan_matches(self.reader, q, None)
+        hits, later = _finish(found, unique, all_copies)
+        return q.result("scan", tuple(r.phy_offset for r in reversed(found)), hits, later)
+
+    # -- message ids -------------------------------------------------------------------------------
+    def msg_id(
+        self,
+        msg_id: str,
+        *,
+        topics: list[str] | None = None,
+        scan: bool = False,
+        all_copies: bool = False,
+        progress: Progress | None = None,
+    ) -> MsgIdResult:
+        """Find a message by id as ``mqadmin queryMsgById`` does.
+
+        An offset msgId (§3.10) is decoded and the record at its commit log offset is read; it is
+        the answer when that record's own msgId is the same. Anything else, or an offset msgId whose
+        record is gone, is looked up as a unique key (UNIQ_KEY, the id clients show) in ``topics``,
+        by default in every known topic (with a scan: in any topic).
+        """
+        mid = msg_id.strip().upper()
+        try:
+            raw = bytes.fromhex(mid)
+        except ValueError:
+            raw = b""
+        if len(raw) not in (16, 28):
+            raise InputError(f"message id {msg_id!r} is not 32 or 56 hex digits (an offset msgId or a unique key)")
+        try:
+            rec: Record | None = self.reader.read(decode_offset_msg_id(mid).phy_offset)
+        except CorruptData:
+            rec = None
+        if rec is not None and rec.msg_id == mid:
+            return MsgIdResult(mid, "offset", (rec,))
+        notices: list[str] = []
+        if topics is None and not scan:
+            try:
+                self.index()
+            except IndexUnusable as e:
+                notices.append(self._index_failed(e))
+                scan = True
+        if topics is None and scan:
+            return self._msg_id_scan(mid, all_copies, progress, notices)
+        lookups = [
+            self.uniq(t, mid, scan=scan, all_copies=all_copies, progress=progress)
+            for t in (topics if topics is not None else known_topics(self.st))
+        ]
+        hits = sorted((r for q in lookups for r in q.hits), key=lambda r: r.phy_offset)
+        for q in lookups:
+            notices.extend(n for n in q.notices if n not in notices)
+        return MsgIdResult(mid, "unique", tuple(hits), tuple(lookups), tuple(notices))
+
+    def _msg_id_scan(self, mid: str, all_copies: bool, progress: Progress | None, notices: list[str]) -> MsgIdResult:
+        """One pass over the commit log for a UNIQ_KEY in any topic; per topic as ``uniq``."""
+        max_num = min(self.st.config.default_query_max_num, self.st.config.max_msgs_num_batch)
+        by_topic: dict[str, list[Record]] = {}
+        for rec in scan_records(self.reader, mid.encode("ascii"), progress=progress, notices=notices):
+            if rec.uniq_key == mid and rec.transaction_type != TRANSACTION_ROLLBACK_TYPE:
+                by_topic.setdefault(rec.topic, []).append(rec)
+        lookups = []
+        for topic, found in sorted(by_topic.items()):
+            found = found[-max_num:]
+            hits, later = _finish(found, True, all_copies)
+            raw = tuple(r.phy_offset for r in reversed(found))
+            lookups.append(KeyQueryResult(topic, mid, True, max_num, 0, JAVA_LONG_MAX, "scan", raw, hits, later))
+        hits_all = sorted((r for q in lookups for r in q.hits), key=lambda r: r.phy_offset)
+        return MsgIdResult(mid, "unique", tuple(hits_all), tuple(lookups), tuple(notices))
+
+
+def query_key(st: Store, topic: str, key: str, **kw: Any) -> KeyQueryResult:
+    """One :meth:`Searcher.key` lookup."""
+    with Searcher(st) as s:
+        return s.key(topic, key, **kw)
+
+
+def query_uniq(st: Store, topic: str, uniq_key: str, **kw: Any) -> KeyQueryResult:
+    """One :meth:`Searcher.uniq` lookup."""
+    with Searcher(st) as s:
+        return s.uniq(topic, uniq_key, **kw)
+
+
+def query_msg_id(st: Store, msg_id: str, **kw: Any) -> MsgIdResult:
+    """One :meth:`Searcher.msg_id` lookup."""
+    with Searcher(st) as s:
+        return s.msg_id(msg_id, **kw)
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """One key or unique-key query as the broker runs it, and the notices it collects."""
+
+    topic: str
+    key: str
+    unique: bool
+    max_num: int
+    begin_ms: int
+    end_ms: int
+    progress: Progress | None
+    notices: list[str]
+    all_copies: bool
+
+    def wanted(self, rec: Record) -> bool:
+        """A record the index would name for this query."""
+        return _indexed_match(rec, self.topic, self.key, self.unique, self.begin_ms, self.end_ms)
+
+    def result(
+        self, method: str, raw: tuple[int, ...], hits: tuple[Record, ...], rejected: tuple[Rejected, ...], *index: Any
+    ) -> KeyQueryResult:
+        """The answer; ``index`` is what the index lookup adds (last update time and offset, tail start)."""
+        return KeyQueryResult(
+            self.topic, self.key, self.unique, self.max_num, self.begin_ms, self.end_ms, method, raw, hits, rejected,
+            *index, notices=tuple(self.notices),
+        )  # fmt: skip
+
+
+def _scan_matches(
+    reader: CommitLogReader, q: _Lookup, after_phy: int | None, stats: ScanStats | None = None
+) -> list[Record]:
+    """Records the index would name, stored after ``after_phy`` (None: all); the newest ``max_num``."""
+    found: list[Record] = []
+    start = 0 if after_phy is None else after_phy
+    for rec in scan_records(
+        reader, q.key.encode("utf-8"), from_phy=start, progress=q.progress, notices=q.notices, stats=stats
+    ):
+        if (after_phy is None or rec.phy_offset > after_phy) and q.wanted(rec):
+            found.append(rec)
+    return found[-q.max_num :]
+
+
+def _query_index(idx: IndexSet, reader: CommitLogReader, q: _Lookup) -> KeyQueryResult:
+    topic, key, unique, max_num, notices = q.topic, q.key, q.unique, q.max_num, q.notices
+    if idx.dropped:
+        notices.append(
+            f"abort file present: {idx.dropped} index file(s) newer than the checkpoint's indexMsgTimestamp are "
+            "ignored, as a starting broker destroys them; their records are scanned from the commit log"
+        )
+    last = idx.header(idx.newest) if idx.newest is not None else None
+    # Everything after the newest indexed record is not in the index yet (None: nothing is).
+    after = last.end_phy_offset if last is not None and (last.index_count > 1 or last.end_phy_offset > 0) else None
+    stats = ScanStats()
+    tail, indexed_first = _tail_matches(reader, q, after, stats)
+    if stats.records > indexed_first:
+        where = "no index file covers any record" if after is None else f"the index ends at offset {after}"
+        notices.append(
+            f"{where}; {stats.records - indexed_first} newer record(s) were scanned from the commit log instead"
+        )
+    raw: list[int] = [r.phy_offset for r in reversed(tail)]
+    if len(raw) < max_num:
+        idx.lookup(index_key(topic, key), max_num=max_num, begin_ms=q.begin_ms, end_ms=q.end_ms, found=raw)
+    scanned = {r.phy_offset: r for r in tail}
+    records: list[Record] = []
+    rejected: list[Rejected] = []
+    seen: set[int] = set()
+    for phy in sorted(raw):
+        if phy in seen:
+            rejected.append(Rejected(phy, "duplicate: indexed twice (re-dispatched after a recovery)"))
+            continue
+        seen.add(phy)
+        rec = scanned.get(phy)
+        if rec is None:
+            try:
+                rec = reader.read(phy)
+            except CorruptData as e:
+                rejected.append(Rejected(phy, f"unreadable: {e}"))
+                continue
+        if rec.phy_offset != phy:
+            rejected.append(Rejected(phy, f"stale index entry: the record there says offset {rec.phy_offset}"))
+        elif not matches(rec, topic, key, unique=unique):
+            rejected.append(
+                Rejected(phy, f"hash collision: topic {rec.topic!r}, KEYS {rec.keys!r}, UNIQ_KEY {rec.uniq_key!r}")
+            )
+        else:
+            records.append(rec)
+    hits, later = _finish(records, unique, q.all_copies)
+    last_ms, last_phy = (last.end_timestamp_ms, last.end_phy_offset) if last else (0, 0)
+    return q.result(
+        "index+tail" if tail else "index", tuple(raw), hits, tuple(rejected) + later, last_ms, last_phy, after
+    )
+
+
+def _tail_matches(reader: CommitLogReader, q: _Lookup, after: int | None, stats: ScanStats) -> tuple[list[Record], int]:
+    """Matches among the records the index does not cover yet (stored after ``after``), and
+    1 if the scan starts at the newest indexed record itself (0 otherwise)."""
+    if not reader.segments:
+        return [], 0
+    indexed_first = 0
+    if after is not None and after >= reader.min_phy_offset and reader.locate(after) is not None:
+        # The newest indexed record must be a record, else index and commit log disagree.
+        try:
+            reader.read(after)
+        except CorruptData as e:
+            raise IndexUnusable(f"the newest index file's endPhyOffset {after} is not a record: {e.what}") from None
+        indexed_first = 1
+    elif after is not None:
+        after = max(after, reader.min_phy_offset - 1)  # the indexed range is gone: scan what is left
+    return _scan_matches(reader, q, after, stats), indexed_first
+
+
+def _finish(records: list[Record], unique: bool, all_copies: bool) -> tuple[tuple[Record, ...], tuple[Rejected, ...]]:
+    """Unique keys: the client keeps the earliest stored match (the first one on a tie)."""
+    records = sorted(records, key=lambda r: r.phy_offset)
+    if not unique or all_copies or len(records) <= 1:
+        return tuple(records), ()
+    first = min(records, key=lambda r: r.store_timestamp_ms)
+    later = tuple(
+        Rejected(r.phy_offset, "another copy of the unique key; the client keeps the earliest stored")
+        for r in records
+        if r is not first
+    )
+    return (first,), later
+
+
+# -- message ids ---------------------------------------------------------------------------------------------
+
+
+def known_topics(st: Store) -> list[str]:
+    """Topics with a consume queue directory or an entry in config/topics.json."""
+    names = {t for t, _, _ in st.queues()}
+    try:
+        data = json.loads((st.config.config_dir / "topics.json").read_text(encoding="utf-8"))
+        names.update(data.get("topicConfigTable", {}))
+    except (OSError, ValueError, AttributeError):
+        pass  # missing or unreadable: the consume queue directories still name the topics
+    return sorted(names)
+
+
+# -- consume queue lookups --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Queue:
+    segments: list[Segment]
+    file_size: int
+    min_phy_offset: int
+    valid: dict[int, int] = field(default_factory=dict)  # segment index -> valid bytes
+
+    def valid_bytes(self, i: int, buf: mmap.mmap | bytes) -> int:
+        v = self.valid.get(i)
+        if v is None:
+            v = valid_prefix(entries_array(buf)) * ENTRY_SIZE
+            self.valid[i] = v
+        return v
+
+
+def _open_queue(st: Store, topic: str, queue_id: int, reader: CommitLogReader) -> _Queue:
+    segs, _ = st.cq_segments(topic, queue_id)
+    return _Queue(segs, st.config.cq_file_size, reader.min_phy_offset)
+
+
+def queue_bounds(st: Store, topic: str, queue_id: int) -> QueueBounds:
+    """Min and max queue offset as the broker computes them after load (§4.4)."""
+    with CommitLogReader(st) as reader:
+        q = _open_queue(st, topic, queue_id, reader)
+        return _bounds(q)
+
+
+def _bounds(q: _Queue) -> QueueBounds:
+    if not q.segments:
+        return QueueBounds(0, 0)
+    first, last = q.segments[0], q.segments[-1]
+    with map_file(last.path) as buf:
+        end = last.base_offset + q.valid_bytes(len(q.segments) - 1, buf)
+    # correctMinOffset (4.x): the first entry of the first file at or after the commit log's min offset.
+    min_logic = first.base_offset
+    with map_file(first.path) as buf:
+        arr = entries_array(buf)
+        n = valid_prefix(arr)
+        at = (arr["phy_offset"][:n] >= q.min_phy_offset).nonzero()[0]
+        if at.size:
+            min_logic = first.base_offset + int(at[0]) * ENTRY_SIZE
+    return QueueBounds(min_logic // ENTRY_SIZE, end // ENTRY_SIZE, _last_entry_end(q))
+
+
+def _last_entry_end(q: _Queue) -> int:
+    for i in range(len(q.segments) - 1, -1, -1):
+        with map_file(q.segments[i].path) as buf:
+            n = q.valid_bytes(i, buf)
+            if n:
+                e = decode_entry(buf, n - ENTRY_SIZE, path=str(q.segments[i].path))
+                return 0 if e.is_filler else e.phy_offset + e.size
+    return 0
+
+
+def dispatched_end(st: Store) -> int:
+    """Where the broker's dispatch stands: the end of the newest record in any consume queue.
+
+    Dispatch runs through the commit log in order, so every record before this offset is in its
+    consume queue; records after it are put there when a broker starts (§9.3).
+    """
+    end = 0
+    with CommitLogReader(st) as reader:
+        for topic, queue_id, _ in st.queues():
+            end = max(end, _last_entry_end(_open_queue(st, topic, queue_id, reader)))
+    return end
+
+
+def query_queue_offset(st: Store, topic: str, queue_id: int, queue_offset: int) -> QueueHit:
+    """The consume queue entry at ``queue_offset`` and the record it points to.
+
+    An offset at or past the queue's end may belong to a record not dispatched yet (the broker
+    was stopped while dispatch was behind, or crashed): the records after the dispatch position
+    are then scanned for it, as a starting broker would put them in the queue (NOT and COMMIT
+    records, at their QUEUEOFFSET field, §4.3).
+    """
+    notices: list[str] = []
+    with CommitLogReader(st) as reader:
+        q = _open_queue(st, topic, queue_id, reader)
+        bounds = _bounds(q)
+        if queue_offset >= bounds.max_offset and q.segments:
+            start = dispatched_end(st)
+            for rec in scan_records(reader, topic.encode("utf-8"), from_phy=start, notices=notices):
+                if (
+                    rec.topic == topic
+                    and rec.queue_id == queue_id
+                    and rec.queue_offset == queue_offset
+                    and rec.transaction_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+                ):
+                    notices.append(
+                        f"queue offset {queue_offset} is not in the consume queue yet (dispatch stopped at commit "
+                        f"log offset {start}); found by scanning the records after it"
+                    )
+                    return QueueHit(topic, queue_id, queue_offset, bounds, None, rec, tuple(notices))
+        return _entry_and_record(q, reader, topic, queue_id, queue_offset, bounds, notices)
+
+
+def _entry_and_record(
+    q: _Queue,
+    reader: CommitLogReader,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    bounds: QueueBounds,
+    notices: list[str],
+) -> QueueHit:
+    def miss(why: str, entry: CqEntry | None = None) -> QueueHit:
+        notices.append(why)
+        return QueueHit(topic, queue_id, queue_offset, bounds, entry, None, tuple(notices))
+
+    if not q.segments:
+        return miss(f"no consume queue {topic}/{queue_id}")
+    if not bounds.min_offset <= queue_offset < bounds.max_offset:
+        return miss(
+            f"queue offset {queue_offset} is outside {topic}/{queue_id}'s [{bounds.min_offset}, {bounds.max_offset})"
+        )
+    seg = segment_for(q.segments, queue_offset * ENTRY_SIZE, q.file_size)
+    if seg is None:
+        return miss(f"no consume queue file holds queue offset {queue_offset}")
+    pos = queue_offset * ENTRY_SIZE - seg.base_offset
+    with map_file(seg.path) as buf:
+        entry = decode_entry(buf, pos, path=str(seg.path))
+    if entry.is_filler:
+        return miss(f"queue offset {queue_offset} is a filler entry (the queue starts later)", entry)
+    try:
+        rec = reader.read(entry.phy_offset)
+    except CorruptData as e:
+        return miss(f"the entry points to commit log offset {entry.phy_offset}, which holds no message: {e}", entry)
+    if rec.total_size != entry.size or rec.phy_offset != entry.phy_offset:
+        notices.append(
+            f"the entry says {entry.size} bytes at offset {entry.phy_offset}; the record there is "
+            f"{rec.total_size} bytes and says offset {rec.phy_offset}"
+        )
+    return QueueHit(topic, queue_id, queue_offset, bounds, entry, rec, tuple(notices))
+
+
+def _java_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def offset_by_time(st: Store, topic: str, queue_id: int, timestamp_ms: int, *, file_by_mtime: bool = False) -> QueueHit:
+    """The broker's ``getOffsetInQueueByTime`` (4.4.0), with the record at the offset found.
+
+    1. Pick a file: the broker takes the first consume queue file whose modification time is at
+       or after ``timestamp_ms``, else the last file. A file's mtime is the time its last entry
+       was written, so by default we use the store timestamp of each file's last valid entry
+       instead, which survives copying and restoring a store; ``file_by_mtime`` uses the mtimes.
+    2. Binary-search that file's valid entries from the queue's min offset: entries pointing
+       below the commit log's min offset count as earlier; otherwise compare the record's store
+       timestamp. An exact match wins (any one of equal timestamps, wherever the search meets it);
+       otherwise the nearer of the last entry below and the first above (the lower one on a
+       tie); only one side found: that side. A record that cannot be read (e.g. a filler entry)
+       makes the broker answer 0. A missing or empty queue answers 0.
+
+    Only entries on disk are searched: records not dispatched yet (after a crash; a note says
+    when there are any) are put in the queue by a starting broker and then take part in its search.
+    """
+    notices: list[str] = []
+    with CommitLogReader(st) as reader:
+        q = _open_queue(st, topic, queue_id, reader)
+        bounds = _bounds(q)
+        if not q.segments:
+            notices.append(f"no consume queue {topic}/{queue_id}: the broker answers 0")
+            return QueueHit(topic, queue_id, 0, bounds, None, None, tuple(notices))
+        i = _pick_file(q, reader, timestamp_ms, file_by_mtime)
+        seg = q.segments[i]
+        with map_file(seg.path) as buf:
+            qo = _search_file(q, i, buf, reader, timestamp_ms, bounds)
+        if qo is None:
+            notices.append("the search met an entry whose message cannot be read: the broker answers 0")
+            qo = 0
+        # A clean 4.x shutdown waits for dispatch to catch up; only a crash leaves records behind.
+        start = dispatched_end(st) if st.abort_exists() and st.lock_holder() is None else None
+        if start is not None and _record_after(reader, start):
+            notices.append(
+                f"the commit log holds records after the dispatch position (offset {start}) that no consume queue "
+                "holds yet; a starting broker adds them, this search does not see them"
+            )
+        return _entry_and_record(q, reader, topic, queue_id, qo, bounds, notices)
+
+
+def _record_after(reader: CommitLogReader, phy_offset: int) -> bool:
+    """Whether a message record starts at ``phy_offset`` (or, past a blank, at the next file)."""
+    for _ in range(2):
+        loc = reader.locate(phy_offset)
+        if loc is None:
+            return False
+        seg, pos = loc
+        buf = reader.buffer(seg)
+        if pos + 8 > len(buf):
+            return False
+        total_size, magic = read_head(buf, pos)
+        if magic != BLANK_MAGIC:
+            return magic in (MAGIC_V1, MAGIC_V2) and total_size >= _MIN_RECORD_SIZE
+        phy_offset = seg.base_offset + len(buf)
+    return False
+
+
+def _store_time(reader: CommitLogReader, phy_offset: int, size: int) -> int:
+    """``CommitLog.pickupStoreTimestamp``: -1 when the bytes are not in a commit log file."""
+    if phy_offset < reader.min_phy_offset:
+        return -1
+    loc = reader.locate(phy_offset)
+    if loc is None:
+        return -1
+    seg, pos = loc
+    buf = reader.buffer(seg)
+    if size <= 0 or pos + size > len(buf) or pos + 80 > len(buf):
+        return -1
+    return store_timestamp_at(buf, pos)
+
+
+def _pick_file(q: _Queue, reader: CommitLogReader, timestamp_ms: int, by_mtime: bool) -> int:
+    for i, seg in enumerate(q.segments):
+        if by_mtime:
+            if os.stat(seg.path).st_mtime_ns // 1_000_000 >= timestamp_ms:
+                return i
+            continue
+        with map_file(seg.path) as buf:
+            n = q.valid_bytes(i, buf)
+            if n:
+                e = decode_entry(buf, n - ENTRY_SIZE, path=str(seg.path))
+                if _store_time(reader, e.phy_offset, e.size) >= timestamp_ms:
+                    return i
+    return len(q.segments) - 1
+
+
+def _search_file(
+    q: _Queue, i: int, buf: mmap.mmap | bytes, reader: CommitLogReader, timestamp_ms: int, bounds: QueueBounds
+) -> int | None:
+    seg = q.segments[i]
+    min_logic = bounds.min_offset * ENTRY_SIZE
+    low = min_logic - seg.base_offset if min_logic > seg.base_offset else 0
+    high = q.valid_bytes(i, buf) - ENTRY_SIZE
+    target = left = right = -1
+    left_value = right_value = -1
+    while high >= low:
+        mid = (low + high) // (2 * ENTRY_SIZE) * ENTRY_SIZE
+        e = decode_entry(buf, mid, path=str(seg.path))
+        if e.phy_offset < reader.min_phy_offset:
+            low = mid + ENTRY_SIZE
+            left = mid
+            continue
+        t = _store_time(reader, e.phy_offset, e.size)
+        if t < 0:
+            return None
+        if t == timestamp_ms:
+            target = mid
+            break
+        if t > timestamp_ms:
+            high = mid - ENTRY_SIZE
+            right, right_value = mid, t
+        else:
+            low = mid + ENTRY_SIZE
+            left, left_value = mid, t
+    if target != -1:
+        pos = target
+    elif left_value == -1:
+        pos = right
+    elif right_value == -1:
+        pos = left
+    else:
+        pos = right if abs(timestamp_ms - left_value) > abs(timestamp_ms - right_value) else left
+    return _java_div(seg.base_offset + pos, ENTRY_SIZE)

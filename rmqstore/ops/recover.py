@@ -1,0 +1,1887 @@
+"""Offline crash recovery, the broker's own (store-format.md §8, §2.4, §4.4, §5.5, §6, §7).
+
+:func:`plan_recover` only reads. It decides what the broker would do when it opens the store:
+the path (``abort`` present: abnormal, §8.3; absent: normal, §8.2), where the valid commit log
+ends (``processOffset``), the byte ranges and files the broker's truncation drops (§8.5), the
+consume queue tails its per-queue recovery cuts (§8.4), the index files it destroys (§5.5),
+what it re-dispatches, and the checkpoint it writes at shutdown (§6). It also says what the
+broker's way loses, decoding the records it drops.
+
+:func:`apply_recover` carries out exactly that plan, step by step, under a journal
+(``<root>/.rmqstore/recover.journal.json``). Every byte range and file it removes is first
+copied to a quarantine folder with a manifest saying how to put it back. Each step is
+idempotent, so a run killed at any point and run again finishes with the same files; a run
+that finds a journal resumes it and never re-plans from a half-modified store.
+
+Two deliberate differences from the broker, both compatible with it: truncated tails are
+zeroed (the broker only moves its write position, leaving stale bytes it may read again after
+a second crash), and index files that cannot be index files (wrong size, impossible header) are
+removed rather than served. ``correctMinOffset`` and the topic queue table (§8.1 step 7) live
+in the broker's memory only and are recomputed from the files at every start: nothing to write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rmqstore.codec import checkpoint as cpmod
+from rmqstore.codec import indexfile as ix
+from rmqstore.codec.commitlog import (
+    BLANK_MAGIC,
+    BORNHOST_V6_FLAG,
+    HEAD_OFFSETS,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE_V1,
+    OFFSETS_V4,
+    Blank,
+    Record,
+    decode_record,
+    offset_msg_id,
+    read_head,
+)
+from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
+from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
+from rmqstore.dispatch.multiqueue import batch_cq_topics, batch_queue_max_phy, dispatch_extra, plan_batch_cq_cut
+from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
+from rmqstore.problems import LOAD_FAILURES, Problem
+from rmqstore.rules import BrokerRules, rules_for
+from rmqstore.safety.actions import PlannedAction, StepFailed
+from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, move, scratch_dir, sha256_file
+from rmqstore.safety.journal import Journal, StepHook
+from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
+from rmqstore.store import Store
+from rmqstore.store.files import map_file
+from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.walk.chain import FileWalk, indexed, queued
+from rmqstore.walk.checked import TopicIds, keep_dispatch_columns, recovery_walk, take_dispatch_columns
+from rmqstore.walk.columns import iter_columns
+from rmqstore.walk.requests import ScanStop, iter_requests
+from rmqstore.walk.starts import data_end
+
+Clock = Callable[[], int] | None  # the store time in ms (default: the system clock)
+Progress = Callable[[int], None] | None  # called with the bytes done since the last call
+JOURNAL_NAME = "recover.journal.json"
+JOURNAL_FORMAT = 1
+LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
+_CHUNK = 8 << 20
+_ZEROS = bytes(_CHUNK)
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+# ---------------------------------------------------------------------------------------------
+# Version differences (§8.6), decided in one place.
+
+
+def broker_rules(broker: str) -> BrokerRules:
+    """The version-dependent decisions of recovery (see :mod:`rmqstore.rules`)."""
+    return rules_for(broker)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan's JSON (the journal holds it, ``--format json`` prints it): one mapper for every part.
+# Each part lists (attribute, key) or (attribute, key, to JSON, from JSON) in output order.
+
+_JsonField = tuple[Any, ...]
+
+
+def _dump(obj: Any, fields: tuple[_JsonField, ...]) -> dict[str, Any]:
+    out = {}
+    for f in fields:
+        v = getattr(obj, f[0])
+        out[f[1]] = f[2](v) if len(f) > 2 else v
+    return out
+
+
+def _load(cls: Any, d: dict[str, Any], fields: tuple[_JsonField, ...]) -> Any:
+    """The object from its JSON; keys that are not constructor arguments (derived values) are skipped,
+    and a missing key takes the field's default."""
+    names = {f.name for f in dataclass_fields(cls) if f.init}
+    kw = {f[0]: (f[3](d[f[1]]) if len(f) > 2 else d[f[1]]) for f in fields if f[0] in names and f[1] in d}
+    return cls(**kw)
+
+
+def _list_of(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    return (lambda v: [x.to_json() for x in v]), (lambda v: tuple(cls.from_json(x) for x in v))
+
+
+def _optional(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    return (lambda v: v.to_json() if v else None), (lambda v: cls.from_json(v) if v else None)
+
+
+_STRS = (list, tuple)
+
+
+class _JsonMapped:
+    """``to_json`` / ``from_json`` from the class's field table (set once the classes exist)."""
+
+    __slots__ = ()
+    json_fields: ClassVar[tuple[_JsonField, ...]] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return _dump(self, self.json_fields)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Any:
+        return _load(cls, d, cls.json_fields)
+
+
+def _table(spec: str, **conversions: tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> tuple[_JsonField, ...]:
+    """Fields from ``"attr attr=key ..."``: the key is the attribute in camelCase unless named."""
+    out = []
+    for item in spec.split():
+        attr, _, key = item.partition("=")
+        if not key:
+            head, *rest = attr.split("_")
+            key = head + "".join(w.capitalize() for w in rest)
+        out.append((attr, key, *conversions.get(attr, ())))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan
+
+
+@dataclass(frozen=True, slots=True)
+class LostRecord(_JsonMapped):
+    """A commit log record removed by the truncation, decoded as far as its bytes allow."""
+
+    phy_offset: int
+    size: int
+    topic: str | None
+    queue_id: int | None
+    queue_offset: int | None
+    keys: str | None
+    uniq_key: str | None
+    msg_id: str | None
+    store_timestamp_ms: int | None
+    torn: bool = False  # only the fixed header was readable
+
+
+@dataclass(frozen=True, slots=True)
+class Action(_JsonMapped):
+    """One removal: zero a byte range of a file, or delete a whole file."""
+
+    step: str  # "cq-recover" | "index-delete" | "commitlog-truncate" | "cq-truncate"
+    verb: str  # "zero" | "delete"
+    kind: str  # "commitlog" | "consumequeue" | "index"
+    path: str  # relative to the store root when inside it, else absolute
+    from_pos: int  # first byte removed (0 for a delete)
+    to_pos: int  # end of the non-zero bytes removed (the file size for a delete)
+    why: str
+    records: tuple[LostRecord, ...] = ()  # commit log records removed (at most LOST_LIST_LIMIT)
+    records_total: int = 0
+    entries_total: int = 0  # consume queue or index entries removed
+    undecodable_size: int = 0  # bytes that are not whole records (torn, garbage)
+
+    @property
+    def size(self) -> int:
+        return self.to_pos - self.from_pos
+
+
+@dataclass(frozen=True, slots=True)
+class Loss(_JsonMapped):
+    """Something the broker's recovery loses (or leaves missing), and what repairs it."""
+
+    what: str  # "index-keys" | "cq-entries" | "index-entries" | "records"
+    count: int
+    detail: str
+    repaired_by: str | None = None
+    examples: tuple[LostRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Redispatch(_JsonMapped):
+    """Records dispatched into the consume queues and index (the broker's abnormal recovery walk)."""
+
+    from_phy: int
+    to_phy: int
+    records: int
+    consume_queue: bool
+    index: bool
+    only_after_phy: int | None = None  # 5.3.2+ normal recovery: only records past the CQ maximum
+    last_cq_timestamp_ms: int = 0  # store time of the last NOT/COMMIT record: checkpoint logics value
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEnd:
+    """Where a consume queue's valid entries end once the broker's recovery has cut it (§8.4)."""
+
+    topic: str
+    queue_id: int
+    last_file: str | None  # segment holding the end (None: no file left)
+    end_pos: int  # byte position of the end in that file
+
+    def to_json(self) -> list[Any]:
+        return [self.topic, self.queue_id, self.last_file, self.end_pos]
+
+    @classmethod
+    def from_json(cls, d: list[Any]) -> QueueEnd:
+        return cls(d[0], d[1], d[2], d[3])
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverPlan:
+    """Everything ``recover`` will do to one store, decided before anything is written."""
+
+    root: str
+    broker: str
+    path: str  # "normal" | "abnormal"
+    reason: str
+    check_crc: bool
+    start_file: str | None
+    start_phy: int
+    min_phy: int  # first commit log file start
+    process_offset: int  # where valid commit log data ends (the broker's processOffset)
+    stop: str  # why the walk ended there
+    max_phy_offset_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
+    truncate_logic_files: bool  # maxPhyOffsetOfConsumeQueue >= processOffset
+    actions: tuple[Action, ...]
+    dispatch: Redispatch | None
+    rebuild_consume_queue: bool
+    rebuild_index: bool
+    queue_ends: tuple[QueueEnd, ...]  # consume queue state before the re-dispatch
+    index_files_kept: tuple[str, ...]  # index files left after the deletions, before the re-dispatch
+    checkpoint_before: dict[str, int] | None
+    checkpoint_after: dict[str, int]
+    checkpoint_index_from_dispatch: bool  # indexMsgTimestamp settles when the re-dispatch fills a file
+    write_checkpoint: bool
+    remove_abort: bool
+    losses: tuple[Loss, ...]
+    notes: tuple[str, ...]
+    quarantine_dir: str | None
+    created_ms: int
+
+    # -- derived -------------------------------------------------------------------------
+    def steps(self) -> list[str]:
+        """The steps apply_recover runs, in order (numbered from 1 by the kill hooks)."""
+        out: list[str] = []
+        have = {a.step for a in self.actions}
+        if self.quarantine_dir is not None and (self.actions or self.write_checkpoint or self._rebuilds()):
+            out.append("quarantine")
+        for s in ("cq-recover", "index-delete"):
+            if s in have:
+                out.append(s)
+        if self.dispatch is not None:
+            out.append("dispatch")
+        for s in ("commitlog-truncate", "cq-truncate"):
+            if s in have:
+                out.append(s)
+        if self._rebuilds():
+            out += ["rebuild", "swap"]
+        if self.write_checkpoint:
+            out.append("checkpoint")
+        if self.remove_abort:
+            out.append("abort")
+        return out
+
+    def _rebuilds(self) -> bool:
+        return self.rebuild_consume_queue or self.rebuild_index
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.steps()
+
+    @property
+    def records_lost(self) -> int:
+        return sum(a.records_total for a in self.actions if a.kind == "commitlog")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**_dump(self, _PLAN_JSON), "steps": self.steps(), "recordsLost": self.records_lost}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RecoverPlan:
+        return _load(cls, d, _PLAN_JSON)  # "steps" and "recordsLost" are derived: not read back
+
+
+_LOST_JSON = _table(
+    "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
+    "store_timestamp_ms=storeTimestamp torn"
+)
+_ACTION_JSON = _table(
+    "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
+    "undecodable_size=undecodableBytes records",
+    records=_list_of(LostRecord),
+)
+_LOSS_JSON = _table("what count detail repaired_by examples", examples=_list_of(LostRecord))
+_REDISPATCH_JSON = _table(
+    "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
+    "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
+)
+_PLAN_JSON = _table(
+    "root=store broker=brokerVersion path reason check_crc=checkCRC start_file start_phy=startPhyOffset "
+    "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
+    "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
+    "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
+    "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt",
+    actions=_list_of(Action),
+    dispatch=_optional(Redispatch),
+    queue_ends=_list_of(QueueEnd),
+    index_files_kept=_STRS,
+    losses=_list_of(Loss),
+    notes=_STRS,
+)
+LostRecord.json_fields = _LOST_JSON
+Action.json_fields = _ACTION_JSON
+Loss.json_fields = _LOSS_JSON
+Redispatch.json_fields = _REDISPATCH_JSON
+
+
+# ---------------------------------------------------------------------------------------------
+# Small file helpers
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return str(Path(path).resolve())
+
+
+def _abs(root: Path, rel: str) -> Path:
+    return Path(root) / rel  # an absolute ``rel`` stays absolute
+
+
+def _zero_range(path: Path, start: int, end: int) -> None:
+    if end <= start:
+        return
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        pos = start
+        zmv = memoryview(_ZEROS)
+        while pos < end:
+            n = min(_CHUNK, end - pos)
+            pos += os.pwrite(fd, zmv[:n], pos)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        while pos < end:
+            data = os.pread(fd, min(_CHUNK, end - pos), pos)
+            if not data:
+                break
+            yield data
+            pos += len(data)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding what a truncation removes
+
+
+def _partial_record(buf: Any, pos: int, end: int, base: int) -> LostRecord | None:
+    """Whatever a torn record's fixed header still says (queue, offsets, time, store host)."""
+    at = OFFSETS_V4
+    if end - pos < at["store_port"] + 4:
+        return None
+    total, magic = read_head(buf, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return None
+    (sys_flag,) = _I32.unpack_from(buf, pos + at["sys_flag"])
+    if sys_flag & 0x30:
+        return None
+    (qid,) = _I32.unpack_from(buf, pos + at["queue_id"])
+    (qoff,) = _I64.unpack_from(buf, pos + at["queue_offset"])
+    (ts,) = _I64.unpack_from(buf, pos + at["store_timestamp_ms"])
+    addr = bytes(buf[pos + at["store_addr"] : pos + at["store_port"]])
+    (port,) = _I32.unpack_from(buf, pos + at["store_port"])
+    return LostRecord(base + pos, total, None, qid, qoff, None, None, offset_msg_id(addr, port, base + pos), ts, True)
+
+
+def _lost_record(rec: Record, base: int) -> LostRecord:
+    return LostRecord(
+        base + rec.pos,
+        rec.total_size,
+        rec.topic,
+        rec.queue_id,
+        rec.queue_offset,
+        rec.keys,
+        rec.uniq_key,
+        rec.msg_id,
+        rec.store_timestamp_ms,
+    )
+
+
+def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -> tuple[list[LostRecord], int, int]:
+    """Records in ``buf[start:end]`` (listed up to the limit, all counted), and undecodable bytes."""
+    out: list[LostRecord] = []
+    count = 0
+    pos = start
+    while pos + 8 <= end:
+        total, magic = read_head(buf, pos)
+        if total == 0 and magic == 0:
+            return out, count, 0
+        if magic == BLANK_MAGIC:
+            return out, count, 0
+        if len(out) < LOST_LIST_LIMIT:
+            try:
+                rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=broker)
+            except CorruptData:
+                part = _partial_record(buf, pos, end, seg.base_offset)
+                if part is not None:
+                    out.append(part)
+                    count += 1
+                return out, count, end - pos
+            if isinstance(rec, Blank):
+                return out, count, 0
+            out.append(_lost_record(rec, seg.base_offset))
+            count += 1
+            pos += rec.total_size
+            continue
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE_V1 or pos + total > end:
+            return out, count, end - pos
+        count += 1
+        pos += total
+    return out, count, 0
+
+
+def _count_entries(path: Path, start: int, end: int) -> int:
+    """Non-zero 20-byte slots of a consume queue file in [start, end)."""
+    if end <= start:
+        return 0
+    data = b"".join(_read_range(path, start, end))
+    n = len(data) // ENTRY_SIZE
+    arr = np.frombuffer(data[: n * ENTRY_SIZE], dtype=np.uint8).reshape(n, ENTRY_SIZE)
+    return int(arr.any(axis=1).sum()) + (1 if len(data) % ENTRY_SIZE and any(data[n * ENTRY_SIZE :]) else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Consume queue recovery (§8.4) and truncateDirtyLogicFiles (§8.5)
+
+
+@dataclass
+class _QueueState:
+    topic: str
+    queue_id: int
+    qdir: Path
+    segs: list[Segment]
+    end_offset: int  # queue-stream byte offset where valid entries end (processOffset of §8.4)
+    max_physic: int  # per version (§8.1 step 5), -1 when none
+    files_left: list[Segment] = field(default_factory=list)
+
+    def entries_of(self, seg: Segment) -> np.ndarray:
+        """A kept file's valid entries as its recovery leaves them (all after the end read as zeros)."""
+        n = max(0, min(seg.size, self.end_offset - seg.base_offset))
+        return entries_array(b"".join(_read_range(seg.path, 0, n)))
+
+
+def _refuse_load_failure(p: Problem, consequence: str) -> None:
+    """A segment directory problem that makes the broker fail to load the directory stops the plan."""
+    if p.kind in LOAD_FAILURES:
+        raise CorruptData(f"{p.what}{consequence} or move the file away", path=p.path, pos=0)
+
+
+def _recover_queue(topic: str, qid: int, qdir: Path, cfg: StoreConfig, rules: BrokerRules) -> _QueueState:
+    segs, problems = list_segments(qdir, cfg.cq_file_size)
+    for p in problems:
+        _refuse_load_failure(p, ": the broker would not load this consume queue; fix mappedFileSizeConsumeQueue")
+    st = _QueueState(topic, qid, qdir, segs, 0, -1)
+    if not segs:
+        return st
+    fs = cfg.cq_file_size
+    idx = max(0, len(segs) - 3)
+    process = segs[idx].base_offset
+    in_file = 0
+    while True:
+        arr = entries_array(segs[idx].path.read_bytes())
+        n = valid_prefix(arr)
+        if n:
+            e = arr[n - 1]
+            st.max_physic = int(e["phy_offset"]) + (int(e["size"]) if rules.cq_max_includes_size else 0)
+        in_file = n * ENTRY_SIZE
+        if in_file == fs:
+            if idx + 1 >= len(segs):
+                break
+            idx += 1
+            process = segs[idx].base_offset
+            in_file = 0
+            continue
+        break
+    st.end_offset = process + in_file
+    st.files_left = [s for s in segs if not (s.base_offset + fs > st.end_offset and st.end_offset < s.base_offset)]
+    return st
+
+
+def _cq_recover_actions(root: Path, q: _QueueState, fs: int) -> list[Action]:
+    out = []
+    for s in q.segs:
+        if s.base_offset + fs <= q.end_offset:
+            continue
+        rel = _rel(root, s.path)
+        if q.end_offset >= s.base_offset:
+            cut = q.end_offset - s.base_offset
+            end = data_end(s.path, cut)
+            if end > cut:
+                out.append(
+                    Action(
+                        "cq-recover",
+                        "zero",
+                        "consumequeue",
+                        rel,
+                        cut,
+                        end,
+                        f"entries after the first invalid entry of {q.topic}/{q.queue_id} (§8.4)",
+                        entries_total=_count_entries(s.path, cut, end),
+                    )
+                )
+        else:
+            out.append(
+                Action(
+                    "cq-recover",
+                    "delete",
+                    "consumequeue",
+                    rel,
+                    0,
+                    s.size,
+                    f"past the last valid entry of {q.topic}/{q.queue_id} (§8.4)",
+                    entries_total=_count_entries(s.path, 0, s.size),
+                )
+            )
+    return out
+
+
+def _cq_truncate_actions(root: Path, q: _QueueState, process_offset: int) -> list[Action]:
+    """``truncateDirtyLogicFiles(processOffset)`` on one queue (§8.5), on the files its recovery left."""
+    out: list[Action] = []
+    left = list(q.files_left)
+    while left:
+        last = left[-1]
+        arr = q.entries_of(last)
+        rel = _rel(root, last.path)
+        if (int(arr[0]["phy_offset"]) if len(arr) else 0) >= process_offset:  # zeros read as offset 0
+            out.append(
+                Action(
+                    "cq-truncate",
+                    "delete",
+                    "consumequeue",
+                    rel,
+                    0,
+                    last.size,
+                    f"first entry of {q.topic}/{q.queue_id} points at or past processOffset {process_offset} (§8.5)",
+                    entries_total=_count_entries(last.path, 0, min(last.size, max(0, q.end_offset - last.base_offset))),
+                )
+            )
+            left.pop()
+            continue
+        # The broker keeps the first entry without checking it, then stops at the first entry
+        # that is invalid or points at or past processOffset.
+        phy, size = arr["phy_offset"][1:], arr["size"][1:]
+        bad = np.flatnonzero((phy < 0) | (size <= 0) | (phy >= process_offset))
+        keep = 1 + (int(bad[0]) if bad.size else len(phy))
+        cut = keep * ENTRY_SIZE
+        valid_end = max(0, min(last.size, q.end_offset - last.base_offset))
+        if valid_end > cut:
+            out.append(
+                Action(
+                    "cq-truncate",
+                    "zero",
+                    "consumequeue",
+                    rel,
+                    cut,
+                    valid_end,
+                    f"entries of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)",
+                    entries_total=(valid_end - cut) // ENTRY_SIZE,
+                )
+            )
+        return out
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Index files (§5.5)
+
+
+def _index_header_problem(h: ix.IndexHeader, cfg: StoreConfig) -> str | None:
+    """Why a header cannot belong to an index file of this store (None when plausible)."""
+    if h.index_count < 0 or h.index_count > cfg.max_index_num:
+        return f"indexCount {h.index_count} outside 0..{cfg.max_index_num}"
+    if h.hash_slot_count < 0 or h.hash_slot_count > max(h.index_count, 1):
+        return f"hashSlotCount {h.hash_slot_count} outside 0..indexCount"
+    if h.index_count > 1:
+        if h.begin_phy_offset < 0 or h.end_phy_offset < h.begin_phy_offset:
+            return f"phy offsets {h.begin_phy_offset}..{h.end_phy_offset} out of order"
+        if h.begin_timestamp_ms <= 0 or h.end_timestamp_ms < h.begin_timestamp_ms:
+            return f"timestamps {h.begin_timestamp_ms}..{h.end_timestamp_ms} out of order"
+    return None
+
+
+def _index_entries_phy(path: Path, cfg: StoreConfig) -> np.ndarray:
+    with map_file(path) as buf:
+        f = ix.IndexFile(buf, slots=cfg.max_hash_slot_num, entries=cfg.max_index_num, path=str(path))
+        arr = f.entries_array()
+        return np.array(arr["phy_offset"][1:], dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint (§6)
+
+
+def _read_checkpoint_bytes(path: Path) -> bytes | None:
+    """The checkpoint as the broker maps it: 4096 bytes (a short file reads as zero-padded)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return (data + bytes(cpmod.FILE_SIZE))[: cpmod.FILE_SIZE]
+
+
+def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
+    return {
+        "physicMsgTimestamp": cp.physic_msg_timestamp_ms,
+        "logicsMsgTimestamp": cp.logics_msg_timestamp_ms,
+        "indexMsgTimestamp": cp.index_msg_timestamp_ms,
+    }
+
+
+def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
+    """What the broker's shutdown flush leaves: the three timestamps (5.1.1+: and the confirm offset)
+    over the old page (§6)."""
+    page = cpmod.encode_timestamps(
+        before, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
+    )
+    if "confirmPhyOffset" in after:
+        page = cpmod.with_confirm_offset(page, after["confirmPhyOffset"])
+    return page
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+def default_quarantine(root: Path, now_ms: int) -> Path:
+    """``<store parent>/<store name>.quarantine``; each run gets a fresh ``recover-<UTC time>`` folder inside."""
+    return default_quarantine_base(root)
+
+
+def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
+    q = Path(qdir).resolve()
+    for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR):
+        try:
+            q.relative_to(Path(d).resolve())
+        except ValueError:
+            continue
+        raise InputError(f"--quarantine {qdir} is inside {d}: choose a folder outside the store's data directories")
+
+
+def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules) -> tuple[int, str]:
+    """``isMappedFileMatchedRecover`` from the last file backwards (§8.3); the first file if none."""
+    safe = cfg.message_index_enable and cfg.message_index_safe
+    limit = cp.min_timestamp_index_ms if safe else cp.min_timestamp_ms
+    what = "minTimestampIndex" if safe else "minTimestamp"
+    for i in range(len(segs) - 1, -1, -1):
+        with map_file(segs[i].path) as buf:
+            if len(buf) < 76:
+                continue
+            magic = read_head(buf, 0)[1]
+            if magic != MAGIC_V1 and not (rules.v2_magic and magic == MAGIC_V2):
+                continue
+            sys_flag = _I32.unpack_from(buf, OFFSETS_V4["sys_flag"])[0]
+            layout = HEAD_OFFSETS[(sys_flag & BORNHOST_V6_FLAG) >> 4 if rules.ipv6_hosts else 0]
+            ts = _I64.unpack_from(buf, layout["store_timestamp_ms"])[0]
+        if ts != 0 and ts <= limit:
+            return i, f"its first record was stored at {ts} <= checkpoint {what} {limit}"
+    return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
+
+
+def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
+    """The phy offset in each queue offset's slot (-1 where there is none), reading only those slots."""
+    out = np.full(len(qoff), -1, dtype=np.int64)
+    if not len(qoff):
+        return out
+    per_file = fs // ENTRY_SIZE
+    bases = np.array([s.base_offset // ENTRY_SIZE for s in q.files_left], dtype=np.int64)
+    which = np.searchsorted(bases, qoff, side="right") - 1
+    for fi in np.unique(which[which >= 0]).tolist():
+        sel = np.flatnonzero(which == fi)
+        seg = q.files_left[fi]
+        slots = qoff[sel] - bases[fi]
+        inside = slots < per_file
+        sel, slots = sel[inside], slots[inside]
+        if not len(sel):
+            continue
+        lo, hi = int(slots.min()), int(slots.max()) + 1
+        fd = os.open(seg.path, os.O_RDONLY)
+        try:
+            if hi - lo <= 4 * len(sel) + 4096:  # a dense run: one read
+                data = os.pread(fd, (hi - lo) * ENTRY_SIZE, lo * ENTRY_SIZE)
+                arr = entries_array(data)
+                ok = slots - lo < len(arr)
+                out[sel[ok]] = arr["phy_offset"][slots[ok] - lo]
+            else:  # scattered queue offsets (a damaged store): one read each
+                for i, slot in zip(sel.tolist(), slots.tolist(), strict=True):
+                    data = os.pread(fd, ENTRY_SIZE, slot * ENTRY_SIZE)
+                    if len(data) == ENTRY_SIZE:
+                        out[i] = _I64.unpack_from(data, 0)[0]
+        finally:
+            os.close(fd)
+    return out
+
+
+@dataclass
+class _CqCheck:
+    """Walked NOT/COMMIT records without their consume queue slot (§4.3), counted as the walk goes."""
+
+    missing: int = 0
+    fixed: int = 0  # of those, what the broker re-dispatches anyway
+    examples: list[LostRecord] = field(default_factory=list)
+    skip: frozenset[str] = frozenset()  # batch consume queue topics: their units are not plain slots
+
+    def add(
+        self,
+        w: FileWalk,
+        topics: TopicIds,
+        queues: dict[tuple[str, int], _QueueState],
+        rules: BrokerRules,
+        abnormal: bool,
+        max_cq: int,
+        fs: int,
+    ) -> None:
+        ci = np.flatnonzero(queued(w.sys_flag))
+        if not ci.size:
+            return
+        key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
+        uk, inv = np.unique(key, return_inverse=True)
+        inv = inv.ravel()
+        order = np.argsort(inv, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(uk)))])
+        for gi, k in enumerate(uk.tolist()):
+            sel = ci[order[bounds[gi] : bounds[gi + 1]]]
+            topic = topics.names[k >> 32]
+            if topic in self.skip:
+                continue
+            qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
+            q = queues.get((topic, qid))
+            qoff, phy, size = w.queue_offset[sel], w.phy[sel], w.size[sel]
+            if q is None or not q.files_left:
+                miss = np.ones(len(sel), dtype=bool)
+            else:
+                first = q.files_left[0].base_offset // ENTRY_SIZE
+                known = (qoff >= first) & (qoff < q.end_offset // ENTRY_SIZE)
+                present = np.zeros(len(sel), dtype=bool)
+                kk = np.flatnonzero(known)
+                present[kk] = _cq_phy_at(q, qoff[kk], fs) == phy[kk]
+                miss = ~present & (qoff >= first)  # older than the queue's first file: expired, not lost
+            if not miss.any():
+                continue
+            mq, mp, ms = qoff[miss], phy[miss], size[miss]
+            if abnormal:
+                # The re-dispatch appends what lies past the queue's end and past its max physical offset.
+                qend = q.end_offset // ENTRY_SIZE if q else 0
+                dup_key = mp + (ms if rules.cq_max_includes_size else 0)
+                fixed = (mq >= qend) & (dup_key > (q.max_physic if q else -1))
+            elif rules.start_catches_up:
+                fixed = mp >= max_cq  # start() re-dispatches from the consume queue maximum
+            else:
+                fixed = np.zeros(len(mq), dtype=bool)
+            self.missing += len(mq)
+            self.fixed += int(fixed.sum())
+            for j in np.flatnonzero(~fixed)[: max(0, 20 - len(self.examples))].tolist():
+                self.examples.append(
+                    LostRecord(
+                        w.seg.base_offset + int(w.pos[sel][miss][j]),
+                        int(ms[j]),
+                        topic,
+                        qid,
+                        int(mq[j]),
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                )
+
+
+def _commitlog_cut_actions(
+    root: Path, segs: list[Segment], process_offset: int, stop: str, broker: str
+) -> list[Action]:
+    """``truncateDirtyFiles(processOffset)`` on the commit log (§8.5), with the records it drops."""
+    out = []
+    for s in segs:
+        if s.base_offset + s.size <= process_offset:
+            continue
+        rel = _rel(root, s.path)
+        with map_file(s.path) as buf:
+            if process_offset >= s.base_offset:
+                cut = process_offset - s.base_offset
+                end = data_end(s.path, cut)
+                if end > cut:
+                    recs, count, undec = _decode_removed(buf, s, cut, end, broker)
+                    out.append(
+                        Action(
+                            "commitlog-truncate",
+                            "zero",
+                            "commitlog",
+                            rel,
+                            cut,
+                            end,
+                            f"after processOffset {process_offset} ({stop})",
+                            tuple(recs),
+                            count,
+                            0,
+                            undec,
+                        )
+                    )
+            else:
+                end = data_end(s.path, 0)
+                recs, count, undec = _decode_removed(buf, s, 0, end, broker) if end else ([], 0, 0)
+                why = "all zeros (pre-allocated), " if end == 0 else ""
+                out.append(
+                    Action(
+                        "commitlog-truncate",
+                        "delete",
+                        "commitlog",
+                        rel,
+                        0,
+                        s.size,
+                        f"{why}starts past processOffset {process_offset}",
+                        tuple(recs),
+                        count,
+                        0,
+                        undec,
+                    )
+                )
+    return out
+
+
+def _index_files_kept(st: Store, abort: bool, cp: cpmod.Checkpoint) -> tuple[list[Path], list[tuple[Path, str, bool]]]:
+    """Index files the broker keeps, and those it destroys (file, why, not an index file at all) (§5.5).
+
+    An abnormal exit destroys those newer than the checkpoint's indexMsgTimestamp.
+    """
+    cfg = st.config
+    index_files, _ = st.index_files()
+    kept: list[Path] = []
+    dropped: list[tuple[Path, str, bool]] = []
+    for p in index_files:
+        size = p.stat().st_size
+        if size != cfg.index_file_size():
+            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
+            dropped.append((p, why, True))
+            continue
+        with map_file(p) as buf:
+            h = ix.decode_header(buf, path=str(p))
+        bad = _index_header_problem(h, cfg)
+        if bad:
+            dropped.append((p, f"not an index file: {bad}", True))
+        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
+            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
+            dropped.append((p, why, False))
+        else:
+            kept.append(p)
+    return kept, dropped
+
+
+def walk_start(
+    segs: list[Segment], abort: bool, cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules, max_cq: int
+) -> tuple[int, str]:
+    """The commit log file recovery walks from, and why (§8.2, §8.3)."""
+    if not segs:
+        return 0, "no commit log file"
+    if abort:
+        return _abnormal_start(segs, cp, cfg, rules)
+    if rules.normal_start_from_cq_max:
+        idx = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base_offset <= max_cq), 0)
+        return idx, f"the last file starting at or before the consume queue maximum {max_cq}"
+    return max(0, len(segs) - 3), "the third file from the end"
+
+
+@dataclass
+class RecoveryEnd:
+    """Where recovery's walk ends (processOffset) and what it saw on the way, file by file."""
+
+    process_offset: int
+    stop: str = "no commit log file"
+    reason: str = "end"  # of the last file walked: "blank" | "end" | "invalid"
+    records: int = 0
+    last_cq_ts: int = 0  # store time of the last record a consume queue gets
+    last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
+    not_indexed: int = 0  # records past the last index file's end that the index would get
+    last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
+
+    def add(self, w: FileWalk, last_index_end: int, max_cq: int) -> None:
+        self.records += len(w.pos)
+        if len(w.pos):
+            self.last_record = w.seg.base_offset + int(w.pos[-1])
+        self.not_indexed += int(((w.phy > last_index_end) & indexed(w.sys_flag)).sum())
+        ci = np.flatnonzero(queued(w.sys_flag))
+        if ci.size:
+            self.last_cq_ts = int(w.store_ts[ci[-1]])
+            after = ci[w.phy[ci] > max_cq]
+            if after.size:
+                self.last_cq_ts_after_cq = int(w.store_ts[after[-1]])
+        self.process_offset = w.seg.base_offset + w.stop_pos
+        self.reason = w.reason
+        if w.reason == "blank":
+            self.stop = f"blank record at {self.process_offset}, the end of the last file"
+        elif w.reason == "end":
+            self.stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
+        else:
+            self.stop = f"invalid record: {w.error}" if w.error else "invalid record"
+
+
+@dataclass
+class RecoveryFacts:
+    """What the broker's recovery finds in a store, worked out once (§8.1-§8.5).
+
+    Where the commit log data ends (``end.process_offset``), where each consume queue ends
+    (``queues``), and the inputs of what the broker truncates; ``plan_recover`` turns them into
+    actions, ``check`` and ``info`` report them.
+    """
+
+    rules: BrokerRules
+    check_crc: bool
+    abort: bool
+    segs: list[Segment]  # the commit log files the broker loads (an empty last file left out)
+    empty_last: Segment | None
+    notes: list[str]
+    cp_bytes: bytes | None  # the checkpoint page as mapped, None when there is no file
+    cp: cpmod.Checkpoint
+    kept_index: list[Path]
+    dropped_index: list[tuple[Path, str, bool]]
+    last_index_end: int  # endPhyOffset of the last kept index file, -1 when none
+    queues: dict[tuple[str, int], _QueueState]
+    max_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
+    batch_topics: frozenset[str]
+    batch_max: int
+    start_idx: int
+    start_why: str
+    end: RecoveryEnd
+    cq_check: _CqCheck
+    fused_columns: list[Any]
+
+    @property
+    def start_phy(self) -> int:
+        return self.segs[self.start_idx].base_offset if self.segs else 0
+
+    @property
+    def process_offset(self) -> int:
+        return self.end.process_offset
+
+    @property
+    def truncate_logic(self) -> bool:
+        """``truncateDirtyLogicFiles`` runs: a consume queue points at or past processOffset (§8.5)."""
+        return bool(self.segs) and self.max_cq >= self.process_offset
+
+    @property
+    def destroy_logics(self) -> bool:
+        """No commit log file: the broker destroys every consume queue."""
+        return not self.segs and (self.abort or self.rules.normal_destroys_logics)
+
+
+def _loaded_commitlog(st: Store, root: Path) -> tuple[list[Segment], Segment | None, list[str]]:
+    """The commit log files as the broker loads them (§2.4), the empty last file, and notes."""
+    segs, problems = st.commitlog_segments()
+    empty_last = segs[-1] if segs and segs[-1].size == 0 else None
+    notes = []
+    for p in problems:
+        if empty_last is not None and p.path == empty_last.path:
+            continue
+        _refuse_load_failure(
+            p,
+            "; the broker would stop loading the commit log here: fix the file size in the broker config "
+            "(mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after)",
+        )
+        notes.append(f"{_rel(root, p.path)}: {p.what}")
+    if empty_last is not None:
+        segs.pop()  # mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing
+    return segs, empty_last, notes
+
+
+def recovery_facts(
+    st: Store, *, check_crc: bool | None = None, progress: Callable[[int], None] | None = None
+) -> RecoveryFacts:
+    """Walk the store as the broker's recovery does (§8.1 order) and say what it finds; reads only."""
+    cfg = st.config
+    rules = broker_rules(cfg.broker)
+    check = cfg.check_crc_on_recover if check_crc is None else check_crc
+    # 1. lastExitOK, and the commit log files as the broker loads them (§2.4).
+    abort = st.abort_exists()
+    segs, empty_last, notes = _loaded_commitlog(st, Path(st.root))
+    # 2.-3. consume queues (loaded), checkpoint.
+    cp_bytes = _read_checkpoint_bytes(cfg.checkpoint_path)
+    cp = cpmod.decode(cp_bytes) if cp_bytes is not None else cpmod.Checkpoint(0, 0, 0)
+    if cp_bytes is None:
+        notes.append("no checkpoint file: the broker creates a zeroed one")
+    # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
+    kept, dropped_index = _index_files_kept(st, abort, cp)
+    last_index_end = -1
+    if kept:
+        with map_file(kept[-1]) as buf:
+            last_index_end = ix.decode_header(buf).end_phy_offset
+    # 5. every consume queue's own recovery (§8.4).
+    queues = {(topic, qid): _recover_queue(topic, qid, qdir, cfg, rules) for topic, qid, qdir in st.queues()}
+    batch_max = max((batch_queue_max_phy(st.bcq_segments(t, q)[0]) for t, q, _ in st.batch_queues()), default=-1)
+    max_cq = max(max((q.max_physic for q in queues.values()), default=-1), batch_max)
+    # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
+    start_idx, start_why = walk_start(segs, abort, cp, cfg, rules, max_cq)
+    facts = RecoveryFacts(
+        rules, check, abort, segs, empty_last, notes, cp_bytes, cp, kept, dropped_index, last_index_end, queues,
+        max_cq, batch_cq_topics(cfg), batch_max, start_idx, start_why, RecoveryEnd(0), _CqCheck(), [],
+    )  # fmt: skip
+    facts.end = RecoveryEnd(facts.start_phy)
+    facts.cq_check = _CqCheck(skip=facts.batch_topics)
+    topics = TopicIds()
+    for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
+        facts.end.add(w, last_index_end, max_cq)
+        facts.cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
+    return facts
+
+
+def _check_plannable(st: Store, rebuild_index: bool) -> None:
+    cfg = st.config
+    if cfg.duplication_enable:
+        raise UnsupportedStore(f"{st.root}: duplicationEnable=true (replica mode) recovery is not supported")
+    if cfg.enable_consume_queue_ext:
+        raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
+    if rebuild_index and not cfg.message_index_enable:
+        raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
+
+
+def _queue_actions(root: Path, f: RecoveryFacts, cq_file_size: int) -> list[Action]:
+    """Each consume queue's own recovery (§8.4), or every queue destroyed when no commit log is left."""
+    out: list[Action] = []
+    for q in f.queues.values():
+        if not f.destroy_logics:
+            out += _cq_recover_actions(root, q, cq_file_size)
+            continue
+        for s in q.segs:
+            why = "no commit log file: the broker destroys every consume queue"
+            n = _count_entries(s.path, 0, s.size)
+            out.append(
+                Action("cq-truncate", "delete", "consumequeue", _rel(root, s.path), 0, s.size, why, entries_total=n)
+            )
+        q.files_left = []
+    return out
+
+
+def _queue_ends(f: RecoveryFacts) -> list[QueueEnd]:
+    out = []
+    for (topic, qid), q in sorted(f.queues.items()):
+        last = q.files_left[-1] if q.files_left else None
+        out.append(
+            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
+        )
+    return out
+
+
+def _plan_dispatch(f: RecoveryFacts, cfg: StoreConfig, want_cq: bool, want_ix: bool) -> Redispatch | None:
+    """The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum)."""
+    po, start, e = f.process_offset, f.start_phy, f.end
+    if not f.segs or po <= start or not (want_cq or want_ix):
+        return None
+    if f.abort:
+        return Redispatch(start, po, e.records, want_cq, want_ix, None, e.last_cq_ts)
+    if f.rules.normal_dispatch_beyond_cq and f.max_cq < po:  # nothing past the CQ maximum: no-op
+        return Redispatch(start, po, e.records, want_cq, want_ix, f.max_cq, e.last_cq_ts_after_cq)
+    return None
+
+
+def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Action | None:
+    """The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
+    zero them first so that a re-dispatch killed half way can be rolled back exactly."""
+    with map_file(last) as buf:
+        h = ix.decode_header(buf)
+    used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
+    end = data_end(last, used)
+    if end <= used:
+        return None
+    return Action(
+        "index-delete", "zero", "index", _rel(root, last), used, end, "stale bytes after the last entry (indexCount)"
+    )
+
+
+def _plan_checkpoint(
+    f: RecoveryFacts, cfg: StoreConfig, dispatch: Redispatch | None, rebuild_index: bool, rebuild_cq: bool
+) -> tuple[dict[str, int] | None, dict[str, int], bool, bool]:
+    """The checkpoint the broker leaves at shutdown (§6): physic unchanged (nothing is flushed),
+    logics = store time of the last record dispatched to a consume queue, index = end time of
+    the last index file that filled up during the re-dispatch.
+
+    Returns (before, after, index settled by the re-dispatch, whether to write it).
+    """
+    before = _cp_dict(f.cp) if f.cp_bytes is not None else None
+    after = _cp_dict(f.cp)
+    if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
+        after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
+    index_pending = (dispatch is not None and dispatch.index) or rebuild_index
+    current = cfg.checkpoint_path.read_bytes() if f.cp_bytes is not None else None
+    write_cp = current is None or checkpoint_bytes(f.cp_bytes, after) != current
+    write_cp = write_cp or index_pending or rebuild_cq
+    if write_cp and f.rules.checkpoint_confirm_offset and f.end.last_record >= 0:
+        after["confirmPhyOffset"] = f.end.last_record  # set by recovery, written by the shutdown flush
+    return before, after, index_pending, write_cp
+
+
+def _plan_actions(
+    root: Path, f: RecoveryFacts, cfg: StoreConfig, rebuild_index: bool, rebuild_cq: bool
+) -> list[Action]:
+    """The removals in the broker's order: empty last file, index files, consume queues' own recovery,
+    then ``truncateDirtyFiles`` and ``truncateDirtyLogicFiles(processOffset)`` (§8.4, §8.5)."""
+    actions: list[Action] = []
+    if f.empty_last is not None:
+        actions.append(
+            Action("commitlog-truncate", "delete", "commitlog", _rel(root, f.empty_last.path), 0, 0, "empty last file")
+        )
+    if not rebuild_index:
+        for p, why, _garbage in f.dropped_index:
+            actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
+    if not rebuild_cq:
+        actions += _queue_actions(root, f, cfg.cq_file_size)
+    short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
+    actions += _commitlog_cut_actions(root, f.segs, f.process_offset, short.get(f.end.reason, "end"), cfg.broker)
+    return actions
+
+
+def plan_recover(
+    st: Store,
+    *,
+    now_ms: int,
+    check_crc: bool | None = None,
+    rebuild_index: bool = False,
+    rebuild_consume_queue: bool = False,
+    quarantine: Path | None = None,
+    use_quarantine: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> RecoverPlan:
+    """Decide what the broker's recovery does to this store (reads only; §8.1 order).
+
+    ``now_ms`` names the quarantine folder; ``check_crc`` overrides ``checkCRCOnRecover``.
+    """
+    cfg = st.config
+    root = Path(st.root)
+    _check_plannable(st, rebuild_index)
+    f = recovery_facts(st, check_crc=check_crc, progress=progress)
+    actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
+    queue_ends = _queue_ends(f)
+    if f.truncate_logic and not rebuild_consume_queue:
+        for _key, q in sorted(f.queues.items()):
+            actions += _cq_truncate_actions(root, q, f.process_offset)
+        actions += _batch_cut_actions(st, f.process_offset)
+    dispatch = _plan_dispatch(f, cfg, not rebuild_consume_queue, cfg.message_index_enable and not rebuild_index)
+    if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
+        keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
+    tail = (
+        _index_tail_action(root, cfg, f.kept_index[-1])
+        if dispatch is not None and dispatch.index and f.kept_index
+        else None
+    )
+    actions += [tail] if tail is not None else []
+    losses = _losses(f, cfg, actions)
+    before, after, index_pending, write_cp = _plan_checkpoint(f, cfg, dispatch, rebuild_index, rebuild_consume_queue)
+    qdir: str | None = None
+    if use_quarantine:
+        qpath = Path(quarantine) if quarantine is not None else default_quarantine(root, now_ms)
+        _check_quarantine_dir(qpath, cfg)
+        qdir = str(qpath.resolve())
+    start_file = f.segs[f.start_idx].path.name if f.segs else None
+    return RecoverPlan(
+        root=str(root),
+        broker=cfg.broker,
+        path="abnormal" if f.abort else "normal",
+        reason="abort file present: the last shutdown was not clean" if f.abort else "no abort file: clean shutdown",
+        check_crc=f.check_crc,
+        start_file=start_file,
+        start_phy=f.start_phy,
+        min_phy=f.segs[0].base_offset if f.segs else 0,
+        process_offset=f.process_offset,
+        stop=f.end.stop + (f"; walked from {start_file}: {f.start_why}" if f.segs else ""),
+        max_phy_offset_cq=f.max_cq,
+        truncate_logic_files=f.truncate_logic,
+        actions=tuple(actions),
+        dispatch=dispatch,
+        rebuild_consume_queue=rebuild_consume_queue,
+        rebuild_index=rebuild_index,
+        queue_ends=tuple(queue_ends),
+        index_files_kept=tuple(p.name for p in f.kept_index),
+        checkpoint_before=before,
+        checkpoint_after=after,
+        checkpoint_index_from_dispatch=index_pending,
+        write_checkpoint=write_cp,
+        remove_abort=f.abort,
+        losses=tuple(losses),
+        notes=tuple(f.notes),
+        quarantine_dir=qdir,
+        created_ms=now_ms,
+    )
+
+
+def _batch_cut_actions(st: Store, process_offset: int) -> list[Action]:
+    """BatchConsumeQueue.truncateDirtyLogicFiles: units at or past ``process_offset`` are cut (§8.5)."""
+    root, out = Path(st.root), []
+    for t, qid, _ in st.batch_queues():
+        for c in plan_batch_cq_cut(t, qid, st.bcq_segments(t, qid)[0], process_offset):
+            why = f"batch units of {t}/{qid} pointing at or past processOffset {process_offset} (§8.5)"
+            out.append(
+                Action("cq-truncate", c.verb, "consumequeue", _rel(root, c.path), c.from_pos, c.to_pos, why,
+                       entries_total=c.units)
+            )  # fmt: skip
+    return out
+
+
+def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[Loss]:
+    """What the broker's way loses (or leaves missing), and what repairs it."""
+    rules, cq, start_phy, process_offset = f.rules, f.cq_check, f.start_phy, f.process_offset
+    path, last_index_end, not_indexed = ("abnormal" if f.abort else "normal"), f.last_index_end, f.end.not_indexed
+    out: list[Loss] = []
+    walked = f"records between phy offsets {start_phy} and {process_offset}"
+    if cq.missing:
+        lost = cq.missing - cq.fixed
+        if path == "abnormal":
+            detail = f"{cq.missing} {walked} have no consume queue entry: the re-dispatch adds {cq.fixed}"
+        elif rules.start_catches_up:
+            detail = f"{cq.missing} {walked} have no consume queue entry: the broker re-dispatches {cq.fixed} at start"
+        else:
+            detail = f"{cq.missing} {walked} have no consume queue entry: broker {cfg.broker} never re-dispatches them"
+        if lost:
+            detail += f"; {lost} stay missing"
+        out.append(Loss("cq-entries", lost, detail, "--rebuild-consumequeue" if lost else None, tuple(cq.examples)))
+    if path == "normal" and cfg.message_index_enable and not_indexed and not rules.normal_dispatch_beyond_cq:
+        if rules.start_catches_up:
+            detail = (
+                f"records after the last indexed offset {last_index_end} are indexed only from the consume "
+                "queue maximum on, when the broker starts"
+            )
+        else:
+            detail = (
+                f"{not_indexed} records after the last indexed offset {last_index_end} get no index keys: "
+                f"broker {cfg.broker} does not re-dispatch after a clean shutdown"
+            )
+        out.append(Loss("index-entries", not_indexed, detail, "--rebuild-index"))
+    for p, why, garbage in f.dropped_index:
+        if garbage:
+            out.append(Loss("index-keys", 0, f"{p.name} ({why}): whatever keys it held", "--rebuild-index"))
+            continue
+        phys = _index_entries_phy(p, cfg)
+        # The re-dispatch re-indexes records from the start file on, past the last kept file's end.
+        gone = phys[(phys < start_phy) | (phys < last_index_end)]
+        if len(gone):
+            out.append(
+                Loss(
+                    "index-keys",
+                    len(gone),
+                    f"{p.name}: {len(gone)} keys of {len(np.unique(gone))} records stored before the re-dispatch "
+                    f"start {start_phy} are not rebuilt",
+                    "--rebuild-index",
+                )
+            )
+    lost_records = sum(a.records_total for a in actions if a.kind == "commitlog")
+    if lost_records:
+        out.append(
+            Loss(
+                "records",
+                lost_records,
+                f"{lost_records} records at or after processOffset {process_offset} are dropped (kept in quarantine)",
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying: a journal of steps, each idempotent
+
+
+def planned_actions(plan: RecoverPlan) -> tuple[PlannedAction, ...]:
+    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    root = Path(plan.root)
+    kept = plan.quarantine_dir is not None
+    out = [
+        PlannedAction(
+            "recover",
+            "delete" if a.verb == "delete" else "zero",
+            _abs(root, a.path),
+            a.why,
+            None if a.verb == "delete" else a.from_pos,
+            None if a.verb == "delete" else a.to_pos,
+            a.size,
+            kept,
+        )
+        for a in plan.actions
+    ]
+    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
+        if on:
+            out.append(PlannedAction("recover", "replace", root / part, "rebuilt from the commit log", kept=kept))
+    if plan.write_checkpoint:
+        out.append(PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept))
+    if plan.remove_abort:
+        out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
+    return tuple(out)
+
+
+def journal_path(root: Path) -> Path:
+    return Path(root) / SCRATCH_DIR / JOURNAL_NAME
+
+
+def pending_plan(root: Path) -> RecoverPlan | None:
+    """The plan of an interrupted ``recover`` of this store, if its journal is there."""
+    p = journal_path(root)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise CorruptData(
+            f"recover journal unreadable ({e}); remove it only if no recovery is half done", path=p, pos=0
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT:
+        fmt = data.get("format") if isinstance(data, dict) else None
+        raise CorruptData(f"recover journal format {fmt!r} is not {JOURNAL_FORMAT}", path=p, pos=0)
+    return RecoverPlan.from_json(data["plan"])
+
+
+@dataclass
+class RecoverResult:
+    plan: RecoverPlan
+    resumed: bool
+    steps_done: list[str]
+    dispatch: dict[str, Any] | None = None
+    rebuild: dict[str, Any] | None = None
+    checkpoint: dict[str, int] | None = None
+    quarantine_dir: str | None = None
+
+    exit_code = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "resumed": self.resumed,
+            "steps": self.steps_done,
+            "redispatch": self.dispatch,
+            "rebuild": self.rebuild,
+            "checkpoint": self.checkpoint,
+            "quarantine": self.quarantine_dir,
+            "processOffset": self.plan.process_offset,
+        }
+
+
+def apply_recover(
+    st: Store,
+    plan: RecoverPlan,
+    *,
+    clock: Callable[[], int] | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_step: StepHook | None = None,
+) -> RecoverResult:
+    """Carry out ``plan`` on a store opened writable; resumes the journal of an interrupted run.
+
+    ``clock`` (epoch ms) names index files the re-dispatch creates, as the broker's clock does.
+    ``on_step`` is called with ``recover:<step>`` after each step is durable (and with
+    ``recover:<step>#1`` once inside the long steps). A step that fails leaves the journal, with
+    the failure recorded, so the next run finishes once the obstacle is gone.
+    """
+    root = Path(st.root)
+    if not st.writable:
+        raise InputError("apply_recover needs a store opened with writable=True (the broker's lock held)")
+    if Path(plan.root).resolve() != root.resolve():
+        raise InputError(f"the plan is for {plan.root}, not {root}")
+    jp = journal_path(root)
+    journal = Journal.load(jp, on_step)
+    resumed = journal is not None
+    if journal is not None:
+        if journal.data.get("plan") != plan.to_json():
+            raise InputError(f"{jp}: an interrupted recovery with another plan is pending; resume that one first")
+    else:
+        journal = Journal(jp, {"format": JOURNAL_FORMAT, "operation": "recover", "plan": plan.to_json()}, on_step)
+    steps = plan.steps()
+    if not steps:
+        return RecoverResult(plan, False, [])
+    journal.save()
+    hook = journal.hook
+    for step in steps:
+        if journal.done(step):
+            continue
+        try:
+            _run_step(st, plan, journal, step, clock, progress)
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                raise
+            # Bad data will not change by running again: undo what was done, from the quarantine.
+            if isinstance(e, CorruptData) and _roll_back(st, plan, journal):
+                raise StepFailed(f"{e}; recover rolled back every change it had made", exit_code=e.exit_code) from None
+            journal.fail(step, e)
+            raise _stopped(root, step, e) from None
+        journal.mark(step)
+    state = dict(journal.state)
+    _finish(root)
+    hook("recover:finished")
+    return RecoverResult(
+        plan,
+        resumed,
+        steps,
+        state.get("dispatch"),
+        state.get("rebuild"),
+        state.get("checkpoint"),
+        state.get("quarantine"),
+    )
+
+
+def _stopped(root: Path, step: str, e: Exception) -> RmqstoreError:
+    """The error of a failed step, saying that the journal lets a re-run finish."""
+    base: RmqstoreError = from_os_error(e) if isinstance(e, OSError) else e  # type: ignore[assignment]
+    if not isinstance(base, RmqstoreError):
+        base = RmqstoreError(f"{type(e).__name__}: {e}")
+    again = f"`rmqstore recover {shlex.quote(str(root))}`"
+    if isinstance(base, CorruptData):  # bad data with no quarantine to roll back from
+        then = f"they cannot be undone without a quarantine: repair the data named, then run {again} again"
+    else:
+        then = f"remove the obstacle and run {again} again to finish"
+    return StepFailed(
+        f"recover stopped at step {step}: {base}; the steps before it are done and journaled: {then}",
+        exit_code=base.exit_code,
+    )
+
+
+def _run_step(
+    st: Store,
+    plan: RecoverPlan,
+    journal: Journal,
+    step: str,
+    clock: Callable[[], int] | None,
+    progress: Callable[[int], None] | None,
+) -> None:
+    if step == "quarantine":
+        _step_quarantine(st, plan, journal)
+    elif step in ("cq-recover", "index-delete", "commitlog-truncate"):
+        _step_remove(st, plan, step, journal.hook)
+    elif step == "cq-truncate":
+        _step_cq_truncate(st, plan, journal.hook)
+    elif step == "dispatch":
+        _step_dispatch(st, plan, journal, clock, progress)
+    elif step == "rebuild":
+        _step_rebuild(st, plan, journal, clock, progress)
+    elif step == "swap":
+        _step_swap(st, plan, journal)
+    elif step == "checkpoint":
+        journal.set(checkpoint=_step_checkpoint(st, plan, journal))
+    elif step == "abort":
+        if _unlink(st.config.abort_path):
+            fsync_dir(st.config.abort_path.parent)
+
+
+def _roll_back(st: Store, plan: RecoverPlan, journal: Journal) -> bool:
+    """Put back every byte the steps done so far changed, from this run's quarantine; False when
+    that cannot be done (no quarantine, or the swap of rebuilt directories has begun)."""
+    root = Path(st.root)
+    folder = journal.state.get("quarantine")
+    if not journal.done("quarantine"):
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        _finish(root)
+        return True
+    if not folder or journal.done("swap") or any(k.startswith("old:") for k in journal.state):
+        return False
+    if journal.state.get("dispatchStarted"):
+        _rollback_dispatch(st, plan, journal)
+    shutil.rmtree(_build_root(root), ignore_errors=True)
+    items = json.loads((Path(folder) / "manifest.json").read_text())["items"]
+    for item in reversed(items):
+        path = Path(item["path"])
+        if item["kind"] == "range":
+            data = Path(item["saved"]).read_bytes()
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, int(item["from"]))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elif item["kind"] == "file" and (not path.exists() or sha256_file(path) != item["sha256"]):
+            atomic_write(path, Path(item["saved"]).read_bytes(), tmp_dir=scratch_dir(root, "tmp"))
+        elif item["kind"] == "marker" and not path.exists():
+            path.touch()
+            fsync_dir(path.parent)
+    shutil.rmtree(folder, ignore_errors=True)
+    _finish(root)
+    return True
+
+
+def _finish(root: Path) -> None:
+    jp = journal_path(root)
+    shutil.rmtree(jp.parent / "recover", ignore_errors=True)
+    _unlink(jp)
+    for d in (jp.parent / "tmp", jp.parent):
+        try:
+            d.rmdir()  # only when nothing else uses the scratch directory
+        except OSError:
+            pass
+    fsync_dir(root)
+
+
+def _run_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> Quarantine | None:
+    """This run's quarantine folder: a fresh one inside the plan's folder, kept in the journal."""
+    if plan.quarantine_dir is None:
+        return None
+    folder = journal.state.get("quarantine")
+    if folder:
+        return Quarantine.resume(folder, "recover", st.root)
+    q = Quarantine.fresh(plan.quarantine_dir, "recover", st.root, plan.created_ms)
+    journal.set(quarantine=str(q.folder))
+    return q
+
+
+def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
+    """Save every byte range and file the later steps remove, and a manifest to restore them."""
+    root = Path(st.root)
+    q = _run_quarantine(st, plan, journal)
+    assert q is not None
+    for i, a in enumerate(plan.actions):
+        src = _abs(root, a.path)
+        if a.verb == "delete":
+            if src.exists():
+                # Commit log and index files are never written before their deletion step: a hard
+                # link is enough. Consume queue files may be, by the re-dispatch: copy them.
+                q.save_file(src, a.why, link=a.kind != "consumequeue")
+        else:
+            q.save_range(src, a.from_pos, a.to_pos, a.why)
+        if i == 0:
+            journal.hook("recover:quarantine#1")
+    cp_path = st.config.checkpoint_path
+    if plan.write_checkpoint and cp_path.exists():
+        q.save_file(cp_path, "rewritten with the values the broker writes at shutdown")
+    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
+        if on:
+            live = root / part
+            saved = q.folder / "files" / part
+            q.add(
+                {
+                    "kind": "directory",
+                    "path": str(live.absolute()),
+                    "saved": str(saved),
+                    "why": "replaced by the one rebuilt from the commit log",
+                    "restore": f"rm -rf {shlex.quote(str(live.absolute()))} && mv {shlex.quote(str(saved))} "
+                    f"{shlex.quote(str(live.absolute()))}",
+                }
+            )
+    if plan.remove_abort:
+        ab = st.config.abort_path.absolute()
+        q.note(ab, "removed: the store is consistent again", f"touch {shlex.quote(str(ab))}")
+    q.write_manifest(processOffset=plan.process_offset)
+
+
+def _step_remove(st: Store, plan: RecoverPlan, step: str, hook: StepHook) -> None:
+    """Zero the planned ranges and delete the planned files of ``step``."""
+    root = Path(st.root)
+    dirs: set[Path] = set()
+    for i, a in enumerate(x for x in plan.actions if x.step == step):
+        p = _abs(root, a.path)
+        if a.verb == "delete":
+            if _unlink(p):
+                dirs.add(p.parent)
+        elif p.exists():
+            _zero_range(p, a.from_pos, a.to_pos)
+        if i == 0:
+            hook(f"recover:{step}#1")
+    for d in dirs:
+        fsync_dir(d)
+
+
+def _step_cq_truncate(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
+    """``truncateDirtyLogicFiles`` after the re-dispatch: whatever was appended after a cut goes too."""
+    root = Path(st.root)
+    dirs: set[Path] = set()
+    for i, a in enumerate(x for x in plan.actions if x.step == "cq-truncate"):
+        p = _abs(root, a.path)
+        if a.verb == "delete":
+            if _unlink(p):
+                dirs.add(p.parent)
+        elif p.exists():
+            _zero_range(p, a.from_pos, data_end(p, a.from_pos))
+            segs, _ = list_segments(p.parent, None)
+            for s in segs:
+                if s.base_offset > int(p.name) and _unlink(s.path):
+                    dirs.add(p.parent)
+        if i == 0:
+            hook("recover:cq-truncate#1")
+    for d in dirs:
+        fsync_dir(d)
+
+
+def _snapshot_path(root: Path) -> Path:
+    return scratch_dir(root, "recover") / "index-snapshot.bin"
+
+
+def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
+    """Undo a re-dispatch that was killed half way: back to the files as the steps before left them."""
+    cfg = st.config
+    root = Path(st.root)
+    if plan.dispatch is not None and plan.dispatch.consume_queue:
+        ends = {(q.topic, q.queue_id): q for q in plan.queue_ends}
+        for topic, qid, qdir in st.queues():
+            qe = ends.get((topic, qid))
+            segs, _ = list_segments(qdir, None)
+            keep_base = int(qe.last_file) if qe is not None and qe.last_file is not None else -1
+            for s in segs:
+                if s.base_offset > keep_base:
+                    _unlink(s.path)
+                elif s.base_offset == keep_base:
+                    _zero_range(s.path, qe.end_pos, data_end(s.path, qe.end_pos))  # type: ignore[union-attr]
+            if qe is None:  # a queue the re-dispatch created
+                shutil.rmtree(qdir, ignore_errors=True)
+                try:
+                    qdir.parent.rmdir()
+                except OSError:
+                    pass
+            fsync_dir(qdir.parent if qe is None else qdir)
+    if plan.dispatch is not None and plan.dispatch.consume_queue and journal.state.get("batchQueues") is not None:
+        _rollback_batch_queues(st, journal.state["batchQueues"])
+    if plan.dispatch is not None and plan.dispatch.index:
+        kept = set(plan.index_files_kept)
+        idir = cfg.index_dir
+        for name in sorted(os.listdir(idir)) if idir.is_dir() else []:
+            if name.isdigit() and name not in kept:
+                _unlink(idir / name)
+        snap = journal.state.get("snapshot")
+        if snap:
+            data = _snapshot_path(root).read_bytes()
+            last = idir / snap
+            fd = os.open(last, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            h = ix.decode_header(data)
+            used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
+            _zero_range(last, used, data_end(last, used))
+        if idir.is_dir():
+            fsync_dir(idir)
+
+
+def _column_batches(st: Store, from_phy: int, to_phy: int, progress: Callable[[int], None] | None) -> Iterator[Any]:
+    """Dispatch batches of the records in [from_phy, to_phy), as the dispatcher reads them (§9.2)."""
+    segs, _ = st.commitlog_segments()
+    segs = [s for s in segs if s.size == st.config.commitlog_file_size]
+    kept = take_dispatch_columns(Path(st.root), segs, from_phy, to_phy)  # the plan's walk decoded them
+    if kept is not None:
+        if progress:
+            progress(to_phy - from_phy)
+        yield from kept
+        return
+    end_seen = from_phy
+    for seg, item in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):
+        if not isinstance(item, ScanStop):
+            yield item
+            continue
+        # A blank hands over to the next file: the records went on to the end of this one.
+        end_seen = seg.base_offset + (seg.size if item.reason == "blank" else item.pos)
+        if item.reason == "invalid":
+            break
+    if end_seen != to_phy:
+        raise CorruptData(
+            f"the commit log changed since the plan: the records end at {end_seen}, the plan says {to_phy}",
+            path=st.config.commitlog_dir,
+            pos=0,
+            phy_offset=end_seen,
+        )
+
+
+def _index_msg_timestamp(cfg: StoreConfig, stats: DispatchStats, old: int) -> int:
+    """The broker sets indexMsgTimestamp to the end time of a file that filled up, when it rolls (§5.3)."""
+    if not stats.index_files_created:
+        return old
+    names = sorted(n for n in os.listdir(cfg.index_dir) if n.isdigit())
+    last_new = max(p.name for p in stats.index_files_created)
+    i = names.index(last_new)
+    if i == 0:
+        return old
+    with map_file(cfg.index_dir / names[i - 1]) as buf:
+        h = ix.decode_header(buf)
+    return h.end_timestamp_ms if h.index_count >= cfg.max_index_num else old
+
+
+def _fsync_dispatch_dirs(root: Path, stats: DispatchStats) -> None:
+    for topic, qid in stats.queues_touched:
+        q = root / "consumequeue" / topic / str(qid)
+        if q.is_dir():
+            fsync_dir(q)
+            fsync_dir(q.parent)
+    for d in (root / "consumequeue", root / "index"):
+        if d.is_dir():
+            fsync_dir(d)
+
+
+def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, progress: Progress) -> None:
+    """Re-dispatch the walked records into the store's consume queues and index (§8.3)."""
+    cfg = st.config
+    root = Path(st.root)
+    d = plan.dispatch
+    assert d is not None
+    if d.index and plan.index_files_kept and "snapshot" not in journal.state:
+        last = cfg.index_dir / plan.index_files_kept[-1]
+        with map_file(last) as buf:
+            head = bytes(buf[: ix.HEADER_SIZE + cfg.max_hash_slot_num * 4])
+        atomic_write(_snapshot_path(root), head)
+        journal.set(snapshot=last.name)
+    batch = batch_cq_topics(cfg) if d.consume_queue else frozenset()
+    if batch and "batchQueues" not in journal.state:
+        journal.set(batchQueues=_batch_queue_state(st))  # what a rollback returns the batch queues to
+    if journal.state.get("dispatchStarted"):
+        _rollback_dispatch(st, plan, journal)
+    else:
+        journal.set(dispatchStarted=True)
+    dispatcher = Dispatcher(cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock, cq_exclude=batch)
+    ok = False
+    try:
+        first = True
+        if d.only_after_phy is None:
+            for cols in _column_batches(st, d.from_phy, d.to_phy, progress):
+                dispatcher.dispatch_columns(cols)
+                if first:
+                    first = False
+                    journal.hook("recover:dispatch#1")
+        else:
+            segs, _ = st.commitlog_segments()
+            for reqs, _stop, _seg in iter_requests(segs, cfg, from_phy=d.from_phy, to_phy=d.to_phy, progress=progress):
+                dispatcher.dispatch([r for r in reqs if r.phy_offset > d.only_after_phy])
+        ok = True
+    finally:
+        stats = dispatcher.close(sync=ok)
+    if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
+        dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back with the rest
+    _fsync_dispatch_dirs(root, stats)
+    index_ts = plan.checkpoint_after["indexMsgTimestamp"]
+    if d.index:
+        index_ts = _index_msg_timestamp(cfg, stats, index_ts)
+    journal.set(dispatch=stats.to_json(), indexMsgTimestamp=index_ts)
+
+
+def _batch_queue_state(st: Store) -> list[dict[str, Any]]:
+    """Every batch consume queue's files and where its valid units end (units are appended, §4.7)."""
+    out = []
+    for topic, qid, qdir in st.batch_queues():
+        segs, _ = st.bcq_segments(topic, qid)
+        last, end = None, 0
+        for seg in segs:
+            with map_file(seg.path) as buf:
+                n = 0
+                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
+                    if decode_bcq_entry(buf, pos, path=str(seg.path)).ends_queue:
+                        break
+                    n += 1
+            if n or last is None:
+                last, end = seg.path.name, n * BCQ_UNIT_SIZE
+        out.append({"dir": _rel(Path(st.root), qdir), "files": [s.path.name for s in segs], "last": last, "end": end})
+    return out
+
+
+def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
+    root = Path(st.root)
+    known = {q["dir"]: q for q in state}
+    for _topic, _qid, qdir in st.batch_queues():
+        q = known.get(_rel(root, qdir))
+        if q is None:  # a queue the re-dispatch created
+            shutil.rmtree(qdir, ignore_errors=True)
+            continue
+        for seg in list_segments(qdir, None)[0]:
+            if seg.path.name not in q["files"]:
+                _unlink(seg.path)
+            elif seg.path.name == q["last"]:
+                _zero_range(seg.path, q["end"], data_end(seg.path, q["end"]))
+        fsync_dir(qdir)
+
+
+def _build_root(root: Path) -> Path:
+    return scratch_dir(root, "recover") / "build"
+
+
+def _step_rebuild(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, progress: Progress) -> None:
+    """Build fresh consume queues and/or index files from the whole valid commit log, beside the store."""
+    cfg = st.config
+    build = _build_root(Path(st.root))
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir(parents=True)
+    dispatcher = Dispatcher(
+        cfg, root=build, consume_queue=plan.rebuild_consume_queue, index=plan.rebuild_index, clock=clock
+    )
+    ok = False
+    try:
+        first = True
+        for cols in _column_batches(st, plan.min_phy, plan.process_offset, progress):
+            dispatcher.dispatch_columns(cols)
+            if first:
+                first = False
+                journal.hook("recover:rebuild#1")
+        ok = True
+    finally:
+        stats = dispatcher.close(sync=ok)
+    _fsync_dispatch_dirs(build, stats)
+    state: dict[str, Any] = {"rebuild": stats.to_json()}
+    if plan.rebuild_consume_queue:
+        state["logicsMsgTimestamp"] = stats.logics_msg_timestamp_ms
+    if plan.rebuild_index:
+        # A fresh index: indexMsgTimestamp is the end time of its last full file, else 0.
+        ts = 0
+        idir = build / "index"
+        for name in sorted(os.listdir(idir)) if idir.is_dir() else []:
+            with map_file(idir / name) as buf:
+                h = ix.decode_header(buf)
+            if h.index_count >= cfg.max_index_num:
+                ts = h.end_timestamp_ms
+        state["indexMsgTimestamp"] = ts
+    journal.set(**state)
+
+
+def _move_dir(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``; a no-op once done."""
+    move(src, dst, missing_ok=True)
+
+
+def _step_swap(st: Store, plan: RecoverPlan, journal: Journal) -> None:
+    """Old directories to the quarantine (or away), rebuilt ones in; each half journaled."""
+    root = Path(st.root)
+    q = _run_quarantine(st, plan, journal)
+    qdir = q.folder if q is not None else None
+    build = _build_root(root)
+    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
+        if not on:
+            continue
+        live = root / part
+        if not journal.state.get(f"old:{part}"):
+            if qdir is not None:
+                _move_dir(live, qdir / "files" / part)
+            elif live.exists():
+                trash = scratch_dir(root, "recover") / "trash" / part
+                _move_dir(live, trash)
+                shutil.rmtree(trash)
+            journal.set(**{f"old:{part}": True})
+        new = build / part
+        if new.exists():
+            _move_dir(new, live)
+        live.mkdir(exist_ok=True)
+        fsync_dir(root)
+
+
+def _step_checkpoint(st: Store, plan: RecoverPlan, journal: Journal) -> dict[str, int]:
+    after = dict(plan.checkpoint_after)
+    state = journal.state
+    if plan.checkpoint_index_from_dispatch and "indexMsgTimestamp" in state:
+        after["indexMsgTimestamp"] = state["indexMsgTimestamp"]
+    if plan.rebuild_consume_queue and state.get("logicsMsgTimestamp"):
+        after["logicsMsgTimestamp"] = state["logicsMsgTimestamp"]
+    cfg = st.config
+    current = _read_checkpoint_bytes(cfg.checkpoint_path)
+    atomic_write(cfg.checkpoint_path, checkpoint_bytes(current, after), tmp_dir=scratch_dir(Path(st.root), "tmp"))
+    return after

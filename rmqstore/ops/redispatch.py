@@ -1,0 +1,607 @@
+"""Re-dispatch: rebuild consume queues and index files from the commit log, then swap them in.
+
+The rebuild is written into ``<root>/.rmqstore/redispatch/build`` (never into the live
+directories; a dry run builds in a temporary folder outside the store and removes it), compared
+with the current files, and swapped in by directory renames under a journal: the old directories
+go to a fresh folder of the quarantine, so nothing is lost and a run killed at any point can be
+re-run to the same result. A rebuild that would leave far fewer consume queue entries than the
+store has is refused unless forced.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rmqstore.codec import checkpoint as cpmod
+from rmqstore.codec.consumequeue import entries_array, valid_prefix
+from rmqstore.codec.describe import index_header_json
+from rmqstore.codec.indexfile import decode_header
+from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
+from rmqstore.dispatch.multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
+from rmqstore.errors import InputError, UnsafePlan, UnsupportedStore
+from rmqstore.safety.actions import PlannedAction
+from rmqstore.safety.files import SCRATCH_DIR, atomic_write, move, scratch_dir
+from rmqstore.safety.journal import Journal, StepHook, journal_file
+from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
+from rmqstore.store import Store
+from rmqstore.store.files import map_file
+from rmqstore.walk.columns import iter_columns
+from rmqstore.walk.requests import ScanStop
+
+JOURNAL = "redispatch.journal.json"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDiff:
+    topic: str
+    queue_id: int
+    current_entries: int
+    rebuilt_entries: int
+    missing: int  # in the rebuild, not in the current files
+    extra: int  # in the current files, not in the rebuild
+    different: int  # same queue offset, different bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "currentEntries": self.current_entries,
+            "rebuiltEntries": self.rebuilt_entries,
+            "missing": self.missing,
+            "extra": self.extra,
+            "different": self.different,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RedispatchPlan:
+    store_root: Path
+    build_root: Path
+    from_phy: int
+    to_phy: int
+    build_consumequeue: bool
+    build_index: bool
+    topics: tuple[str, ...] | None
+    stats: dict[str, Any]
+    queue_diffs: tuple[QueueDiff, ...]
+    index_files_current: tuple[str, ...]
+    index_files_rebuilt: tuple[dict[str, Any], ...]
+    stop_reason: str
+    checkpoint_before: dict[str, int] | None
+    checkpoint_after: dict[str, int] | None
+    output: Path | None = None
+    notes: tuple[str, ...] = field(default=())
+    refusal: str | None = None  # why swapping this rebuild in is unsafe (needs force)
+
+    @property
+    def exit_code(self) -> int:
+        """8 when the swap would be refused without force, else 0."""
+        return 8 if self.refusal else 0
+
+    @property
+    def changed(self) -> bool:
+        return any(d.missing or d.extra or d.different for d in self.queue_diffs) or (
+            self.build_index and self.index_files_changed
+        )
+
+    @property
+    def index_files_changed(self) -> bool:
+        return self.stats.get("indexChanged", True)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store": str(self.store_root),
+            "fromPhyOffset": self.from_phy,
+            "toPhyOffset": self.to_phy,
+            "stopReason": self.stop_reason,
+            "consumequeue": self.build_consumequeue,
+            "index": self.build_index,
+            "topics": list(self.topics) if self.topics else None,
+            "output": str(self.output) if self.output else None,
+            "stats": self.stats,
+            "queues": [d.to_json() for d in self.queue_diffs],
+            "indexFilesCurrent": list(self.index_files_current),
+            "indexFilesRebuilt": list(self.index_files_rebuilt),
+            "checkpointBefore": self.checkpoint_before,
+            "checkpointAfter": self.checkpoint_after,
+            "notes": list(self.notes),
+            "refused": self.refusal,
+        }
+
+
+def _read_queue(qdir: Path) -> np.ndarray:
+    """All valid entries of a queue directory, concatenated (empty array if none)."""
+    parts = []
+    if qdir.is_dir():
+        for name in sorted(n for n in os.listdir(qdir) if n.isdigit()):
+            data = (qdir / name).read_bytes()
+            arr = entries_array(data)
+            n = valid_prefix(arr)
+            parts.append(arr[:n].copy())
+            if n < len(arr):
+                break
+    if not parts:
+        return entries_array(b"")
+    return np.concatenate(parts)
+
+
+def _queue_base(qdir: Path) -> int:
+    names = sorted(n for n in os.listdir(qdir) if n.isdigit()) if qdir.is_dir() else []
+    return int(names[0]) // 20 if names else 0
+
+
+def _diff_queues(cur_root: Path, new_root: Path, topics: tuple[str, ...] | None) -> list[QueueDiff]:
+    def qlist(root: Path) -> set[tuple[str, int]]:
+        out = set()
+        base = root / "consumequeue"
+        if base.is_dir():
+            for t in os.listdir(base):
+                if topics and t not in topics:
+                    continue
+                for q in os.listdir(base / t) if (base / t).is_dir() else []:
+                    if q.lstrip("-").isdigit():
+                        out.add((t, int(q)))
+        return out
+
+    diffs = []
+    for topic, qid in sorted(qlist(cur_root) | qlist(new_root)):
+        cd = cur_root / "consumequeue" / topic / str(qid)
+        nd = new_root / "consumequeue" / topic / str(qid)
+        cur, new = _read_queue(cd), _read_queue(nd)
+        cb, nb = _queue_base(cd), _queue_base(nd)
+        # align by queue offset
+        lo = max(cb, nb)
+        hi = min(cb + len(cur), nb + len(new))
+        different = 0
+        if hi > lo:
+            a = cur[lo - cb : hi - cb]
+            b = new[lo - nb : hi - nb]
+            different = int(np.count_nonzero(a != b))
+        overlap = max(0, hi - lo)
+        diffs.append(QueueDiff(topic, qid, len(cur), len(new), len(new) - overlap, len(cur) - overlap, different))
+    return diffs
+
+
+def _index_summary(root: Path) -> list[dict[str, Any]]:
+    out = []
+    d = root / "index"
+    if d.is_dir():
+        for name in sorted(n for n in os.listdir(d) if n.isdigit()):
+            with open(d / name, "rb") as f:
+                h = decode_header(f.read(40), path=str(d / name))
+            out.append({"name": name, **index_header_json(h)})
+    return out
+
+
+def _index_identical(cur_root: Path, new_root: Path) -> bool:
+    a = sorted(p for p in (cur_root / "index").glob("*") if p.name.isdigit()) if (cur_root / "index").is_dir() else []
+    b = sorted(p for p in (new_root / "index").glob("*") if p.name.isdigit()) if (new_root / "index").is_dir() else []
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.stat().st_size != y.stat().st_size:
+            return False
+        with open(x, "rb") as fx, open(y, "rb") as fy:
+            while True:
+                bx, by = fx.read(1 << 20), fy.read(1 << 20)
+                if bx != by:
+                    return False
+                if not bx:
+                    break
+    return True
+
+
+@dataclass(frozen=True)
+class BuildScope:
+    """What a build dispatches: from which commit log offset (None: the first record), the consume
+    queues of which topics (None: all), and which kinds of files."""
+
+    from_phy: int | None = None
+    topics: tuple[str, ...] | None = None
+    consume_queue: bool = True
+    index: bool = True
+
+
+BuildEngine = Callable[..., tuple[DispatchStats, int, str]]  # (store, build root, scope, master=...)
+
+# Engines other than the local one register here when their package is imported (the library
+# itself never imports the Spark package): ``rmqstore.spark.redispatch`` adds "spark".
+ENGINES: dict[str, BuildEngine] = {}
+
+
+def build(
+    st: Store,
+    build_root: Path,
+    *,
+    from_phy: int | None = None,
+    topics: tuple[str, ...] | None = None,
+    consume_queue: bool = True,
+    index: bool = True,
+    engine: str = "local",
+    progress: Callable[[int], None] | None = None,
+    spark_master: str | None = None,
+) -> tuple[DispatchStats, int, str]:
+    """Dispatch the commit log into fresh files under ``build_root``; returns (stats, end phy, stop reason)."""
+    cfg = st.config
+    segs, _ = st.commitlog_segments()
+    start = segs[0].base_offset if segs else 0
+    if from_phy is not None and from_phy > start:
+        # Continue the existing files, as the broker's re-dispatch from an offset does.
+        for sub, wanted in (("consumequeue", consume_queue), ("batchconsumequeue", consume_queue), ("index", index)):
+            src = cfg.store_root / sub
+            if wanted and src.is_dir():
+                shutil.copytree(src, build_root / sub, dirs_exist_ok=True)
+        start = from_phy
+    if engine != "local":
+        if consume_queue and (cfg.enable_multi_dispatch or batch_cq_topics(cfg)):
+            raise UnsupportedStore(
+                f"{st.root}: engine {engine!r} writes neither %LMQ% (multi-dispatch) nor batch consume queues; "
+                "use --engine local"
+            )
+        fn = ENGINES.get(engine)
+        if fn is None:
+            raise InputError(
+                f"engine {engine!r} is not loaded; use local, or import its package first "
+                "(rmqstore.spark.redispatch for spark, which the command does)"
+            )
+        return fn(st, build_root, BuildScope(start, topics, consume_queue, index), master=spark_master)
+    bcq = batch_cq_topics(cfg)
+    d = Dispatcher(
+        cfg,
+        root=build_root,
+        consume_queue=consume_queue,
+        index=index,
+        topics=set(topics) if topics else None,
+        cq_exclude=bcq,
+    )
+    end = start
+    reason = "end"
+    try:
+        for seg, item in iter_columns(segs, cfg, from_phy=start, progress=progress):
+            if not isinstance(item, ScanStop):
+                d.dispatch_columns(item)
+                continue
+            end = seg.base_offset + item.pos
+            reason = item.reason
+            if item.reason == "invalid" and item.error is not None:
+                reason = f"invalid record: {item.error}"
+    finally:
+        stats = d.close(sync=True)
+    if consume_queue:
+        _dispatch_extra(st, build_root, start, end, bcq, topics)
+    return stats, end, reason
+
+
+def _dispatch_extra(
+    st: Store, build_root: Path, start: int, end: int, bcq: frozenset[str], topics: tuple[str, ...] | None
+) -> None:
+    """LMQ multi-dispatch and batch consume queues: a second, per-record pass (only on stores that use them)."""
+    extra = ExtraDispatcher(st.config, build_root, bcq)
+    if not extra.needed:
+        return
+    try:
+        for seg in st.commitlog_segments()[0]:
+            lo, hi = max(start, seg.base_offset), min(end, seg.base_offset + seg.size)
+            if lo >= hi:
+                continue
+            with map_file(seg.path) as buf:
+                for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
+                    if topics is None or rec.topic in topics:
+                        extra.put(rec)
+    finally:
+        extra.close()
+
+
+SHRINK_LIMIT = 0.5  # a rebuild keeping less than this share of the current entries is refused
+
+
+def _build_root(st: Store, output: Path | None, dry_run: bool) -> Path:
+    """Where the rebuild goes: ``--output``; for a dry run a temporary folder outside the store (a dry
+    run writes nothing in it); else the store's scratch directory (the broker's lock is held)."""
+    if output is not None:
+        build_root = Path(output)
+        if build_root.exists() and any(build_root.iterdir()):
+            raise UnsafePlan(f"{build_root}: output directory is not empty")
+        build_root.mkdir(parents=True, exist_ok=True)
+        return build_root
+    if dry_run or not st.writable:
+        return Path(tempfile.mkdtemp(prefix="rmqstore-redispatch-dry-run-"))
+    build_root = scratch_dir(st.root, "redispatch") / "build"
+    if build_root.exists():
+        shutil.rmtree(build_root)
+    build_root.mkdir(parents=True)
+    return build_root
+
+
+def _shrink_refusal(diffs: list[QueueDiff]) -> str | None:
+    current = sum(d.current_entries for d in diffs)
+    rebuilt = sum(d.rebuilt_entries for d in diffs)
+    if current and rebuilt < current * SHRINK_LIMIT:
+        return (
+            f"the rebuild holds {rebuilt} consume queue entries where the store has {current} now: the commit log "
+            "it was built from may be unreadable or damaged"
+        )
+    return None
+
+
+def plan_redispatch(
+    st: Store,
+    *,
+    from_phy: int | None = None,
+    topics: tuple[str, ...] | None = None,
+    only: str | None = None,
+    output: Path | None = None,
+    engine: str = "local",
+    progress: Callable[[int], None] | None = None,
+    spark_master: str | None = None,
+    dry_run: bool = False,
+) -> RedispatchPlan:
+    """Build the rebuild (in a scratch, temporary or output directory) and compare it with the current files."""
+    if only not in (None, "consumequeue", "index"):
+        raise InputError(f"--only takes consumequeue or index, not {only!r}")
+    if topics and only == "index":
+        raise InputError("--topic selects consume queues; index files hold every topic and cannot be filtered")
+    build_cq = only in (None, "consumequeue")
+    build_ix = only in (None, "index") and not topics and st.config.message_index_enable
+    notes = []
+    if topics and only is None:
+        notes.append("--topic given: only the consume queues of those topics are rebuilt; index files are kept")
+    build_root = _build_root(st, output, dry_run)
+    try:
+        stats, end, reason = build(
+            st,
+            build_root,
+            from_phy=from_phy,
+            topics=topics,
+            consume_queue=build_cq,
+            index=build_ix,
+            engine=engine,
+            progress=progress,
+            spark_master=spark_master,
+        )
+        diffs = _diff_queues(st.root, build_root, topics) if build_cq else []
+        sj = stats.to_json()
+        if build_ix:
+            sj["indexChanged"] = not _index_identical(st.root, build_root)
+        rebuilt_index = tuple(_index_summary(build_root))
+    except BaseException:
+        if output is None:
+            shutil.rmtree(build_root, ignore_errors=True)
+        raise
+    cp = st.read_checkpoint()
+    after = None
+    if cp is not None:
+        after = cp
+        if build_cq and stats.logics_msg_timestamp_ms:
+            after = replace(after, logics_msg_timestamp_ms=stats.logics_msg_timestamp_ms)
+        if build_ix:
+            after = replace(after, index_msg_timestamp_ms=stats.index_msg_timestamp_ms)
+    segs, _ = st.commitlog_segments()
+    return RedispatchPlan(
+        st.root,
+        build_root,
+        from_phy if from_phy is not None else (segs[0].base_offset if segs else 0),
+        end,
+        build_cq,
+        build_ix,
+        topics,
+        sj,
+        tuple(diffs),
+        tuple(i["name"] for i in _index_summary(st.root)),
+        rebuilt_index,
+        reason,
+        cp.to_json() if cp else None,
+        after.to_json() if after else None,
+        output,
+        tuple(notes),
+        _shrink_refusal(diffs) if output is None else None,
+    )
+
+
+def discard(plan: RedispatchPlan) -> None:
+    """Remove a scratch or temporary build (dry run, nothing to do, refused)."""
+    if plan.output is None and plan.build_root.exists():
+        shutil.rmtree(plan.build_root)
+        parent = plan.build_root.parent
+        if parent.name == "redispatch" and parent.parent.name == SCRATCH_DIR:
+            for d in (parent, parent.parent):
+                try:
+                    d.rmdir()  # only when nothing else uses the scratch directory
+                except OSError:
+                    break
+
+
+def default_quarantine(root: Path, now_ms: int | None = None) -> Path:
+    """The base folder; each run gets a fresh ``redispatch-<UTC time>`` folder inside."""
+    return default_quarantine_base(root)
+
+
+def _journal_path(root: Path) -> Path:
+    return journal_file(root, "redispatch")
+
+
+def _parts(plan: RedispatchPlan) -> list[str]:
+    parts = []
+    if plan.build_consumequeue:
+        parts += [f"consumequeue/{t}" for t in plan.topics] if plan.topics else ["consumequeue"]
+        batch = Path(plan.build_root) / "batchconsumequeue"
+        if not plan.topics and (batch.is_dir() or (Path(plan.store_root) / "batchconsumequeue").is_dir()):
+            parts.append("batchconsumequeue")
+        elif plan.topics:
+            parts += [f"batchconsumequeue/{t}" for t in plan.topics if (batch / t).is_dir()]
+    if plan.build_index:
+        parts.append("index")
+    return parts
+
+
+def apply_redispatch(
+    plan: RedispatchPlan,
+    st: Store,
+    *,
+    quarantine: Path | None,
+    keep_old: bool = True,
+    force: bool = False,
+    on_step: StepHook | None = None,
+    now_ms: int | None = None,
+) -> Path | None:
+    """Swap the rebuilt directories in; old ones go to a fresh folder inside ``quarantine`` (or
+    deleted if None and not ``keep_old``). Journaled: re-running after a kill finishes the swap.
+
+    Refused (UnsafePlan, exit 8) when the rebuild would leave far fewer consume queue entries than
+    the store has now, unless ``force``."""
+    if plan.output is not None:
+        return None  # built beside the store: nothing to swap
+    if not st.writable:
+        raise UnsafePlan(f"{st.root}: open the store writable to swap a rebuild in")
+    if plan.refusal and not force:
+        discard(plan)
+        raise UnsafePlan(f"{st.root}: {plan.refusal}; nothing was changed (--force swaps it in anyway)")
+    root = st.root
+    now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    q = None
+    if quarantine is not None or keep_old:
+        q = Quarantine.fresh(quarantine or default_quarantine_base(root), "redispatch", root, now)
+    journal = Journal(
+        _journal_path(root),
+        {
+            "operation": "redispatch",
+            "build": str(plan.build_root),
+            "quarantine": str(q.folder) if q else None,
+            "parts": _parts(plan),
+            "checkpoint": plan.checkpoint_after,
+        },
+        on_step,
+    )
+    journal.save()
+    journal.hook("redispatch:journal")
+    return _finish(root, journal)
+
+
+def finish(root: Path, journal_path: Path, on_step: StepHook | None = None) -> Path | None:
+    """Complete (or resume) a journaled swap."""
+    journal = Journal.load(journal_path, on_step)
+    if journal is None:
+        return None
+    return _finish(Path(root), journal)
+
+
+def _manifest(root: Path, q: Quarantine, parts: list[str], checkpoint: bool) -> None:
+    q.items = []
+    for part in parts:
+        live = (root / part).absolute()
+        saved = q.folder / "files" / part
+        q.add(
+            {
+                "kind": "directory",
+                "path": str(live),
+                "saved": str(saved),
+                "why": "replaced by the one rebuilt from the commit log",
+                "restore": f"rm -rf {shlex.quote(str(live))} && mv {shlex.quote(str(saved))} {shlex.quote(str(live))}",
+            }
+        )
+    if checkpoint:
+        cp, saved = (root / "checkpoint").absolute(), q.folder / "files" / "checkpoint"
+        q.add(
+            {
+                "kind": "file",
+                "path": str(cp),
+                "saved": str(saved),
+                "why": "logicsMsgTimestamp/indexMsgTimestamp rewritten for the rebuilt files",
+                "restore": f"cp {shlex.quote(str(saved))} {shlex.quote(str(cp))}",
+            }
+        )
+    q.write_manifest()
+
+
+def _finish(root: Path, journal: Journal) -> Path | None:
+    data = journal.data
+    build = Path(data["build"])
+    qdir = Path(data["quarantine"]) if data.get("quarantine") else None
+    q = Quarantine.resume(qdir, "redispatch", root) if qdir is not None else None
+    parts: list[str] = data["parts"]
+    cp_path = root / "checkpoint"
+    checkpoint = data.get("checkpoint")
+    if q is not None and not journal.done("manifest"):
+        _manifest(root, q, parts, bool(checkpoint) and cp_path.exists())  # written ahead of the moves
+        journal.mark("manifest")
+    for part in parts:
+        live = root / part
+        new = build / part
+        if not journal.done(f"old:{part}"):
+            if live.exists():
+                if q is not None:
+                    target = q.folder / "files" / part
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if not target.exists():
+                        move(live, target)
+                else:
+                    trash = build.parent / "trash" / part
+                    trash.parent.mkdir(parents=True, exist_ok=True)
+                    move(live, trash)
+            journal.mark(f"old:{part}")
+        if not journal.done(f"new:{part}"):
+            if new.exists() and not live.exists():
+                live.parent.mkdir(parents=True, exist_ok=True)
+                move(new, live)
+            journal.mark(f"new:{part}")
+    if checkpoint and not journal.done("checkpoint"):
+        if q is not None and cp_path.exists() and not (q.folder / "files" / "checkpoint").exists():
+            dst = q.folder / "files" / "checkpoint"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(dst, cp_path.read_bytes())
+        c = checkpoint
+        cp = cpmod.Checkpoint(
+            c["physicMsgTimestamp"],
+            c["logicsMsgTimestamp"],
+            c["indexMsgTimestamp"],
+            c["masterFlushedOffset"],
+            c["confirmPhyOffset"],
+        )
+        atomic_write(cp_path, cpmod.encode(cp), tmp_dir=scratch_dir(root, "tmp"))
+        journal.mark("checkpoint")
+    shutil.rmtree(build.parent / "trash", ignore_errors=True)
+    shutil.rmtree(build, ignore_errors=True)
+    journal.remove()
+    for d in (root / SCRATCH_DIR / "redispatch", root / SCRATCH_DIR / "tmp", root / SCRATCH_DIR):
+        try:
+            d.rmdir()  # only when nothing else uses it
+        except OSError:
+            break
+    journal.hook("redispatch:finished")
+    return qdir
+
+
+def pending_journal(root: Path) -> Path | None:
+    p = _journal_path(Path(root))
+    return p if p.exists() else None
+
+
+def planned_actions(plan: RedispatchPlan, *, keep_old: bool = True) -> tuple[PlannedAction, ...]:
+    """The swap in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+    if plan.output is not None:
+        return ()
+    out = [
+        PlannedAction("redispatch", "replace", plan.store_root / part, "rebuilt from the commit log", kept=keep_old)
+        for part in _parts(plan)
+    ]
+    if plan.checkpoint_after and plan.checkpoint_after != plan.checkpoint_before:
+        out.append(
+            PlannedAction(
+                "redispatch",
+                "rewrite",
+                plan.store_root / "checkpoint",
+                "timestamps of the rebuilt files",
+                kept=keep_old,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,379 @@
+"""Opening a store directory: settings, lock, segment files, and walking the commit log.
+
+``open_store`` is the single entry point used by every operation. A writable open takes the
+same exclusive POSIX record lock the broker takes on ``lock`` (byte 0, length 1, §7) and keeps
+it until the store is closed, so a broker cannot start underneath us and we never modify a store
+a running broker holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rmqstore.codec import checkpoint as cpmod
+from rmqstore.codec.topic import check_topic_name
+from rmqstore.errors import (
+    CorruptData,
+    FileAccessError,
+    StoreLocked,
+    StoreNotFound,
+    UnsafePlan,
+    UnsupportedStore,
+    UsageError,
+    from_os_error,
+)
+from rmqstore.problems import Problem
+from rmqstore.safety.files import read_if_present
+from rmqstore.safety.journal import pending_journals
+from rmqstore.store.detect import require_settled
+from rmqstore.store.detect import resolve as resolve_version
+from rmqstore.store.files import names_in
+from rmqstore.store.layout import (
+    INDEX_NAME_RE,
+    Segment,
+    StoreConfig,
+    find_broker_config,
+    list_segments,
+    load_broker_config,
+)
+
+
+def lock_holder_pid(lock_path: Path) -> int | None:
+    """PID of the process holding the broker's fcntl lock on byte 0 of ``lock``, else None.
+
+    Probes with F_GETLK, which neither takes the lock nor disturbs locks this process holds.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    try:
+        probe = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        res = fcntl.fcntl(fd, fcntl.F_GETLK, probe)
+        l_type, _, _, _, l_pid = struct.unpack("hhqqi", res)
+        return l_pid if l_type != fcntl.F_UNLCK else None
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Store:
+    """An opened store. Use :func:`open_store`."""
+
+    config: StoreConfig
+    writable: bool = False
+    _lock_fd: int | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.config.store_root
+
+    # -- markers -----------------------------------------------------------------
+    def abort_exists(self) -> bool:
+        return self.config.abort_path.exists()
+
+    def lock_holder(self) -> int | None:
+        if self._lock_fd is not None:
+            return None  # we hold it ourselves
+        return lock_holder_pid(self.config.lock_path)
+
+    def read_checkpoint(self) -> cpmod.Checkpoint | None:
+        p = self.config.checkpoint_path
+        data = read_if_present(p, "checkpoint")
+        if data is None:
+            return None
+        if len(data) != cpmod.FILE_SIZE:
+            raise CorruptData(f"checkpoint is {len(data)} bytes, expected {cpmod.FILE_SIZE}", path=p, pos=len(data))
+        return cpmod.decode(data, path=str(p))
+
+    # -- files -------------------------------------------------------------------
+    def commitlog_segments(self) -> tuple[list[Segment], list[Problem]]:
+        segs: list[Segment] = []
+        problems: list[Problem] = []
+        for d in self.config.commitlog_dirs or (self.config.commitlog_dir,):
+            s, p = list_segments(d, self.config.commitlog_file_size)
+            segs += s
+            problems += p
+        segs.sort(key=lambda s: s.path.name)
+        return segs, problems
+
+    def queues(self) -> list[tuple[str, int, Path]]:
+        """Every ``consumequeue/<topic>/<queueId>`` directory, as the broker loads them (§4.5)."""
+        out = []
+        base = self.config.consumequeue_dir
+        for topic in names_in(base):
+            tdir = base / topic
+            if not tdir.is_dir():
+                continue
+            for q in sorted(os.listdir(tdir)):
+                if (q.isdigit() or (q.startswith("-") and q[1:].isdigit())) and (tdir / q).is_dir():
+                    out.append((topic, int(q), tdir / q))
+        out.sort(key=lambda t: (t[0], t[1]))
+        return out
+
+    def batch_queues(self) -> list[tuple[str, int, Path]]:
+        """Every 5.x ``batchconsumequeue/<topic>/<queueId>`` directory (§4.7)."""
+        base = self.root / "batchconsumequeue"
+        out = []
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for topic in sorted(os.listdir(base)):
+                tdir = base / topic
+                if tdir.is_dir():
+                    out += [
+                        (topic, int(q), tdir / q)
+                        for q in sorted(os.listdir(tdir))
+                        if q.isdigit() and (tdir / q).is_dir()
+                    ]
+        return sorted(out, key=lambda t: (t[0], t[1]))
+
+    def bcq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
+
+        if check_topic_name(topic) is not None:
+            return [], []
+        return list_segments(self.root / "batchconsumequeue" / topic / str(int(queue_id)), None)
+
+    def queue_dir(self, topic: str, queue_id: int) -> Path:
+        """``consumequeue/<topic>/<queueId>`` for reading. A topic the broker would refuse never becomes
+        a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse
+        such a topic before this, naming the record)."""
+
+        if check_topic_name(topic) is not None:
+            return self.config.consumequeue_dir / ".refused-topic" / str(int(queue_id))
+        return self.config.consumequeue_dir / topic / str(int(queue_id))
+
+    def cq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
+        return list_segments(self.queue_dir(topic, queue_id), self.config.cq_file_size)
+
+    def index_files(self) -> tuple[list[Path], list[Problem]]:
+        d = self.config.index_dir
+        try:
+            names = sorted(os.listdir(d))
+        except FileNotFoundError:
+            return [], []
+        files, problems = [], []
+        for n in names:
+            p = d / n
+            if not n.isdigit():
+                problems.append(Problem(p, None, "index file name is not a number (the broker skips it)", "warning"))
+                continue
+            if not INDEX_NAME_RE.match(n):
+                problems.append(Problem(p, None, "index file name is not yyyyMMddHHmmssSSS", "warning"))
+            files.append(p)
+        return files, problems
+
+    # -- reading -----------------------------------------------------------------
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, 0)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _detect_unsupported(root: Path) -> None:
+    for entry in ("dledger",):
+        for p in root.glob(f"{entry}-*"):
+            if p.is_dir():
+                raise UnsupportedStore(f"{root}: DLedger commit log ({p.name}) is not supported")
+    cq = root / "consumequeue"
+    if (cq / "CURRENT").exists() or any(cq.glob("*.sst")):
+        raise UnsupportedStore(f"{root}: the consume queue is a RocksDB database (storeType=defaultRocksDB)")
+
+
+def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -> StoreConfig:
+    """Settings for ``root``: from ``broker_config``, else a broker.conf found beside the store,
+    else the broker defaults with file sizes taken from the files on disk."""
+    root = Path(root)
+    if not root.exists():
+        raise StoreNotFound(f"{root}: no such directory")
+    if not root.is_dir():
+        raise StoreNotFound(f"{root}: not a directory")
+    conf = Path(broker_config) if broker_config else find_broker_config(root)
+    if conf is not None:
+        if not conf.exists():
+            raise StoreNotFound(f"{conf}: broker config not found")
+        cfg = load_broker_config(conf, store_root=root)
+    else:
+        cfg = StoreConfig(store_root=root)
+    cfg = _infer_sizes(cfg)
+    try:
+        det = resolve_version(cfg, broker)
+    except ValueError as e:
+        raise UsageError(f"--broker-version: {e}") from None
+    return replace(cfg, broker=det.broker, detection=det)
+
+
+def _infer_sizes(cfg: StoreConfig) -> StoreConfig:
+    """Without explicit sizes, use what the files on disk say (all segments of a log have one size)."""
+    updates: dict[str, object] = {}
+    if not ({"mapedFileSizeCommitLog", "mappedFileSizeCommitLog"} & cfg.explicit):
+        d = cfg.commitlog_dir
+        with contextlib.suppress(OSError):
+            sizes = [os.path.getsize(d / n) for n in sorted(os.listdir(d)) if n.isdigit()]
+            sizes = [s for s in sizes if s > 0]
+            if sizes:
+                updates["commitlog_file_size"] = max(set(sizes), key=sizes.count)
+    if not ({"mapedFileSizeConsumeQueue", "mappedFileSizeConsumeQueue"} & cfg.explicit):
+        with contextlib.suppress(OSError):
+            for tdir in sorted(cfg.consumequeue_dir.iterdir()):
+                found = False
+                for qdir in sorted(tdir.iterdir()) if tdir.is_dir() else []:
+                    files = sorted(f for f in os.listdir(qdir) if f.isdigit()) if qdir.is_dir() else []
+                    if len(files) > 1:  # the last file may be anything; an earlier one is full size
+                        updates["cq_file_size"] = os.path.getsize(qdir / files[0])
+                        found = True
+                        break
+                    if files and "cq_file_size" not in updates:
+                        updates["cq_file_size"] = os.path.getsize(qdir / files[0])
+                if found:
+                    break
+    if not ({"maxHashSlotNum", "maxIndexNum"} & cfg.explicit):
+        with contextlib.suppress(OSError):
+            files = sorted(f for f in os.listdir(cfg.index_dir) if f.isdigit())
+            if files:
+                size = os.path.getsize(cfg.index_dir / files[0])
+                guess = _guess_index_dims(size)
+                if guess:
+                    updates["max_hash_slot_num"], updates["max_index_num"] = guess
+    return replace(cfg, **updates) if updates else cfg  # type: ignore[arg-type]
+
+
+def _guess_index_dims(size: int) -> tuple[int, int] | None:
+    """(slots, entries) for an index file size: the default, or the usual 1:4 ratio."""
+    if size == 40 + 5_000_000 * 4 + 20_000_000 * 20:
+        return 5_000_000, 20_000_000
+    # slots*4 + entries*20 with entries = 4*slots -> 84*slots
+    if (size - 40) % 84 == 0:
+        s = (size - 40) // 84
+        return s, 4 * s
+    return None
+
+
+def looks_like_store(root: Path, cfg: StoreConfig) -> bool:
+    markers = [cfg.commitlog_dir, root / "consumequeue", root / "index", root / "checkpoint", root / "config"]
+    return any(p.exists() for p in markers)
+
+
+@contextlib.contextmanager
+def open_store(
+    root: Path | str,
+    *,
+    broker_config: Path | str | None = None,
+    writable: bool = False,
+    broker: str | None = None,
+    create: bool = False,
+    operation: str | None = None,
+    dry_run: bool = False,
+) -> Iterator[Store]:
+    """Open a store; with ``writable`` take the broker's lock first (StoreLocked if held).
+
+    ``dry_run`` opens it read-only for a plan that is shown and not applied, refused (StoreLocked)
+    like the real run while a broker holds the lock: the plan of a store in use is not one.
+
+    A writable open is refused (UnsafePlan) while another operation's journal shows it was
+    interrupted: that operation must be re-run to finish first. ``operation`` names the caller
+    (``write``, ``recover``, ``redispatch``) so it can resume its own journal."""
+    root = Path(root)
+    if create:
+        root.mkdir(parents=True, exist_ok=True)
+    cfg = resolve_config(root, Path(broker_config) if broker_config else None, broker)
+    if not create and not looks_like_store(root, cfg):
+        raise StoreNotFound(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
+    _detect_unsupported(root)
+    if writable or operation is not None:
+        check_readable(cfg)
+    if writable and not dry_run and operation is not None:
+        require_settled(cfg.detection, operation, root)
+    st = Store(cfg, writable and not dry_run)
+    holder = st.lock_holder() if dry_run else None
+    if holder is not None:
+        raise locked_error(cfg.lock_path, holder)
+    if st.writable:
+        st._lock_fd = _take_lock(cfg.lock_path)
+        try:
+            _refuse_unfinished(root, operation)
+        except UnsafePlan:
+            st.close()
+            raise
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+def _refuse_unfinished(root: Path, operation: str | None) -> None:
+
+    for pj in pending_journals(root):
+        if pj.operation != operation:
+            raise UnsafePlan(f"{root}: {pj}; run `rmqstore {pj.operation} {root}` again to finish it first")
+
+
+def describe_holder(pid: int | None) -> str:
+    """Who holds the lock, in words: another rmqstore run (named) or a running broker."""
+    if not pid:
+        return "a running broker"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        argv = []
+    words = [a.decode("utf-8", "replace") for a in argv if a]
+    for i, w in enumerate(words):
+        if Path(w).name == "rmqstore" or w.endswith("rmqstore/__main__.py") or w == "commands":
+            sub = next((x for x in words[i + 1 :] if not x.startswith("-")), "")
+            return f"another rmqstore run (pid {pid}: rmqstore {sub})".replace(" )", ")")
+    return f"a running broker (pid {pid})"
+
+
+def locked_error(lock_path: Path, pid: int | None, hint: str = "") -> StoreLocked:
+    who = describe_holder(pid)
+    then = "wait for it to finish" if who.startswith("another rmqstore") else "stop it first"
+    return StoreLocked(f"{lock_path}: held by {who}; {then}{hint}")
+
+
+def _take_lock(lock_path: Path) -> int:
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise from_os_error(e, lock_path, doing="open the lock file for writing") from None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            raise locked_error(lock_path, lock_holder_pid(lock_path)) from None
+        raise
+    return fd
+
+
+def check_readable(cfg: StoreConfig) -> None:
+    """Every directory an operation reads must be listable: an unreadable one is never "empty"."""
+    for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir):
+        try:
+            if not d.exists():
+                continue
+            if not d.is_dir():
+                raise FileAccessError(
+                    f"{d}: is not a directory; the store's {d.name} directory was expected",
+                    path=d,
+                    errno_=errno.ENOTDIR,
+                    exit_code=6,
+                )
+            os.listdir(d)
+        except OSError as e:
+            raise from_os_error(e, d, doing="list the store's files") from None
+        if not os.access(d, os.R_OK | os.X_OK):
+            raise FileAccessError(
+                f"{d}: permission denied; read access to the directory is needed",
+                path=d,
+                errno_=errno.EACCES,
+                exit_code=1,
+            )

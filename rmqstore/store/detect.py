@@ -1,0 +1,340 @@
+"""Which broker version family wrote a store, from the store's own contents (facts only; which families
+a fact admits is decided in ``rules``).
+
+The commit log is sampled, never read whole: in at most 8 files (the first two, the last two and
+evenly spaced ones between) the record chain is followed from the file's start by its 8-byte headers
+(magic of every record, the end-of-file blank) up to a budget of hops per file, and the properties of
+the first records are decoded; then a few records are decoded at evenly spaced places of the file,
+each found by the next magic code whose record is intact and stores its own physical offset, so a V2
+record or a ``__CRC32#`` property in the middle of a large store is seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rmqstore.codec.commitlog import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    PROPERTY_SEPARATOR,
+    Record,
+    checked_size,
+    decode_record,
+)
+from rmqstore.errors import UnsafePlan
+from rmqstore.rules import EVIDENCE, FAMILIES, OPERATION_RULES, REPRESENTATIVE, differing_rules, families_for, family_of
+from rmqstore.store.layout import Segment, StoreConfig, list_segments
+
+P = TypeVar("P")
+
+AUTO = "auto"
+_HEAD = struct.Struct(">ii")
+_HOP_BUDGET = 50_000  # record headers followed in all the files sampled (shared out evenly)
+_SAMPLED_RECORDS = 64  # records per file whose properties are decoded
+_FILES_SAMPLED = 8  # the first two, the last two and evenly spaced files between
+_PLACES = 4  # evenly spaced places per file where a few records are decoded
+_PLACE_RECORDS = 8  # records read at each place
+_SEARCH_BYTES = 1 << 20  # how far a place looks for the next intact record
+_CRC_KEY = "__CRC32#"
+_LMQ_KEY = "INNER_MULTI_DISPATCH"
+_CONFIG_5X = ("topicQueueMapping.json", "messageRequestMode.json", "timercheck", "timermetrics")
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    name: str  # a key of rules.EVIDENCE
+    where: str  # the file (and byte offset) that shows it
+
+    @property
+    def why(self) -> str:
+        return EVIDENCE[self.name][1]
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """The family a store's broker belongs to, or the families it could still be."""
+
+    broker: str  # the version whose rules are followed
+    family: str
+    candidates: tuple[str, ...]  # families consistent with the evidence, oldest first
+    facts: tuple[Fact, ...] = field(default=())
+    explicit: bool = False  # --broker-version given
+    conflict: bool = False  # the store's evidence contradicts itself
+
+    @property
+    def settled(self) -> bool:
+        return self.explicit or (len(self.candidates) == 1 and not self.conflict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "family": self.family,
+            "broker": self.broker,
+            "source": "--broker-version" if self.explicit else "detected",
+            "settled": self.settled,
+            "candidates": list(self.candidates),
+            "conflict": self.conflict,
+            "evidence": [{"fact": f.name, "where": f.where, "why": f.why} for f in self.facts],
+        }
+
+
+def explicit(broker: str) -> Detection:
+    """An explicit ``--broker-version``: validated (ValueError), never second-guessed."""
+    fam = family_of(broker)
+    return Detection(broker, fam, (fam,), explicit=True)
+
+
+def detect(cfg: StoreConfig) -> Detection:
+    """The family of the store ``cfg`` points at; with no deciding evidence the oldest candidate is followed."""
+    facts = _store_facts(cfg) + _config_facts(cfg) + _commitlog_facts(cfg)
+    seen: dict[str, Fact] = {}
+    for f in facts:
+        seen.setdefault(f.name, f)
+    unique = tuple(seen.values())
+    candidates, conflict = families_for([f.name for f in unique])
+    candidates = candidates or FAMILIES
+    return Detection(REPRESENTATIVE[candidates[0]], candidates[0], candidates, unique, conflict=conflict)
+
+
+def _store_facts(cfg: StoreConfig) -> list[Fact]:
+    root = cfg.store_root
+    out: list[Fact] = []
+    with contextlib.suppress(OSError):
+        if cfg.abort_path.stat().st_size > 0:
+            out.append(Fact("abort-pid", str(cfg.abort_path)))
+    if (root / "abort.bak").exists():
+        out.append(Fact("abort-bak", str(root / "abort.bak")))
+    with contextlib.suppress(OSError), open(cfg.checkpoint_path, "rb") as f:
+        if any(f.read(40)[24:40]):
+            out.append(Fact("checkpoint-5x", f"{cfg.checkpoint_path} @24"))
+    for name, fact in (("batchconsumequeue", "batchconsumequeue"), ("compaction", "compaction")):
+        if (root / name).is_dir():
+            out.append(Fact(fact, str(root / name)))
+    for name in ("timerwheel", "timerlog"):
+        if (root / name).exists():
+            out.append(Fact("timer-store", str(root / name)))
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(cfg.consumequeue_dir)):
+            if name.startswith("%LMQ%"):
+                out.append(Fact("lmq-queue", str(cfg.consumequeue_dir / name)))
+                break
+    return out
+
+
+def _config_facts(cfg: StoreConfig) -> list[Fact]:
+    out: list[Fact] = []
+    conf_dir = cfg.store_root / "config"
+    for name in _CONFIG_5X:
+        if (conf_dir / name).exists():
+            out.append(Fact("config-5x", str(conf_dir / name)))
+    if (conf_dir / "lmqConsumerOffset.json").exists():
+        out.append(Fact("lmq-offsets", str(conf_dir / "lmqConsumerOffset.json")))
+    topics = conf_dir / "topics.json"
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        table = json.loads(topics.read_text("utf-8")).get("topicConfigTable", {})
+        if any(isinstance(t, dict) and "attributes" in t for t in table.values()):
+            out.append(Fact("topic-attributes", str(topics)))
+    keys = cfg.explicit
+    if any(k.startswith("mappedFileSize") for k in keys):
+        out.append(Fact("conf-mapped-keys", str(cfg.source)))
+    elif any(k.startswith("mapedFileSize") for k in keys):
+        out.append(Fact("conf-maped-keys", str(cfg.source)))
+    return out
+
+
+def sampled_files(segs: list[Segment], limit: int = _FILES_SAMPLED) -> list[Segment]:
+    """At most ``limit`` files: the first two, the last two, and evenly spaced ones between."""
+    n = len(segs)
+    if n <= limit:
+        return list(segs)
+    ends = {0, 1, n - 2, n - 1}
+    between = limit - len(ends)
+    picks = ends | {1 + round((i + 1) * (n - 3) / (between + 1)) for i in range(between)}
+    return [segs[i] for i in sorted(picks)]
+
+
+def _commitlog_facts(cfg: StoreConfig) -> list[Fact]:
+    """Facts of a bounded sample of the non-empty commit log files (a one-shot command stays fast on a
+    store of many large files)."""
+    out: list[Fact] = []
+    segs: list[Segment] = []
+    for d in cfg.commitlog_dirs or (cfg.commitlog_dir,):
+        segs += [s for s in list_segments(d, None)[0] if s.size > 0]
+    segs.sort(key=lambda s: s.base_offset)
+    picked = sampled_files(segs)
+    for seg in picked:
+        with contextlib.suppress(OSError, ValueError):
+            out += _file_facts(seg, _HOP_BUDGET // len(picked))
+    return out
+
+
+class _Seen:
+    """The per-file facts already reported (each once per file)."""
+
+    def __init__(self) -> None:
+        self.v2 = self.v6 = False
+
+
+def _record_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, decode: bool) -> list[Fact]:
+    """Facts of the intact record at ``pos``: its magic and host flags, with ``decode`` its properties."""
+    out: list[Fact] = []
+    if not seen.v2 and _HEAD.unpack_from(buf, pos)[1] == MAGIC_V2:
+        seen.v2 = True
+        out.append(Fact("v2-record", f"{seg.path} @{pos}"))
+    if not seen.v6 and buf[pos + 39] & 0x30:  # sysFlag's IPv6 bits (its lowest byte)
+        seen.v6 = True
+        out.append(Fact("ipv6-host", f"{seg.path} @{pos}"))
+    if decode:
+        rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=len(buf))
+        if isinstance(rec, Record):
+            out += _property_facts(rec, f"{seg.path} @{pos}")
+    return out
+
+
+def _file_facts(seg: Segment, hops: int) -> list[Fact]:
+    import mmap
+
+    out: list[Fact] = []
+    seen = _Seen()
+    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        pos, n, end = 0, 0, len(buf)
+        while pos + 8 <= end and hops > 0:
+            hops -= 1
+            total, magic = _HEAD.unpack_from(buf, pos)
+            if magic == BLANK_MAGIC:
+                out += _blank_fact(buf, pos, end, seg)
+                return out
+            if (magic != MAGIC_V1 and magic != MAGIC_V2) or checked_size(buf, pos, end) is None:
+                return out  # the end of the data (or damage): nothing after it is the broker's
+            out += _record_facts(buf, pos, seg, seen, n < _SAMPLED_RECORDS)
+            n += 1
+            pos += total
+        for i in range(1, _PLACES + 1):  # inside the walked part too: only its first records were decoded
+            out += _place_facts(buf, end * i // (_PLACES + 1), seg, seen)
+    return out
+
+
+def _place_facts(buf: Any, start: int, seg: Segment, seen: _Seen) -> list[Fact]:
+    """Facts of a few records from the first intact one at or after ``start``."""
+    pos = _next_record(buf, start, min(len(buf), start + _SEARCH_BYTES), seg.base_offset)
+    out: list[Fact] = []
+    for _ in range(_PLACE_RECORDS):
+        total = None if pos is None else checked_size(buf, pos, len(buf))
+        if pos is None or total is None or _phy_field(buf, pos) != seg.base_offset + pos:
+            break
+        out += _record_facts(buf, pos, seg, seen, True)
+        pos += total
+    return out
+
+
+_MAGICS = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
+_PHY = struct.Struct(">q")
+_PHY_AT = 28  # PHYSICALOFFSET: after size, magic, body CRC, queue id, flag, queue offset
+
+
+def _phy_field(buf: Any, pos: int) -> int:
+    return _PHY.unpack_from(buf, pos + _PHY_AT)[0] if pos + _PHY_AT + 8 <= len(buf) else -1
+
+
+def _next_record(buf: Any, start: int, stop: int, base: int) -> int | None:
+    """The first position in [start, stop) where an intact record starts that stores its own physical
+    offset (a magic code inside a body is not one: its bytes would have to match all of that)."""
+    at = start + 4
+    while at < stop:
+        hits = [h for h in (buf.find(m, at, stop + 4) for m in _MAGICS) if h >= 0]
+        if not hits:
+            return None
+        cand = min(hits) - 4
+        if checked_size(buf, cand, len(buf)) is not None and _phy_field(buf, cand) == base + cand:
+            return cand
+        at = cand + 5
+    return None
+
+
+def _blank_fact(buf: object, pos: int, end: int, seg: Segment) -> list[Fact]:
+    tail = bytes(buf[pos + 8 : min(end, pos + 8 + 4096)])  # type: ignore[index]
+    if not tail:
+        return []
+    return [Fact("blank-stale-tail" if any(tail) else "blank-zero-tail", f"{seg.path} @{pos}")]
+
+
+def _property_facts(rec: Record, where: str) -> list[Fact]:
+    raw = rec.properties_raw
+    if _CRC_KEY in raw:
+        return [Fact("crc32-property", where)]
+    if not raw or _LMQ_KEY in raw:  # 5.2.0 leaves 20 stray bytes after an LMQ record's properties
+        return []
+    if raw.endswith(PROPERTY_SEPARATOR):
+        return [Fact("props-trailing-separator", where)]
+    return [Fact("props-no-trailing-separator", where)]
+
+
+def resolve(cfg: StoreConfig, broker: str | None) -> Detection:
+    """``--broker-version``: an explicit version, or ``auto``/None to detect from the store."""
+    if broker and broker != AUTO:
+        return explicit(broker)
+    return detect(cfg)
+
+
+def candidate_versions(det: Detection) -> list[str]:
+    """The representative version of every family the store could belong to."""
+    return [REPRESENTATIVE[f] for f in det.candidates]
+
+
+# plan fields that describe how a decision was reached, not what is done to the store
+_DESCRIPTIVE = frozenset(
+    {"brokerVersion", "broker", "startFile", "startPhyOffset", "stop", "createdAt", "notes", "reason"}
+)
+
+
+def _comparable(data: Any) -> Any:
+    """What a plan does to the store: its JSON without the descriptive fields."""
+    if isinstance(data, dict):
+        return {k: _comparable(v) for k, v in data.items() if k not in _DESCRIPTIVE}
+    if isinstance(data, list):
+        return [_comparable(v) for v in data]
+    return data
+
+
+def plan_for_detected(st: Any, make_plan: Callable[[Any], P], operation: str) -> P:
+    """``make_plan(st)`` when the store's version is settled; otherwise the plan of every family the
+    store could be, which must all agree, else UnsafePlan (exit 8) naming the versions and what differs."""
+    det: Detection | None = st.config.detection
+    if det is None or det.settled:
+        return make_plan(st)
+    plans: dict[str, P] = {}
+    for version in candidate_versions(det):
+        plans[version] = make_plan(dataclasses.replace(st, config=dataclasses.replace(st.config, broker=version)))
+    shapes = {v: _comparable(p.to_json()) for v, p in plans.items()}  # type: ignore[attr-defined]
+    first = candidate_versions(det)[0]
+    differ = [v for v in shapes if shapes[v] != shapes[first]]
+    if differ:
+        fams = ", ".join(det.candidates)
+        rules = sorted({r for v in differ for r in differing_rules(first, v)})
+        raise UnsafePlan(
+            f"{st.root}: the store could be written by broker {fams}; their {operation} plans differ "
+            f"(rules: {', '.join(rules) or 'none'}); give --broker-version to say which"
+        )
+    return plans[det.broker]
+
+
+def require_settled(det: Detection | None, operation: str, root: Path) -> None:
+    """UnsafePlan (exit 8) when the store shows evidence that leaves several families whose rules for
+    ``operation`` differ. A store with no evidence at all (nothing written yet) follows the oldest."""
+    if det is None or det.settled or not det.facts or operation not in OPERATION_RULES:
+        return
+    versions = candidate_versions(det)
+    differ = sorted({r for v in versions[1:] for r in differing_rules(versions[0], v)} & OPERATION_RULES[operation])
+    if differ:
+        raise UnsafePlan(
+            f"{root}: the store could be written by broker {', '.join(det.candidates)}; their {operation} rules "
+            f"differ ({', '.join(differ)}); give --broker-version to say which"
+        )
