@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -141,3 +142,22 @@ def real_store_copy(real_case: str, tmp_path: Path) -> tuple[str, Path]:
 @pytest.fixture
 def any_real_store_copy(any_real_case: str, tmp_path: Path) -> tuple[str, Path]:
     return any_real_case, copy_real_store(any_real_case, tmp_path)
+
+
+def data_files(root: Path) -> dict[str, str]:
+    """The files a broker reads: everything but rmqstore's scratch directory and the lock."""
+    out = {}
+    index_no = 0
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and rel.parts[0] != ".rmqstore" and rel.as_posix() != "lock":
+            name = rel.as_posix()
+            if rel.parts[0] == "index":  # named by the wall clock of the run that created it
+                name, index_no = f"index/#{index_no}", index_no + 1
+            out[name] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def run_with_hook(step: str, count: int, record: Path | None, argv: list[str]) -> subprocess.CompletedProcess:
+    code = [sys.executable, str(REPO / "tests" / "killrun.py"), step, str(count), str(record or "-"), *argv]
+    return subprocess.run(code, cwd=REPO, capture_output=True, text=True, timeout=120)

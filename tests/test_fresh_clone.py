@@ -16,7 +16,12 @@ from conftest import REPO
 
 pytestmark = pytest.mark.slow
 
-READS_SHARED = ["tests/test_real_stores.py", "tests/test_info.py", "tests/test_config.py", "tests/test_dump.py"]
+READS_SHARED = [
+    "tests/compat/test_real_stores.py",
+    "tests/ops/test_info.py",
+    "tests/store/test_config.py",
+    "tests/ops/test_dump.py",
+]
 
 
 def tracked_files() -> list[str]:

@@ -194,7 +194,7 @@ def test_crash_cut_keeps_exactly_the_units_before_the_end(tmp_path):
 
 
 def test_crash_cut_killed_at_every_step_then_rerun(tmp_path):
-    from test_kill_steps import data_files, run_with_hook
+    from conftest import data_files, run_with_hook
 
     def argv(root: Path, q: Path) -> list[str]:
         return ["recover", str(root), "-q", "--quarantine", str(q)]

@@ -167,7 +167,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
 def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """``rmqstore ARGS`` as its own process, in the operator's clean environment."""
     code = "import sys; from rmqstore.cli import main; sys.argv[0] = 'rmqstore'; main()"
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     return subprocess.run(
         [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=repo
     )

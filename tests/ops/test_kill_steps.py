@@ -8,16 +8,13 @@ one that kills the process at a chosen step), not from timing luck.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_real_store
+from conftest import copy_real_store, data_files, run_with_hook
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -25,25 +22,6 @@ from rmqstore.cli import app
 runner = CliRunner()
 NOW_MS = 1_795_400_000_000
 AT_04 = int(dt.datetime(2030, 1, 15, 4, 30).timestamp() * 1000)  # inside expire's default deleteWhen hour
-
-
-def data_files(root: Path) -> dict[str, str]:
-    """The files a broker reads: everything but rmqstore's scratch directory and the lock."""
-    out = {}
-    index_no = 0
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if p.is_file() and rel.parts[0] != ".rmqstore" and rel.as_posix() != "lock":
-            name = rel.as_posix()
-            if rel.parts[0] == "index":  # named by the wall clock of the run that created it
-                name, index_no = f"index/#{index_no}", index_no + 1
-            out[name] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
-
-
-def run_with_hook(step: str, count: int, record: Path | None, argv: list[str]) -> subprocess.CompletedProcess:
-    code = [sys.executable, str(REPO / "tests" / "killrun.py"), step, str(count), str(record or "-"), *argv]
-    return subprocess.run(code, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def prepare_write(tmp: Path) -> Path:

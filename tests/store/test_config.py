@@ -58,7 +58,7 @@ from rmqstore.store.config import (
     write_config,
 )
 
-_SHARED = Path(os.environ.get("RMQSTORE_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+_SHARED = Path(os.environ.get("RMQSTORE_SHARED") or Path(__file__).resolve().parents[3] / "shared")
 REAL_WORLD = _SHARED / "real-world"
 STORE_FORMAT = _SHARED / "docs" / "store-format.md"
 _NO_REAL_WORLD = f"real-world config files not found at {REAL_WORLD} (shared/ must sit beside the checkout)"
@@ -100,7 +100,7 @@ def _real(kind: str) -> list[Path]:
 
 def _doc(name: str) -> str:
     """A format document example (§11), byte for byte as the broker writes it (TAB indents, no final newline)."""
-    return (Path(__file__).parent / "data" / "config-docs" / f"{name}.json").read_text(encoding="utf-8")
+    return (Path(__file__).parents[1] / "data" / "config-docs" / f"{name}.json").read_text(encoding="utf-8")
 
 
 def _canon(x: Any, *, keep_javalist: bool = True) -> Any:
