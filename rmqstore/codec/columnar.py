@@ -276,6 +276,8 @@ def well_formed_records(buf: Any, size: int, file_from: int, s: np.ndarray) -> t
             )
             if not ok.all():
                 c, total, head = c[ok], total[ok], head[ok]
+                if not c.size:
+                    continue  # a block of strangers (a file whose records hold other offsets)
             end = c + total
             v2 = _strided(head, _AT["magic"], ">i4") == MAGIC_V2
             v6 = _strided(head, _AT["sys_flag"], ">i4") & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
@@ -303,6 +305,8 @@ def well_formed_records(buf: Any, size: int, file_from: int, s: np.ndarray) -> t
             ok = (topic_len >= 0) & (p_pos + 2 + np.maximum(props_len, 0) == end)
             starts.append(c[ok])
             ends.append(end[ok])
+        if not starts:
+            return s[:0], s[:0]
         return np.concatenate(starts), np.concatenate(ends)
     finally:
         del heads, be32, be16, i8

@@ -396,6 +396,19 @@ def test_torn_record_before_a_blank_resyncs_at_the_blank(tmp_path):
     check_against_truth(rows, truth, missing={off})
 
 
+def test_file_whose_records_hold_other_offsets_is_one_damaged_span(tmp_path):
+    root, truth, recs = damaged(tmp_path)
+    moved = 2 * FILE_SIZE + 1  # the name says one byte later than the records do
+    (root / "commitlog" / f"{2 * FILE_SIZE:020d}").rename(root / "commitlog" / f"{moved:020d}")
+    rows = ndjson(root, code=3)
+    in_file = [(o, s) for o, s in recs if 2 * FILE_SIZE <= o < 3 * FILE_SIZE]
+    blank = in_file[-1][0] + in_file[-1][1] - 2 * FILE_SIZE
+    (bad,) = [r for r in rows if r.get("kind") == "corrupt"]
+    assert (bad["offset"], bad["size"]) == (moved, blank)
+    assert bad["why"] == f"PHYSICALOFFSET field is {2 * FILE_SIZE}, the record is at {moved}"
+    check_against_truth(rows, truth, missing={o for o, _ in in_file})
+
+
 def test_count_reports_damage(tmp_path):
     root, truth, recs = damaged(tmp_path)
     off, size = recs[5]
