@@ -124,6 +124,12 @@ _SHORT = struct.Struct(">h")
 _BYTE = struct.Struct(">b")
 
 
+def is_v1_ipv4(magic: int, sys_flag: int) -> bool:
+    """A V1 record with IPv4 hosts: ``HEAD_V4`` reads its fixed fields and TOPICLENGTH is one byte,
+    the layout fast paths read straight from the buffer (§3.1)."""
+    return magic == MAGIC_V1 and not sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+
+
 def head_struct(sys_flag: int) -> struct.Struct:
     """The struct of fields 1-15 for the host widths of ``sys_flag``."""
     return HEAD_STRUCTS[(sys_flag >> 4) & 3]

@@ -35,7 +35,7 @@ import re
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,6 @@ import numpy as np
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.commitlog import (
     HEAD_V4,
-    MAGIC_V1,
-    MAGIC_V2,
-    MIN_RECORD_SIZE_V1,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -55,13 +52,12 @@ from rmqstore.codec.commitlog import (
     SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
-    Blank,
-    decode_record,
+    is_v1_ipv4,
     parse_properties,
     prop_crc_check,
-    read_head,
 )
 from rmqstore.codec.consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
+from rmqstore.codec.framing import is_record_magic
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
@@ -78,11 +74,10 @@ from rmqstore.store.files import map_file
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.checked import TopicIds
-from rmqstore.walk.starts import RecordStarts, first_nonzero
+from rmqstore.walk.lenient import BlankEnd, Damage, DataEnd, Item, Run, intact_record, walk_files
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _INT_MAX = 0x7FFFFFFF
-_V6_FLAGS = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
 _KEY_FLUSH = 1 << 16  # index keys hashed at a time
@@ -240,7 +235,7 @@ class _FileRun:
     seg: Segment
     records: int = 0
     end_pos: int = 0  # where the run of readable records ended
-    end_kind: str = "eof"  # "blank" | "zeros" | "eof" | "invalid"
+    blank: bool = False  # a BLANK ended the file (else the data did)
     garbage_pos: int | None = None  # first byte after the data that no record explains
     tail_what: str | None = None  # the decode error at garbage_pos, if any
 
@@ -256,6 +251,7 @@ class _LogScan:
     key_rec: list[np.ndarray] = field(default_factory=list)  # record number of each index key
     key_hash: list[np.ndarray] = field(default_factory=list)  # its index key hash
     stops: list[int] = field(default_factory=list)  # phy offsets where the broker's walk stops
+    records_end: int | None = None  # where the last run of records the walk found ends
     runs: list[_FileRun] = field(default_factory=list)
     blanks: int = 0
     # numpy views, built by finish()
@@ -295,9 +291,9 @@ class _LogScan:
     @property
     def data_end(self) -> int:
         """End of the last readable record (the commit log max as far as data goes)."""
-        if not self.count:
+        if self.records_end is None:
             return self.runs[0].seg.base_offset if self.runs else 0
-        return int(self.a_phy[-1] + self.arrays["size"][-1])
+        return self.records_end
 
     def lookup(self, phys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Record number of each offset and whether a record starts exactly there."""
@@ -317,7 +313,6 @@ class _OpenFile:
     size: int
     run: _FileRun
     shifts: list[tuple[int, int]]
-    starts: RecordStarts | None = None  # built at the first resync
 
     @property
     def path(self) -> str:
@@ -369,25 +364,32 @@ class _Walker:
 
     # -- the walk -----------------------------------------------------------------
     def walk(self, segs: Sequence[Segment]) -> _LogScan:
-        for seg in segs:
-            self.scan.runs.append(self._walk_file(seg))
+        for seg, buf, items in walk_files(segs, broker=self.broker, as_broker=True):
+            self.scan.runs.append(self._walk_file(seg, buf, items))
         self._flush_keys()
         return self.scan
 
-    def _walk_file(self, seg: Segment) -> _FileRun:
+    def _walk_file(self, seg: Segment, buf: Any, items: Iterator[Item]) -> _FileRun:
         run = _FileRun(seg)
         shifts: list[tuple[int, int]] = []
         reported = 0
-        with map_file(seg.path) as buf, memoryview(buf) as view:
+        with memoryview(buf) as view:
             f = _OpenFile(seg, buf, view, len(buf), run, shifts)
-            pos: int | None = 0
-            while pos is not None:
-                if pos - reported >= _CHUNK and self.progress is not None:
-                    self.progress(pos - reported)
-                    reported = pos
-                nxt = self._fast_record(f, pos) if f.size - pos >= HEAD_V4.size else None
-                pos = nxt if nxt is not None else self._slow_step(f, pos)
-            f.starts = None
+            for item in items:
+                if isinstance(item, Run):
+                    for pos in item.positions.tolist():
+                        self._record(f, pos)
+                    run.records += len(item.positions)
+                    self.scan.records_end = seg.base_offset + item.end_pos
+                    if item.end_pos - reported >= _CHUNK and self.progress is not None:
+                        self.progress(item.end_pos - reported)
+                        reported = item.end_pos
+                elif isinstance(item, Damage):
+                    self._damage(f, item)
+                elif isinstance(item, BlankEnd):
+                    self._blank(f, item)
+                else:
+                    self._data_end(f, item)
         if self.progress is not None:
             self.progress(seg.size - reported)
         self._report_shifts(seg, run, shifts)
@@ -395,26 +397,21 @@ class _Walker:
             self._flush_keys()
         return run
 
-    def _fast_record(self, f: _OpenFile, pos: int) -> int | None:
-        """A V1 record with IPv4 hosts whose lengths add up to TOTALSIZE is exactly what decode_record
-        accepts for such a record: read it here and return where the next one starts; None leaves
-        anything else to the decoder."""
-        buf, view, n, base = f.buf, f.view, f.size, f.seg.base_offset
+    def _record(self, f: _OpenFile, pos: int) -> None:
+        """One record the walk found readable: a V1 record with IPv4 hosts is read straight from the
+        buffer (its lengths add up, the walk checked), any other through the decoder."""
+        buf, view, base = f.buf, f.view, f.seg.base_offset
         (total, magic, crc, qid, _, qoff, phy_field, sys_flag, _, _, _, store_ts, _, _, _, _,
          body_len) = HEAD_V4.unpack_from(buf, pos)  # fmt: skip
-        if magic != MAGIC_V1 or sys_flag & _V6_FLAGS or not MIN_RECORD_SIZE_V1 <= total <= n - pos or body_len < 0:
-            return None
-        end = pos + total
+        if not is_v1_ipv4(magic, sys_flag) or body_len < 0:
+            self._decoded(f, pos)
+            return
         p = pos + HEAD_V4.size + body_len
-        if p >= end:
-            return None
-        topic_len = buf[p]
-        q = p + 1 + topic_len
-        if topic_len >= 128 or q + 2 > end:
-            return None
+        q = p + 1 + buf[p]
         props_len = (buf[q] << 8) | buf[q + 1]
-        if props_len >= 0x8000 or MIN_RECORD_SIZE_V1 + body_len + topic_len + props_len != total:
-            return None
+        if props_len >= 0x8000:  # a negative PROPERTIESLENGTH counts as 0
+            self._decoded(f, pos)
+            return
         if body_len:
             start = pos + HEAD_V4.size
             computed = zlib.crc32(view[start : start + body_len]) & 0x7FFFFFFF
@@ -423,82 +420,55 @@ class _Walker:
         if self.prop_crc:
             self._check_prop_crc(buf, f.path, pos, base, total)
         topic = self._topic(bytes(view[p + 1 : q]))
-        raw = str(view[q + 2 : end], "utf-8", "replace") if props_len else ""
+        raw = str(view[q + 2 : pos + total], "utf-8", "replace") if props_len else ""
         self._accept(
             f.path, pos, base + pos, magic, phy_field, sys_flag, qid, qoff, total, store_ts, topic, raw, f.shifts
         )
-        f.run.records += 1
-        return end
 
-    def _resync(self, f: _OpenFile, start: int) -> int | None:
-        """The next position >= ``start`` where a record (or the file-ending BLANK) verifiably starts."""
-        if f.starts is None:
-            f.starts = RecordStarts(f.buf, f.size, f.seg.base_offset, v2=self.v2_ok)
-        return f.starts.resync(start - 1)
-
-    def _slow_step(self, f: _OpenFile, pos: int) -> int | None:
-        """One step through the decoder: the end of the data, a gap, damage, a BLANK or a record."""
-        buf, n, base, path, run = f.buf, f.size, f.seg.base_offset, f.path, f.run
-        if n - pos < 8:
-            run.end_kind, run.end_pos = "eof", pos
-            self._stop(base + pos)
-            if pos < n and any(buf[pos:n]):
-                run.garbage_pos, run.tail_what = pos, f"{n - pos} bytes too short for a record header"
-            return None
-        total, magic = read_head(buf, pos)
-        if total == 0 and magic == 0:
-            return self._zero_gap(f, pos)
-        try:
-            rec = decode_record(buf, pos, path=path, file_from=base, broker=self.broker)
-        except CorruptData as e:
-            self._stop(base + pos)
-            nxt = self._resync(f, pos + 1)
-            if nxt is None:
-                run.end_kind, run.end_pos = "invalid", pos
-                run.garbage_pos, run.tail_what = pos, e.what
-                return None
-            skipped = "" if isinstance(e, RecordSizeMismatch) else "unreadable "
-            what = f"{e.what}; {nxt - pos} {skipped}bytes up to the next valid record at byte {nxt}"
-            self.out.add(path, pos, what, phy_offset=base + pos, group="bad record")
-            return nxt
-        if isinstance(rec, Blank):
-            self.scan.blanks += 1
-            if rec.total_size != n - pos:
-                what = f"BLANK record says {rec.total_size} bytes remain, the file has {n - pos} left"
-                self.out.add(path, pos, what, WARNING, phy_offset=rec.phy_offset)
-            run.end_kind, run.end_pos = "blank", pos
-            return None
+    def _decoded(self, f: _OpenFile, pos: int) -> None:
+        """A record off the straight path (V2, IPv6 hosts, odd lengths), through the decoder."""
+        buf, base = f.buf, f.seg.base_offset
+        rec = intact_record(buf, pos, path=f.path, file_from=base, broker=self.broker)
         if rec.body and not rec.crc_ok():
-            self._crc_problem(path, pos, base + pos, rec.body_crc, _crc(rec.body))
+            self._crc_problem(f.path, pos, base + pos, rec.body_crc, _crc(rec.body))
         if self.prop_crc:
-            self._check_prop_crc(buf, path, pos, base, rec.total_size)
+            self._check_prop_crc(buf, f.path, pos, base, rec.total_size)
         self._accept(
-            path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
+            f.path, pos, base + pos, rec.magic, rec.phy_offset, rec.sys_flag, rec.queue_id, rec.queue_offset,
             rec.total_size, rec.store_timestamp_ms, self._topic(rec.topic.encode()), rec.properties_raw, f.shifts,
         )  # fmt: skip
-        run.records += 1
-        return pos + rec.total_size
 
-    def _zero_gap(self, f: _OpenFile, pos: int) -> int | None:
-        """Zeros where a record should start: the end of the data, or a gap with records after it."""
+    def _damage(self, f: _OpenFile, d: Damage) -> None:
+        """Bytes no record explains, with records after them: zeros inside the data, or a bad record."""
         base = f.seg.base_offset
-        self._stop(base + pos)
-        nz = first_nonzero(f.buf, pos, f.size, path=f.seg.path)
-        # a record's TOTALSIZE has a non-zero byte among its first four
-        nxt = None if nz is None else self._resync(f, max(pos, nz - 3))
-        if nxt is None:
-            f.run.end_kind, f.run.end_pos = "zeros", pos
-            f.run.garbage_pos = nz
-            return None
-        self.out.add(
-            f.path,
-            pos,
-            f"zero bytes from byte {pos} to {nxt} inside the data: the broker stops reading here "
-            "and truncates the records after it",
-            phy_offset=base + pos,
-            group="zero gap",
-        )
-        return nxt
+        self._stop(base + d.pos)
+        if d.error is None:
+            what = (
+                f"zero bytes from byte {d.pos} to {d.resume} inside the data: the broker stops reading here "
+                "and truncates the records after it"
+            )
+            self.out.add(f.path, d.pos, what, phy_offset=base + d.pos, group="zero gap")
+            return
+        skipped = "" if isinstance(d.error, RecordSizeMismatch) else "unreadable "
+        what = f"{d.error.what}; {d.resume - d.pos} {skipped}bytes up to the next valid record at byte {d.resume}"
+        self.out.add(f.path, d.pos, what, phy_offset=base + d.pos, group="bad record")
+
+    def _blank(self, f: _OpenFile, b: BlankEnd) -> None:
+        self.scan.blanks += 1
+        if b.error is not None:
+            what = f"BLANK record says {b.total} bytes remain, the file has {f.size - b.pos} left"
+            self.out.add(f.path, b.pos, what, WARNING, phy_offset=f.seg.base_offset + b.pos)
+        f.run.blank, f.run.end_pos = True, b.pos
+
+    def _data_end(self, f: _OpenFile, e: DataEnd) -> None:
+        """The data of the file ends at ``e.pos``: zeros, a frame too short to read, or a bad record."""
+        run = f.run
+        self._stop(f.seg.base_offset + e.pos)
+        run.end_pos, run.garbage_pos = e.pos, e.garbage
+        if e.garbage is not None and f.size - e.pos < 8:
+            run.tail_what = f"{f.size - e.pos} bytes too short for a record header"
+        elif e.error is not None:
+            run.tail_what = e.error.what
 
     def _topic(self, raw: bytes) -> tuple[str, int]:
         """Topic name and id, decoded as decode_record does (UTF-8, bad bytes replaced)."""
@@ -553,7 +523,7 @@ class _Walker:
     ) -> None:
         """Record-level checks after a successful decode, and the record's row in the scan."""
         name, tid = topic
-        if magic == MAGIC_V2 and not self.v2_ok:
+        if not is_record_magic(magic, v2=self.v2_ok):
             self._stop(phy)
             self.out.add(
                 path, pos, f"V2 record (magic 0xDAA320AB): broker {self.broker} reads it as corrupt", group="v2"
@@ -665,7 +635,7 @@ def _classify_tails(scan: _LogScan, out: _Problems) -> None:
     for i, run in enumerate(runs):
         path, seg = str(run.seg.path), run.seg
         if i < last:
-            if run.end_kind != "blank":
+            if not run.blank:
                 later = len(runs) - i - 1
                 if run.garbage_pos is not None and run.tail_what:
                     out.add(path, run.garbage_pos, run.tail_what, phy_offset=seg.base_offset + run.garbage_pos)
@@ -1444,7 +1414,7 @@ def _forecast_stop(scan: _LogScan, segs: Sequence[Segment], start_phy: int) -> i
     # a BLANK at the end of the last loaded file ends the walk there ("recover last physics file over")
     last = segs[-1]
     run = next((r for r in scan.runs if r.seg.path == last.path), None)
-    if run is not None and run.end_kind == "blank":
+    if run is not None and run.blank:
         stop = min(stop, last.base_offset + run.end_pos)
     return stop
 

@@ -1,15 +1,12 @@
 """Lenient, byte-exact views of a store behind ``rmqstore dump`` (store-format.md §2-§6, §11).
 
 Commit log (§3): every byte of every file is accounted for, as a message record, a BLANK
-end-of-file record (§3.4), an all-zero end of data (§2.3: preallocated space) or a damaged range.
-A damaged range starts where a record fails to decode and ends where the next record decodes
-whose stored PHYSICALOFFSET equals its real offset (or at the BLANK or zero tail that ends the
-file), so one bad byte never hides the records after it.
-
-Record starts are found for a whole window of a file at once with numpy: every place where a
-magic code sits, checked with the structural rules of ``decode_record`` (§3.11) and the stored
-physical offset. Python then only follows the TOTALSIZE chain over runs of intact records, which
-is what makes a count-only scan run at millions of records a second.
+end-of-file record (§3.4), an all-zero end of data (§2.3: preallocated space) or a damaged range,
+as the lenient walk (``rmqstore.walk.lenient``) finds them: a damaged range ends where the next
+record decodes whose stored PHYSICALOFFSET equals its real offset (or at the BLANK or zero tail
+that ends the file), so one bad byte never hides the records after it. The walk hands over runs of
+intact records a window at a time, which is what makes a count-only scan run at millions of
+records a second.
 
 Consume queues (§4) are listed entry by entry and, on request, joined to the records they point at;
 index files (§5) are summarised from their headers and slots, and their hash chains walked.
@@ -37,13 +34,8 @@ import numpy as np
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec import timer
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
-    BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     HEAD_V4,
-    MAGIC_V1,
-    MIN_RECORD_SIZE_V1,
-    STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -51,8 +43,8 @@ from rmqstore.codec.commitlog import (
     Record,
     decode_record,
     host_str,
+    is_v1_ipv4,
     parse_properties,
-    read_head,
 )
 from rmqstore.codec.consumequeue import (
     BCQ_UNIT_SIZE,
@@ -74,8 +66,8 @@ from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.files import map_file, names_in
 from rmqstore.store.layout import Segment, list_segments, segment_for
+from rmqstore.walk.lenient import BlankEnd, Damage, Item, Run, intact_record, records_end, walk_files
 from rmqstore.walk.requests import request_from_record
-from rmqstore.walk.starts import RecordStarts, first_nonzero, zero_tail_start
 
 Progress = Callable[[int], None]
 
@@ -107,73 +99,24 @@ class Span:
         return out
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Run:
-    """Consecutive intact records of one file: each starts where the previous one ends."""
-
-    seg: Segment
-    positions: np.ndarray  # int64 record starts inside the file
-    end_pos: int  # where the last record ends
-
-
-def _why_bad(buf: Any, seg: Segment, pos: int, size: int, broker: str) -> str:
-    try:
-        rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=size, broker=broker)
-    except CorruptData as e:
-        return e.what
-    if isinstance(rec, Blank):
-        return f"BLANK record with TOTALSIZE {rec.total_size} but {size - pos} bytes to the end of the file"
-    if rec.phy_offset != seg.base_offset + pos:
-        return f"PHYSICALOFFSET field is {rec.phy_offset}, the record is at {seg.base_offset + pos}"
-    return "record does not follow the previous one"  # pragma: no cover - the index and decoder agree
-
-
-def walk_file(buf: Any, seg: Segment, *, broker: str = "4.4.0", stop_pos: int | None = None) -> Iterator[Run | Span]:
-    """Every byte of one commit log file as runs of intact records and spans, in file order."""
-    size = len(buf)
-    stop = size if stop_pos is None else min(size, stop_pos)
-    idx = RecordStarts(buf, size, seg.base_offset)
-    base = seg.base_offset
-    pos = 0
-    while pos < stop:
-        run = idx.run_at(pos) if size - pos >= MIN_RECORD_SIZE_V1 else None
-        if run is not None:
-            yield Run(seg, run[0], run[1])
-            pos = run[1]
-            continue
-        if size - pos < 8:
-            tail = buf[pos:size]
-            if tail.count(0) == len(tail):
-                yield Span("end", seg.path, base + pos, pos, size - pos)
-            else:
-                yield Span(
-                    "corrupt", seg.path, base + pos, pos, size - pos, f"{size - pos} bytes, too short for a record"
-                )
-            return
-        total, magic = read_head(buf, pos)
-        if magic == BLANK_MAGIC and total == size - pos:
-            yield Span("blank", seg.path, base + pos, pos, size - pos)
-            return
-        if total == 0 and magic == 0:
-            if first_nonzero(buf, pos, size, path=seg.path) is None:
-                yield Span("end", seg.path, base + pos, pos, size - pos)
-                return
-            why = "zero bytes where a record should start, with data after them"
+def _rows(seg: Segment, size: int, items: Iterator[Item]) -> Iterator[Run | Span]:
+    """What the lenient walk finds in a file of ``size`` bytes as rows: runs of records, spans of the rest."""
+    path, base = seg.path, seg.base_offset
+    for item in items:
+        if isinstance(item, Run):
+            yield item
+        elif isinstance(item, Damage):
+            yield Span("corrupt", path, base + item.pos, item.pos, item.resume - item.pos, item.why)
+        elif isinstance(item, BlankEnd):
+            why = "" if item.error is None else item.error.what
+            yield Span("blank", path, base + item.pos, item.pos, size - item.pos, why)
+        elif item.garbage is None:
+            if item.pos < size:
+                yield Span("end", path, base + item.pos, item.pos, size - item.pos)
         else:
-            why = _why_bad(buf, seg, pos, size, broker)
-        q = idx.resync(pos)
-        if q is None:
-            if magic == BLANK_MAGIC:
-                # A BLANK with a wrong TOTALSIZE and nothing valid after it: still the file's end.
-                yield Span("blank", seg.path, base + pos, pos, size - pos, why)
-                return
-            z = zero_tail_start(buf, pos, size, path=seg.path)
-            yield Span("corrupt", seg.path, base + pos, pos, z - pos, why)
-            if z < size:
-                yield Span("end", seg.path, base + z, z, size - z)
-            return
-        yield Span("corrupt", seg.path, base + pos, pos, q - pos, why)
-        pos = q
+            yield Span("corrupt", path, base + item.pos, item.pos, item.zeros - item.pos, item.why)
+            if item.zeros < size:
+                yield Span("end", path, base + item.zeros, item.zeros, size - item.zeros)
 
 
 class CommitLogScan:
@@ -217,62 +160,45 @@ class CommitLogScan:
         end_of_data: Span | None = None  # an all-zero end seen before: records after it are a problem
         lo = -(1 << 63) if self.from_phy is None else self.from_phy
         hi = (1 << 63) - 1 if self.to_phy is None else self.to_phy
-        for seg in self.selected():
-            with map_file(seg.path) as buf:
-                done = 0
-                stop = None if self.to_phy is None else self.to_phy - seg.base_offset
-                for ev in walk_file(buf, seg, broker=self.broker, stop_pos=stop):
-                    if isinstance(ev, Run):
-                        end = ev.end_pos
-                        if end_of_data is not None:
-                            self.problems.append(
-                                Problem(
-                                    end_of_data.path,
-                                    end_of_data.pos,
-                                    f"zeros end the data here, but records follow at phy offset "
-                                    f"{seg.base_offset + int(ev.positions[0])}: the broker's recovery would "
-                                    "drop them",
-                                    ERROR,
-                                    end_of_data.phy_offset,
-                                )
-                            )
-                            end_of_data = None
-                        phy = ev.positions + seg.base_offset
-                        if phy[0] < lo or phy[-1] >= hi:
-                            keep = (phy >= lo) & (phy < hi)
-                            ev = Run(seg, ev.positions[keep], ev.end_pos)
-                        item: Run | Span | None = ev if len(ev.positions) else None
-                    else:
-                        end = ev.pos + ev.size
-                        if ev.kind == "corrupt":
-                            self.problems.append(
-                                Problem(ev.path, ev.pos, f"{ev.size} bytes skipped: {ev.why}", ERROR, ev.phy_offset)
-                            )
-                        elif ev.kind == "blank" and ev.why:
-                            self.problems.append(Problem(ev.path, ev.pos, ev.why, WARNING, ev.phy_offset))
-                        elif ev.kind == "end" and end_of_data is None:
-                            end_of_data = ev
-                        item = ev if ev.phy_offset + ev.size > lo and ev.phy_offset < hi else None
-                    if self.progress is not None and end > done:
-                        self.progress(end - done)
-                        done = end
-                    if item is not None:
-                        yield buf, item
-                if self.progress is not None and seg.size > done:
-                    self.progress(seg.size - done)
-
-
-def commitlog_end(segs: Sequence[Segment], *, broker: str = "4.4.0") -> int | None:
-    """The commit log offset just past the last intact record (None when there is none)."""
-    for seg in reversed(segs):
-        end = None
-        with map_file(seg.path) as buf:
-            for ev in walk_file(buf, seg, broker=broker):
+        for seg, buf, found in walk_files(self.selected(), broker=self.broker, to_phy=self.to_phy):
+            done = 0
+            for ev in _rows(seg, len(buf), found):
                 if isinstance(ev, Run):
-                    end = seg.base_offset + ev.end_pos
-        if end is not None:
-            return end
-    return None
+                    end = ev.end_pos
+                    if end_of_data is not None:
+                        self.problems.append(
+                            Problem(
+                                end_of_data.path,
+                                end_of_data.pos,
+                                f"zeros end the data here, but records follow at phy offset "
+                                f"{seg.base_offset + int(ev.positions[0])}: the broker's recovery would "
+                                "drop them",
+                                ERROR,
+                                end_of_data.phy_offset,
+                            )
+                        )
+                        end_of_data = None
+                    if seg.base_offset + int(ev.positions[0]) < lo or seg.base_offset + int(ev.positions[-1]) >= hi:
+                        ev = ev.within(lo, hi)
+                    item: Run | Span | None = ev if len(ev.positions) else None
+                else:
+                    end = ev.pos + ev.size
+                    if ev.kind == "corrupt":
+                        self.problems.append(
+                            Problem(ev.path, ev.pos, f"{ev.size} bytes skipped: {ev.why}", ERROR, ev.phy_offset)
+                        )
+                    elif ev.kind == "blank" and ev.why:
+                        self.problems.append(Problem(ev.path, ev.pos, ev.why, WARNING, ev.phy_offset))
+                    elif ev.kind == "end" and end_of_data is None:
+                        end_of_data = ev
+                    item = ev if ev.phy_offset + ev.size > lo and ev.phy_offset < hi else None
+                if self.progress is not None and end > done:
+                    self.progress(end - done)
+                    done = end
+                if item is not None:
+                    yield buf, item
+            if self.progress is not None and seg.size > done:
+                self.progress(seg.size - done)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -345,14 +271,6 @@ class MessageOptions:
             raise InputError(f"body mode {self.body!r} is not one of {', '.join(BODY_MODES)}")
 
 
-def _intact_record(buf: Any, pos: int, path: str, file_from: int, broker: str) -> Record:
-    """The record at a position the structural index proved intact."""
-    rec = decode_record(buf, pos, path=path, file_from=file_from, broker=broker)
-    if not isinstance(rec, Record):  # pragma: no cover - the index never yields a BLANK
-        raise CorruptData("a BLANK record where a message was expected", path=path, pos=pos)
-    return rec
-
-
 def message_row(
     rec: Record, *, body: str = "base64", verify_crc: bool = False, path: str = "<buffer>"
 ) -> dict[str, Any]:
@@ -393,7 +311,6 @@ _LINE = (
     b'"preparedTransactionOffset":%d,"properties":%s,"bodyLength":%d,"msgId":"%s%016X"%s}'
 )
 _LINE_B64 = _LINE[:-3] + b',"body":"%s"}'  # the common case, without one concatenation a line
-_SLOW_FLAGS = COMPRESSED_FLAG | BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 
 
 class _Hosts(dict[tuple[bytes, int, bytes, int], tuple[bytes, bytes, bytes]]):
@@ -464,7 +381,7 @@ class NdjsonFormatter:
     def _decoded_line(self, buf: Any, pos: int, path: str, file_from: int, bad: list[CrcMismatch]) -> bytes | None:
         """The line of a record off the straight path (V2, IPv6, compressed), through ``message_row``."""
         opts, verify = self.opts, self.opts.verify_crc
-        rec = _intact_record(buf, pos, path, file_from, opts.broker)
+        rec = intact_record(buf, pos, path=path, file_from=file_from, broker=opts.broker)
         if opts.filter.active and not opts.filter.matches(rec):
             return None
         row = message_row(rec, body=opts.body, verify_crc=verify, path=path)
@@ -510,7 +427,7 @@ class NdjsonFormatter:
         for pos in pos_list:
             (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_addr, born_port, store_ts,
              store_addr, store_port, reconsume, prepared, body_len) = unpack(buf, pos)  # fmt: skip
-            if magic != MAGIC_V1 or sys_flag & _SLOW_FLAGS:
+            if not is_v1_ipv4(magic, sys_flag) or sys_flag & COMPRESSED_FLAG:
                 slow = self._decoded_line(buf, pos, path, file_from, bad)
                 if slow is not None:
                     lines.append(slow)
@@ -582,7 +499,7 @@ def iter_messages(
             continue
         path, base = str(ev.seg.path), ev.seg.base_offset
         for pos in ev.positions.tolist():
-            rec = _intact_record(buf, pos, path, base, opts.broker)
+            rec = intact_record(buf, pos, path=path, file_from=base, broker=opts.broker)
             if flt.active and not flt.matches(rec):
                 continue
             row = message_row(rec, body=opts.body, verify_crc=opts.verify_crc, path=path)
@@ -778,7 +695,6 @@ def count_commitlog(scan: CommitLogScan, opts: MessageOptions) -> CommitLogCount
     the structural index already proved each one intact."""
     counts = CommitLogCounts()
     decode = opts.filter.active or opts.verify_crc
-    be32_size = struct.Struct(">i").unpack_from
     for buf, ev in scan.events():
         if isinstance(ev, Span):
             if span_visible(ev, opts.filter):
@@ -790,12 +706,11 @@ def count_commitlog(scan: CommitLogScan, opts: MessageOptions) -> CommitLogCount
         if not decode:
             msg.count += len(ev.positions)
             if len(ev.positions):
-                last = int(ev.positions[-1])
-                msg.bytes += last + be32_size(buf, last)[0] - int(ev.positions[0])
+                msg.bytes += ev.record_bytes
             continue
         path, base = str(ev.seg.path), ev.seg.base_offset
         for pos in ev.positions.tolist():
-            rec = _intact_record(buf, pos, path, base, opts.broker)
+            rec = intact_record(buf, pos, path=path, file_from=base, broker=opts.broker)
             if opts.filter.active and not opts.filter.matches(rec):
                 continue
             msg.count += 1
@@ -989,7 +904,7 @@ def _commitlog_join(st: Store) -> tuple[CommitLogReader, int | None, int | None]
     clog_segs, _ = st.commitlog_segments()
     reader = CommitLogReader(clog_segs, st.config.commitlog_file_size, broker=st.config.broker)
     clog_min = clog_segs[0].base_offset if clog_segs else None
-    return reader, clog_min, commitlog_end(clog_segs, broker=st.config.broker)
+    return reader, clog_min, records_end(clog_segs, broker=st.config.broker)
 
 
 def scan_consume_queue(
