@@ -52,7 +52,7 @@ class ToyFraming(Framing):
             return INVALID, pos, pos
         total, magic = read_head(buf, pos + 8)
         if magic not in (MAGIC_V1, MAGIC_V2) or total != length - 8:
-            return INVALID, pos, pos
+            return INVALID, pos + 8, pos  # a sound frame around a bad record: the decoder explains the record
         return RECORD, pos + 8, pos + length
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
