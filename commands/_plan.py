@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rmqstore.safety.actions import PlannedAction, actions_json
+from rmqstore.safety.journal import Progress, Resumed, resume
 
+from ._common import step_hook
 from ._fields import PLAN_ACTION, PLAN_ACTION_TABLE
 from ._render import Format, cell, render_mapping, render_rows
 
@@ -96,3 +98,11 @@ def show_and_apply(
     if fmt is Format.json:
         render_plan(view, fmt, result=result)
     return outcome
+
+
+def resume_interrupted(st: Any, operation: str, *, dry_run: bool, progress: Progress | None = None) -> Resumed | None:
+    """Finish what a killed run of ``operation`` left half done in ``st`` (its journal), the same way
+    for every modifying command; None when there is none. A dry run changes nothing: it resumes nothing."""
+    if dry_run:
+        return None
+    return resume(st, operation, on_step=step_hook(), progress=progress)

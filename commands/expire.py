@@ -14,7 +14,7 @@ from rmqstore.ops import expire as op
 
 from ._common import Format, StorePath, err, escape, format_time_ms, parse_time_ms, render_rows, step_hook
 from ._options import Changing, command
-from ._plan import PlanView, render_plan
+from ._plan import PlanView, render_plan, resume_interrupted
 
 app = typer.Typer()
 
@@ -198,10 +198,9 @@ def expire_command(
             disk_space_clean_forcibly_ratio=disk_space_clean_forcibly_ratio,
         )
         disk = (lambda _p: disk_used_ratio) if disk_used_ratio is not None else op.measured_disk_usage(settings.broker)
-        if not dry_run:
-            finished = op.finish_pending(st.root, on_step=step_hook())
-            if finished is not None:
-                err.print(escape(f"finished an interrupted expire run: {len(finished.done)} file(s) removed"))
+        resumed = resume_interrupted(st, "expire", dry_run=dry_run)
+        if resumed is not None:
+            err.print(escape(resumed.message))
         plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
         _notes(plan, st.root, verbose)
         if dry_run:

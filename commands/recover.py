@@ -12,7 +12,7 @@ from rmqstore.store.detect import plan_for_detected
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
 from ._options import Changing, Keeping, command
-from ._plan import Detail, PlanView, render_plan, show_and_apply
+from ._plan import Detail, PlanView, render_plan, resume_interrupted, show_and_apply
 
 app = typer.Typer()
 
@@ -84,7 +84,12 @@ def recover_command(
 
         def apply() -> tuple[rec.RecoverResult, dict[str, Any]]:
             with progress_bar(total, "re-dispatching", quiet=quiet) as advance:
-                result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
+                if resuming:  # the journaled plan, finished as every command finishes an interrupted run
+                    resumed = resume_interrupted(st, "recover", dry_run=False, progress=advance)
+                    assert resumed is not None
+                    result: rec.RecoverResult = resumed.outcome
+                else:
+                    result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
             return result, result.to_json()
 
         result = show_and_apply(view, fmt, dry_run=changing.dry_run, apply=apply)

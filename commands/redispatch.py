@@ -12,7 +12,7 @@ from rmqstore.ops import redispatch as op
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
 from ._options import Changing, Keeping, command
-from ._plan import Detail, PlanView, render_plan, show_and_apply
+from ._plan import Detail, PlanView, render_plan, resume_interrupted, show_and_apply
 
 app = typer.Typer()
 
@@ -74,10 +74,9 @@ def redispatch_command(
     if engine is Engine.spark:
         import rmqstore.spark.redispatch  # noqa: F401  # registers the spark engine
     with changing.open(store, "redispatch", writable=output is None) as st:
-        pending = op.pending_journal(st.root)
-        if pending is not None and not dry_run:
-            q = op.finish(st.root, pending, on_step=step_hook())
-            err.print(f"finished an interrupted redispatch; replaced files are in {q}")
+        resumed = resume_interrupted(st, "redispatch", dry_run=dry_run)
+        if resumed is not None:
+            err.print(resumed.message)
             return
         segs, _ = st.commitlog_segments()
         total = sum(s.size for s in segs)

@@ -39,7 +39,7 @@ from rmqstore.errors import ConfigError, CorruptData, ExpireRunning, InputError,
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.files import SCRATCH_DIR, fsync_dir, move, scratch_dir
-from rmqstore.safety.journal import Journal, StepHook, journal_file
+from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, journal_file, register
 from rmqstore.safety.quarantine import Quarantine
 from rmqstore.store import Store, open_store
 from rmqstore.store.layout import Segment, StoreConfig
@@ -665,7 +665,7 @@ def apply_expire(
 
     Commit log files go first, then consume queue files, then index files; each removal is made
     durable (directory fsync) before the next, so a crash never leaves a hole. The plan's files are
-    journaled first: a run killed midway is finished by the next run (:func:`finish_pending`), which
+    journaled first: a run killed midway is finished by the next run (its registered resume), which
     removes exactly the files this plan chose. ``on_step`` is called with ``expire:<path>`` after each.
     """
     if not plan.actions:
@@ -688,10 +688,15 @@ def apply_expire(
     return _run(journal, {str(a.path): a for a in plan.actions}, on_action)
 
 
-def finish_pending(root: Path, *, on_step: StepHook | None = None) -> ExpireResult | None:
-    """Finish the files of an expire run that was killed midway, if its journal is there."""
-    journal = Journal.load(journal_file(root, "expire"), on_step)
-    return None if journal is None else _run(journal, {}, None)
+def _resume(st: Store, on_step: StepHook | None, _progress: Progress | None) -> Resumed:
+    """Finish the files of an expire run that was killed midway."""
+    journal = Journal.load(journal_file(st.root, "expire"), on_step)
+    assert journal is not None  # the journal is there: resume() found it
+    result = _run(journal, {}, None)
+    return Resumed("expire", f"finished an interrupted expire run: {len(result.done)} file(s) removed", result)
+
+
+register("expire", _resume)
 
 
 def _run(

@@ -29,7 +29,6 @@ import shutil
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -59,7 +58,8 @@ from rmqstore.problems import LOAD_FAILURES, Problem
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.actions import PlannedAction, StepFailed
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, move, scratch_dir, sha256_file
-from rmqstore.safety.journal import Journal, StepHook
+from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, register
+from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
@@ -72,7 +72,6 @@ from rmqstore.walk.starts import data_end
 
 Clock = Callable[[], int] | None  # the store time in ms (default: the system clock)
 Progress = Callable[[int], None] | None  # called with the bytes done since the last call
-JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
 LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
 _CHUNK = 8 << 20
@@ -91,72 +90,17 @@ def broker_rules(broker: str) -> BrokerRules:
 
 
 # ---------------------------------------------------------------------------------------------
-# The plan's JSON (the journal holds it, ``--format json`` prints it): one mapper for every part.
-# Each part lists (attribute, key) or (attribute, key, to JSON, from JSON) in output order.
-
-_JsonField = tuple[Any, ...]
-
-
-def _dump(obj: Any, fields: tuple[_JsonField, ...]) -> dict[str, Any]:
-    out = {}
-    for f in fields:
-        v = getattr(obj, f[0])
-        out[f[1]] = f[2](v) if len(f) > 2 else v
-    return out
-
-
-def _load(cls: Any, d: dict[str, Any], fields: tuple[_JsonField, ...]) -> Any:
-    """The object from its JSON; keys that are not constructor arguments (derived values) are skipped,
-    and a missing key takes the field's default."""
-    names = {f.name for f in dataclass_fields(cls) if f.init}
-    kw = {f[0]: (f[3](d[f[1]]) if len(f) > 2 else d[f[1]]) for f in fields if f[0] in names and f[1] in d}
-    return cls(**kw)
-
-
-def _list_of(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    return (lambda v: [x.to_json() for x in v]), (lambda v: tuple(cls.from_json(x) for x in v))
-
-
-def _optional(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    return (lambda v: v.to_json() if v else None), (lambda v: cls.from_json(v) if v else None)
-
-
-_STRS = (list, tuple)
-
-
-class _JsonMapped:
-    """``to_json`` / ``from_json`` from the class's field table (set once the classes exist)."""
-
-    __slots__ = ()
-    json_fields: ClassVar[tuple[_JsonField, ...]] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return _dump(self, self.json_fields)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Any:
-        return _load(cls, d, cls.json_fields)
-
-
-def _table(spec: str, **conversions: tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> tuple[_JsonField, ...]:
-    """Fields from ``"attr attr=key ..."``: the key is the attribute in camelCase unless named."""
-    out = []
-    for item in spec.split():
-        attr, _, key = item.partition("=")
-        if not key:
-            head, *rest = attr.split("_")
-            key = head + "".join(w.capitalize() for w in rest)
-        out.append((attr, key, *conversions.get(attr, ())))
-    return tuple(out)
-
-
-# ---------------------------------------------------------------------------------------------
 # Plan
 
 
 @dataclass(frozen=True, slots=True)
-class LostRecord(_JsonMapped):
+class LostRecord(JsonModel):
     """A commit log record removed by the truncation, decoded as far as its bytes allow."""
+
+    json_keys = (
+        "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
+        "store_timestamp_ms=storeTimestamp torn"
+    )
 
     phy_offset: int
     size: int
@@ -171,8 +115,13 @@ class LostRecord(_JsonMapped):
 
 
 @dataclass(frozen=True, slots=True)
-class Action(_JsonMapped):
+class Action(JsonModel):
     """One removal: zero a byte range of a file, or delete a whole file."""
+
+    json_keys = (
+        "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
+        "undecodable_size=undecodableBytes records"
+    )
 
     step: str  # "cq-recover" | "index-delete" | "commitlog-truncate" | "cq-truncate"
     verb: str  # "zero" | "delete"
@@ -192,7 +141,7 @@ class Action(_JsonMapped):
 
 
 @dataclass(frozen=True, slots=True)
-class Loss(_JsonMapped):
+class Loss(JsonModel):
     """Something the broker's recovery loses (or leaves missing), and what repairs it."""
 
     what: str  # "index-keys" | "cq-entries" | "index-entries" | "records"
@@ -203,8 +152,13 @@ class Loss(_JsonMapped):
 
 
 @dataclass(frozen=True, slots=True)
-class Redispatch(_JsonMapped):
+class Redispatch(JsonModel):
     """Records dispatched into the consume queues and index (the broker's abnormal recovery walk)."""
+
+    json_keys = (
+        "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
+        "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
+    )
 
     from_phy: int
     to_phy: int
@@ -233,8 +187,17 @@ class QueueEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class RecoverPlan:
+class RecoverPlan(JsonModel):
     """Everything ``recover`` will do to one store, decided before anything is written."""
+
+    operation: ClassVar[str] = "recover"
+    json_keys = (
+        "root=store broker=brokerVersion path reason check_crc=checkCRC start_file start_phy=startPhyOffset "
+        "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
+        "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
+        "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
+        "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt"
+    )
 
     root: str
     broker: str
@@ -299,44 +262,8 @@ class RecoverPlan:
         return sum(a.records_total for a in self.actions if a.kind == "commitlog")
 
     def to_json(self) -> dict[str, Any]:
-        return {**_dump(self, _PLAN_JSON), "steps": self.steps(), "recordsLost": self.records_lost}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RecoverPlan:
-        return _load(cls, d, _PLAN_JSON)  # "steps" and "recordsLost" are derived: not read back
-
-
-_LOST_JSON = _table(
-    "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
-    "store_timestamp_ms=storeTimestamp torn"
-)
-_ACTION_JSON = _table(
-    "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
-    "undecodable_size=undecodableBytes records",
-    records=_list_of(LostRecord),
-)
-_LOSS_JSON = _table("what count detail repaired_by examples", examples=_list_of(LostRecord))
-_REDISPATCH_JSON = _table(
-    "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
-    "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
-)
-_PLAN_JSON = _table(
-    "root=store broker=brokerVersion path reason check_crc=checkCRC start_file start_phy=startPhyOffset "
-    "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
-    "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
-    "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
-    "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt",
-    actions=_list_of(Action),
-    dispatch=_optional(Redispatch),
-    queue_ends=_list_of(QueueEnd),
-    index_files_kept=_STRS,
-    losses=_list_of(Loss),
-    notes=_STRS,
-)
-LostRecord.json_fields = _LOST_JSON
-Action.json_fields = _ACTION_JSON
-Loss.json_fields = _LOSS_JSON
-Redispatch.json_fields = _REDISPATCH_JSON
+        # "steps" and "recordsLost" are derived: from_json does not read them back
+        return {**JsonModel.to_json(self), "steps": self.steps(), "recordsLost": self.records_lost}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1333,13 +1260,9 @@ def planned_actions(plan: RecoverPlan) -> tuple[PlannedAction, ...]:
     return tuple(out)
 
 
-def journal_path(root: Path) -> Path:
-    return Path(root) / SCRATCH_DIR / JOURNAL_NAME
-
-
 def pending_plan(root: Path) -> RecoverPlan | None:
     """The plan of an interrupted ``recover`` of this store, if its journal is there."""
-    p = journal_path(root)
+    p = journal_file(root, "recover")
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError:
@@ -1398,7 +1321,7 @@ def apply_recover(
         raise InputError("apply_recover needs a store opened with writable=True (the broker's lock held)")
     if Path(plan.root).resolve() != root.resolve():
         raise InputError(f"the plan is for {plan.root}, not {root}")
-    jp = journal_path(root)
+    jp = journal_file(root, "recover")
     journal = Journal.load(jp, on_step)
     resumed = journal is not None
     if journal is not None:
@@ -1437,6 +1360,18 @@ def apply_recover(
         state.get("checkpoint"),
         state.get("quarantine"),
     )
+
+
+def _resume(st: Store, on_step: StepHook | None, progress: Progress) -> Resumed:
+    """Finish the plan an interrupted run journaled."""
+    plan = pending_plan(st.root)
+    assert plan is not None  # the journal is there: resume() found it
+    result = apply_recover(st, plan, progress=progress, on_step=on_step)
+    where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""
+    return Resumed("recover", f"resumed and finished: commit log ends at {plan.process_offset}{where}", result)
+
+
+register("recover", _resume)
 
 
 def _stopped(root: Path, step: str, e: Exception) -> RmqstoreError:
@@ -1519,7 +1454,7 @@ def _roll_back(st: Store, plan: RecoverPlan, journal: Journal) -> bool:
 
 
 def _finish(root: Path) -> None:
-    jp = journal_path(root)
+    jp = journal_file(root, "recover")
     shutil.rmtree(jp.parent / "recover", ignore_errors=True)
     _unlink(jp)
     for d in (jp.parent / "tmp", jp.parent):

@@ -31,14 +31,12 @@ from rmqstore.dispatch.multiqueue import ExtraDispatcher, batch_cq_topics, iter_
 from rmqstore.errors import InputError, UnsafePlan, UnsupportedStore
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, move, scratch_dir
-from rmqstore.safety.journal import Journal, StepHook, journal_file
+from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_journal, journal_file, register
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop
-
-JOURNAL = "redispatch.journal.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,10 +424,6 @@ def default_quarantine(root: Path, now_ms: int | None = None) -> Path:
     return default_quarantine_base(root)
 
 
-def _journal_path(root: Path) -> Path:
-    return journal_file(root, "redispatch")
-
-
 def _parts(plan: RedispatchPlan) -> list[str]:
     parts = []
     if plan.build_consumequeue:
@@ -472,7 +466,7 @@ def apply_redispatch(
     if quarantine is not None or keep_old:
         q = Quarantine.fresh(quarantine or default_quarantine_base(root), "redispatch", root, now)
     journal = Journal(
-        _journal_path(root),
+        journal_file(root, "redispatch"),
         {
             "operation": "redispatch",
             "build": str(plan.build_root),
@@ -487,12 +481,16 @@ def apply_redispatch(
     return _finish(root, journal)
 
 
-def finish(root: Path, journal_path: Path, on_step: StepHook | None = None) -> Path | None:
-    """Complete (or resume) a journaled swap."""
-    journal = Journal.load(journal_path, on_step)
-    if journal is None:
-        return None
-    return _finish(Path(root), journal)
+def _resume(st: Store, on_step: StepHook | None, _progress: Progress | None) -> Resumed:
+    """Complete a journaled swap (under its name or an earlier one)."""
+    path = found_journal(st.root, "redispatch")
+    journal = Journal.load(path, on_step) if path is not None else None
+    assert journal is not None  # the journal is there: resume() found it
+    q = _finish(Path(st.root), journal)
+    return Resumed("redispatch", f"finished an interrupted redispatch; replaced files are in {q}", q)
+
+
+register("redispatch", _resume)
 
 
 def _manifest(root: Path, q: Quarantine, parts: list[str], checkpoint: bool) -> None:
@@ -579,11 +577,6 @@ def _finish(root: Path, journal: Journal) -> Path | None:
             break
     journal.hook("redispatch:finished")
     return qdir
-
-
-def pending_journal(root: Path) -> Path | None:
-    p = _journal_path(Path(root))
-    return p if p.exists() else None
 
 
 def planned_actions(plan: RedispatchPlan, *, keep_old: bool = True) -> tuple[PlannedAction, ...]:

@@ -53,7 +53,7 @@ reference: both give the same bytes and columns (``tests/test_write.py``). A :cl
 runs, a second thread writes (and with sync flush fsyncs) the commit log.
 
 Atomic batches: the whole input is validated and encoded before any file changes. Before the first
-change a journal ``<root>/.rmqstore/write.journal`` (with copies of every byte range the write may
+change a journal ``<root>/.rmqstore/write.journal.json`` (with copies of every byte range the write may
 overwrite that was not zero) is written and fsynced; it is removed once everything is written. A
 failure rolls the store back at once; a killed run leaves the journal and the next ``write`` rolls it
 back first (:func:`rollback_pending`), so the files are byte for byte as before the batch.
@@ -82,7 +82,6 @@ from rmqstore.ops.write.apply import (
 )
 from rmqstore.ops.write.columns import PlannedRecord, RecordColumns, UniqKeyColumn
 from rmqstore.ops.write.journal import (
-    JOURNAL_NAME,
     LAST_WRITE,
     RollbackReport,
     last_write,
@@ -105,7 +104,6 @@ from rmqstore.ops.write.validate import (
 __all__ = [
     "BROKER_MANAGED_TOPICS",
     "DLQ_PREFIX",
-    "JOURNAL_NAME",
     "LAST_WRITE",
     "NOT_ALLOWED_SEND_TOPICS",
     "PROP_CLUSTER",
