@@ -16,7 +16,7 @@ from rmqstore.timeparse import parse_duration_ms
 
 from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows
 from ._options import Changing, Reading, TopicFilterOpt, command
-from ._plan import Detail, PlanView, show_and_apply
+from ._plan import plan_view, show_and_apply
 
 
 class _ShowByDefault(TyperGroup):
@@ -167,17 +167,8 @@ def set_command(
             force=force,
             broker_version=st.config.broker,
         )
-        view = PlanView(
-            "offsets",
-            op.planned_actions(plan),
-            {
-                "file": str(plan.path),
-                "offsetsChanged": len(plan.changes),
-                "previousFileKeptAs": f"{plan.path.name}.bak",
-            },
-            {"changes": Detail([c.to_json() for c in plan.changes], CHANGE_COLUMNS)},
-        )
-        show_and_apply(view, fmt, dry_run=dry_run, apply=lambda: (op.apply_set_offsets(st, plan), {"written": True}))
+        view = plan_view(plan, {"changes": (CHANGE_COLUMNS, None)})
+        show_and_apply(view, fmt, dry_run=dry_run, apply=lambda: (op.apply_reset_offsets(st, plan), {"written": True}))
     if dry_run:
         err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
     else:

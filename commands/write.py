@@ -15,7 +15,7 @@ from rmqstore.safety.journal import Resumed
 
 from ._common import Format, err, parse_time_ms, render_mapping, render_rows, step_hook
 from ._options import Changing, Keeping, command
-from ._plan import Detail, PlanView, render_plan, resume_interrupted
+from ._plan import PlanView, plan_view, render_plan, resume_interrupted
 
 app = typer.Typer()
 
@@ -220,6 +220,4 @@ def _report(result: op.WriteResult, view: PlanView, fmt: Format) -> None:
 def _view(plan: op.WritePlan, fmt: Format) -> PlanView:
     """The append: the bytes zeroed and appended, the summary, and the messages as they will be stored."""
     shown = _JSON_ROWS if fmt is Format.json else _ROWS_SHOWN
-    messages = [r.to_json() for _, r in zip(range(shown), plan.records, strict=False)]
-    details = {"messages": Detail(messages, _COLUMNS, "messages")}
-    return PlanView("write", op.planned_actions(plan), plan.summary(), details)
+    return plan_view(plan, {"messages": (_COLUMNS, "messages")}, details=plan.details(shown))

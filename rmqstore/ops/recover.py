@@ -261,6 +261,69 @@ class RecoverPlan(JsonModel):
     def records_lost(self) -> int:
         return sum(a.records_total for a in self.actions if a.kind == "commitlog")
 
+    def planned_actions(self) -> tuple[PlannedAction, ...]:
+        """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+        root = Path(self.root)
+        kept = self.quarantine_dir is not None
+        out = [
+            PlannedAction(
+                "recover",
+                "delete" if a.verb == "delete" else "zero",
+                _abs(root, a.path),
+                a.why,
+                None if a.verb == "delete" else a.from_pos,
+                None if a.verb == "delete" else a.to_pos,
+                a.size,
+                kept,
+            )
+            for a in self.actions
+        ]
+        for part, on in (("consumequeue", self.rebuild_consume_queue), ("index", self.rebuild_index)):
+            if on:
+                out.append(PlannedAction("recover", "replace", root / part, "rebuilt from the commit log", kept=kept))
+        if self.write_checkpoint:
+            out.append(
+                PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept)
+            )
+        if self.remove_abort:
+            out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
+        return tuple(out)
+
+    def summary(self) -> dict[str, Any]:
+        """The facts the actions do not carry: the path taken, where the commit log ends, what is lost."""
+        d = self.dispatch
+        return {
+            "path": self.path,
+            "reason": self.reason,
+            "startFile": self.start_file,
+            "processOffset": self.process_offset,
+            "stop": self.stop,
+            "checkCrc": self.check_crc,
+            "redispatchRecords": d.records if d else 0,
+            "redispatchRange": f"phy {d.from_phy}..{d.to_phy}" if d else "none",
+            "checkpoint": self._checkpoint_line(),
+            "recordsLost": self.records_lost,
+            "quarantine": self.quarantine_dir or "none: removed bytes are not kept",
+            "steps": self.steps(),
+            "createdAt": self.created_ms,
+        }
+
+    def _checkpoint_line(self) -> str:
+        keys = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp")
+        b = "missing" if self.checkpoint_before is None else "/".join(str(self.checkpoint_before[k]) for k in keys)
+        if not self.write_checkpoint:
+            return f"unchanged ({b})"
+        pending = " (index time set by the re-dispatch)" if self.checkpoint_index_from_dispatch else ""
+        return f"{b} -> {'/'.join(str(self.checkpoint_after[k]) for k in keys)}{pending}"
+
+    def details(self) -> dict[str, list[dict[str, Any]]]:
+        """The records the truncation removes, and what the broker's way loses."""
+        lost = [r.to_json() | {"file": a.path} for a in self.actions for r in a.records]
+        losses = [
+            {"what": x.what, "count": x.count, "repairedBy": x.repaired_by, "detail": x.detail} for x in self.losses
+        ]
+        return {"recordsRemoved": lost, "losses": losses}
+
     def to_json(self) -> dict[str, Any]:
         # "steps" and "recordsLost" are derived: from_json does not read them back
         return {**JsonModel.to_json(self), "steps": self.steps(), "recordsLost": self.records_lost}
@@ -1231,33 +1294,6 @@ def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[L
 
 # ---------------------------------------------------------------------------------------------
 # Applying: a journal of steps, each idempotent
-
-
-def planned_actions(plan: RecoverPlan) -> tuple[PlannedAction, ...]:
-    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
-    root = Path(plan.root)
-    kept = plan.quarantine_dir is not None
-    out = [
-        PlannedAction(
-            "recover",
-            "delete" if a.verb == "delete" else "zero",
-            _abs(root, a.path),
-            a.why,
-            None if a.verb == "delete" else a.from_pos,
-            None if a.verb == "delete" else a.to_pos,
-            a.size,
-            kept,
-        )
-        for a in plan.actions
-    ]
-    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
-        if on:
-            out.append(PlannedAction("recover", "replace", root / part, "rebuilt from the commit log", kept=kept))
-    if plan.write_checkpoint:
-        out.append(PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept))
-    if plan.remove_abort:
-        out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
-    return tuple(out)
 
 
 def pending_plan(root: Path) -> RecoverPlan | None:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from rmqstore.cli import app
 from rmqstore.ops import expire, offsets, recover, redispatch, write
 from rmqstore.safety.actions import PlannedAction, actions_json
+from rmqstore.safety.plan import Plan
 from rmqstore.store import open_store
 
 KEYS = {"operation", "action", "path", "from", "to", "bytes", "kept", "why"}
@@ -24,6 +25,10 @@ VERBS = {"append", "zero", "delete", "move", "replace", "rewrite"}
 
 def digest(root: Path) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def actions_of(plan: Plan) -> tuple[PlannedAction, ...]:
+    return plan.planned_actions()
 
 
 def check(actions: tuple[PlannedAction, ...], root: Path, operation: str) -> None:
@@ -38,19 +43,19 @@ def test_every_plan_has_the_common_shape(tmp_path: Path) -> None:
     clean = copy_real_store("clean-2topics", tmp_path / "b")
     before = digest(tmp_path)
     with open_store(crashed) as st:
-        check(recover.planned_actions(recover.plan_recover(st, now_ms=0)), crashed, "recover")
+        check(actions_of(recover.plan_recover(st, now_ms=0)), crashed, "recover")
     with open_store(clean) as st:
         wplan = write.plan_write(st, [write.Message(topic="TopicA", queue_id=0, body=b"x")])
-        acts = write.planned_actions(wplan)
+        acts = actions_of(wplan)
         check(acts, clean, "write")
         assert acts[-1].verb == "append" and acts[-1].start % 32768 == wplan.start_phy % 32768
         rplan = redispatch.plan_redispatch(st, dry_run=True)
-        check(redispatch.planned_actions(rplan), clean, "redispatch")
+        check(actions_of(rplan), clean, "redispatch")
         redispatch.discard(rplan)
         eplan = expire.plan_expire(st, now_ms=4_102_444_800_000, force=True, disk_usage=lambda _p: 0.1)
-        check(expire.planned_actions(eplan), clean, "expire")
+        check(actions_of(eplan), clean, "expire")
         oplan = offsets.plan_reset_offsets(st, pairs=[("TopicA", "G")], mode="earliest")
-        check(offsets.planned_actions(oplan), clean, "offsets")
+        check(actions_of(oplan), clean, "offsets")
     assert digest(tmp_path) == before  # planning (a dry run) writes nothing
 
 
@@ -69,20 +74,16 @@ def test_every_dry_run_shows_the_plans_actions_and_writes_nothing(tmp_path: Path
     before = digest(tmp_path)
     future = 4_102_444_800_000
     with open_store(crashed) as st:
-        want = recover.planned_actions(recover.plan_recover(st, now_ms=0))
+        want = actions_of(recover.plan_recover(st, now_ms=0))
     assert cli_actions("recover", str(crashed), "-q") == actions_json(want)
     with open_store(clean) as st:
         wplan = write.plan_write(st, [write.Message(topic="TopicA", queue_id=0, body=b"x")])
         rplan = redispatch.plan_redispatch(st, dry_run=True)
         planned = {
-            "write": write.planned_actions(wplan),
-            "redispatch": redispatch.planned_actions(rplan),
-            "expire": expire.planned_actions(
-                expire.plan_expire(st, now_ms=future, force=True, disk_usage=lambda _p: 0.1)
-            ),
-            "offsets": offsets.planned_actions(
-                offsets.plan_reset_offsets(st, pairs=[("TopicA", "G")], mode="earliest")
-            ),
+            "write": actions_of(wplan),
+            "redispatch": actions_of(rplan),
+            "expire": actions_of(expire.plan_expire(st, now_ms=future, force=True, disk_usage=lambda _p: 0.1)),
+            "offsets": actions_of(offsets.plan_reset_offsets(st, pairs=[("TopicA", "G")], mode="earliest")),
         }
         redispatch.discard(rplan)
     argv = {
@@ -101,7 +102,7 @@ def test_every_dry_run_shows_the_plans_actions_and_writes_nothing(tmp_path: Path
 def test_a_plan_shows_its_actions_in_every_format(tmp_path: Path, fmt: str) -> None:
     root = copy_real_store("crash-midwrite", tmp_path)
     with open_store(root) as st:
-        want = actions_json(recover.planned_actions(recover.plan_recover(st, now_ms=0)))
+        want = actions_json(actions_of(recover.plan_recover(st, now_ms=0)))
     r = CliRunner().invoke(app, ["recover", str(root), "-q", "--dry-run", "-f", fmt])
     assert r.exit_code == 0, r.output
     if fmt == "ndjson":

@@ -88,7 +88,7 @@ from rmqstore.ops.write.journal import (
     pending_journal,
     rollback_pending,
 )
-from rmqstore.ops.write.plan import plan_with, plan_write, planned_actions
+from rmqstore.ops.write.plan import plan_with, plan_write
 from rmqstore.ops.write.uniq import UniqKeySource
 from rmqstore.ops.write.validate import (
     BROKER_MANAGED_TOPICS,
@@ -131,7 +131,6 @@ __all__ = [
     "pending_journal",
     "plan_with",
     "plan_write",
-    "planned_actions",
     "prepare_write",
     "read_ndjson",
     "refuse_unsafe",
