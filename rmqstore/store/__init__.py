@@ -1,6 +1,8 @@
-"""Opening a store directory: settings, lock, segment files, and walking the commit log.
+"""A store directory: opening it (settings, version, lock), its files, and how its commit log is framed.
 
-``open_store`` is the single entry point used by every operation. A writable open takes the
+The package holds what a store *is*: ``layout`` (broker.conf, settings, segment lists), ``config``
+(the config/*.json files), ``detect`` (which broker version wrote it), ``files`` (mapping files),
+``queues`` (consume queue tails). ``open_store`` is the single entry point used by every operation. A writable open takes the
 same exclusive POSIX record lock the broker takes on ``lock`` (byte 0, length 1, §7) and keeps
 it until the store is closed, so a broker cannot start underneath us and we never modify a store
 a running broker holds.
