@@ -67,6 +67,7 @@ class Framing:
 
     name = "plain"
     head = 0  # bytes of a frame before its record
+    blank_mark = (_BLANK_BYTES, 4)  # bytes found in every blank frame, and where in the frame
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
         """Record positions of the frames chained from ``start``; returns (positions, stop, reason).
@@ -130,13 +131,15 @@ class Framing:
 
     def blank_after(self, buf: Any, size: int, pos: int, limit: int) -> int | None:
         """The first frame after ``pos`` (before ``limit``) that is a BLANK filling the rest of the file."""
-        at = pos + 5
+        mark, mark_at = self.blank_mark
+        at = pos + 1 + mark_at
         while True:
-            m = buf.find(_BLANK_BYTES, at, min(limit + 4, size))
+            m = buf.find(mark, at, min(limit + mark_at, size))
             if m < 0:
                 return None
-            q = m - 4
-            if q > pos and read_head(buf, q)[0] == size - q:
+            q = m - mark_at
+            kind, _, frame_end = self.step(buf, q, size)
+            if kind == BLANK and frame_end == size:
                 return q
             at = m + 1
 
