@@ -33,7 +33,7 @@ from rmqstore.codec.consumequeue import (
     encode_bcq_entry,
     encode_entry,
 )
-from rmqstore.codec.topic import check_topic_name
+from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import ConfigError, CorruptData
 from rmqstore.store.config import read_config
 from rmqstore.store.files import map_file
@@ -158,7 +158,7 @@ class ExtraDispatcher:
             req = request_from_record(rec, self.cfg)
             self._put_unit(rec, req.tags_code)
         for name, qid, offset in lmq_targets(rec, self.cfg):
-            if check_topic_name(name) is not None:
+            if topic_name_problem(name) is not None:
                 raise CorruptData(f"INNER_MULTI_DISPATCH names a queue the broker refuses: {name!r}", pos=rec.pos)
             req = req or request_from_record(rec, self.cfg)
             w = self._cq.get((name, qid))

@@ -10,7 +10,7 @@ would report them after loading the store, and the lag (max - committed).
 * min offset: ``correctMinOffset`` (§4.4): the first entry of the first file whose commit log
   offset is at least the commit log's min offset; 4.x keeps 0 when no entry qualifies, 5.x then
   treats the queue as empty (min = max).
-* offset for a time: :func:`rmqstore.query.offset_by_time`, the broker's ``getOffsetInQueueByTime``
+* offset for a time: :func:`rmqstore.store.lookup.offset_by_time`, the broker's ``getOffsetInQueueByTime``
   (what ``mqadmin resetOffsetByTime`` uses): the entry stored at that time, else the nearer of
   its neighbours in the consume queue file picked for the time.
 
@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 
 from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
 from rmqstore.errors import ConfigError, InputError, UnsafePlan
-from rmqstore.ops.query import offset_by_time, query_queue_offset
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.plan import JsonModel
@@ -38,6 +37,7 @@ from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
+from rmqstore.store.lookup import offset_by_time, query_queue_offset
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 LMQ_OFFSET_FILE = "lmqConsumerOffset.json"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.framing import PLAIN, Framing
-from rmqstore.codec.topic import check_topic_name
+from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import (
     CorruptData,
     FileAccessError,
@@ -146,7 +146,7 @@ class Store:
 
     def bcq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
 
-        if check_topic_name(topic) is not None:
+        if topic_name_problem(topic) is not None:
             return [], []
         return list_segments(self.root / "batchconsumequeue" / topic / str(int(queue_id)), None)
 
@@ -155,7 +155,7 @@ class Store:
         a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse
         such a topic before this, naming the record)."""
 
-        if check_topic_name(topic) is not None:
+        if topic_name_problem(topic) is not None:
             return self.config.consumequeue_dir / ".refused-topic" / str(int(queue_id))
         return self.config.consumequeue_dir / topic / str(int(queue_id))
 

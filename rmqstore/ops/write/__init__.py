@@ -96,7 +96,7 @@ from rmqstore.ops.write.validate import (
     NOT_ALLOWED_SEND_TOPICS,
     PROP_CLUSTER,
     RETRY_PREFIX,
-    check_topic_name,
+    check_send_topic,
     java_hashmap_order,
     topic_for_new,
 )
@@ -121,7 +121,7 @@ __all__ = [
     "WritePlan",
     "WriteResult",
     "apply_write",
-    "check_topic_name",
+    "check_send_topic",
     "default_quarantine_dir",
     "input_digest",
     "java_hashmap_order",

@@ -27,7 +27,7 @@ from rmqstore.ops.write.validate import (
     _HostCache,
     _load_topics,
     _PropsFormat,
-    check_topic_name,
+    check_send_topic,
     java_hashmap_order,
     topic_for_new,
 )
@@ -278,7 +278,7 @@ class Planner:
     def topic_entry(self, topic: str, origin: str) -> tuple[cfgmod.TopicConfig | None, bytes]:
         """Check a topic at its first use; its topics.json entry (auto-created when new) and its name's bytes."""
         opts = self.opts
-        check_topic_name(topic, allow_system=opts.allow_system_topic, max_length=opts.max_topic_length)
+        check_send_topic(topic, allow_system=opts.allow_system_topic, max_length=opts.max_topic_length)
         if topic in self.batch_topics:  # never appended as a plain queue (the 5.x broker then refuses the store)
             raise InputError(f"{origin}: topic {topic!r} has queue.type=BatchCQ: write does not append to batch queues")
         if len(topic) > _V1_TOPIC_MAX and not self.rules.v2_magic:

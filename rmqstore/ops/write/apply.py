@@ -19,8 +19,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
 from rmqstore.codec.messages import Message, MessageBatch
-from rmqstore.codec.topic import BadTopic
-from rmqstore.codec.topic import check_topic_name as topic_problem
+from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsafePlan, from_os_error
@@ -107,7 +106,7 @@ def refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
     if digest is not None:
         _refuse_repeat(st.root, digest, plan)
     for r in plan.catch_up if plan.dispatch else ():
-        why = topic_problem(r.topic)
+        why = topic_name_problem(r.topic)
         if why is not None:
             where = record_place(st.config.commitlog_dir, st.config.commitlog_file_size, r.phy_offset)
             raise BadTopic(r.topic, why, path=where[0], pos=where[1], phy_offset=r.phy_offset)
