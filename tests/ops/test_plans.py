@@ -8,9 +8,12 @@ import hashlib
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import copy_real_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -130,3 +133,78 @@ def test_keeping_and_not_keeping_removed_bytes_exclude_each_other(tmp_path: Path
     assert r.exit_code == 1, r.output
     assert "--quarantine and --no-quarantine exclude each other" in r.output
     assert digest(store) == before and not (tmp_path / "q").exists()
+
+
+# -- the one JSON model ---------------------------------------------------------------------------------
+
+
+def round_trip(value: Any) -> Any:
+    """``value`` through its JSON as a journal or a script keeps it: text and back."""
+    return type(value).from_json(json.loads(json.dumps(value.to_json())))
+
+
+def test_every_plan_comes_back_from_its_json(tmp_path: Path) -> None:
+    crashed = copy_real_store("crash-midwrite", tmp_path / "a")
+    clean = copy_real_store("clean-2topics", tmp_path / "b")
+    with open_store(crashed) as st:
+        plans: list[Any] = [recover.plan_recover(st, now_ms=0, rebuild_index=True)]
+    with open_store(clean) as st:
+        rplan = redispatch.plan_redispatch(st, dry_run=True, quarantine=tmp_path / "q")
+        plans += [
+            recover.plan_recover(st, now_ms=0, use_quarantine=False),
+            rplan,
+            expire.plan_expire(st, now_ms=4_102_444_800_000, force=True, disk_usage=lambda _p: 0.1),
+            expire.plan_expire(st, now_ms=0, disk_usage=lambda _p: 0.99, quarantine=tmp_path / "q"),
+            offsets.plan_reset_offsets(st, pairs=[("TopicA", "G"), ("TopicB", "G")], mode="latest"),
+        ]
+        redispatch.discard(rplan)
+    for plan in plans:
+        assert isinstance(plan, Plan)
+        assert round_trip(plan) == plan, plan.operation
+        assert round_trip(plan).to_json() == plan.to_json()
+
+
+_text = st.text(max_size=8)
+_maybe_int = st.none() | st.integers()
+_lost = st.builds(
+    recover.LostRecord, st.integers(), st.integers(), st.none() | _text, _maybe_int, _maybe_int,
+    st.none() | _text, st.none() | _text, st.none() | _text, _maybe_int, st.booleans(),
+)  # fmt: skip
+_paths = st.builds(Path, st.text(alphabet="ab/", min_size=1, max_size=6))
+_ratio = st.floats(allow_nan=False, allow_infinity=False)
+ROWS = {
+    "recover.LostRecord": _lost,
+    "recover.Action": st.builds(
+        recover.Action,
+        _text,
+        _text,
+        _text,
+        _text,
+        st.integers(),
+        st.integers(),
+        _text,
+        st.lists(_lost, max_size=3).map(tuple),
+        st.integers(),
+        st.integers(),
+        st.integers(),
+    ),  # fmt: skip
+    "recover.Loss": st.builds(
+        recover.Loss, _text, st.integers(), _text, st.none() | _text, st.lists(_lost, max_size=2).map(tuple)
+    ),
+    "recover.Redispatch": st.builds(recover.Redispatch),
+    "redispatch.QueueDiff": st.builds(redispatch.QueueDiff),
+    "offsets.OffsetChange": st.builds(offsets.OffsetChange),
+    "expire.FileAction": st.builds(expire.FileAction, path=_paths),
+    "expire.Triggers": st.builds(expire.Triggers, commitlog_used_ratio=_ratio, consumequeue_used_ratio=_ratio),
+    "expire.ExpireSettings": st.builds(
+        expire.ExpireSettings, disk_space_warning_level_ratio=_ratio, disk_space_clean_forcibly_ratio=_ratio
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ROWS)
+@settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_row_of_a_plan_comes_back_from_its_json(name: str, data: st.DataObject) -> None:
+    row = data.draw(ROWS[name])
+    assert round_trip(row) == row
