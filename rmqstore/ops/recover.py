@@ -52,7 +52,7 @@ from rmqstore.codec.commitlog import (
 )
 from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
-from rmqstore.dispatch.multiqueue import batch_cq_topics, batch_queue_max_phy, dispatch_extra, plan_batch_cq_cut
+from rmqstore.dispatch.multiqueue import dispatch_extra, plan_batch_cq_cut
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from rmqstore.problems import LOAD_FAILURES, Problem
 from rmqstore.rules import BrokerRules, rules_for
@@ -62,6 +62,7 @@ from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, re
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
+from rmqstore.store.batchcq import batch_cq_topics, batch_queue_max_phy
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.walk.chain import FileWalk, indexed, queued

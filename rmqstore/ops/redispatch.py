@@ -28,7 +28,7 @@ from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import decode_header
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.engines import ENGINES, BuildScope
-from rmqstore.dispatch.multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
+from rmqstore.dispatch.multiqueue import ExtraDispatcher, iter_records
 from rmqstore.errors import InputError, UnsafePlan, UnsupportedStore
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, move, scratch_dir
@@ -36,6 +36,7 @@ from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
+from rmqstore.store.batchcq import batch_cq_topics
 from rmqstore.store.files import map_file
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop

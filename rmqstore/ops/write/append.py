@@ -13,7 +13,6 @@ from typing import Any, ClassVar, NamedTuple
 from rmqstore.codec.commitlog import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE, encode_blank
 from rmqstore.codec.consumequeue import ENTRY_SIZE
 from rmqstore.codec.javahash import java_hash
-from rmqstore.dispatch.multiqueue import batch_cq_topics
 from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.ops.write.append_point import StaleRange
 from rmqstore.ops.write.append_point import check_supported as _check_supported
@@ -35,6 +34,7 @@ from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
+from rmqstore.store.batchcq import batch_cq_topics
 from rmqstore.store.layout import file_name
 from rmqstore.store.queues import queue_end as _queue_end
 from rmqstore.walk.requests import DispatchRequest
