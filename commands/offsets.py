@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from rmqstore.errors import InputError
 from rmqstore.ops import offsets as op
+from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.timeparse import parse_duration_ms
 
 from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows
@@ -177,7 +178,7 @@ def set_command(
 
 def _pairs(st: Any, group: str | None, topic: str | None) -> list[tuple[str, str]]:
     """(topic, group) pairs in scope: committed ones, or the one given (a new group or topic)."""
-    _, table = op.read_consumer_offsets(st)
+    _, table = read_consumer_offsets(st)
     pairs = [(t, g) for t, g in table if (group is None or g == group) and (topic is None or t == topic)]
     if group is not None and topic is not None and (topic, group) not in pairs:
         pairs.append((topic, group))
