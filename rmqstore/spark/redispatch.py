@@ -27,9 +27,8 @@ from pyspark.sql import SparkSession
 
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
+from rmqstore.dispatch.engines import ENGINES, BuildScope
 from rmqstore.errors import CorruptData
-from rmqstore.ops import redispatch as local
-from rmqstore.ops.redispatch import BuildScope
 from rmqstore.spark import codec as columnar  # the columnar decoder, through the package's one import of the codecs
 from rmqstore.spark.session import spark_session
 from rmqstore.store import Store
@@ -209,7 +208,7 @@ def spark_redispatch(
 
 def _register() -> None:
 
-    local.ENGINES["spark"] = spark_redispatch  # the library never imports this package itself
+    ENGINES["spark"] = spark_redispatch  # the library never imports this package itself
 
 
 _register()
