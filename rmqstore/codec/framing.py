@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from rmqstore.codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFFSETS_V4, read_head
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Why a chain of frames stopped (the walk's stop kinds are these strings)
 BLANK = "blank"  # a frame that fills the rest of the file: the chain goes on in the next file
@@ -42,6 +43,8 @@ def is_record_magic(magic: int, *, v2: bool = True) -> bool:
 
 def magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
     """Every position m in [lo, hi) where a V1 or V2 magic code (§3.1) starts."""
+    import numpy as np  # a key query reads no file this way: numpy stays unloaded for it
+
     hi = min(hi, size - 3)
     if hi <= lo:
         return np.empty(0, np.int64)
@@ -149,6 +152,8 @@ class Framing:
 
         Only a hint: a caller must check that the walk from the previous frame lands there.
         """
+        import numpy as np
+
         n = len(u8)
         step = 1 << 16
         at = lo

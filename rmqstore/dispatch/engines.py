@@ -1,8 +1,8 @@
-"""Engines that dispatch a commit log into fresh consume queue and index files (a re-dispatch's build).
+"""The engines that rebuild consume queues and index files besides the local one (store-format.md §9).
 
-The local engine is ``rmqstore.ops.redispatch.build``; any other registers itself here when its
-package is imported (the library never imports the Spark package): ``rmqstore.spark.redispatch``
-adds "spark".
+``rmqstore.ops.redispatch`` runs the local engine itself and looks any other up in :data:`ENGINES`;
+an engine's package registers it when imported (the library never imports the Spark package:
+``rmqstore.spark.redispatch`` adds "spark"). Both sides share :class:`BuildScope`.
 """
 
 from __future__ import annotations
