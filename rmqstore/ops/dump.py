@@ -404,7 +404,7 @@ class NdjsonFormatter:
         opts, flt = self.opts, self.opts.filter
         lines: list[bytes] = []
         bad: list[CrcMismatch] = []
-        unpack = HEAD_V4.unpack_from
+        unpack, v1_ipv4 = HEAD_V4.unpack_from, is_v1_ipv4
         hosts, topics = self._hosts, self._topics
         filtering = flt.active
         with_body = opts.body != "none"
@@ -420,7 +420,7 @@ class NdjsonFormatter:
         for pos in pos_list:
             (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_addr, born_port, store_ts,
              store_addr, store_port, reconsume, prepared, body_len) = unpack(buf, pos)  # fmt: skip
-            if not is_v1_ipv4(magic, sys_flag) or sys_flag & COMPRESSED_FLAG:
+            if not v1_ipv4(magic, sys_flag) or sys_flag & COMPRESSED_FLAG:
                 slow = self._decoded_line(buf, pos, path, file_from, bad)
                 if slow is not None:
                     lines.append(slow)
