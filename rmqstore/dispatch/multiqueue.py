@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,6 @@ from rmqstore.codec.commitlog import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
-    Blank,
     Record,
     decode_record,
 )
@@ -38,6 +38,7 @@ from rmqstore.errors import ConfigError, CorruptData
 from rmqstore.store.config import read_config
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.walk.chain import walk_segment
 from rmqstore.walk.requests import request_from_record
 from rmqstore.walk.starts import data_end
 
@@ -209,16 +210,11 @@ def _existing_units(directory: Path, file_size: int) -> tuple[int, int]:
     return 0, -1
 
 
-def iter_records(seg: Segment, buf: object, start: int, end: int, cfg: StoreConfig):
-    """Records of one mapped file between byte positions ``start`` and ``end`` (a valid chain)."""
-
-    pos = start
-    while pos < end:
-        rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=cfg.broker)
-        if isinstance(rec, Blank):
-            return
-        yield rec
-        pos += rec.total_size
+def iter_records(seg: Segment, buf: object, start: int, end: int, cfg: StoreConfig) -> Iterator[Record]:
+    """Records of one mapped file between the frames at byte positions ``start`` and ``end`` (a valid chain)."""
+    for rec in walk_segment(buf, seg, start_pos=start, end_pos=end, broker=cfg.broker):
+        if isinstance(rec, Record):
+            yield rec
 
 
 def dispatch_extra(

@@ -42,9 +42,9 @@ from rmqstore.safety.files import SCRATCH_DIR, fsync_dir, move, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook, journal_file
 from rmqstore.safety.quarantine import Quarantine
 from rmqstore.store import Store, open_store
-from rmqstore.store.layout import Segment, StoreConfig
+from rmqstore.store.layout import StoreConfig
 from rmqstore.timeparse import format_time_ms
-from rmqstore.walk.chain import is_zero_header
+from rmqstore.walk.chain import holds_data
 
 # Exit codes of `rmqstore expire` (the project-wide codes plus two of its own).
 EXIT_NOTHING_TO_DO = 0  # no file to delete
@@ -418,11 +418,6 @@ def _rel(root: Path, path: Path, fallback: str) -> str:
         return fallback
 
 
-def _has_data(seg: Segment) -> bool:
-    head = _read_at(seg.path, 0, 8)
-    return len(head) == 8 and not is_zero_header(head, 0)
-
-
 def _hours(ms: int) -> str:
     return f"{ms / HOUR_MS:.1f}h"
 
@@ -440,7 +435,7 @@ def _plan_commitlog(
     # The newest file is the one a broker writes to: trailing pre-allocated (all-zero) files are
     # not in its file list (recovery deletes them), so they do not count as the newest.
     last = len(segs) - 1
-    while last > 0 and not _has_data(segs[last]):
+    while last > 0 and not holds_data(segs[last]):
         last -= 1
     reserved_ms = settings.file_reserved_time_h * HOUR_MS
     actions: list[FileAction] = []

@@ -17,7 +17,6 @@ would refuse or silently mis-read, warnings what it will repair or what needs at
 
 from __future__ import annotations
 
-import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,14 +27,12 @@ import numpy as np
 
 from rmqstore.codec.checkpoint import Checkpoint
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
     OFFSETS_V4,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     checked_size,
     decode_record,
-    read_head,
     store_timestamp_at,
 )
 from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array
@@ -49,7 +46,7 @@ from rmqstore.store import config as configjson
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
 from rmqstore.store.queues import queue_tail
-from rmqstore.walk.chain import Stop, StopKind, walk_chain
+from rmqstore.walk.chain import Stop, StopKind, first_record, frames, holds_data, walk_chain
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -227,41 +224,41 @@ class _FileEnd:
     problem: Problem | None
 
 
+def _structure_ok(buf: Any, records: np.ndarray, size: int, base: int, count_from_phy: int) -> tuple[int, int]:
+    """How many of ``records`` pass the structure check (up to the first that fails), and how many of
+    those at or after ``count_from_phy`` a consume queue gets."""
+    queued = 0
+    for i, at in enumerate(records.tolist()):
+        if checked_size(buf, at, size) is None:
+            return i, queued
+        if base + at >= count_from_phy:
+            (sys_flag,) = _INT.unpack_from(buf, at + OFFSETS_V4["sys_flag"])
+            queued += sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+    return len(records), queued
+
+
 def _walk_one_file(
     seg: Segment, pos: int, broker: str, count_from_phy: int, progress: Callable[[int], None] | None
 ) -> _FileEnd:
-    """One file walked record by record with the structure check only; its pages released behind the walk."""
+    """One file walked frame by frame with the structure check of each record; its pages released behind the walk."""
     with map_file(seg.path) as buf:
         size = len(buf)
-        reported = released = pos
-        last, queued, problem = -1, 0, None
-        kind = StopKind.END
-        while pos + 8 <= size:
-            total, magic = read_head(buf, pos)
-            if magic == BLANK_MAGIC:
-                kind = StopKind.BLANK
+        last, queued, problem, kind = -1, 0, None, StopKind.END
+        for run in frames(buf, seg, pos, part=_STEP):
+            good, n = _structure_ok(buf, run.records, size, seg.base_offset, count_from_phy)
+            queued += n
+            if good:
+                last = int(run.records[good - 1])
+            if progress is not None:
+                progress(run.frame(good) - pos)
+            pos = run.frame(good)
+            if good < len(run.records):
+                kind, problem = StopKind.INVALID, _explain(buf, int(run.records[good]), seg, size, broker)
                 break
-            n = checked_size(buf, pos, size)
-            if n is None:
-                if total or magic:  # all zeros is the normal end of the data
-                    kind, problem = StopKind.INVALID, _explain(buf, pos, seg, size, broker)
-                break
-            if seg.base_offset + pos >= count_from_phy:
-                (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
-                queued += sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-            last = pos
-            pos += n
-            if pos - reported >= _STEP:
-                # Drop the pages walked so far from this process (they stay in the page cache):
-                # without this a walk over a 1 GiB file would count 1 GiB of resident memory.
-                done = pos - pos % mmap.PAGESIZE
-                buf.madvise(mmap.MADV_DONTNEED, released, done - released)
-                released = done
-                if progress is not None:
-                    progress(pos - reported)
-                reported = pos
-        if progress is not None:
-            progress(pos - reported)
+            if run.stop is not None:
+                kind = run.stop.kind
+                if kind is StopKind.INVALID:  # bytes that are neither a frame, zeros nor a blank
+                    problem = _explain(buf, pos + seg.framing.head, seg, size, broker)
         last_ts = store_timestamp_at(buf, last) if last >= 0 else None
     return _FileEnd(Stop(pos, kind, None, seg.path, seg.base_offset), last_ts, queued, problem)
 
@@ -303,17 +300,11 @@ def _explain(buf: Any, pos: int, seg: Segment, size: int, broker: str) -> Proble
     )
 
 
-def _first_is_zero(seg: Segment) -> bool:
-    if seg.size < 8:
-        return True
-    with map_file(seg.path) as buf:
-        return read_head(buf, 0) == (0, 0)
-
-
 def _first_store_timestamp(seg: Segment) -> int | None:
     with map_file(seg.path) as buf:
-        if len(buf) >= 8 and checked_size(buf, 0, len(buf)) is not None:
-            return store_timestamp_at(buf, 0)
+        at = first_record(buf, seg)
+        if at is not None and checked_size(buf, at, len(buf)) is not None:
+            return store_timestamp_at(buf, at)
     return None
 
 
@@ -330,7 +321,7 @@ def _commitlog_info(
     if not segs:
         return CommitLogInfo(dirs, cfg.commitlog_file_size, (), -1, -1, -1, None, None), 0, []
     start = len(segs) - 1
-    while start > 0 and _first_is_zero(segs[start]):
+    while start > 0 and not holds_data(segs[start]):
         start -= 1
     count_from = 0 if hint is None else hint[0] + hint[1]
     walk = _walk_to_end(segs, start, cfg.broker, count_from, progress)
@@ -339,7 +330,7 @@ def _commitlog_info(
     for seg in segs:
         if seg.base_offset < walk.end_phy:
             state = "data"
-        elif _first_is_zero(seg):
+        elif not holds_data(seg):
             state = "empty"
         else:
             state = "after end"
