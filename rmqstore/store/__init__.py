@@ -102,10 +102,15 @@ class Store:
         return cpmod.decode(data, path=str(p))
 
     # -- files -------------------------------------------------------------------
+    @property
+    def framing(self) -> Framing:
+        """How the store's commit log files hold their records."""
+        return commitlog_framing(self.config)
+
     def commitlog_segments(self) -> tuple[list[Segment], list[Problem]]:
         segs: list[Segment] = []
         problems: list[Problem] = []
-        framing = commitlog_framing(self.config)
+        framing = self.framing
         for d in self.config.commitlog_dirs or (self.config.commitlog_dir,):
             s, p = list_segments(d, self.config.commitlog_file_size)
             segs += s if framing is PLAIN else [replace(x, framing=framing) for x in s]
@@ -213,7 +218,7 @@ def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -
         cfg = StoreConfig(store_root=root)
     cfg = _infer_sizes(cfg)
     try:
-        det = resolve_version(cfg, broker)
+        det = resolve_version(cfg, broker, commitlog_framing(cfg))
     except ValueError as e:
         raise UsageError(f"--broker-version: {e}") from None
     return replace(cfg, broker=det.broker, detection=det)
