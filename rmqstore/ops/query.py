@@ -46,37 +46,36 @@ import json
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+import numpy as np
+
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Blank,
     Record,
     decode_record,
-    read_head,
     store_timestamp_at,
 )
 from rmqstore.codec.consumequeue import ENTRY_SIZE, CqEntry, decode_entry, entries_array, valid_prefix
+from rmqstore.codec.framing import BLANK, RECORD
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header, is_time_matched
 from rmqstore.codec.msgid import decode_offset_msg_id
 from rmqstore.errors import CorruptData, InputError, RecordSizeMismatch
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, segment_for
+from rmqstore.walk.chain import Frames, StopKind, frame_at, frames, record_head
 
 JAVA_LONG_MAX = (1 << 63) - 1
 KEY_QUERY_MAX_NUM = 64  # mqadmin queryMsgByKey asks for 64
 _MIN_RECORD_SIZE = 91  # V1 record with IPv4 hosts and empty body, topic and properties
 _PROGRESS_STEP = 8 << 20  # report scan progress every 8 MiB
-_SEARCH_WINDOW = 1 << 20  # bytes searched for the key ahead of the record walk
 
 Progress = Callable[[int, int], None]  # (bytes just scanned, total bytes of this scan)
 
@@ -352,6 +351,14 @@ class CommitLogReader(MapsOpen):
             return None
         return seg, phy_offset - seg.base_offset
 
+    def frame_of(self, phy_offset: int) -> int:
+        """Where the frame of the record at ``phy_offset`` starts (the offset itself outside the files)."""
+        loc = self.locate(phy_offset)
+        if loc is None:
+            return phy_offset
+        seg, pos = loc
+        return seg.base_offset + max(0, int(seg.framing.frame_of(pos)))
+
     def read(self, phy_offset: int) -> Record:
         """The record at ``phy_offset``; CorruptData if there is none."""
         loc = self.locate(phy_offset)
@@ -383,70 +390,91 @@ def scan_records(
     notices: list[str] | None = None,
     stats: ScanStats | None = None,
 ) -> Iterator[Record]:
-    """Decode every record at or after ``from_phy`` whose bytes contain ``needle``, in order.
+    """Decode every record from the frame at ``from_phy`` on whose frame contains ``needle``, in order.
 
-    Record boundaries are walked from the headers (TOTALSIZE and magic, as the dispatcher walks
-    them); a record is decoded only when ``needle`` occurs inside it, which keeps a full scan
-    close to disk speed. The walk stops where the data ends: zeros, a file not ended by a blank,
-    or an invalid header (a notice says where). A candidate whose TOTALSIZE disagrees with its
-    fields is skipped, as the dispatcher skips it.
+    The chain of frames is walked as the dispatcher walks it (``rmqstore.walk``); a record is decoded
+    only when ``needle`` occurs inside its frame, which keeps a full scan close to disk speed. The walk
+    stops where the data ends: zeros, a file not ended by a blank, or an invalid frame (a notice says
+    where). A candidate whose TOTALSIZE disagrees with its fields is skipped, as the dispatcher skips it.
     """
     segs = [s for s in reader.segments if s.base_offset + s.size > from_phy]
     total = sum(s.size for s in segs) - max(0, from_phy - segs[0].base_offset) if segs else 0
-    stats = stats if stats is not None else ScanStats()
+    scan = _Scan(needle, reader.broker, notices, stats if stats is not None else ScanStats(), progress, total)
     for seg in segs:
-        buf = reader.buffer(seg)
-        size = len(buf)
-        pos = reported = max(0, from_phy - seg.base_offset)
-        # Search for the needle in windows just ahead of the walk, so that a walk which stops
-        # early (the usual tail scan) never reads the rest of a 1 GiB file.
-        hit, searched_to = -1, pos
-        ended_by_blank = False
+        if not (yield from scan.file(reader.buffer(seg), seg, max(0, from_phy - seg.base_offset))):
+            return  # data ended inside this file: later files hold nothing the broker serves
+
+
+@dataclass
+class _Scan:
+    """One scan of the commit log for a needle: what it looks for and what it reports."""
+
+    needle: bytes
+    broker: str
+    notices: list[str] | None
+    stats: ScanStats
+    progress: Progress | None
+    total: int
+
+    def file(self, buf: Any, seg: Segment, start: int) -> Generator[Record, None, bool]:
+        """The records of one file whose frames hold the needle; returns whether a BLANK ends the file."""
+        pos = start
         try:
-            while pos + 8 <= size:
-                total_size, magic = read_head(buf, pos)
-                if magic == BLANK_MAGIC:
-                    ended_by_blank = True
-                    break
-                if total_size == 0 and magic == 0:
-                    break
-                if (magic != MAGIC_V1 and magic != MAGIC_V2) or not _MIN_RECORD_SIZE <= total_size <= size - pos:
-                    _note(
-                        notices,
-                        f"commit log data ends at offset {seg.base_offset + pos} ({seg.path.name}): invalid record "
-                        f"header (TOTALSIZE {total_size}, magic 0x{magic & 0xFFFFFFFF:08X}); the broker's recovery "
-                        "truncates here",
-                    )
-                    return
-                end = pos + total_size
-                while hit < 0 and searched_to < end:
-                    window_end = min(size, searched_to + _SEARCH_WINDOW)
-                    hit = buf.find(needle, searched_to, min(size, window_end + len(needle) - 1))
-                    searched_to = window_end
-                if 0 <= hit < end:
+            for run in frames(buf, seg, start, part=_PROGRESS_STEP):
+                sizes = run.ends - run.records
+                n = len(sizes) if (sizes >= _MIN_RECORD_SIZE).all() else int(np.argmax(sizes < _MIN_RECORD_SIZE))
+                for i in self._hits(buf, run, n):
                     try:
                         rec = decode_record(
-                            buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=reader.broker
-                        )
+                            buf, int(run.records[i]), path=str(seg.path), file_from=seg.base_offset,
+                            end=int(run.ends[i]), broker=self.broker,
+                        )  # fmt: skip
                     except RecordSizeMismatch:
-                        rec = None  # the dispatcher skips it: never indexed
+                        continue  # the dispatcher skips it: never indexed
                     except CorruptData as e:
-                        _note(notices, f"commit log data ends at offset {seg.base_offset + pos}: {e.what}")
-                        return
+                        self.stats.records += i
+                        pos = run.frame(i)
+                        _note(self.notices, f"commit log data ends at offset {seg.base_offset + pos}: {e.what}")
+                        return False
                     if isinstance(rec, Record):
                         yield rec
-                    hit, searched_to = -1, end
-                stats.records += 1
-                pos = end
-                if progress is not None and pos - reported >= _PROGRESS_STEP:
-                    progress(pos - reported, total)
-                    reported = pos
+                self.stats.records += n
+                self._report(run.frame(n) - pos)
+                pos = run.frame(n)
+                if n < len(sizes) or (run.stop is not None and run.stop.kind is StopKind.INVALID):
+                    self._invalid(buf, seg, pos)
+                    return False
+                if run.stop is not None:
+                    self._report(len(buf) - pos)
+                    return run.stop.kind is StopKind.BLANK
+            return False
         finally:
-            stats.scanned_bytes += pos - max(0, from_phy - seg.base_offset)
-        if progress is not None:
-            progress(size - reported, total)
-        if not ended_by_blank:
-            return  # data ended inside this file: later files hold nothing the broker serves
+            self.stats.scanned_bytes += pos - start
+
+    def _hits(self, buf: Any, run: Frames, n: int) -> Iterator[int]:
+        """Indexes of the first ``n`` frames of the run whose bytes hold the needle."""
+        lo, hi = run.first, run.frame(n)
+        bound = min(len(buf), hi + len(self.needle) - 1)
+        while lo < hi:
+            hit = buf.find(self.needle, lo, bound)
+            if hit < 0:
+                return
+            i = int(np.searchsorted(run.ends[:n], hit, side="right"))
+            yield i
+            lo = int(run.ends[i])
+
+    def _invalid(self, buf: Any, seg: Segment, pos: int) -> None:
+        total_size, magic = record_head(buf, seg, pos)
+        _note(
+            self.notices,
+            f"commit log data ends at offset {seg.base_offset + pos} ({seg.path.name}): invalid record "
+            f"header (TOTALSIZE {total_size}, magic 0x{magic & 0xFFFFFFFF:08X}); the broker's recovery "
+            "truncates here",
+        )
+
+    def _report(self, done: int) -> None:
+        if self.progress is not None and done:
+            self.progress(done, self.total)
 
 
 def _note(notices: list[str] | None, msg: str) -> None:
@@ -698,7 +726,7 @@ def _scan_matches(
 ) -> list[Record]:
     """Records the index would name, stored after ``after_phy`` (None: all); the newest ``max_num``."""
     found: list[Record] = []
-    start = 0 if after_phy is None else after_phy
+    start = 0 if after_phy is None else reader.frame_of(after_phy)
     for rec in scan_records(
         reader, q.key.encode("utf-8"), from_phy=start, progress=q.progress, notices=q.notices, stats=stats
     ):
@@ -989,18 +1017,16 @@ def offset_by_time(st: Store, topic: str, queue_id: int, timestamp_ms: int, *, f
 
 
 def _record_after(reader: CommitLogReader, phy_offset: int) -> bool:
-    """Whether a message record starts at ``phy_offset`` (or, past a blank, at the next file)."""
+    """Whether a frame holding a message record starts at ``phy_offset`` (or, past a blank, at the next file)."""
     for _ in range(2):
         loc = reader.locate(phy_offset)
         if loc is None:
             return False
         seg, pos = loc
         buf = reader.buffer(seg)
-        if pos + 8 > len(buf):
-            return False
-        total_size, magic = read_head(buf, pos)
-        if magic != BLANK_MAGIC:
-            return magic in (MAGIC_V1, MAGIC_V2) and total_size >= _MIN_RECORD_SIZE
+        kind, at, frame_end = frame_at(buf, seg, pos)
+        if kind != BLANK:
+            return kind == RECORD and frame_end - at >= _MIN_RECORD_SIZE
         phy_offset = seg.base_offset + len(buf)
     return False
 

@@ -38,18 +38,14 @@ import numpy as np
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     HEAD_OFFSETS,
-    MAGIC_V1,
-    MAGIC_V2,
     MIN_RECORD_SIZE_V1,
     OFFSETS_V4,
-    Blank,
     Record,
     decode_record,
     offset_msg_id,
-    read_head,
+    torn_head,
 )
 from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
@@ -64,7 +60,7 @@ from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
-from rmqstore.walk.chain import FileWalk, indexed, queued
+from rmqstore.walk.chain import FileWalk, StopKind, first_record, frames, indexed, queued
 from rmqstore.walk.checked import TopicIds, keep_dispatch_columns, recovery_walk, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop, iter_requests
@@ -397,20 +393,10 @@ def _unlink(path: Path) -> bool:
 
 def _partial_record(buf: Any, pos: int, end: int, base: int) -> LostRecord | None:
     """Whatever a torn record's fixed header still says (queue, offsets, time, store host)."""
-    at = OFFSETS_V4
-    if end - pos < at["store_port"] + 4:
+    head = torn_head(buf, pos, end)
+    if head is None:
         return None
-    total, magic = read_head(buf, pos)
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        return None
-    (sys_flag,) = _I32.unpack_from(buf, pos + at["sys_flag"])
-    if sys_flag & 0x30:
-        return None
-    (qid,) = _I32.unpack_from(buf, pos + at["queue_id"])
-    (qoff,) = _I64.unpack_from(buf, pos + at["queue_offset"])
-    (ts,) = _I64.unpack_from(buf, pos + at["store_timestamp_ms"])
-    addr = bytes(buf[pos + at["store_addr"] : pos + at["store_port"]])
-    (port,) = _I32.unpack_from(buf, pos + at["store_port"])
+    total, qid, qoff, ts, addr, port = head
     return LostRecord(base + pos, total, None, qid, qoff, None, None, offset_msg_id(addr, port, base + pos), ts, True)
 
 
@@ -432,33 +418,34 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
     """Records in ``buf[start:end]`` (listed up to the limit, all counted), and undecodable bytes."""
     out: list[LostRecord] = []
     count = 0
-    pos = start
-    while pos + 8 <= end:
-        total, magic = read_head(buf, pos)
-        if total == 0 and magic == 0:
-            return out, count, 0
-        if magic == BLANK_MAGIC:
-            return out, count, 0
-        if len(out) < LOST_LIST_LIMIT:
+    for run in frames(buf, seg, start, end):
+        listed = min(len(run.records), LOST_LIST_LIMIT - len(out))
+        for i, at in enumerate(run.records[:listed].tolist()):
             try:
-                rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=broker)
+                rec = decode_record(buf, at, path=str(seg.path), file_from=seg.base_offset, end=end, broker=broker)
             except CorruptData:
-                part = _partial_record(buf, pos, end, seg.base_offset)
-                if part is not None:
-                    out.append(part)
-                    count += 1
-                return out, count, end - pos
-            if isinstance(rec, Blank):
+                return *_with_torn(out, count, buf, at, end, seg.base_offset), end - run.frame(i)
+            if not isinstance(rec, Record):
                 return out, count, 0
             out.append(_lost_record(rec, seg.base_offset))
             count += 1
-            pos += rec.total_size
-            continue
-        if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE_V1 or pos + total > end:
-            return out, count, end - pos
-        count += 1
-        pos += total
+        short = np.flatnonzero(run.ends[listed:] - run.records[listed:] < MIN_RECORD_SIZE_V1)
+        if short.size:  # too small to be a record: the rest cannot be read as records
+            return out, count + int(short[0]), end - run.frame(listed + int(short[0]))
+        count += len(run.records) - listed
+        if run.stop is not None and run.stop.kind is StopKind.INVALID:  # a frame cut short, or not a frame
+            if len(out) < LOST_LIST_LIMIT:
+                out, count = _with_torn(out, count, buf, run.stop.pos + seg.framing.head, end, seg.base_offset)
+            return out, count, end - run.stop.pos
     return out, count, 0
+
+
+def _with_torn(
+    out: list[LostRecord], count: int, buf: Any, pos: int, end: int, base: int
+) -> tuple[list[LostRecord], int]:
+    """The removed records listed and counted so far, with the torn one at ``pos`` if its head is readable."""
+    part = _partial_record(buf, pos, end, base)
+    return (out + [part], count + 1) if part is not None else (out, count)
 
 
 def _count_entries(path: Path, start: int, end: int) -> int:
@@ -696,14 +683,12 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
     what = "minTimestampIndex" if safe else "minTimestamp"
     for i in range(len(segs) - 1, -1, -1):
         with map_file(segs[i].path) as buf:
-            if len(buf) < 76:
+            at = first_record(buf, segs[i], v2=rules.v2_magic)
+            if at is None or len(buf) < at + 76:
                 continue
-            magic = read_head(buf, 0)[1]
-            if magic != MAGIC_V1 and not (rules.v2_magic and magic == MAGIC_V2):
-                continue
-            sys_flag = _I32.unpack_from(buf, OFFSETS_V4["sys_flag"])[0]
+            sys_flag = _I32.unpack_from(buf, at + OFFSETS_V4["sys_flag"])[0]
             layout = HEAD_OFFSETS[(sys_flag & BORNHOST_V6_FLAG) >> 4 if rules.ipv6_hosts else 0]
-            ts = _I64.unpack_from(buf, layout["store_timestamp_ms"])[0]
+            ts = _I64.unpack_from(buf, at + layout["store_timestamp_ms"])[0]
         if ts != 0 and ts <= limit:
             return i, f"its first record was stored at {ts} <= checkpoint {what} {limit}"
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
