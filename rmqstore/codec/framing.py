@@ -8,8 +8,9 @@ the file's base offset plus the position of its first byte (the frame's position
 
 A :class:`Framing` answers the questions a walk asks of the bytes, without a file system: the chain
 of frames from a position (record positions, where the chain stopped and why), one step, where a
-frame ends, and where intact frames may start after damage. The walk (``rmqstore.walk``) is the
-only user; a new framing is one new class here, chosen per file by the store.
+frame ends, and where intact frames may start after damage. The walk (``rmqstore.walk``) is its
+user, and version detection, which samples records below the walk's layer; a new framing is one new
+class here, chosen per file by the store.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Framing:
 
     name = "plain"
     head = 0  # bytes of a frame before its record
+    appendable = True  # ``write`` lays out plain frames only: it refuses a store in any other framing
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
         """Record positions of the frames chained from ``start``; returns (positions, stop, reason).

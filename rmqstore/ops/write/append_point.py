@@ -46,6 +46,10 @@ class AppendPoint:
 
 def check_supported(st: Store) -> None:
     cfg = st.config
+    if not st.framing.appendable:
+        raise UnsupportedStore(
+            f"{st.root}: the commit log holds its records in {st.framing.name} frames; writing to it is not supported"
+        )
     if len(cfg.commitlog_dirs) > 1:
         raise UnsupportedStore(f"{st.root}: a multi-path commit log is not supported for writing")
     if cfg.enable_consume_queue_ext:
@@ -70,7 +74,7 @@ def _furthest_entry(st: Store) -> tuple[int, int] | None:
 
 
 def _walk_start(segs: list[Segment], fs: int, last: tuple[int, int] | None) -> tuple[int, int]:
-    """(file index, position): the last dispatched record if it is valid, else the third file from the end."""
+    """(file index, frame position): the last dispatched record if it is valid, else the third file from the end."""
     if last is not None:
         idx = (last[0] - segs[0].base_offset) // fs
         if 0 <= idx < len(segs) and segs[idx].base_offset <= last[0] < segs[idx].base_offset + fs:
@@ -81,7 +85,7 @@ def _walk_start(segs: list[Segment], fs: int, last: tuple[int, int] | None) -> t
                 except CorruptData:
                     rec = None
             if isinstance(rec, Record) and rec.total_size == last[1] and rec.phy_offset == last[0]:
-                return idx, pos
+                return idx, int(seg.framing.frame_of(pos))
     return max(0, len(segs) - 3), 0
 
 
