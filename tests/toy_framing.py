@@ -39,6 +39,7 @@ class ToyFraming(Framing):
 
     name = "toy"
     head = 8
+    blank_mark = (FILLER, 0)
     appendable = False
 
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
@@ -67,16 +68,6 @@ class ToyFraming(Framing):
                 return np.frombuffer(out, np.int64) if len(out) else np.zeros(0, np.int64), pos, kind
             out.append(at)
             pos = frame_end
-
-    def blank_after(self, buf: Any, size: int, pos: int, limit: int) -> int | None:
-        at = pos + 1
-        while True:
-            q = buf.find(FILLER, at, min(limit + 4, size))
-            if q < 0:
-                return None
-            if HEAD.unpack_from(buf, q)[1] == size - q:
-                return q
-            at = q + 1
 
     def _frames(self, u8: np.ndarray, frame: int, record: int, total: int) -> bool:
         tag, length = HEAD.unpack_from(u8, frame)

@@ -408,6 +408,12 @@ def render_body(data: bytes, mode: str) -> str:
 read_head = _HEAD.unpack_from
 
 
+def describe_head(buf: Any, pos: int) -> str:
+    """TOTALSIZE and MAGICCODE at ``pos`` in words: what an invalid record header claims."""
+    total, magic = _HEAD.unpack_from(buf, pos) if pos + 8 <= len(buf) else (0, 0)
+    return f"TOTALSIZE {total}, magic 0x{magic & 0xFFFFFFFF:08X}"
+
+
 def record_version(buf: Any, pos: int) -> int:
     """The layout its MAGICCODE gives the record at ``pos``: 1, 2 (a 2-byte topic length, 5.1.0+), or 0
     when the bytes there are no record's."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from rmqstore.codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFFSETS_V4, read_head
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Why a chain of frames stopped (the walk's stop kinds are these strings)
 BLANK = "blank"  # a frame that fills the rest of the file: the chain goes on in the next file
@@ -43,6 +44,8 @@ def is_record_magic(magic: int, *, v2: bool = True) -> bool:
 
 def magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
     """Every position m in [lo, hi) where a V1 or V2 magic code (§3.1) starts."""
+    import numpy as np  # a key query reads no file this way: numpy stays unloaded for it
+
     hi = min(hi, size - 3)
     if hi <= lo:
         return np.empty(0, np.int64)
@@ -68,6 +71,7 @@ class Framing:
 
     name = "plain"
     head = 0  # bytes of a frame before its record
+    blank_mark = (_BLANK_BYTES, 4)  # bytes found in every blank frame, and where in the frame
     appendable = True  # ``write`` lays out plain frames only: it refuses a store in any other framing
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
@@ -76,6 +80,8 @@ class Framing:
         ``stop`` is where the next frame would start; ``reason`` is BLANK, END, INVALID, or UNTIL
         when ``until`` is given and a frame starts at or after it (that frame is not looked at).
         """
+        import numpy as np  # as in magic_positions: loaded by the walks that need it only
+
         pos = start
         out = array("q")
         append = out.append
@@ -132,13 +138,15 @@ class Framing:
 
     def blank_after(self, buf: Any, size: int, pos: int, limit: int) -> int | None:
         """The first frame after ``pos`` (before ``limit``) that is a BLANK filling the rest of the file."""
-        at = pos + 5
+        mark, mark_at = self.blank_mark
+        at = pos + 1 + mark_at
         while True:
-            m = buf.find(_BLANK_BYTES, at, min(limit + 4, size))
+            m = buf.find(mark, at, min(limit + mark_at, size))
             if m < 0:
                 return None
-            q = m - 4
-            if q > pos and read_head(buf, q)[0] == size - q:
+            q = m - mark_at
+            kind, _, frame_end = self.step(buf, q, size)
+            if kind == BLANK and frame_end == size:
                 return q
             at = m + 1
 
@@ -148,6 +156,8 @@ class Framing:
 
         Only a hint: a caller must check that the walk from the previous frame lands there.
         """
+        import numpy as np
+
         n = len(u8)
         step = 1 << 16
         at = lo

@@ -26,16 +26,15 @@ from rmqstore.codec.commitlog import (
     decode_record,
 )
 from rmqstore.codec.consumequeue import (
-    BCQ_DTYPE,
     BCQ_UNIT_SIZE,
     ENTRY_SIZE,
     decode_bcq_entry,
     encode_bcq_entry,
     encode_entry,
 )
-from rmqstore.codec.topic import check_topic_name
-from rmqstore.errors import ConfigError, CorruptData
-from rmqstore.store.config import read_config
+from rmqstore.codec.topic import topic_name_problem
+from rmqstore.errors import CorruptData
+from rmqstore.store.batchcq import bcq_units, bcq_valid
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.walk.chain import walk_segment
@@ -48,22 +47,6 @@ PROP_INNER_NUM = "INNER_NUM"
 PROP_INNER_BASE = "INNER_BASE"
 LMQ_PREFIX = "%LMQ%"
 RETRY_PREFIX = "%RETRY%"
-BATCH_CQ = "BatchCQ"
-
-
-def batch_cq_topics(cfg: StoreConfig) -> frozenset[str]:
-    """Topics whose ``queue.type`` attribute is BatchCQ in ``config/topics.json`` (5.x)."""
-    try:
-        cf = read_config(cfg.store_root / "config", "topics.json")
-    except (ConfigError, OSError):
-        return frozenset()
-    table = (cf.data or {}).get("topicConfigTable", {}) if isinstance(cf.data, dict) else {}
-    out = set()
-    for name, tc in table.items():
-        attrs = tc.get("attributes") if isinstance(tc, dict) else None
-        if isinstance(attrs, dict) and attrs.get("queue.type") == BATCH_CQ:
-            out.add(str(name))
-    return frozenset(out)
 
 
 def lmq_targets(rec: Record, cfg: StoreConfig) -> list[tuple[str, int, int]]:
@@ -159,7 +142,7 @@ class ExtraDispatcher:
             req = request_from_record(rec, self.cfg)
             self._put_unit(rec, req.tags_code)
         for name, qid, offset in lmq_targets(rec, self.cfg):
-            if check_topic_name(name) is not None:
+            if topic_name_problem(name) is not None:
                 raise CorruptData(f"INNER_MULTI_DISPATCH names a queue the broker refuses: {name!r}", pos=rec.pos)
             req = req or request_from_record(rec, self.cfg)
             w = self._cq.get((name, qid))
@@ -273,39 +256,6 @@ def decode_record_at(buf: object, pos: int, seg: Segment, cfg: StoreConfig) -> R
 # ------------------------------------------------------------------- recovery of batch consume queues
 
 
-def _bcq_units(buf: object) -> object:
-    """Every whole 46-byte unit of a mapped batch consume queue file, as a numpy record array."""
-    import numpy as np
-
-    n = len(buf) // BCQ_UNIT_SIZE  # type: ignore[arg-type]
-    return np.frombuffer(buf, dtype=BCQ_DTYPE, count=n)  # type: ignore[call-overload]
-
-
-def _bcq_valid(units: object) -> object:
-    """BatchConsumeQueue's test of a unit: offset >= 0, size > 0, base offset >= 0, batch size > 0."""
-    u = units  # numpy record array
-    return (u["phy_offset"] >= 0) & (u["size"] > 0) & (u["base_offset"] >= 0) & (u["batch_size"] > 0)  # type: ignore[index]
-
-
-def batch_queue_max_phy(segs: list[Segment]) -> int:
-    """``BatchConsumeQueue.getMaxPhysicOffset`` after its ``recover()``: the commit log offset (not offset
-    + size) of the last valid unit, reading from the third file from the end; -1 without units."""
-    import numpy as np
-
-    best = -1
-    for seg in segs[max(0, len(segs) - 3) :]:
-        with map_file(seg.path) as buf:
-            units = _bcq_units(buf)
-            bad = np.flatnonzero(~_bcq_valid(units))  # type: ignore[operator]
-            k = int(bad[0]) if bad.size else len(units)  # type: ignore[arg-type]
-            if k:
-                best = int(units["phy_offset"][k - 1])  # type: ignore[index]
-            del units
-        if k * BCQ_UNIT_SIZE < seg.size:  # a file not completely valid ends the queue
-            break
-    return best
-
-
 @dataclass(frozen=True, slots=True)
 class BatchCut:
     """One removal ``BatchConsumeQueue.truncateDirtyLogicFiles`` makes in a batch consume queue."""
@@ -332,9 +282,9 @@ def plan_batch_cq_cut(topic: str, queue_id: int, segs: list[Segment], phy_offset
     out: list[BatchCut] = []
     for seg in reversed(segs):
         with map_file(seg.path) as buf:
-            units = _bcq_units(buf)
+            units = bcq_units(buf)
             phys = np.asarray(units["phy_offset"]).copy()  # type: ignore[index]
-            valid = np.asarray(_bcq_valid(units)).copy()
+            valid = np.asarray(bcq_valid(units)).copy()
             del units
         if not len(phys):
             break  # nothing in it to cut (the engine maps it full of zeros: unit 0 is offset 0)

@@ -1,6 +1,8 @@
-"""Opening a store directory: settings, lock, segment files, and walking the commit log.
+"""A store directory: opening it (settings, version, lock), its files, and how its commit log is framed.
 
-``open_store`` is the single entry point used by every operation. A writable open takes the
+The package holds what a store *is*: ``layout`` (broker.conf, settings, segment lists), ``config``
+(the config/*.json files), ``detect`` (which broker version wrote it), ``files`` (mapping files),
+``queues`` (consume queue tails). ``open_store`` is the single entry point used by every operation. A writable open takes the
 same exclusive POSIX record lock the broker takes on ``lock`` (byte 0, length 1, §7) and keeps
 it until the store is closed, so a broker cannot start underneath us and we never modify a store
 a running broker holds.
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.framing import PLAIN, Framing
-from rmqstore.codec.topic import check_topic_name
+from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import (
     CorruptData,
     FileAccessError,
@@ -32,7 +34,7 @@ from rmqstore.errors import (
 )
 from rmqstore.problems import Problem
 from rmqstore.safety.files import read_if_present
-from rmqstore.safety.journal import pending_journals
+from rmqstore.safety.journal import pending
 from rmqstore.store.detect import require_settled
 from rmqstore.store.detect import resolve as resolve_version
 from rmqstore.store.files import names_in
@@ -149,7 +151,7 @@ class Store:
 
     def bcq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
 
-        if check_topic_name(topic) is not None:
+        if topic_name_problem(topic) is not None:
             return [], []
         return list_segments(self.root / "batchconsumequeue" / topic / str(int(queue_id)), None)
 
@@ -158,7 +160,7 @@ class Store:
         a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse
         such a topic before this, naming the record)."""
 
-        if check_topic_name(topic) is not None:
+        if topic_name_problem(topic) is not None:
             return self.config.consumequeue_dir / ".refused-topic" / str(int(queue_id))
         return self.config.consumequeue_dir / topic / str(int(queue_id))
 
@@ -324,7 +326,7 @@ def open_store(
 
 def _refuse_unfinished(root: Path, operation: str | None) -> None:
 
-    for pj in pending_journals(root):
+    for pj in pending(root):
         if pj.operation != operation:
             raise UnsafePlan(f"{root}: {pj}; run `rmqstore {pj.operation} {root}` again to finish it first")
 

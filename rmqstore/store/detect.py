@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
 from rmqstore.codec.commitlog import (
     OFFSETS_V4,
     PROPERTY_SEPARATOR,
@@ -220,26 +218,31 @@ def _file_facts(seg: Segment, hops: int) -> list[Fact]:
             out += _record_facts(buf, at, seg, seen, n < _SAMPLED_RECORDS)
             n += 1
             pos = frame_end
-        u8 = np.frombuffer(buf, dtype=np.uint8)
-        try:
-            for i in range(1, _PLACES + 1):  # inside the walked part too: only its first records were decoded
-                out += _place_facts(buf, u8, end * i // (_PLACES + 1), seg, seen)
-        finally:
-            del u8
+        for i in range(1, _PLACES + 1):  # inside the walked part too: only its first records were decoded
+            out += _place_facts(buf, end * i // (_PLACES + 1), seg, seen)
     return out
 
 
-def _place_facts(buf: Any, u8: np.ndarray, start: int, seg: Segment, seen: _Seen) -> list[Fact]:
-    """Facts of a few records from the first intact frame at or after ``start`` whose record stores its
+def _intact(buf: Any, pos: int, seg: Segment) -> tuple[int, int] | None:
+    """(record position, frame end) of the frame at ``pos`` when it holds an intact record that stores its
     own physical offset (a magic code inside a body is not one: its bytes would have to match all of that)."""
-    pos = seg.framing.find_chained(u8, seg.base_offset, start, min(len(buf), start + _SEARCH_BYTES))
+    kind, at, frame_end = seg.framing.step(buf, pos, len(buf))
+    if kind != RECORD or checked_size(buf, at, len(buf)) is None or _phy_field(buf, at) != seg.base_offset + at:
+        return None
+    return at, frame_end
+
+
+def _place_facts(buf: Any, start: int, seg: Segment, seen: _Seen) -> list[Fact]:
+    """Facts of a few records from the first intact frame at or after ``start``."""
+    stop = min(len(buf), start + _SEARCH_BYTES)
+    pos = seg.framing.resync(buf, start, stop, lambda p: _intact(buf, p, seg) is not None)
     out: list[Fact] = []
-    for _ in range(_PLACE_RECORDS) if pos is not None else ():
-        kind, at, frame_end = seg.framing.step(buf, pos, len(buf))
-        if kind != RECORD or checked_size(buf, at, len(buf)) is None or _phy_field(buf, at) != seg.base_offset + at:
+    for _ in range(_PLACE_RECORDS):
+        found = None if pos is None else _intact(buf, pos, seg)
+        if found is None:
             break
-        out += _record_facts(buf, at, seg, seen, True)
-        pos = frame_end
+        out += _record_facts(buf, found[0], seg, seen, True)
+        pos = found[1]
     return out
 
 

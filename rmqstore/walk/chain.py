@@ -1,6 +1,6 @@
 """The walk of the commit log chain: typed stops, the one chain rule, the record walk of a file, runs of
-frames for the walks that check records their own way, and the one-frame questions (what is at a
-position, whether a file holds data, the record a file starts with)."""
+frames for the walks that check records their own way, and what a file's first frame says (whether
+the file holds data, the record it starts with)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from rmqstore.codec.commitlog import (
     Record,
     decode_record,
     explain_invalid,
-    read_head,
 )
 from rmqstore.codec.framing import BLANK, END, RECORD, UNTIL, is_record_magic
 from rmqstore.errors import CorruptData
@@ -37,16 +36,10 @@ if TYPE_CHECKING:
 _RELEASE_EVERY = 16 << 20
 
 
-def frame_at(buf: Any, seg: Segment, pos: int) -> tuple[str, int, int]:
-    """One step of the chain: the frame at ``pos`` of a mapped commit log file, as (kind, record
-    position, frame end); the kind is the framing's RECORD, BLANK, END (zeros) or INVALID."""
-    return seg.framing.step(buf, pos, len(buf))
-
-
 def holds_data(seg: Segment) -> bool:
     """Whether a commit log file's first frame is anything but zeros (a pre-allocated file holds none)."""
     with map_file(seg.path) as buf:
-        return frame_at(buf, seg, 0)[0] != END
+        return seg.framing.step(buf, 0, len(buf))[0] != END
 
 
 def first_record(buf: Any, seg: Segment, *, v2: bool = True) -> int | None:
@@ -56,12 +49,6 @@ def first_record(buf: Any, seg: Segment, *, v2: bool = True) -> int | None:
     if len(buf) < framing.head + 8 or not is_record_magic(framing.magic_at(buf, 0), v2=v2):
         return None
     return framing.head
-
-
-def record_head(buf: Any, seg: Segment, pos: int) -> tuple[int, int]:
-    """TOTALSIZE and MAGICCODE where the frame at ``pos`` puts its record: what an invalid frame claims."""
-    at = pos + seg.framing.head
-    return read_head(buf, at) if at + 8 <= len(buf) else (0, 0)
 
 
 def walk_segment(

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.dispatch.multiqueue import batch_queue_max_phy, plan_batch_cq_cut
+from rmqstore.dispatch.multiqueue import plan_batch_cq_cut
+from rmqstore.store.batchcq import batch_queue_max_phy
 from rmqstore.store.layout import list_segments
 
 runner = CliRunner()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REAL_WORLD, case_dir, copy_real_store, load_truth
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -16,7 +17,6 @@ from rmqstore.errors import UnsafePlan
 from rmqstore.ops import offsets as op
 from rmqstore.store import config as cfgjson
 from rmqstore.store import open_store
-from tests.conftest import REAL_WORLD, case_dir, copy_real_store, load_truth
 
 runner = CliRunner()
 
@@ -335,7 +335,7 @@ def test_apply_refuses_a_plan_made_before_the_file_changed(store: Path):
         plan = op.plan_reset_offsets(st, pairs=[("TopicA", "GroupA")], mode="latest")
         path.write_text(offsets_text({"TopicA@GroupA": {0: 1}}))
         with pytest.raises(UnsafePlan):
-            op.apply_set_offsets(st, plan)
+            op.apply_reset_offsets(st, plan)
     assert path.read_text() == offsets_text({"TopicA@GroupA": {0: 1}})
 
 

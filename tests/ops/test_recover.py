@@ -12,7 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NEWER_CASES, REAL_STORES, REPO, case_dir, copy_real_store, is_crash, load_rebuild, load_truth
+from conftest import (
+    NEWER_CASES,
+    REAL_STORES,
+    REPO,
+    case_dir,
+    copy_real_store,
+    crash_batch_store,
+    is_crash,
+    load_rebuild,
+    load_truth,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -22,6 +32,7 @@ from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import Record, decode_record
 from rmqstore.codec.consumequeue import entries_array, valid_prefix
 from rmqstore.ops import recover as rec
+from rmqstore.safety.journal import journal_file
 from rmqstore.store import open_store
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import list_segments
@@ -570,8 +581,8 @@ def kill_chain(root: Path, q: Path, points: list[str]) -> list[str]:
     for step in points:
         p = killed_at(f"recover:{step}", "recover", str(root), "-q", "--quarantine", str(q))
         assert p.returncode == -9, (step, p.returncode, p.stderr)
-        assert rec.journal_path(root).exists()
-        seen.append(f"{step}: done {json.loads(rec.journal_path(root).read_text())['done']}")
+        assert journal_file(root, "recover").exists()
+        seen.append(f"{step}: done {json.loads(journal_file(root, 'recover').read_text())['done']}")
     r = runner.invoke(app, ["recover", str(root), "-q", "--quarantine", str(q)])
     assert r.exit_code == 0, r.output
     return seen
@@ -712,21 +723,8 @@ def test_abnormal_recovery_re_dispatches_the_lmq_queues(tmp_path):
     assert got == want
 
 
-def _crash_batch_store(tmp: Path) -> Path:
-    """The 5.2.0 batch-cq store as if the process died before its last batch units reached the disk."""
-    root = copy_real_store("5.2.0/batch-cq", tmp)
-    for qdir in (root / "batchconsumequeue" / "TopicBatchCQ").iterdir():
-        last = sorted(qdir.iterdir())[-1]
-        data = bytearray(last.read_bytes())
-        used = next((i for i in range(0, len(data) - 45, 46) if not any(data[i : i + 46])), len(data) // 46 * 46)
-        data[max(0, used - 2 * 46) : used] = bytes(min(used, 2 * 46))  # the last two units
-        last.write_bytes(bytes(data))
-    (root / "abort").write_text("4242")
-    return root
-
-
 def test_abnormal_recovery_re_dispatches_the_batch_queues(tmp_path):
-    root = _crash_batch_store(tmp_path / "crashed")
+    root = crash_batch_store(tmp_path / "crashed")
     orig = copy_real_store("5.2.0/batch-cq", tmp_path / "orig")
     bcq = "batchconsumequeue/TopicBatchCQ"
     assert {p.name: sha(p) for p in (root / bcq).rglob("*") if p.is_file()} != {
