@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqstore.codec.consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER as INDEX_HEADER
 from rmqstore.errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
 from rmqstore.rules import rules_for
@@ -307,7 +306,7 @@ def evaluate_triggers(
 ) -> Triggers:
     hour = local_hour(now_ms)
     physic = commitlog_used_ratio(st.config, disk_usage)
-    logics = disk_usage(st.config.consumequeue_dir)
+    logics = disk_usage(st.consume_queues.directory)
     space, clean_now, full = space_to_delete(settings, physic, logics)
     return Triggers(
         local_hour=hour,
@@ -475,20 +474,12 @@ def _plan_consumequeues(st: Store, min_phy: int) -> tuple[list[FileAction], list
     """``deleteExpiredFileByOffset(minPhy, 20)`` for every queue (§10.2)."""
     actions: list[FileAction] = []
     warnings: list[str] = []
-    file_size = st.config.cq_file_size
-    for topic, qid, _ in st.queues():
-        segs, problems = st.cq_segments(topic, qid)
-        if problems:
-            warnings.append(f"skipped queue {topic}/{qid}: {problems[0]}")
-            continue
-        for seg in segs[:-1]:
-            raw = _read_at(seg.path, file_size - CQ_ENTRY_SIZE, 8)
-            if len(raw) < 8:
-                warnings.append(f"skipped queue {topic}/{qid}: {seg.path} is shorter than {file_size} bytes")
-                break
-            (last_phy,) = _LONG.unpack(raw)
-            if last_phy >= min_phy:
-                break
+    for q in st.consume_queues.queues():
+        topic, qid = q.topic, q.queue_id
+        expired, stopped = q.expired_files(min_phy)
+        if stopped is not None:
+            warnings.append(f"skipped queue {topic}/{qid}: {stopped}")
+        for seg, last_phy in expired:
             mtime, size = _mtime_ms(seg.path)
             rel = _rel(st.root, seg.path, f"consumequeue/{topic}/{qid}/{seg.path.name}")
             why = f"last entry's commit log offset {last_phy} < min offset {min_phy}"

@@ -51,9 +51,8 @@ from rmqstore.codec.commitlog import (
     offset_msg_id,
     read_head,
 )
-from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array, valid_prefix
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
-from rmqstore.dispatch.multiqueue import batch_cq_topics, batch_queue_max_phy, dispatch_extra, plan_batch_cq_cut
+from rmqstore.dispatch.multiqueue import batch_cq_topics, dispatch_extra
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
 from rmqstore.problems import LOAD_FAILURES, Problem
 from rmqstore.rules import BrokerRules, rules_for
@@ -62,13 +61,14 @@ from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, move, sc
 from rmqstore.safety.journal import Journal, StepHook
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
-from rmqstore.store.files import map_file
+from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.store.queue.consumequeue import FileConsumeQueues
+from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore, QueueCut, QueueRecovery
 from rmqstore.walk.chain import FileWalk, indexed, queued
 from rmqstore.walk.checked import TopicIds, keep_dispatch_columns, recovery_walk, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop, iter_requests
-from rmqstore.walk.starts import data_end
 
 Clock = Callable[[], int] | None  # the store time in ms (default: the system clock)
 Progress = Callable[[int], None] | None  # called with the bytes done since the last call
@@ -369,20 +369,6 @@ def _zero_range(path: Path, start: int, end: int) -> None:
         os.close(fd)
 
 
-def _read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        pos = start
-        while pos < end:
-            data = os.pread(fd, min(_CHUNK, end - pos), pos)
-            if not data:
-                break
-            yield data
-            pos += len(data)
-    finally:
-        os.close(fd)
-
-
 def _unlink(path: Path) -> bool:
     try:
         path.unlink()
@@ -461,34 +447,8 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
     return out, count, 0
 
 
-def _count_entries(path: Path, start: int, end: int) -> int:
-    """Non-zero 20-byte slots of a consume queue file in [start, end)."""
-    if end <= start:
-        return 0
-    data = b"".join(_read_range(path, start, end))
-    n = len(data) // ENTRY_SIZE
-    arr = np.frombuffer(data[: n * ENTRY_SIZE], dtype=np.uint8).reshape(n, ENTRY_SIZE)
-    return int(arr.any(axis=1).sum()) + (1 if len(data) % ENTRY_SIZE and any(data[n * ENTRY_SIZE :]) else 0)
-
-
 # ---------------------------------------------------------------------------------------------
 # Consume queue recovery (§8.4) and truncateDirtyLogicFiles (§8.5)
-
-
-@dataclass
-class _QueueState:
-    topic: str
-    queue_id: int
-    qdir: Path
-    segs: list[Segment]
-    end_offset: int  # queue-stream byte offset where valid entries end (processOffset of §8.4)
-    max_physic: int  # per version (§8.1 step 5), -1 when none
-    files_left: list[Segment] = field(default_factory=list)
-
-    def entries_of(self, seg: Segment) -> np.ndarray:
-        """A kept file's valid entries as its recovery leaves them (all after the end read as zeros)."""
-        n = max(0, min(seg.size, self.end_offset - seg.base_offset))
-        return entries_array(b"".join(_read_range(seg.path, 0, n)))
 
 
 def _refuse_load_failure(p: Problem, consequence: str) -> None:
@@ -497,120 +457,33 @@ def _refuse_load_failure(p: Problem, consequence: str) -> None:
         raise CorruptData(f"{p.what}{consequence} or move the file away", path=p.path, pos=0)
 
 
-def _recover_queue(topic: str, qid: int, qdir: Path, cfg: StoreConfig, rules: BrokerRules) -> _QueueState:
-    segs, problems = list_segments(qdir, cfg.cq_file_size)
-    for p in problems:
+def _recover_queue(q: ConsumeQueue) -> QueueRecovery:
+    rec = q.recover()
+    for p in rec.problems:
         _refuse_load_failure(p, ": the broker would not load this consume queue; fix mappedFileSizeConsumeQueue")
-    st = _QueueState(topic, qid, qdir, segs, 0, -1)
-    if not segs:
-        return st
-    fs = cfg.cq_file_size
-    idx = max(0, len(segs) - 3)
-    process = segs[idx].base_offset
-    in_file = 0
-    while True:
-        arr = entries_array(segs[idx].path.read_bytes())
-        n = valid_prefix(arr)
-        if n:
-            e = arr[n - 1]
-            st.max_physic = int(e["phy_offset"]) + (int(e["size"]) if rules.cq_max_includes_size else 0)
-        in_file = n * ENTRY_SIZE
-        if in_file == fs:
-            if idx + 1 >= len(segs):
-                break
-            idx += 1
-            process = segs[idx].base_offset
-            in_file = 0
-            continue
-        break
-    st.end_offset = process + in_file
-    st.files_left = [s for s in segs if not (s.base_offset + fs > st.end_offset and st.end_offset < s.base_offset)]
-    return st
+    return rec
 
 
-def _cq_recover_actions(root: Path, q: _QueueState, fs: int) -> list[Action]:
-    out = []
-    for s in q.segs:
-        if s.base_offset + fs <= q.end_offset:
-            continue
-        rel = _rel(root, s.path)
-        if q.end_offset >= s.base_offset:
-            cut = q.end_offset - s.base_offset
-            end = data_end(s.path, cut)
-            if end > cut:
-                out.append(
-                    Action(
-                        "cq-recover",
-                        "zero",
-                        "consumequeue",
-                        rel,
-                        cut,
-                        end,
-                        f"entries after the first invalid entry of {q.topic}/{q.queue_id} (§8.4)",
-                        entries_total=_count_entries(s.path, cut, end),
-                    )
-                )
-        else:
-            out.append(
-                Action(
-                    "cq-recover",
-                    "delete",
-                    "consumequeue",
-                    rel,
-                    0,
-                    s.size,
-                    f"past the last valid entry of {q.topic}/{q.queue_id} (§8.4)",
-                    entries_total=_count_entries(s.path, 0, s.size),
-                )
-            )
-    return out
+def _cut_action(root: Path, step: str, c: QueueCut, why: str) -> Action:
+    return Action(step, c.verb, "consumequeue", _rel(root, c.path), c.from_pos, c.to_pos, why, entries_total=c.units)
 
 
-def _cq_truncate_actions(root: Path, q: _QueueState, process_offset: int) -> list[Action]:
+def _cq_recover_actions(root: Path, q: QueueRecovery) -> list[Action]:
+    """The queue's own ``truncateDirtyFiles`` after its recovery (§8.4)."""
+    whys = {
+        "zero": f"entries after the first invalid entry of {q.topic}/{q.queue_id} (§8.4)",
+        "delete": f"past the last valid entry of {q.topic}/{q.queue_id} (§8.4)",
+    }
+    return [_cut_action(root, "cq-recover", c, whys[c.verb]) for c in q.cuts]
+
+
+def _cq_truncate_actions(root: Path, q: QueueRecovery, process_offset: int) -> list[Action]:
     """``truncateDirtyLogicFiles(processOffset)`` on one queue (§8.5), on the files its recovery left."""
-    out: list[Action] = []
-    left = list(q.files_left)
-    while left:
-        last = left[-1]
-        arr = q.entries_of(last)
-        rel = _rel(root, last.path)
-        if (int(arr[0]["phy_offset"]) if len(arr) else 0) >= process_offset:  # zeros read as offset 0
-            out.append(
-                Action(
-                    "cq-truncate",
-                    "delete",
-                    "consumequeue",
-                    rel,
-                    0,
-                    last.size,
-                    f"first entry of {q.topic}/{q.queue_id} points at or past processOffset {process_offset} (§8.5)",
-                    entries_total=_count_entries(last.path, 0, min(last.size, max(0, q.end_offset - last.base_offset))),
-                )
-            )
-            left.pop()
-            continue
-        # The broker keeps the first entry without checking it, then stops at the first entry
-        # that is invalid or points at or past processOffset.
-        phy, size = arr["phy_offset"][1:], arr["size"][1:]
-        bad = np.flatnonzero((phy < 0) | (size <= 0) | (phy >= process_offset))
-        keep = 1 + (int(bad[0]) if bad.size else len(phy))
-        cut = keep * ENTRY_SIZE
-        valid_end = max(0, min(last.size, q.end_offset - last.base_offset))
-        if valid_end > cut:
-            out.append(
-                Action(
-                    "cq-truncate",
-                    "zero",
-                    "consumequeue",
-                    rel,
-                    cut,
-                    valid_end,
-                    f"entries of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)",
-                    entries_total=(valid_end - cut) // ENTRY_SIZE,
-                )
-            )
-        return out
-    return out
+    whys = {
+        "delete": f"first entry of {q.topic}/{q.queue_id} points at or past processOffset {process_offset} (§8.5)",
+        "zero": f"entries of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)",
+    }
+    return [_cut_action(root, "cq-truncate", c, whys[c.verb]) for c in q.queue.truncate_dirty(process_offset, q)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -709,40 +582,6 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
 
 
-def _cq_phy_at(q: _QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
-    """The phy offset in each queue offset's slot (-1 where there is none), reading only those slots."""
-    out = np.full(len(qoff), -1, dtype=np.int64)
-    if not len(qoff):
-        return out
-    per_file = fs // ENTRY_SIZE
-    bases = np.array([s.base_offset // ENTRY_SIZE for s in q.files_left], dtype=np.int64)
-    which = np.searchsorted(bases, qoff, side="right") - 1
-    for fi in np.unique(which[which >= 0]).tolist():
-        sel = np.flatnonzero(which == fi)
-        seg = q.files_left[fi]
-        slots = qoff[sel] - bases[fi]
-        inside = slots < per_file
-        sel, slots = sel[inside], slots[inside]
-        if not len(sel):
-            continue
-        lo, hi = int(slots.min()), int(slots.max()) + 1
-        fd = os.open(seg.path, os.O_RDONLY)
-        try:
-            if hi - lo <= 4 * len(sel) + 4096:  # a dense run: one read
-                data = os.pread(fd, (hi - lo) * ENTRY_SIZE, lo * ENTRY_SIZE)
-                arr = entries_array(data)
-                ok = slots - lo < len(arr)
-                out[sel[ok]] = arr["phy_offset"][slots[ok] - lo]
-            else:  # scattered queue offsets (a damaged store): one read each
-                for i, slot in zip(sel.tolist(), slots.tolist(), strict=True):
-                    data = os.pread(fd, ENTRY_SIZE, slot * ENTRY_SIZE)
-                    if len(data) == ENTRY_SIZE:
-                        out[i] = _I64.unpack_from(data, 0)[0]
-        finally:
-            os.close(fd)
-    return out
-
-
 @dataclass
 class _CqCheck:
     """Walked NOT/COMMIT records without their consume queue slot (§4.3), counted as the walk goes."""
@@ -756,11 +595,10 @@ class _CqCheck:
         self,
         w: FileWalk,
         topics: TopicIds,
-        queues: dict[tuple[str, int], _QueueState],
+        queues: dict[tuple[str, int], QueueRecovery],
         rules: BrokerRules,
         abnormal: bool,
         max_cq: int,
-        fs: int,
     ) -> None:
         ci = np.flatnonzero(queued(w.sys_flag))
         if not ci.size:
@@ -778,23 +616,23 @@ class _CqCheck:
             qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
             q = queues.get((topic, qid))
             qoff, phy, size = w.queue_offset[sel], w.phy[sel], w.size[sel]
-            if q is None or not q.files_left:
+            if q is None or not q.kept:
                 miss = np.ones(len(sel), dtype=bool)
             else:
-                first = q.files_left[0].base_offset // ENTRY_SIZE
-                known = (qoff >= first) & (qoff < q.end_offset // ENTRY_SIZE)
+                first = q.first_offset
+                known = (qoff >= first) & (qoff < q.max_offset)
                 present = np.zeros(len(sel), dtype=bool)
                 kk = np.flatnonzero(known)
-                present[kk] = _cq_phy_at(q, qoff[kk], fs) == phy[kk]
+                present[kk] = q.queue.phy_offsets_at(qoff[kk], q) == phy[kk]
                 miss = ~present & (qoff >= first)  # older than the queue's first file: expired, not lost
             if not miss.any():
                 continue
             mq, mp, ms = qoff[miss], phy[miss], size[miss]
             if abnormal:
                 # The re-dispatch appends what lies past the queue's end and past its max physical offset.
-                qend = q.end_offset // ENTRY_SIZE if q else 0
+                qend = q.max_offset if q else 0
                 dup_key = mp + (ms if rules.cq_max_includes_size else 0)
-                fixed = (mq >= qend) & (dup_key > (q.max_physic if q else -1))
+                fixed = (mq >= qend) & (dup_key > (q.max_physic_offset if q else -1))
             elif rules.start_catches_up:
                 fixed = mp >= max_cq  # start() re-dispatches from the consume queue maximum
             else:
@@ -965,7 +803,7 @@ class RecoveryFacts:
     kept_index: list[Path]
     dropped_index: list[tuple[Path, str, bool]]
     last_index_end: int  # endPhyOffset of the last kept index file, -1 when none
-    queues: dict[tuple[str, int], _QueueState]
+    queues: dict[tuple[str, int], QueueRecovery]
     max_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
     batch_topics: frozenset[str]
     batch_max: int
@@ -1035,9 +873,9 @@ def recovery_facts(
         with map_file(kept[-1]) as buf:
             last_index_end = ix.decode_header(buf).end_phy_offset
     # 5. every consume queue's own recovery (§8.4).
-    queues = {(topic, qid): _recover_queue(topic, qid, qdir, cfg, rules) for topic, qid, qdir in st.queues()}
-    batch_max = max((batch_queue_max_phy(st.bcq_segments(t, q)[0]) for t, q, _ in st.batch_queues()), default=-1)
-    max_cq = max(max((q.max_physic for q in queues.values()), default=-1), batch_max)
+    queues = {(q.topic, q.queue_id): _recover_queue(q) for q in st.consume_queues.queues()}
+    batch_max = max((q.recover().max_physic_offset for q in st.batch_queues.queues()), default=-1)
+    max_cq = max(max((q.max_physic_offset for q in queues.values()), default=-1), batch_max)
     # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
     start_idx, start_why = walk_start(segs, abort, cp, cfg, rules, max_cq)
     facts = RecoveryFacts(
@@ -1049,7 +887,7 @@ def recovery_facts(
     topics = TopicIds()
     for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
         facts.end.add(w, last_index_end, max_cq)
-        facts.cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
+        facts.cq_check.add(w, topics, queues, rules, abort, max_cq)
     return facts
 
 
@@ -1063,30 +901,24 @@ def _check_plannable(st: Store, rebuild_index: bool) -> None:
         raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
 
 
-def _queue_actions(root: Path, f: RecoveryFacts, cq_file_size: int) -> list[Action]:
+def _queue_actions(root: Path, f: RecoveryFacts) -> list[Action]:
     """Each consume queue's own recovery (§8.4), or every queue destroyed when no commit log is left."""
     out: list[Action] = []
     for q in f.queues.values():
         if not f.destroy_logics:
-            out += _cq_recover_actions(root, q, cq_file_size)
+            out += _cq_recover_actions(root, q)
             continue
-        for s in q.segs:
-            why = "no commit log file: the broker destroys every consume queue"
-            n = _count_entries(s.path, 0, s.size)
-            out.append(
-                Action("cq-truncate", "delete", "consumequeue", _rel(root, s.path), 0, s.size, why, entries_total=n)
-            )
-        q.files_left = []
+        why = "no commit log file: the broker destroys every consume queue"
+        out += [_cut_action(root, "cq-truncate", c, why) for c in q.queue.destroy()]
+        q.kept = []
     return out
 
 
 def _queue_ends(f: RecoveryFacts) -> list[QueueEnd]:
     out = []
     for (topic, qid), q in sorted(f.queues.items()):
-        last = q.files_left[-1] if q.files_left else None
-        out.append(
-            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
-        )
+        last = q.kept[-1] if q.kept else None
+        out.append(QueueEnd(topic, qid, last.path.name if last else None, q.end - last.base_offset if last else 0))
     return out
 
 
@@ -1152,7 +984,7 @@ def _plan_actions(
         for p, why, _garbage in f.dropped_index:
             actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
     if not rebuild_cq:
-        actions += _queue_actions(root, f, cfg.cq_file_size)
+        actions += _queue_actions(root, f)
     short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
     actions += _commitlog_cut_actions(root, f.segs, f.process_offset, short.get(f.end.reason, "end"), cfg.broker)
     return actions
@@ -1234,13 +1066,9 @@ def plan_recover(
 def _batch_cut_actions(st: Store, process_offset: int) -> list[Action]:
     """BatchConsumeQueue.truncateDirtyLogicFiles: units at or past ``process_offset`` are cut (§8.5)."""
     root, out = Path(st.root), []
-    for t, qid, _ in st.batch_queues():
-        for c in plan_batch_cq_cut(t, qid, st.bcq_segments(t, qid)[0], process_offset):
-            why = f"batch units of {t}/{qid} pointing at or past processOffset {process_offset} (§8.5)"
-            out.append(
-                Action("cq-truncate", c.verb, "consumequeue", _rel(root, c.path), c.from_pos, c.to_pos, why,
-                       entries_total=c.units)
-            )  # fmt: skip
+    for q in st.batch_queues.queues():
+        why = f"batch units of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)"
+        out += [_cut_action(root, "cq-truncate", c, why) for c in q.truncate_dirty(process_offset, q.recover())]
     return out
 
 
@@ -1629,9 +1457,9 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     root = Path(st.root)
     if plan.dispatch is not None and plan.dispatch.consume_queue:
         ends = {(q.topic, q.queue_id): q for q in plan.queue_ends}
-        for topic, qid, qdir in st.queues():
-            qe = ends.get((topic, qid))
-            segs, _ = list_segments(qdir, None)
+        for cq in st.consume_queues.queues():
+            qe, qdir = ends.get((cq.topic, cq.queue_id)), cq.directory
+            segs, _ = cq.files()
             keep_base = int(qe.last_file) if qe is not None and qe.last_file is not None else -1
             for s in segs:
                 if s.base_offset > keep_base:
@@ -1712,13 +1540,13 @@ def _index_msg_timestamp(cfg: StoreConfig, stats: DispatchStats, old: int) -> in
     return h.end_timestamp_ms if h.index_count >= cfg.max_index_num else old
 
 
-def _fsync_dispatch_dirs(root: Path, stats: DispatchStats) -> None:
+def _fsync_dispatch_dirs(queues: ConsumeQueueStore, index_dir: Path, stats: DispatchStats) -> None:
     for topic, qid in stats.queues_touched:
-        q = root / "consumequeue" / topic / str(qid)
+        q = queues.queue(topic, qid).directory
         if q.is_dir():
             fsync_dir(q)
             fsync_dir(q.parent)
-    for d in (root / "consumequeue", root / "index"):
+    for d in (queues.directory, index_dir):
         if d.is_dir():
             fsync_dir(d)
 
@@ -1761,7 +1589,7 @@ def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock,
         stats = dispatcher.close(sync=ok)
     if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
         dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back with the rest
-    _fsync_dispatch_dirs(root, stats)
+    _fsync_dispatch_dirs(st.consume_queues, cfg.index_dir, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:
         index_ts = _index_msg_timestamp(cfg, stats, index_ts)
@@ -1771,31 +1599,25 @@ def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock,
 def _batch_queue_state(st: Store) -> list[dict[str, Any]]:
     """Every batch consume queue's files and where its valid units end (units are appended, §4.7)."""
     out = []
-    for topic, qid, qdir in st.batch_queues():
-        segs, _ = st.bcq_segments(topic, qid)
-        last, end = None, 0
-        for seg in segs:
-            with map_file(seg.path) as buf:
-                n = 0
-                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                    if decode_bcq_entry(buf, pos, path=str(seg.path)).ends_queue:
-                        break
-                    n += 1
-            if n or last is None:
-                last, end = seg.path.name, n * BCQ_UNIT_SIZE
-        out.append({"dir": _rel(Path(st.root), qdir), "files": [s.path.name for s in segs], "last": last, "end": end})
+    for q in st.batch_queues.queues():
+        segs, _ = q.files()
+        tail = q.tail()
+        last, end = (None, 0) if tail.file is None else (tail.file.path.name, tail.end - tail.file.base_offset)
+        out.append({"dir": _rel(Path(st.root), q.directory), "files": [s.path.name for s in segs], "last": last,
+                    "end": end})  # fmt: skip
     return out
 
 
 def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
     root = Path(st.root)
     known = {q["dir"]: q for q in state}
-    for _topic, _qid, qdir in st.batch_queues():
+    for bq in st.batch_queues.queues():
+        qdir = bq.directory
         q = known.get(_rel(root, qdir))
         if q is None:  # a queue the re-dispatch created
             shutil.rmtree(qdir, ignore_errors=True)
             continue
-        for seg in list_segments(qdir, None)[0]:
+        for seg in bq.files()[0]:
             if seg.path.name not in q["files"]:
                 _unlink(seg.path)
             elif seg.path.name == q["last"]:
@@ -1827,7 +1649,7 @@ def _step_rebuild(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, 
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
-    _fsync_dispatch_dirs(build, stats)
+    _fsync_dispatch_dirs(FileConsumeQueues(cfg, build), build / "index", stats)
     state: dict[str, Any] = {"rebuild": stats.to_json()}
     if plan.rebuild_consume_queue:
         state["logicsMsgTimestamp"] = stats.logics_msg_timestamp_ms

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rmqstore.codec.commitlog import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE, encode_blank
-from rmqstore.codec.consumequeue import ENTRY_SIZE
 from rmqstore.codec.javahash import java_hash
 from rmqstore.dispatch.multiqueue import batch_cq_topics
 from rmqstore.errors import InputError, UnsafePlan
@@ -34,7 +33,6 @@ from rmqstore.rules import rules_for
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.layout import file_name
-from rmqstore.store.queues import queue_end as _queue_end
 from rmqstore.walk.requests import DispatchRequest
 
 
@@ -238,7 +236,7 @@ class Planner:
         key = (topic, qid)
         v = self.next_qoff.get(key)
         if v is None:
-            v = self.next_qoff[key] = _queue_end(self.st.cq_segments(topic, qid)[0]) // ENTRY_SIZE
+            v = self.next_qoff[key] = self.st.consume_queues.queue(topic, qid).tail().max_offset
         return v
 
     def take_queue_offsets(self, topic: str, qid: int, count: int = 1) -> int:
