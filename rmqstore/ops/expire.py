@@ -41,6 +41,7 @@ from rmqstore.safety.files import SCRATCH_DIR, fsync_dir, move, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook, journal_file
 from rmqstore.safety.quarantine import Quarantine
 from rmqstore.store import Store, open_store
+from rmqstore.store.files import read_at
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.timeparse import format_time_ms
 from rmqstore.walk.chain import is_zero_header
@@ -402,14 +403,6 @@ def _mtime_ms(path: Path) -> tuple[int, int]:
     return s.st_mtime_ns // 1_000_000, s.st_size
 
 
-def _read_at(path: Path, pos: int, n: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, n, pos)
-    finally:
-        os.close(fd)
-
-
 def _rel(root: Path, path: Path, fallback: str) -> str:
     try:
         return str(path.relative_to(root))
@@ -418,7 +411,7 @@ def _rel(root: Path, path: Path, fallback: str) -> str:
 
 
 def _has_data(seg: Segment) -> bool:
-    head = _read_at(seg.path, 0, 8)
+    head = read_at(seg.path, 0, 8)
     return len(head) == 8 and not is_zero_header(head, 0)
 
 
@@ -493,7 +486,7 @@ def _index_files(st: Store) -> tuple[list[tuple[Path, int]], list[str], list[str
     notes = [str(p) for p in problems]
     out: list[tuple[Path, int]] = []
     for p in files:
-        raw = _read_at(p, 0, INDEX_HEADER.size)
+        raw = read_at(p, 0, INDEX_HEADER.size)
         if len(raw) < INDEX_HEADER.size:
             return [], notes, [f"skipped index files: {p} is shorter than its {INDEX_HEADER.size}-byte header"]
         out.append((p, INDEX_HEADER.unpack(raw)[3]))

@@ -22,6 +22,15 @@ def names_in(directory: Path) -> list[str]:
         return []
 
 
+def read_at(path: Path, pos: int, n: int) -> bytes:
+    """Up to ``n`` bytes of a file from ``pos``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, n, pos)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
     """Map a file (read-only unless ``write``); an empty file gives ``b""``."""

@@ -237,4 +237,3 @@ def test_one_resync_finds_the_next_record_after_damage(base: str, case: str, tmp
     magic_v2 = int.from_bytes(data[starts[2] + 4 : starts[2] + 8], "big") == MAGIC_V2
     no_v2 = RecordStarts(bytes(damaged), len(damaged), seg.base_offset, v2=False).resync(starts[1] - 1)
     assert (no_v2 != starts[2]) if magic_v2 else (no_v2 == starts[2])
-

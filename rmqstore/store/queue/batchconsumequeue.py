@@ -7,55 +7,33 @@ holds its first queue offset (``base_offset``) and how many messages it carries 
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqstore.codec import consumequeue as codec
 from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, BcqEntry, encode_bcq_entry, valid_prefix
-from rmqstore.codec.topic import check_topic_name
 from rmqstore.problems import Problem
 from rmqstore.store.files import data_end, names_in
-from rmqstore.store.layout import Segment, StoreConfig, list_segments, queue_dir
+from rmqstore.store.layout import Segment, list_segments, queue_dir
 from rmqstore.store.queue.interface import QueueCut, QueueRange, QueueRecovery, QueueTail
-from rmqstore.store.queue.mappedfiles import MappedFileQueue, nonzero_units, read_at, read_units, truncate_dirty_files
+from rmqstore.store.queue.mappedfiles import FileQueueLifeCycle, MappedFileQueue, QueueDirectories, truncate_dirty_files
 
 if TYPE_CHECKING:
     import numpy as np
 
-_LONG = struct.Struct(">q")
 BATCH_DIR = "batchconsumequeue"
 
 
 @dataclass(frozen=True, slots=True)
-class BatchConsumeQueues:
+class BatchConsumeQueues(QueueDirectories["BatchConsumeQueue"]):
     """Every ``batchconsumequeue/<topic>/<queueId>`` under ``root`` (a store, or a build directory beside it)."""
 
-    config: StoreConfig
-    root: Path
+    kind: ClassVar[str] = BATCH_DIR
 
-    @property
-    def directory(self) -> Path:
-        return self.root / BATCH_DIR
-
-    def queues(self) -> list[BatchConsumeQueue]:
-        base = self.directory
-        out = []
-        for topic in names_in(base) if base.is_dir() else []:
-            tdir = base / topic
-            if tdir.is_dir():
-                out += [
-                    self._queue(topic, int(q), tdir / q) for q in names_in(tdir) if q.isdigit() and (tdir / q).is_dir()
-                ]
-        out.sort(key=lambda q: (q.topic, q.queue_id))
-        return out
-
-    def queue(self, topic: str, queue_id: int) -> BatchConsumeQueue:
-        """A topic the broker would refuse gets a hidden name that holds no queue."""
-        sub = ".refused-topic" if check_topic_name(topic) is not None else topic
-        return self._queue(topic, int(queue_id), self.directory / sub / str(int(queue_id)))
+    def _topics(self) -> list[str]:
+        return names_in(self.directory) if self.directory.is_dir() else []
 
     def _queue(self, topic: str, queue_id: int, directory: Path) -> BatchConsumeQueue:
         size = self.config.bcq_file_size
@@ -101,26 +79,18 @@ def _leading(valid: np.ndarray) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchConsumeQueue:
-    """One ``batchconsumequeue/<topic>/<queueId>`` directory."""
+class BatchConsumeQueue(FileQueueLifeCycle):
+    """One ``batchconsumequeue/<topic>/<queueId>`` directory (``file_size``: mapperFileSizeBatchConsumeQueue,
+    in whole units)."""
 
-    topic: str
-    queue_id: int
-    directory: Path  # batchconsumequeue/<topic>/<queueId> under the root
-    file_size: int  # mapperFileSizeBatchConsumeQueue, in whole units
+    unit_size: ClassVar[int] = BCQ_UNIT_SIZE
 
     @property
-    def unit_size(self) -> int:
-        return BCQ_UNIT_SIZE
-
-    def exists(self) -> bool:
-        return self.directory.is_dir()
+    def dtype(self) -> np.dtype:
+        return codec.BCQ_DTYPE
 
     def files(self) -> tuple[list[Segment], list[Problem]]:
         return list_segments(self.directory, None)
-
-    def read(self, seg: Segment, start: int = 0, stop: int | None = None) -> np.ndarray:
-        return read_units(seg.path, codec.BCQ_DTYPE, start, stop)
 
     def scan(self) -> Iterator[BatchUnit]:
         """The valid units in order, with their places, up to the first empty one."""
@@ -258,28 +228,6 @@ class BatchConsumeQueue:
         inside &= queue_offsets < recovered.max_offset
         out[inside] = units["phy_offset"][at[inside]]
         return out
-
-    def destroy(self) -> list[QueueCut]:
-        return [
-            QueueCut(s.path, "delete", 0, s.size, nonzero_units(s.path, 0, s.size, BCQ_UNIT_SIZE))
-            for s in self.files()[0]
-        ]
-
-    def expired_files(self, min_phy: int) -> tuple[list[tuple[Segment, int]], str | None]:
-        """Every file but the last whose last unit points below ``min_phy``, up to the first that does not."""
-        segs, problems = self.files()
-        if problems:
-            return [], str(problems[0])
-        out: list[tuple[Segment, int]] = []
-        for seg in segs[:-1]:
-            raw = read_at(seg.path, self.file_size - BCQ_UNIT_SIZE, 8)
-            if len(raw) < 8:
-                return out, f"{seg.path} is shorter than {self.file_size} bytes"
-            (last_phy,) = _LONG.unpack(raw)
-            if last_phy >= min_phy:
-                break
-            out.append((seg, last_phy))
-        return out, None
 
     def writer(self, *, where: tuple[Path | str, int, int | None] | None = None) -> BatchConsumeQueueWriter:
         root = self.directory.parent.parent.parent  # <root>/batchconsumequeue/<topic>/<queueId>

@@ -10,22 +10,21 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rmqstore.codec import consumequeue as codec
 from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, encode_entry, valid_prefix, write_entry
-from rmqstore.codec.topic import check_topic_name
 from rmqstore.errors import CorruptData
 from rmqstore.problems import Problem, ProblemKind
 from rmqstore.rules import rules_for
-from rmqstore.store.files import map_file, names_in
-from rmqstore.store.layout import Segment, StoreConfig, file_name, list_segments, queue_dir, segment_for
+from rmqstore.store.files import map_file, read_at
+from rmqstore.store.layout import Segment, file_name, list_segments, queue_dir, segment_for
 from rmqstore.store.queue.interface import QueueCut, QueueRange, QueueRecovery, QueueTail
 from rmqstore.store.queue.mappedfiles import (
+    FileQueueLifeCycle,
     MappedFileQueue,
+    QueueDirectories,
     nonzero_units,
-    read_at,
-    read_units,
     truncate_dirty_files,
 )
 
@@ -35,68 +34,34 @@ if TYPE_CHECKING:
 _LONG = struct.Struct(">q")
 
 
-def _is_queue_id(name: str) -> bool:
-    return name.isdigit() or (name.startswith("-") and name[1:].isdigit())
-
-
 @dataclass(frozen=True, slots=True)
-class FileConsumeQueues:
+class FileConsumeQueues(QueueDirectories["FileConsumeQueue"]):
     """Every ``consumequeue/<topic>/<queueId>`` under ``root`` (a store, or a build directory beside it)."""
 
-    config: StoreConfig
-    root: Path
+    kind: ClassVar[str] = "consumequeue"
 
-    @property
-    def directory(self) -> Path:
-        return self.root / "consumequeue"
-
-    def queues(self) -> list[FileConsumeQueue]:
-        """Every queue directory, as the broker loads them (§4.5)."""
-        base = self.directory
-        out = []
-        for topic in names_in(base):
-            tdir = base / topic
-            if tdir.is_dir():
-                out += [
-                    self._queue(topic, int(q), tdir / q)
-                    for q in names_in(tdir)
-                    if _is_queue_id(q) and (tdir / q).is_dir()
-                ]
-        out.sort(key=lambda q: (q.topic, q.queue_id))
-        return out
-
-    def queue(self, topic: str, queue_id: int) -> FileConsumeQueue:
-        """A topic the broker would refuse never becomes a path: it gets a hidden name inside ``consumequeue/``
-        that holds no queue (its writer refuses it, naming the record)."""
-        sub = ".refused-topic" if check_topic_name(topic) is not None else topic
-        return self._queue(topic, int(queue_id), self.directory / sub / str(int(queue_id)))
+    @staticmethod
+    def _is_queue_id(name: str) -> bool:
+        return name.isdigit() or (name.startswith("-") and name[1:].isdigit())
 
     def _queue(self, topic: str, queue_id: int, directory: Path) -> FileConsumeQueue:
         return FileConsumeQueue(topic, queue_id, directory, self.config.cq_file_size, self.config.broker)
 
 
 @dataclass(frozen=True, slots=True)
-class FileConsumeQueue:
+class FileConsumeQueue(FileQueueLifeCycle):
     """One ``consumequeue/<topic>/<queueId>`` directory."""
 
-    topic: str
-    queue_id: int
-    directory: Path  # consumequeue/<topic>/<queueId> under the root
-    file_size: int
     broker: str
 
-    @property
-    def unit_size(self) -> int:
-        return ENTRY_SIZE
+    unit_size: ClassVar[int] = ENTRY_SIZE
 
-    def exists(self) -> bool:
-        return self.directory.is_dir()
+    @property
+    def dtype(self) -> np.dtype:
+        return codec.ENTRY_DTYPE
 
     def files(self) -> tuple[list[Segment], list[Problem]]:
         return list_segments(self.directory, self.file_size)
-
-    def read(self, seg: Segment, start: int = 0, stop: int | None = None) -> np.ndarray:
-        return read_units(seg.path, codec.ENTRY_DTYPE, start, stop)
 
     def units(self) -> tuple[int, np.ndarray]:
         import numpy as np
@@ -269,28 +234,6 @@ class FileConsumeQueue:
                 if len(data) == ENTRY_SIZE:
                     out[i] = _LONG.unpack_from(data, 0)[0]
         return out
-
-    def destroy(self) -> list[QueueCut]:
-        return [
-            QueueCut(s.path, "delete", 0, s.size, nonzero_units(s.path, 0, s.size, ENTRY_SIZE)) for s in self.files()[0]
-        ]
-
-    def expired_files(self, min_phy: int) -> tuple[list[tuple[Segment, int]], str | None]:
-        """Every file but the last whose last unit (at ``file_size - 20``) points below ``min_phy``, up to the
-        first that does not; none when the directory has a problem."""
-        segs, problems = self.files()
-        if problems:
-            return [], str(problems[0])
-        out: list[tuple[Segment, int]] = []
-        for seg in segs[:-1]:
-            raw = read_at(seg.path, self.file_size - ENTRY_SIZE, 8)
-            if len(raw) < 8:
-                return out, f"{seg.path} is shorter than {self.file_size} bytes"
-            (last_phy,) = _LONG.unpack(raw)
-            if last_phy >= min_phy:
-                break
-            out.append((seg, last_phy))
-        return out, None
 
     def writer(self, *, where: tuple[Path | str, int, int | None] | None = None) -> ConsumeQueueWriter:
         root = self.directory.parent.parent.parent  # <root>/consumequeue/<topic>/<queueId>
