@@ -37,11 +37,11 @@ from rmqstore.codec import checkpoint as cpmod  # noqa: E402
 from rmqstore.codec.commitlog import encode_blank, encode_record  # noqa: E402
 from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE  # noqa: E402
 from rmqstore.codec.javahash import java_hash  # noqa: E402
-from rmqstore.dispatch.dispatcher import Dispatcher
+from rmqstore.dispatch.dispatcher import Dispatcher  # noqa: E402
 from rmqstore.ops.write import java_hashmap_order  # noqa: E402
 from rmqstore.store import config as cfgmod  # noqa: E402
 from rmqstore.store.layout import file_name, load_broker_config  # noqa: E402
-from rmqstore.walk.requests import DispatchRequest
+from rmqstore.walk.requests import DispatchRequest  # noqa: E402
 
 GIB = 1 << 30
 BASE_TS = 1_700_000_000_000

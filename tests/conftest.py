@@ -134,6 +134,19 @@ def copy_real_store(case: str, dest: Path) -> Path:
     return dest / "store"
 
 
+def crash_batch_store(tmp: Path) -> Path:
+    """The 5.2.0 batch-cq store as if the process died before its last batch units reached the disk."""
+    root = copy_real_store("5.2.0/batch-cq", tmp)
+    for qdir in (root / "batchconsumequeue" / "TopicBatchCQ").iterdir():
+        last = sorted(qdir.iterdir())[-1]
+        data = bytearray(last.read_bytes())
+        used = next((i for i in range(0, len(data) - 45, 46) if not any(data[i : i + 46])), len(data) // 46 * 46)
+        data[max(0, used - 2 * 46) : used] = bytes(min(used, 2 * 46))  # the last two units
+        last.write_bytes(bytes(data))
+    (root / "abort").write_text("4242")
+    return root
+
+
 @pytest.fixture
 def real_store_copy(real_case: str, tmp_path: Path) -> tuple[str, Path]:
     return real_case, copy_real_store(real_case, tmp_path)

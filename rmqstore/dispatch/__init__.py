@@ -1,1 +1,3 @@
-"""dispatch"""
+"""Records to consume queue entries and index keys: the writers of a re-dispatch (``dispatcher``),
+LMQ and batch consume queue units (``multiqueue``), and the scope of a rebuild with the engines
+other than the local one (``engines``)."""

@@ -1,1 +1,3 @@
-"""ops"""
+"""The operations: one module or package each (check, dump, expire, info, lostqueues, offsets, query,
+recover, redispatch, timercompaction, write). An operation reads a store through store/ and walk/,
+writes through dispatch/ and safety/, and never imports another operation."""

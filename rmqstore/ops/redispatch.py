@@ -26,6 +26,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import decode_header
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
+from rmqstore.dispatch.engines import ENGINES, BuildScope
 from rmqstore.dispatch.multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
 from rmqstore.errors import InputError, UnsafePlan, UnsupportedStore
 from rmqstore.safety.actions import PlannedAction
@@ -177,24 +178,6 @@ def _index_identical(cur_root: Path, new_root: Path) -> bool:
                 if not bx:
                     break
     return True
-
-
-@dataclass(frozen=True)
-class BuildScope:
-    """What a build dispatches: from which commit log offset (None: the first record), the consume
-    queues of which topics (None: all), and which kinds of files."""
-
-    from_phy: int | None = None
-    topics: tuple[str, ...] | None = None
-    consume_queue: bool = True
-    index: bool = True
-
-
-BuildEngine = Callable[..., tuple[DispatchStats, int, str]]  # (store, build root, scope, master=...)
-
-# Engines other than the local one register here when their package is imported (the library
-# itself never imports the Spark package): ``rmqstore.spark.redispatch`` adds "spark".
-ENGINES: dict[str, BuildEngine] = {}
 
 
 def build(

@@ -6,7 +6,7 @@ first, ``codec`` the one import of the store codecs, ``jobs`` the bulk jobs (exp
 ``redispatch`` the Spark engine of ``rmqstore redispatch`` and ``session`` the SparkSession set-up
 (local or a cluster: master checks, the package shipped to the executors, executor checks).
 Everything here needs ``pip install 'rmqstore[spark]'`` and a Java runtime; the core never imports
-this package: importing ``redispatch`` registers the Spark engine in ``rmqstore.redispatch.ENGINES``
+this package: importing ``redispatch`` registers the Spark engine in ``rmqstore.dispatch.engines.ENGINES``
 (the ``redispatch`` command does that for ``--engine spark``).
 """
 

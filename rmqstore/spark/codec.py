@@ -24,7 +24,7 @@ from rmqstore.codec.commitlog import (
     decode_record,
     host_str,
 )
-from rmqstore.walk.columns import BATCH, Columns, decode_batch, walk_positions
+from rmqstore.walk.columns import BATCH, Columns, decode_batch
 
 __all__ = [
     "BATCH",
@@ -48,5 +48,4 @@ __all__ = [
     "named",
     "property_items",
     "record_arrays",
-    "walk_positions",
 ]

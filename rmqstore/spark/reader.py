@@ -1,6 +1,6 @@
 """Arrow record batches of commit log splits, built column by column from the codec's record arrays.
 
-A split's records are found by walking the TOTALSIZE chain (``walk_positions``); each chunk of
+A split's records are found by walking the chain of frames (the framing's ``chain``); each chunk of
 positions is decoded at once into arrays (``record_arrays``) and checked as ``decode_record``
 checks a record (layout, bounds, computed size, stored PHYSICALOFFSET = position, with
 ``verifyCrc`` the body CRC). Where a check fails the walk looks for the next valid record (see
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.spark.codec import (
     PROP_KEYS,
     PROP_TAGS,
@@ -44,9 +45,7 @@ from rmqstore.spark.codec import (
     named,
     property_items,
     record_arrays,
-    walk_positions,
 )
-from rmqstore.walk.starts import resync
 
 CHUNK = 1 << 15  # records decoded at once: the arrays of a chunk stay in the CPU caches' reach
 _NEEDS_PROPS = frozenset({"tags", "keys", "uniqKey", "properties"})
@@ -126,6 +125,7 @@ class SplitContext:
     u8: np.ndarray
     data: pa.Buffer  # the same bytes for Arrow
     hosts: dict[tuple[bytes, int], str] = field(default_factory=dict)
+    framing: Framing = PLAIN
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,23 +147,23 @@ def valid_chunks(
             return None
         return rec if isinstance(rec, Record) and rec.phy_offset == base + p else None
 
-    p = _resync(buf, start, end, record_at)
+    p = _resync(ctx, start, end, record_at)
     while p is not None:
-        positions, stop_pos, reason = walk_positions(buf, p, size, until=end)
+        positions, stop_pos, reason = ctx.framing.chain(buf, p, size, until=end)
         restart: int | None = None
         for i in range(0, len(positions), chunk):
             arrs, slow, bad = _check_chunk(ctx, positions[i : i + chunk], size, check_crc, record_at)
             if bad is not None:
                 if bad:
                     yield arrs.take(np.arange(bad)), {k: r for k, r in slow.items() if k < bad}
-                restart = int(positions[i + bad]) + 1
+                restart = int(ctx.framing.frame_of(positions[i + bad])) + 1
                 break
             yield arrs, slow
         else:
             if reason == "until" or stop_pos >= end:
                 return
             restart = stop_pos + 1  # a BLANK, zeros or a broken header inside the split: look further
-        p = _resync(buf, restart, end, record_at)
+        p = _resync(ctx, restart, end, record_at)
 
 
 def _check_chunk(
@@ -188,9 +188,11 @@ def _check_chunk(
     return a, slow, None
 
 
-def _resync(buf: Any, start: int, end: int, record_at: Callable[[int], Record | None]) -> int | None:
+def _resync(ctx: SplitContext, start: int, end: int, record_at: Callable[[int], Record | None]) -> int | None:
+    """The first frame in ``[start, end)`` holding a valid record on the chain."""
 
-    return resync(buf, start, end, lambda q: record_at(q) is not None)
+    head = ctx.framing.head
+    return ctx.framing.resync(ctx.buf, start, end, lambda q: record_at(q + head) is not None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The Spark engine of ``rmqstore redispatch`` (store-format.md §9): decode in parallel, write on the driver.
 
 The local engine (:func:`rmqstore.redispatch.build`) walks each commit log file by TOTALSIZE
-(:func:`rmqstore.columnar.walk_positions`), cuts the record positions into chunks of
+(the framing's chain of the file), cuts the record positions into chunks of
 ``columnar.BATCH`` records, decodes every chunk into dispatch columns and hands them, in order,
 to :meth:`rmqstore.dispatch.Dispatcher.dispatch_columns`; the first chunk holding an invalid
 record ends the walk there. This engine does exactly the same, except that the chunks are
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from pyspark.sql import SparkSession
 
+from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
+from rmqstore.dispatch.engines import ENGINES, BuildScope
 from rmqstore.errors import CorruptData
-from rmqstore.ops import redispatch as local
-from rmqstore.ops.redispatch import BuildScope
 from rmqstore.spark import codec as columnar  # the columnar decoder, through the package's one import of the codecs
 from rmqstore.spark.session import spark_session
 from rmqstore.store import Store
@@ -43,9 +43,10 @@ class ChunkTask:
     path: str
     base: int
     size: int  # the file's length: records are read up to it, as the local engine reads them
-    first: int
+    first: int  # frame positions
     after: int
     count: int
+    framing: Framing = PLAIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +78,11 @@ def _stop(s: Any) -> Stop:
 
 def decode_chunk(task: ChunkTask, cfg: StoreConfig) -> tuple[columnar.Columns | None, Stop | None]:
     """The dispatch columns of one chunk, and the stop if an invalid record ends it (runs in a task)."""
-    seg = Segment(Path(task.path), task.base, task.size)
+    seg = Segment(Path(task.path), task.base, task.size, task.framing)
     with map_file(seg.path) as buf:
         if len(buf) < task.size:
             raise CorruptData(f"file shrank to {len(buf)} bytes while re-dispatching", path=seg.path, pos=len(buf))
-        positions, _, _ = columnar.walk_positions(buf, task.first, task.after)
+        positions, _, _ = task.framing.chain(buf, task.first, task.after)
         if len(positions) != task.count:
             raise CorruptData("file changed while re-dispatching", path=seg.path, pos=task.first)
         u8 = np.frombuffer(buf, dtype=np.uint8, count=task.size)
@@ -100,7 +101,7 @@ def walk_files(segs: list[Segment], cfg: StoreConfig, from_phy: int, batch: int 
         start = max(0, from_phy - seg.base_offset)
         with map_file(seg.path) as buf:
             size = len(buf)
-            positions, stop_pos, reason = columnar.walk_positions(buf, start, size)
+            positions, stop_pos, reason = seg.framing.chain(buf, start, size)
             error = None
             if reason == "invalid":
                 try:
@@ -114,9 +115,10 @@ def walk_files(segs: list[Segment], cfg: StoreConfig, from_phy: int, batch: int 
                 str(seg.path),
                 seg.base_offset,
                 size,
-                int(positions[i]),
-                int(positions[i + batch]) if i + batch < n else stop_pos,
+                int(seg.framing.frame_of(positions[i])),
+                int(seg.framing.frame_of(positions[i + batch])) if i + batch < n else stop_pos,
                 min(batch, n - i),
+                seg.framing,
             )
             for i in range(0, n, batch)
         )
@@ -206,7 +208,7 @@ def spark_redispatch(
 
 def _register() -> None:
 
-    local.ENGINES["spark"] = spark_redispatch  # the library never imports this package itself
+    ENGINES["spark"] = spark_redispatch  # the library never imports this package itself
 
 
 _register()

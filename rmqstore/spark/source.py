@@ -77,6 +77,7 @@ from pyspark.sql.types import (
 )
 
 from rmqstore.codec.consumequeue import FILLER_SIZE, valid_prefix
+from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.errors import InputError, StoreNotFound
 from rmqstore.spark.reader import CHUNK, COLUMNS, RowFilter, SplitContext, chunk_batch, row_function, valid_chunks
 from rmqstore.store import open_store
@@ -172,7 +173,7 @@ class StoreInfo:
     root: str
     broker_name: str | None  # brokerName from broker.conf; None when not configured
     broker: str  # broker version whose parsing rules apply
-    commitlog: tuple[tuple[str, int, int], ...]  # (path, base offset, size) of every non-empty file
+    commitlog: tuple[tuple[str, int, int, Framing], ...]  # (path, base offset, size, framing) of every non-empty file
 
 
 def parse_size(text: str | int) -> int:
@@ -241,7 +242,7 @@ def resolve_stores(patterns: Sequence[str], *, broker: str | None = None) -> lis
         with open_store(root, broker=broker) as st:
             cfg = st.config
             segs, _ = st.commitlog_segments()
-            files = tuple((str(s.path), s.base_offset, s.size) for s in segs if s.size > 0)
+            files = tuple((str(s.path), s.base_offset, s.size, s.framing) for s in segs if s.size > 0)
             name = cfg.broker_name if "brokerName" in cfg.explicit else None
             stores.append(StoreInfo(str(root), name, cfg.broker, files))
     return stores
@@ -277,6 +278,7 @@ class Piece:
     start: int
     end: int
     broker: str
+    framing: Framing = PLAIN
 
 
 def plan_splits(size: int, *, split_size: int | None = None, per_file: int | None = None) -> list[tuple[int, int]]:
@@ -321,11 +323,11 @@ def plan_commitlog(
     lo, hi = offsets
     pieces = []
     for st in stores:
-        for path, base, size in st.commitlog:
+        for path, base, size, framing in st.commitlog:
             for start, end in plan_splits(size, split_size=split_size, per_file=per_file):
                 if (hi is not None and base + start > hi) or (lo is not None and base + end <= lo):
                     continue
-                pieces.append(Piece(st.root, st.broker_name, path, base, start, end, st.broker))
+                pieces.append(Piece(st.root, st.broker_name, path, base, start, end, st.broker, framing))
     if per_file:
         return [(p,) for p in pieces]
     return pack_pieces(pieces, split_size or DEFAULT_SPLIT_SIZE, open_cost)
@@ -354,7 +356,17 @@ def buffer_batches(
     flt = flt or RowFilter()
     row_fn = row_fn or row_function(schema.names)
     u8 = np.frombuffer(buf, dtype=np.uint8)
-    ctx = SplitContext(piece.store, piece.broker_name, piece.path, piece.base, piece.broker, buf, u8, pa.py_buffer(buf))
+    ctx = SplitContext(
+        piece.store,
+        piece.broker_name,
+        piece.path,
+        piece.base,
+        piece.broker,
+        buf,
+        u8,
+        pa.py_buffer(buf),
+        framing=piece.framing,
+    )
     try:
         for arrs, slow in valid_chunks(ctx, piece.start, piece.end, check_crc=check_crc, chunk=chunk):
             batch = chunk_batch(ctx, arrs, slow, schema, flt, row_fn)

@@ -1,6 +1,8 @@
-"""Opening a store directory: settings, lock, segment files, and walking the commit log.
+"""A store directory: opening it (settings, version, lock), its files, and how its commit log is framed.
 
-``open_store`` is the single entry point used by every operation. A writable open takes the
+The package holds what a store *is*: ``layout`` (broker.conf, settings, segment lists), ``config``
+(the config/*.json files), ``detect`` (which broker version wrote it), ``files`` (mapping files),
+``queues`` (consume queue tails). ``open_store`` is the single entry point used by every operation. A writable open takes the
 same exclusive POSIX record lock the broker takes on ``lock`` (byte 0, length 1, §7) and keeps
 it until the store is closed, so a broker cannot start underneath us and we never modify a store
 a running broker holds.
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rmqstore.codec import checkpoint as cpmod
+from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.errors import (
     CorruptData,
     FileAccessError,
@@ -66,6 +69,11 @@ def lock_holder_pid(lock_path: Path) -> int | None:
         os.close(fd)
 
 
+def commitlog_framing(cfg: StoreConfig) -> Framing:
+    """How the commit log files of the store hold their records: one after another (plain files)."""
+    return PLAIN
+
+
 @dataclass
 class Store:
     """An opened store. Use :func:`open_store`."""
@@ -107,9 +115,10 @@ class Store:
     def commitlog_segments(self) -> tuple[list[Segment], list[Problem]]:
         segs: list[Segment] = []
         problems: list[Problem] = []
+        framing = commitlog_framing(self.config)
         for d in self.config.commitlog_dirs or (self.config.commitlog_dir,):
             s, p = list_segments(d, self.config.commitlog_file_size)
-            segs += s
+            segs += s if framing is PLAIN else [replace(x, framing=framing) for x in s]
             problems += p
         segs.sort(key=lambda s: s.path.name)
         return segs, problems

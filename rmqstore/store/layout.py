@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqstore.codec.consumequeue import effective_file_size
+from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.topic import BadTopic, check_topic_name
 from rmqstore.errors import ConfigError
 from rmqstore.problems import Problem, ProblemKind
@@ -377,6 +378,7 @@ class Segment:
     path: Path
     base_offset: int
     size: int  # the file's length on disk
+    framing: Framing = PLAIN  # how a commit log file holds its records (queue files: unused)
 
     @property
     def end_offset(self) -> int:

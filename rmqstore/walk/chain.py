@@ -20,7 +20,9 @@ from rmqstore.codec.commitlog import (
     Blank,
     Record,
     decode_record,
+    explain_invalid,
 )
+from rmqstore.codec.framing import BLANK, END, RECORD
 from rmqstore.errors import CorruptData
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
@@ -54,18 +56,23 @@ def walk_segment(
     size = len(buf)  # type: ignore[arg-type]
     pos = start_pos
     path = str(seg.path)
+    step = seg.framing.step
     # Read pages of a mapping count as resident memory: give them back every 16 MiB. Safe,
     # because a Record holds copies of its body, topic and properties.
     release = getattr(buf, "madvise", None)
     released = start_pos - start_pos % mmap.PAGESIZE
-    while pos + 8 <= size:
-        if is_zero_header(buf, pos):
+    while True:
+        kind, at, frame_end = step(buf, pos, size)
+        if kind == END:
             return
-        rec = decode_record(buf, pos, path=path, file_from=seg.base_offset, check_crc=check_crc, broker=broker)
+        if kind == BLANK:
+            yield Blank(pos, seg.base_offset + pos, frame_end - pos)
+            return
+        rec = decode_record(buf, at, path=path, file_from=seg.base_offset, check_crc=check_crc, broker=broker)
+        if kind != RECORD or not isinstance(rec, Record):
+            raise explain_invalid(buf, at, path=path, file_from=seg.base_offset, broker=broker)
         yield rec
-        if isinstance(rec, Blank):
-            return
-        pos += rec.total_size
+        pos = frame_end
         if release is not None and pos - released >= _RELEASE_EVERY:
             upto = pos - pos % mmap.PAGESIZE
             release(mmap.MADV_DONTNEED, released, upto - released)

@@ -28,7 +28,7 @@ from rmqstore.errors import ChecksumMismatch, CorruptData
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import FileWalk, Stop, walk_chain
-from rmqstore.walk.columns import BATCH, decode_batch, find_record_start, walk_positions
+from rmqstore.walk.columns import BATCH, decode_batch
 from rmqstore.walk.requests import request_from_record
 from rmqstore.walk.workers import close_pool, worker_pool
 
@@ -100,10 +100,10 @@ def _walk_part(
 ) -> _Part:
 
     u8 = np.frombuffer(buf, dtype=np.uint8, count=end)
-    sync = lo if known else find_record_start(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
+    sync = lo if known else seg.framing.find_chained(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
     if sync is None:
         return _Part(None, np.zeros(0, np.int64), [], lo, "end", False)
-    positions, stop_pos, reason = walk_positions(buf, sync, end, until=hi)
+    positions, stop_pos, reason = seg.framing.chain(buf, sync, end, until=hi)
     batches = []
     clean = reason != "invalid"
     for i in range(0, len(positions), BATCH) if clean else ():
@@ -419,7 +419,7 @@ def walk_file_checked(
     # 5.2.0+ forceVerifyPropCRC: the __CRC32# property is checked instead of the body CRC (§3.6)
     prop_crc = check_crc and cfg.force_verify_prop_crc and rules.prop_crc
     check_crc = check_crc and not prop_crc
-    positions, stop_pos, reason = walk_positions(buf, start_pos, size)
+    positions, stop_pos, reason = seg.framing.chain(buf, start_pos, size)
     u8 = np.frombuffer(buf, dtype=np.uint8) if size else np.zeros(0, np.uint8)
     cols: list[tuple[np.ndarray, ...]] = []
     error: CorruptData | None = None

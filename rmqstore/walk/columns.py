@@ -23,7 +23,6 @@ position, and the caller accepts a range only where the previous range's walk re
 from __future__ import annotations
 
 import os
-from array import array
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,16 +33,12 @@ import numpy as np
 from rmqstore.codec.arrays import MAX_FAST_PROPERTIES, key_tokens, named_values
 from rmqstore.codec.columnar import be, decode_heads, gather, head_column
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
     HEAD_V4_SIZE,
     MAGIC_V1,
-    MAGIC_V2,
     MIN_RECORD_SIZE_V1,
-    OFFSETS_V4,
     SCHEDULE_TOPIC,
     decode_record,
     explain_invalid,
-    read_head,
 )
 from rmqstore.codec.javahash import index_key_hash, java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
@@ -53,7 +48,6 @@ from rmqstore.walk.requests import DispatchRequest, ScanStop, request_from_recor
 from rmqstore.walk.workers import close_pool, worker_pool
 
 _M32 = np.uint64(0xFFFFFFFF)
-_PHY_END = OFFSETS_V4["phy_offset"] + 8  # PHYSICALOFFSET is bytes 28-35 of every record
 _TARGETS = (b"TAGS", b"KEYS", b"UNIQ_KEY")
 BATCH = 1 << 18
 PART_SIZE = 32 << 20  # bytes of a file one worker walks and decodes at a time
@@ -176,65 +170,6 @@ def topic_key_hashes(prefix: np.ndarray, h: np.ndarray, length: np.ndarray) -> n
     return _key_hash((prefix * _pow31(int(length.max()))[length] + h) & _M32)
 
 
-def walk_positions(buf: Any, start_pos: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
-    """Start of every V1/V2 record from ``start_pos``; returns (positions, stop pos, reason).
-
-    With ``until`` the walk also ends (reason ``"until"``) at the first record starting at or
-    after that position, without looking at it.
-    """
-    pos = start_pos
-    out = array("q")
-    append = out.append
-    unpack = read_head
-    limit = end if until is None else min(until, end)
-    reason = "end"
-    while pos + 8 <= end:
-        if pos >= limit:
-            reason = "until"
-            break
-        total, magic = unpack(buf, pos)
-        if (magic == MAGIC_V1 or magic == MAGIC_V2) and 0 < total <= end - pos:
-            append(pos)
-            pos += total
-            continue
-        if magic == BLANK_MAGIC:
-            reason = "blank"
-        elif total == 0 and magic == 0:
-            reason = "end"
-        else:
-            reason = "invalid"
-        break
-    return np.frombuffer(out, dtype=np.int64) if len(out) else np.zeros(0, np.int64), pos, reason
-
-
-def find_record_start(u8: np.ndarray, base_offset: int, lo: int, hi: int) -> int | None:
-    """The first position in ``[lo, hi)`` where a V1/V2 record starts whose stored PHYSICALOFFSET
-    equals the file's base offset plus that position (a record on the chain), or None.
-
-    Only a hint: a caller must check that the walk from the previous record lands there.
-    """
-    n = len(u8)
-    step = 1 << 16
-    at = lo
-    while at < hi:
-        stop = min(hi, at + step)
-        w = u8[at + 4 : min(stop + 7, n)]  # magic bytes of candidates at [at, stop)
-        if len(w) < 4:
-            return None
-        m = (w[:-3] == 0xDA) & (w[1:-2] == 0xA3) & (w[2:-1] == 0x20) & ((w[3:] == 0xA7) | (w[3:] == 0xAB))
-        for c in np.flatnonzero(m).tolist():
-            pos = at + c
-            if pos + _PHY_END > n:
-                return None
-            total = int.from_bytes(u8[pos : pos + 4].tobytes(), "big", signed=True)
-            phy = int.from_bytes(u8[pos + _PHY_END - 8 : pos + _PHY_END].tobytes(), "big", signed=True)
-            if phy == base_offset + pos and 0 < total <= n - pos:
-                return pos
-        at = stop
-        step *= 2
-    return None
-
-
 def scan_columns(
     buf: Any,
     seg: Segment,
@@ -249,7 +184,7 @@ def scan_columns(
     With ``workers`` > 1 the batches are decoded in that many forked processes (the size-chain
     walk stays in this process; batches are independent once their positions are known)."""
     end = len(buf) if end_pos is None else end_pos
-    positions, stop_pos, reason = walk_positions(buf, start_pos, end)
+    positions, stop_pos, reason = seg.framing.chain(buf, start_pos, end)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
         stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
@@ -551,10 +486,10 @@ def _scan_part(
     buf: Any, u8: np.ndarray, seg: Segment, cfg: StoreConfig, lo: int, hi: int, end: int, known: bool
 ) -> _Part:
     """Walk and decode the records that start in ``[lo, hi)``; ``known``: a record starts at ``lo``."""
-    sync = lo if known else find_record_start(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
+    sync = lo if known else seg.framing.find_chained(u8, seg.base_offset, lo, min(hi, lo + _SYNC_WINDOW, end))
     if sync is None:
         return _Part(None, [], None)
-    positions, stop_pos, reason = walk_positions(buf, sync, end, until=hi)
+    positions, stop_pos, reason = seg.framing.chain(buf, sync, end, until=hi)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
         stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
     PROP_DELAY,
     PROP_KEYS,
     PROP_TAGS,
@@ -16,9 +15,10 @@ from rmqstore.codec.commitlog import (
     SCHEDULE_TOPIC,
     Record,
     decode_record,
+    explain_invalid,
     parse_properties,
-    read_head,
 )
+from rmqstore.codec.framing import BLANK, END, RECORD
 from rmqstore.codec.javahash import java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
 from rmqstore.store.files import map_file
@@ -145,25 +145,26 @@ def scan_requests(
     size = len(buf) if end_pos is None else end_pos
     path = str(seg.path)
     pos = start_pos
-    while pos + 8 <= size:
-        total, magic = read_head(buf, pos)
-        if magic == BLANK_MAGIC:
+    step = seg.framing.step
+    while True:
+        kind, at, frame_end = step(buf, pos, size)
+        if kind == BLANK:
             return reqs, Stop(pos, StopKind.BLANK, None, seg.path, seg.base_offset)
-        if total == 0 and magic == 0:
+        if kind == END:
             return reqs, Stop(pos, StopKind.END, None, seg.path, seg.base_offset)
         try:
             rec = decode_record(
-                buf, pos, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
+                buf, at, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
             )
-            assert isinstance(rec, Record)
+            if kind != RECORD or not isinstance(rec, Record):
+                raise explain_invalid(buf, at, path=path, file_from=seg.base_offset, end=size, broker=cfg.broker)
             append(request_from_record(rec, cfg, path=path))
         except RecordSizeMismatch as e:
-            if not skip_size_mismatch:
+            if not skip_size_mismatch or kind != RECORD:
                 return reqs, Stop(pos, StopKind.INVALID, e, seg.path, seg.base_offset)
         except CorruptData as e:
             return reqs, Stop(pos, StopKind.INVALID, e, seg.path, seg.base_offset)
-        pos += total
-    return reqs, Stop(pos, StopKind.END, None, seg.path, seg.base_offset)
+        pos = frame_end
 
 
 def iter_requests(

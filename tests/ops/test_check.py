@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import copy_real_store, load_spec, load_truth
 from hypothesis import given
 from hypothesis import strategies as hst
 from typer.testing import CliRunner
@@ -19,7 +20,6 @@ from rmqstore.codec.commitlog import parse_properties
 from rmqstore.ops.check import CheckReport, check_store, fast_properties
 from rmqstore.problems import ERROR, INFO, WARNING
 from rmqstore.store import open_store
-from tests.conftest import copy_real_store, load_spec, load_truth
 
 runner = CliRunner()
 CL_SIZE = 32768  # the real stores' mapedFileSizeCommitLog

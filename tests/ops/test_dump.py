@@ -31,12 +31,12 @@ from rmqstore.codec.commitlog import (
     encode_properties,
     encode_record,
 )
+from rmqstore.codec.framing import magic_positions
 from rmqstore.codec.javahash import index_key_hash
 from rmqstore.errors import CorruptData
 from rmqstore.ops import dump as lib
 from rmqstore.store import open_store
 from rmqstore.timeparse import format_time_ms
-from rmqstore.walk.starts import magic_positions
 
 runner = CliRunner()
 MAX_INLINE_BODY = 64 * 1024  # truth.json gives bodies over 64 KiB as bodySha256

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import INDEX_HEADER_FIELDS, NEWER_CASES, REAL_STORES, case_dir, copy_real_store, is_crash, load_truth
 from hypothesis import example, given
-from test_codecs import damaged
+from strategies import damaged
 from typer.testing import CliRunner
 
 from rmqstore.cli import app

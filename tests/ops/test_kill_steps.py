@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import copy_real_store, data_files, run_with_hook
+from conftest import copy_real_store, crash_batch_store, data_files, run_with_hook
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -83,12 +83,6 @@ def prepare_recover_lmq(tmp: Path) -> Path:
     return root
 
 
-def prepare_recover_bcq(tmp: Path) -> Path:
-    from test_recover import _crash_batch_store
-
-    return _crash_batch_store(tmp)
-
-
 CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]], set[int]]] = {
     # command: (make the store, its command line, exit codes a finishing re-run may give)
     "write": (prepare_write, argv_write, {0, 8}),  # 8: the same input is already in the store
@@ -98,7 +92,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]]
     # 5.2.0 stores: %LMQ% queues and batch consume queues are rolled back with the rest
     "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
     "recover-lmq": (prepare_recover_lmq, argv_recover, {0}),
-    "recover-bcq": (prepare_recover_bcq, argv_recover, {0}),
+    "recover-bcq": (crash_batch_store, argv_recover, {0}),
 }
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REAL_WORLD, case_dir, copy_real_store, load_truth
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -16,7 +17,6 @@ from rmqstore.errors import UnsafePlan
 from rmqstore.ops import offsets as op
 from rmqstore.store import config as cfgjson
 from rmqstore.store import open_store
-from tests.conftest import REAL_WORLD, case_dir, copy_real_store, load_truth
 
 runner = CliRunner()
 

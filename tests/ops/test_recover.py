@@ -12,7 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NEWER_CASES, REAL_STORES, REPO, case_dir, copy_real_store, is_crash, load_rebuild, load_truth
+from conftest import (
+    NEWER_CASES,
+    REAL_STORES,
+    REPO,
+    case_dir,
+    copy_real_store,
+    crash_batch_store,
+    is_crash,
+    load_rebuild,
+    load_truth,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -712,21 +722,8 @@ def test_abnormal_recovery_re_dispatches_the_lmq_queues(tmp_path):
     assert got == want
 
 
-def _crash_batch_store(tmp: Path) -> Path:
-    """The 5.2.0 batch-cq store as if the process died before its last batch units reached the disk."""
-    root = copy_real_store("5.2.0/batch-cq", tmp)
-    for qdir in (root / "batchconsumequeue" / "TopicBatchCQ").iterdir():
-        last = sorted(qdir.iterdir())[-1]
-        data = bytearray(last.read_bytes())
-        used = next((i for i in range(0, len(data) - 45, 46) if not any(data[i : i + 46])), len(data) // 46 * 46)
-        data[max(0, used - 2 * 46) : used] = bytes(min(used, 2 * 46))  # the last two units
-        last.write_bytes(bytes(data))
-    (root / "abort").write_text("4242")
-    return root
-
-
 def test_abnormal_recovery_re_dispatches_the_batch_queues(tmp_path):
-    root = _crash_batch_store(tmp_path / "crashed")
+    root = crash_batch_store(tmp_path / "crashed")
     orig = copy_real_store("5.2.0/batch-cq", tmp_path / "orig")
     bcq = "batchconsumequeue/TopicBatchCQ"
     assert {p.name: sha(p) for p in (root / bcq).rglob("*") if p.is_file()} != {

@@ -25,6 +25,7 @@ from rmqstore.cli import app
 from rmqstore.codec import arrays as property_arrays
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import encode_blank, encode_properties, encode_record
+from rmqstore.codec.framing import PLAIN
 from rmqstore.codec.javahash import index_key_hash
 from rmqstore.errors import UnsupportedStore
 from rmqstore.ops import redispatch as op
@@ -434,7 +435,7 @@ def test_parallel_pick_up_refused_when_a_body_holds_a_record_copy() -> None:
     third = rec(len(first) + len(second), b"z", 2)
     buf = first + second + third + bytes(64)
     # a worker whose range starts just before the copy picks it up: a real decoy
-    assert columnar.find_record_start(np.frombuffer(buf, np.uint8), 0, inner_at - 10, len(buf)) == inner_at
+    assert PLAIN.find_chained(np.frombuffer(buf, np.uint8), 0, inner_at - 10, len(buf)) == inner_at
     for part in (inner_at - 10, inner_at - 1, inner_at, len(first) + 10):
         assert _via_parallel(buf, cfg, part) == _via_records(buf, cfg)
 

@@ -1,7 +1,7 @@
-"""The one codec, two speeds: the columnar (numpy) codec against the per-record reference, both ways.
+"""The one codec, two speeds: the columnar (numpy) record codec against the per-record reference, both ways.
 
-Records: V1/V2, IPv4/IPv6 hosts, batch bodies, properties with separators in odd places.
-Consume queue and index entries: the numpy dtypes against the per-entry structs.
+Records: V1/V2, IPv4/IPv6 hosts, batch bodies, properties with separators in odd places. The consume
+queue, index and checkpoint entries both ways are in their formats' modules.
 """
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
+from strategies import INT32, INT64
 
-from rmqstore.codec import checkpoint as cpmod
-from rmqstore.codec import consumequeue as cq
-from rmqstore.codec import indexfile as ix
 from rmqstore.codec.columnar import HEAD_V4_DTYPE, RecordColumns, decode_heads, decode_records, encode_records
 from rmqstore.codec.commitlog import (
     BORNHOST_V6_FLAG,
@@ -29,11 +27,11 @@ from rmqstore.codec.commitlog import (
     encode_batch,
     encode_record,
 )
+from rmqstore.errors import CorruptData
 
-I32 = st.integers(-(2**31), 2**31 - 1)
-I64 = st.integers(-(2**63), 2**63 - 1)
 # Property strings around the separators: empty names or values, doubled and trailing separators.
 PROP_TEXT = st.lists(st.sampled_from(["A", "K", "é", "\x01", "\x02", " ", "TAGS", "KEYS", "UNIQ_KEY"])).map("".join)
+
 PROPS = st.one_of(
     PROP_TEXT.map(lambda t: t.encode("utf-8")[:32767]),
     st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "x"]), st.text(max_size=20))).map(
@@ -43,15 +41,15 @@ PROPS = st.one_of(
 
 
 @st.composite
-def records(draw: st.DrawFn) -> dict:
+def record_rows(draw: st.DrawFn) -> dict:
     v2 = draw(st.booleans())
-    sys_flag = draw(I32) & ~(0x30 | INNER_BATCH_FLAG) | draw(
+    sys_flag = draw(INT32) & ~(0x30 | INNER_BATCH_FLAG) | draw(
         st.sampled_from([0, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, 0x30])
     )
     batch = draw(st.booleans())
     if batch:
         sys_flag |= INNER_BATCH_FLAG
-        items = draw(st.lists(st.tuples(I32, st.binary(max_size=40), PROP_TEXT), max_size=4))
+        items = draw(st.lists(st.tuples(INT32, st.binary(max_size=40), PROP_TEXT), max_size=4))
         body = encode_batch(items)
     else:
         body = draw(st.binary(max_size=300))
@@ -61,22 +59,22 @@ def records(draw: st.DrawFn) -> dict:
     return {
         "v2": v2,
         "sys_flag": sys_flag,
-        "queue_id": draw(I32),
-        "flag": draw(I32),
-        "queue_offset": draw(I64),
-        "phy_offset": draw(I64),
-        "born_timestamp_ms": draw(I64),
+        "queue_id": draw(INT32),
+        "flag": draw(INT32),
+        "queue_offset": draw(INT64),
+        "phy_offset": draw(INT64),
+        "born_timestamp_ms": draw(INT64),
         "born_addr": draw(
             st.binary(min_size=16, max_size=16) if sys_flag & 0x10 else st.binary(min_size=4, max_size=4)
         ),
-        "born_port": draw(I32),
-        "store_timestamp_ms": draw(I64),
+        "born_port": draw(INT32),
+        "store_timestamp_ms": draw(INT64),
         "store_addr": draw(
             st.binary(min_size=16, max_size=16) if sys_flag & 0x20 else st.binary(min_size=4, max_size=4)
         ),
-        "store_port": draw(I32),
-        "reconsume_times": draw(I32),
-        "prepared_transaction_offset": draw(I64),
+        "store_port": draw(INT32),
+        "reconsume_times": draw(INT32),
+        "prepared_transaction_offset": draw(INT64),
         "body": body,
         "topic": topic,
         "properties": draw(PROPS),
@@ -134,7 +132,7 @@ def _check_record(rec: Record, r: dict) -> None:
         assert encode_batch(items) == rec.body
 
 
-@given(st.lists(records(), min_size=1, max_size=6))
+@given(st.lists(record_rows(), min_size=1, max_size=6))
 def test_columnar_encoder_is_the_per_record_encoder(rs: list[dict]) -> None:
     """Encoded by columns, the bytes are those of encode_record, and decode_record reads them back."""
     data = encode_records(_columns(rs))
@@ -147,7 +145,7 @@ def test_columnar_encoder_is_the_per_record_encoder(rs: list[dict]) -> None:
     assert pos == len(data)
 
 
-@given(st.lists(records(), min_size=1, max_size=6))
+@given(st.lists(record_rows(), min_size=1, max_size=6))
 def test_columnar_decoder_reads_what_the_per_record_encoder_wrote(rs: list[dict]) -> None:
     parts = [_per_record(r) for r in rs]
     data = b"".join(parts)
@@ -168,7 +166,7 @@ def test_head_struct_and_dtype_come_from_one_declaration() -> None:
     assert OFFSETS_V4["sys_flag"] == 36 and OFFSETS_V4["store_timestamp_ms"] == 56 and OFFSETS_V4["body_len"] == 84
 
 
-@given(records())
+@given(record_rows())
 def test_decode_heads_matches_decode_record(r: dict) -> None:
     data = _per_record(r)
     heads = decode_heads(np.frombuffer(data, np.uint8), np.array([0]), r["sys_flag"])
@@ -176,58 +174,6 @@ def test_decode_heads_matches_decode_record(r: dict) -> None:
     assert int(heads["queue_offset"][0]) == rec.queue_offset  # type: ignore[union-attr]
     assert int(heads["store_timestamp_ms"][0]) == rec.store_timestamp_ms  # type: ignore[union-attr]
     assert heads["store_addr"][:1].tobytes() == rec.store_addr  # type: ignore[union-attr]
-
-
-PAGE = st.binary(min_size=1, max_size=64).map(lambda b: (b * cpmod.FILE_SIZE)[: cpmod.FILE_SIZE])
-CQ_ENTRY = st.tuples(I64, I32, I64)
-
-
-@given(st.lists(CQ_ENTRY, max_size=20))
-@example([(0, cq.FILLER_SIZE, 0), (-1, 0, 0)])
-def test_consume_queue_entries_both_ways(entries: list[tuple[int, int, int]]) -> None:
-    per_entry = b"".join(cq.encode_entry(*e) for e in entries)
-    arr = np.array(entries, dtype=cq.ENTRY_DTYPE) if entries else np.zeros(0, cq.ENTRY_DTYPE)
-    assert arr.tobytes() == per_entry
-    view = cq.entries_array(per_entry)
-    assert [cq.decode_entry(per_entry, i * cq.ENTRY_SIZE) for i in range(len(entries))] == [
-        cq.CqEntry(*map(int, row)) for row in view.tolist()
-    ]
-    buf = bytearray(len(per_entry))
-    for i, e in enumerate(entries):
-        cq.write_entry(buf, i * cq.ENTRY_SIZE, *e)
-    assert bytes(buf) == per_entry
-
-
-@given(st.lists(st.tuples(I32, I64, I32, I32), max_size=20))
-def test_index_entries_both_ways(entries: list[tuple[int, int, int, int]]) -> None:
-    slots, count = 4, len(entries) + 1
-    buf = bytearray(ix.file_size(slots, count))
-    arr = np.array([(0, 0, 0, 0), *entries], dtype=ix.ENTRY_DTYPE)
-    buf[ix.HEADER_SIZE + slots * 4 :] = arr.tobytes()
-    ix.write_header(buf, ix.IndexHeader(1, 2, 3, 4, 0, count))
-    f = ix.IndexFile(buf, slots=slots, entries=count)
-    assert [(e.key_hash, e.phy_offset, e.time_diff_s, e.prev) for e in map(f.entry, range(1, count))] == entries
-    assert f.entries_array()[1:].tolist() == entries
-
-
-@given(st.tuples(I64, I64, I64, I64, I32, I32))
-def test_index_header_both_ways(values: tuple[int, ...]) -> None:
-    h = ix.IndexHeader(*values)
-    assert ix.decode_header(ix.encode_header(h)) == h
-    buf = bytearray(ix.HEADER_SIZE)
-    ix.write_header(buf, h)
-    assert bytes(buf) == ix.encode_header(h)
-
-
-@given(I64, I64, I64, I64, I64, PAGE)
-def test_checkpoint_both_ways(a: int, b: int, c: int, d: int, e: int, page: bytes) -> None:
-    cp = cpmod.Checkpoint(a, b, c, d, e)
-    data = cpmod.encode(cp)
-    assert len(data) == cpmod.FILE_SIZE and cpmod.decode(data) == cp
-    over = cpmod.encode_timestamps(page, a, b, c)
-    old = cpmod.decode(page)
-    assert cpmod.decode(over) == cpmod.Checkpoint(a, b, c, old.master_flushed_offset, old.confirm_phy_offset)
-    assert over[24:] == page[24:]
 
 
 @given(st.binary(min_size=0, max_size=400), st.lists(st.integers(0, 400), max_size=4))
@@ -240,8 +186,6 @@ def test_checkpoint_both_ways(a: int, b: int, c: int, d: int, e: int, page: byte
 )  # fmt: skip
 def test_columnar_decoder_raises_only_corrupt_data(data: bytes, positions: list[int]) -> None:
     """Random bytes either decode or raise the library's CorruptData, as the per-record decoder does."""
-    from rmqstore.errors import CorruptData
-
     try:
         cols = decode_records(data, np.array(positions, dtype=np.int64))
     except CorruptData:
