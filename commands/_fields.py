@@ -6,7 +6,7 @@ order; the terminal table shows the ``*_TABLE`` subset of the same names (a term
 
 from __future__ import annotations
 
-# A commit log message as `dump` and `query` decode it: RocketMQ's field names (message_row).
+# A commit log message as `dump` and `query` decode it: RocketMQ's field names (Record.to_row).
 MESSAGE = (
     "topic", "queueId", "queueOffset", "commitLogOffset", "storeSize", "bodyCRC", "flag", "sysFlag",
     "bornTimestamp", "bornHost", "storeTimestamp", "storeHost", "reconsumeTimes", "preparedTransactionOffset",

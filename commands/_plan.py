@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rmqstore.safety.actions import PlannedAction, actions_json
+from rmqstore.safety.journal import Progress, Resumed, resume
+from rmqstore.safety.plan import Plan
 
+from ._common import step_hook
 from ._fields import PLAN_ACTION, PLAN_ACTION_TABLE
 from ._render import Format, cell, render_mapping, render_rows
 
@@ -42,6 +45,27 @@ class PlanView:
     summary: dict[str, Any] = field(default_factory=dict)
     details: Mapping[str, Detail] = field(default_factory=dict)
     plan: dict[str, Any] | None = None  # the library's whole plan, for scripts (json only)
+
+
+def plan_view(
+    plan: Plan,
+    tables: Mapping[str, tuple[Sequence[str] | None, str | None]],
+    *,
+    summary: dict[str, Any] | None = None,
+    details: Mapping[str, list[dict[str, Any]]] | None = None,
+    with_plan: bool = False,
+) -> PlanView:
+    """What a command shows of ``plan``: its actions, its summary (or ``summary``) and its detail rows
+    (or ``details``) under the columns and titles of ``tables``; ``with_plan``: its whole JSON too."""
+    rows = plan.details() if details is None else details
+    shown = {name: Detail(rows[name], cols, title) for name, (cols, title) in tables.items()}
+    return PlanView(
+        plan.operation,
+        plan.planned_actions(),
+        plan.summary() if summary is None else summary,
+        shown,
+        plan=plan.to_json() if with_plan else None,
+    )
 
 
 def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = None, one_line: bool = False) -> None:
@@ -96,3 +120,11 @@ def show_and_apply(
     if fmt is Format.json:
         render_plan(view, fmt, result=result)
     return outcome
+
+
+def resume_interrupted(st: Any, operation: str, *, dry_run: bool, progress: Progress | None = None) -> Resumed | None:
+    """Finish what a killed run of ``operation`` left half done in ``st`` (its journal), the same way
+    for every modifying command; None when there is none. A dry run changes nothing: it resumes nothing."""
+    if dry_run:
+        return None
+    return resume(st, operation, on_step=step_hook(), progress=progress)

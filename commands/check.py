@@ -13,7 +13,7 @@ from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.ops.check import PER_KIND_LIMIT, CheckReport, check_store
 from rmqstore.ops.lostqueues import with_lost_queues
 from rmqstore.problems import ERROR, INFO, WARNING
-from rmqstore.safety.journal import PendingJournal, pending_journals
+from rmqstore.safety import journal
 
 from . import _stores as stores
 from ._common import Format, QuietOpt, progress_bar, render_mapping, render_rows
@@ -69,7 +69,7 @@ def check_command(
         return "." if path == root else path[len(root) + 1 :] if path.startswith(root + "/") else path
 
     rows = [{**p.to_json(), "path": rel(str(p.path))} for p in report.problems]
-    pending = pending_journals(report.store)
+    pending = journal.pending(report.store)
     rows += [
         {"severity": "error", "path": rel(str(p.path)), "pos": None, "phyOffset": None, "what": _pending_what(p)}
         for p in pending
@@ -136,6 +136,6 @@ def _check_many(paths: list[Path], quick: bool, reading: Reading, limit: int, qu
         raise typer.Exit(worst)
 
 
-def _pending_what(p: PendingJournal) -> str:
+def _pending_what(p: journal.PendingJournal) -> str:
     blocked = f"; it stopped at step {p.failed_step}: {p.error}" if p.failed_step else ""
     return f"an interrupted `rmqstore {p.operation}` is pending (steps done: {len(p.steps_done)}){blocked}"

@@ -14,7 +14,7 @@ from rmqstore.ops import expire as op
 
 from ._common import Format, StorePath, err, escape, format_time_ms, parse_time_ms, render_rows, step_hook
 from ._options import Changing, command
-from ._plan import PlanView, render_plan
+from ._plan import PlanView, plan_view, render_plan, resume_interrupted
 
 app = typer.Typer()
 
@@ -79,7 +79,7 @@ def _wall_ms() -> int:
 
 
 def _action_row(a: op.FileAction, verb: str, at_ms: int) -> dict[str, Any]:
-    return {"time": format_time_ms(at_ms), "action": verb, **a.to_json()}
+    return {"time": format_time_ms(at_ms), "action": verb, **a.shown()}
 
 
 def _action_line(a: op.FileAction, verb: str, at_ms: int) -> str:
@@ -198,19 +198,18 @@ def expire_command(
             disk_space_clean_forcibly_ratio=disk_space_clean_forcibly_ratio,
         )
         disk = (lambda _p: disk_used_ratio) if disk_used_ratio is not None else op.measured_disk_usage(settings.broker)
-        if not dry_run:
-            finished = op.finish_pending(st.root, on_step=step_hook())
-            if finished is not None:
-                err.print(escape(f"finished an interrupted expire run: {len(finished.done)} file(s) removed"))
-        plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
+        resumed = resume_interrupted(st, "expire", dry_run=dry_run)
+        if resumed is not None:
+            err.print(escape(resumed.message))
+        plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk, quarantine=quarantine)
         _notes(plan, st.root, verbose)
         if dry_run:
             ratio, over = op.over_forced_ratio(plan, st.config, disk)
             code = op.exit_code(plan, over_forced=over, detailed=detailed_exitcode)
             if plan.actions or verbose or over:
-                render_plan(_view(plan, quarantine, ratio, over, code), fmt, one_line=True)
+                render_plan(_view(plan, ratio, over, code), fmt, one_line=True)
         else:
-            code, ratio, over = _run(plan, st, disk, quarantine, fmt, verbose=verbose, detailed=detailed_exitcode)
+            code, ratio, over = _run(plan, st, disk, fmt, verbose=verbose, detailed=detailed_exitcode)
     if over:
         err.warning(
             f"commit log disk {op.percent(ratio)} used after the run, above the forced-clean level "
@@ -229,7 +228,7 @@ def _notes(plan: op.ExpirePlan, root: Path, verbose: bool) -> None:
             err.print(f"note: {n}")
 
 
-def _view(plan: op.ExpirePlan, quarantine: Path | None, ratio: float, over: bool, code: int) -> PlanView:
+def _view(plan: op.ExpirePlan, ratio: float, over: bool, code: int) -> PlanView:
     """The files to delete and the facts the actions do not carry: the new min offset, the disk, the exit status."""
     kinds = {k: sum(a.kind == k for a in plan.actions) for k in ("commitlog", "consumequeue", "index")}
     summary = {
@@ -240,20 +239,20 @@ def _view(plan: op.ExpirePlan, quarantine: Path | None, ratio: float, over: bool
         "commitLogStop": plan.commitlog_stop,
         "files": kinds,
         "freedBytes": plan.freed_size,
-        "quarantine": f"{quarantine}/expire-<time>/" if quarantine else "none: the files are deleted",
+        "quarantine": f"{plan.quarantine}/expire-<time>/" if plan.quarantine else "none: the files are deleted",
         "diskUsedRatio": round(ratio, 4),
         "overForcedRatio": over,
         "dryRun": True,
         "exitCode": code,
     }
-    return PlanView("expire", op.planned_actions(plan, quarantine=quarantine is not None), summary)
+    return plan_view(plan, {}, summary=summary)
 
 
 def _run(
-    plan: op.ExpirePlan, st: Any, disk: Any, quarantine: Path | None, fmt: Format, *, verbose: bool, detailed: bool
+    plan: op.ExpirePlan, st: Any, disk: Any, fmt: Format, *, verbose: bool, detailed: bool
 ) -> tuple[int, float, bool]:
     """Apply the plan with one log line per file as it goes (the cron log); returns (exit code, disk ratio, over)."""
-    verb = "moved" if quarantine else "deleted"
+    verb = "moved" if plan.quarantine else "deleted"
     rows: list[dict[str, Any]] = []
 
     def on_action(a: op.FileAction) -> None:
@@ -264,11 +263,11 @@ def _run(
         elif fmt is Format.ndjson:
             _emit_line(json.dumps(rows[-1], ensure_ascii=False, separators=(",", ":")))
 
-    result = op.apply_expire(plan, quarantine=quarantine, config=st.config, on_action=on_action, on_step=step_hook())
+    result = op.apply_expire(plan, config=st.config, on_action=on_action, on_step=step_hook())
     ratio, over = op.over_forced_ratio(plan, st.config, disk)
     code = op.exit_code(plan, over_forced=over, detailed=detailed)
     if fmt is Format.json and (result.done or verbose or over):
-        doc = plan.to_json()
+        doc = plan.summary()
         doc.update(
             dryRun=False,
             done=rows,

@@ -14,7 +14,7 @@ from rmqstore.codec.describe import human_size
 from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.ops.info import StoreInfo, store_info
 from rmqstore.problems import Problem
-from rmqstore.safety.journal import pending_journals
+from rmqstore.safety import journal
 from rmqstore.store import open_store
 
 from . import _stores as stores
@@ -75,7 +75,7 @@ def info_command(
         _info_many(targets, broker_config, broker_version, fmt, quiet)
         return
     info = _info_one(targets[0], broker_config, broker_version, quiet)
-    pending = pending_journals(info.root)
+    pending = journal.pending(info.root)
     if fmt is InfoFormat.json:
         doc = info.to_json()
         if pending:

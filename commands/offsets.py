@@ -12,11 +12,12 @@ from typer.core import TyperGroup
 
 from rmqstore.errors import InputError
 from rmqstore.ops import offsets as op
+from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.timeparse import parse_duration_ms
 
 from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows
 from ._options import Changing, Reading, TopicFilterOpt, command
-from ._plan import Detail, PlanView, show_and_apply
+from ._plan import plan_view, show_and_apply
 
 
 class _ShowByDefault(TyperGroup):
@@ -167,17 +168,8 @@ def set_command(
             force=force,
             broker_version=st.config.broker,
         )
-        view = PlanView(
-            "offsets",
-            op.planned_actions(plan),
-            {
-                "file": str(plan.path),
-                "offsetsChanged": len(plan.changes),
-                "previousFileKeptAs": f"{plan.path.name}.bak",
-            },
-            {"changes": Detail([c.to_json() for c in plan.changes], CHANGE_COLUMNS)},
-        )
-        show_and_apply(view, fmt, dry_run=dry_run, apply=lambda: (op.apply_set_offsets(st, plan), {"written": True}))
+        view = plan_view(plan, {"changes": (CHANGE_COLUMNS, None)})
+        show_and_apply(view, fmt, dry_run=dry_run, apply=lambda: (op.apply_reset_offsets(st, plan), {"written": True}))
     if dry_run:
         err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
     else:
@@ -186,7 +178,7 @@ def set_command(
 
 def _pairs(st: Any, group: str | None, topic: str | None) -> list[tuple[str, str]]:
     """(topic, group) pairs in scope: committed ones, or the one given (a new group or topic)."""
-    _, table = op.read_consumer_offsets(st)
+    _, table = read_consumer_offsets(st)
     pairs = [(t, g) for t, g in table if (group is None or g == group) and (topic is None or t == topic)]
     if group is not None and topic is not None and (topic, group) not in pairs:
         pairs.append((topic, group))

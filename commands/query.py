@@ -17,6 +17,7 @@ from rmqstore.codec.commitlog import Record
 from rmqstore.errors import InputError
 from rmqstore.ops import query as op
 from rmqstore.safety.files import atomic_write
+from rmqstore.store import lookup
 
 from . import _fields as fields
 from ._common import (
@@ -329,7 +330,7 @@ def _write_body(hits: list[Record], dest: Path) -> None:
     err.print(f"wrote {len(data)} body bytes of {hits[0].msg_id} to {dest}")
 
 
-def _queue_rows(hit: op.QueueHit, body: Body) -> list[dict[str, Any]]:
+def _queue_rows(hit: lookup.QueueHit, body: Body) -> list[dict[str, Any]]:
     _notes(hit.notices)
     return [] if hit.record is None else [record_row(hit.record, body)]
 
@@ -349,7 +350,7 @@ def query_offset_command(
     """
     b = shown.body_mode
     with shown.open(store) as st:
-        hit = op.query_queue_offset(st, topic, queue_id, queue_offset)
+        hit = lookup.query_queue_offset(st, topic, queue_id, queue_offset)
     _emit(_queue_rows(hit, b), shown.fmt, fields.QUERY, b, fields.QUERY_TABLE)
 
 
@@ -386,7 +387,7 @@ def query_time_command(
     ts = parse_time_ms(time_text)
     b = shown.body_mode
     with shown.open(store) as st:
-        hit = op.offset_by_time(st, topic, queue_id, ts, file_by_mtime=by_mtime)
+        hit = lookup.offset_by_time(st, topic, queue_id, ts, file_by_mtime=by_mtime)
     err.print(
         f"queue offset {hit.queue_offset} for {format_time_ms(ts)} in {topic}/{queue_id} "
         f"(queue holds [{hit.bounds.min_offset}, {hit.bounds.max_offset}))"

@@ -12,7 +12,7 @@ from rmqstore.store.detect import plan_for_detected
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
 from ._options import Changing, Keeping, command
-from ._plan import Detail, PlanView, render_plan, show_and_apply
+from ._plan import PlanView, plan_view, render_plan, resume_interrupted, show_and_apply
 
 app = typer.Typer()
 
@@ -84,7 +84,12 @@ def recover_command(
 
         def apply() -> tuple[rec.RecoverResult, dict[str, Any]]:
             with progress_bar(total, "re-dispatching", quiet=quiet) as advance:
-                result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
+                if resuming:  # the journaled plan, finished as every command finishes an interrupted run
+                    resumed = resume_interrupted(st, "recover", dry_run=False, progress=advance)
+                    assert resumed is not None
+                    result: rec.RecoverResult = resumed.outcome
+                else:
+                    result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
             return result, result.to_json()
 
         result = show_and_apply(view, fmt, dry_run=changing.dry_run, apply=apply)
@@ -102,42 +107,9 @@ def _walk_size(st: Any) -> int:
 
 
 _LOST_COLUMNS = ["file", "commitLogOffset", "topic", "queueId", "queueOffset", "keys", "msgId", "torn"]
+_TABLES = {"recordsRemoved": (_LOST_COLUMNS, "records removed"), "losses": (None, "what the broker's recovery loses")}
 
 
 def _view(plan: rec.RecoverPlan) -> PlanView:
     """The recovery plan: its actions, the facts they do not carry (records lost, checkpoint) and the losses."""
-    d = plan.dispatch
-    summary = {
-        "path": plan.path,
-        "reason": plan.reason,
-        "startFile": plan.start_file,
-        "processOffset": plan.process_offset,
-        "stop": plan.stop,
-        "checkCrc": plan.check_crc,
-        "redispatchRecords": d.records if d else 0,
-        "redispatchRange": f"phy {d.from_phy}..{d.to_phy}" if d else "none",
-        "checkpoint": _cp_line(plan, None),
-        "recordsLost": plan.records_lost,
-        "quarantine": plan.quarantine_dir or "none: removed bytes are not kept",
-        "steps": plan.steps(),
-        "createdAt": plan.created_ms,
-    }
-    lost = [r.to_json() | {"file": a.path} for a in plan.actions for r in a.records]
-    losses = [{"what": x.what, "count": x.count, "repairedBy": x.repaired_by, "detail": x.detail} for x in plan.losses]
-    details = {
-        "recordsRemoved": Detail(lost, _LOST_COLUMNS, "records removed"),
-        "losses": Detail(losses, title="what the broker's recovery loses"),
-    }
-    return PlanView("recover", rec.planned_actions(plan), summary, details, plan=plan.to_json())
-
-
-def _cp_line(plan: rec.RecoverPlan, result: rec.RecoverResult | None) -> str:
-    after = result.checkpoint if result is not None and result.checkpoint else plan.checkpoint_after
-    before = plan.checkpoint_before
-    keys = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp")
-    b = "missing" if before is None else "/".join(str(before[k]) for k in keys)
-    a = "/".join(str(after[k]) for k in keys)
-    if not plan.write_checkpoint:
-        return f"unchanged ({b})"
-    pending = " (index time set by the re-dispatch)" if plan.checkpoint_index_from_dispatch and result is None else ""
-    return f"{b} -> {a}{pending}"
+    return plan_view(plan, _TABLES, with_plan=True)

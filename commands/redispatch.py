@@ -12,7 +12,7 @@ from rmqstore.ops import redispatch as op
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
 from ._options import Changing, Keeping, command
-from ._plan import Detail, PlanView, render_plan, show_and_apply
+from ._plan import plan_view, render_plan, resume_interrupted, show_and_apply
 
 app = typer.Typer()
 
@@ -74,10 +74,9 @@ def redispatch_command(
     if engine is Engine.spark:
         import rmqstore.spark.redispatch  # noqa: F401  # registers the spark engine
     with changing.open(store, "redispatch", writable=output is None) as st:
-        pending = op.pending_journal(st.root)
-        if pending is not None and not dry_run:
-            q = op.finish(st.root, pending, on_step=step_hook())
-            err.print(f"finished an interrupted redispatch; replaced files are in {q}")
+        resumed = resume_interrupted(st, "redispatch", dry_run=dry_run)
+        if resumed is not None:
+            err.print(resumed.message)
             return
         segs, _ = st.commitlog_segments()
         total = sum(s.size for s in segs)
@@ -92,8 +91,10 @@ def redispatch_command(
                 progress=advance,
                 spark_master=master,
                 dry_run=dry_run,
+                keep_old=keeping.keep,
+                quarantine=keeping.quarantine,
             )
-        view = _view(plan, keeping.quarantine, keep_old=keeping.keep)
+        view = plan_view(plan, _TABLES)
         for note in plan.notes:
             err.print(f"note: {note}")
         if dry_run or output is not None or not plan.changed:
@@ -107,9 +108,7 @@ def redispatch_command(
             return
 
         def apply() -> tuple[Path | None, dict[str, str | None]]:
-            q = op.apply_redispatch(
-                plan, st, quarantine=keeping.quarantine, keep_old=keeping.keep, force=force, on_step=step_hook()
-            )
+            q = op.apply_redispatch(plan, st, force=force, on_step=step_hook())
             return q, {"quarantine": str(q) if q else None}
 
         q = show_and_apply(view, fmt, dry_run=False, apply=apply)
@@ -117,33 +116,4 @@ def redispatch_command(
             err.print(f"swapped in; replaced files are in {q}")
 
 
-def _view(plan: op.RedispatchPlan, quarantine: Path | None, *, keep_old: bool) -> PlanView:
-    """The swap: what was rebuilt, how it differs from the current files and where the replaced ones go."""
-    s = plan.stats
-    where = str(quarantine) if quarantine else "a new folder in STORE/../<name>.quarantine"
-    summary = {
-        "records": s["records"],
-        "fromPhyOffset": plan.from_phy,
-        "toPhyOffset": plan.to_phy,
-        "stop": plan.stop_reason,
-        "cqEntries": s["cqEntries"],
-        "queues": s["queues"],
-        "indexEntries": s["indexEntries"],
-        "indexFiles": len(plan.index_files_rebuilt),
-        "consumeQueues": _state(
-            plan.build_consumequeue, any(d.missing or d.extra or d.different for d in plan.queue_diffs)
-        ),
-        "indexFilesState": _state(plan.build_index, plan.index_files_changed),
-        "refused": f"without --force: {plan.refusal}" if plan.refusal else "no",
-        "output": str(plan.output) if plan.output else None,
-        "quarantine": where if keep_old and plan.output is None else "none: replaced files are deleted",
-    }
-    diffs = [d.to_json() for d in plan.queue_diffs if d.missing or d.extra or d.different]
-    details = {"queues": Detail(diffs, title="queues that differ from the current files")}
-    return PlanView("redispatch", op.planned_actions(plan, keep_old=keep_old), summary, details)
-
-
-def _state(built: bool, differs: bool) -> str:
-    if not built:
-        return "not rebuilt"
-    return "differ from the current files" if differs else "identical to the current files"
+_TABLES = {"queues": (None, "queues that differ from the current files")}

@@ -182,9 +182,7 @@ _FIND_TEXT = [
 
 
 def _find_row(store: str, rec: Any, body: str, text: bool) -> dict[str, Any]:
-    from rmqstore.ops.dump import message_row
-
-    row = message_row(rec, body=body, verify_crc=True)
+    row = rec.to_row(body=body, verify_crc=True)
     if not text:
         return {"store": store, **row}
     return {

@@ -11,10 +11,11 @@ import typer
 
 from rmqstore.errors import InputError
 from rmqstore.ops import write as op
+from rmqstore.safety.journal import Resumed
 
 from ._common import Format, err, parse_time_ms, render_mapping, render_rows, step_hook
 from ._options import Changing, Keeping, command
-from ._plan import Detail, PlanView, render_plan
+from ._plan import PlanView, plan_view, render_plan, resume_interrupted
 
 app = typer.Typer()
 
@@ -172,7 +173,8 @@ def write_command(
     with op.open_for_write(
         store, broker_config=changing.broker_config, broker=changing.broker_version, create=create, dry_run=dry_run
     ) as st:
-        plan, digest, rolled = op.prepare_write(st, msgs, opts, again=again, dry_run=dry_run)
+        resumed = resume_interrupted(st, "write", dry_run=dry_run)
+        plan, digest, _ = op.prepare_write(st, msgs, opts, again=again, dry_run=dry_run)
         view = _view(plan, fmt)
         if dry_run:
             err.print("dry run: nothing was written")
@@ -191,18 +193,13 @@ def write_command(
             on_step=step_hook(),
             digest=digest,
         )
-    _notes(result, rolled)
+    _notes(result, resumed)
     _report(result, view, fmt)
 
 
-def _notes(result: op.WriteResult, rolled: op.RollbackReport | None) -> None:
-    if rolled is not None:
-        done = (
-            "finished an interrupted write that had committed"
-            if rolled.committed
-            else "rolled back an interrupted write first"
-        )
-        err.print(f"note: {done} ({rolled.journal})")
+def _notes(result: op.WriteResult, resumed: Resumed | None) -> None:
+    if resumed is not None:
+        err.print(f"note: {resumed.message}")
     if result.quarantine is not None:
         err.print(f"note: stale bytes after the end of the commit log copied to {str(result.quarantine)}")
     if result.abort_created:
@@ -223,6 +220,4 @@ def _report(result: op.WriteResult, view: PlanView, fmt: Format) -> None:
 def _view(plan: op.WritePlan, fmt: Format) -> PlanView:
     """The append: the bytes zeroed and appended, the summary, and the messages as they will be stored."""
     shown = _JSON_ROWS if fmt is Format.json else _ROWS_SHOWN
-    messages = [r.to_json() for _, r in zip(range(shown), plan.records, strict=False)]
-    details = {"messages": Detail(messages, _COLUMNS, "messages")}
-    return PlanView("write", op.planned_actions(plan), plan.summary(), details)
+    return plan_view(plan, {"messages": (_COLUMNS, "messages")}, details=plan.details(shown))

@@ -78,7 +78,7 @@ class Framing:
         ``stop`` is where the next frame would start; ``reason`` is BLANK, END, INVALID, or UNTIL
         when ``until`` is given and a frame starts at or after it (that frame is not looked at).
         """
-        import numpy as np
+        import numpy as np  # as in magic_positions: loaded by the walks that need it only
 
         pos = start
         out = array("q")

@@ -230,3 +230,17 @@ def new_index_header_after(previous: IndexHeader | None) -> IndexHeader:
 
 # the numpy dtypes (SLOT_DTYPE, ENTRY_DTYPE), built on first use
 __getattr__ = lazy_dtypes(SLOT_DTYPE=SLOT_FIELDS, ENTRY_DTYPE=ENTRY_FIELDS)
+
+
+def header_problem(h: IndexHeader, max_index_num: int) -> str | None:
+    """Why a header cannot belong to an index file holding at most ``max_index_num`` entries (None when plausible)."""
+    if h.index_count < 0 or h.index_count > max_index_num:
+        return f"indexCount {h.index_count} outside 0..{max_index_num}"
+    if h.hash_slot_count < 0 or h.hash_slot_count > max(h.index_count, 1):
+        return f"hashSlotCount {h.hash_slot_count} outside 0..indexCount"
+    if h.index_count > 1:
+        if h.begin_phy_offset < 0 or h.end_phy_offset < h.begin_phy_offset:
+            return f"phy offsets {h.begin_phy_offset}..{h.end_phy_offset} out of order"
+        if h.begin_timestamp_ms <= 0 or h.end_timestamp_ms < h.begin_timestamp_ms:
+            return f"timestamps {h.begin_timestamp_ms}..{h.end_timestamp_ms} out of order"
+    return None

@@ -14,7 +14,7 @@ _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+")  # fullmatch: "$" would accept a tra
 TOPIC_MAX_LENGTH = 255  # 4.x clients allowed 255 (later 127); longer is no file name (NAME_MAX)
 
 
-def check_topic_name(topic: str) -> str | None:
+def topic_name_problem(topic: str) -> str | None:
     """Why the broker would refuse ``topic`` as a topic name, or None when it accepts it."""
     if not topic:
         return "the topic is empty"

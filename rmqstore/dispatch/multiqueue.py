@@ -21,9 +21,8 @@ from rmqstore.codec.commitlog import (
     Record,
     decode_record,
 )
-from rmqstore.codec.topic import check_topic_name
-from rmqstore.errors import ConfigError, CorruptData
-from rmqstore.store.config import read_config
+from rmqstore.codec.topic import topic_name_problem
+from rmqstore.errors import CorruptData
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues, BatchConsumeQueueWriter
@@ -36,22 +35,6 @@ PROP_INNER_NUM = "INNER_NUM"
 PROP_INNER_BASE = "INNER_BASE"
 LMQ_PREFIX = "%LMQ%"
 RETRY_PREFIX = "%RETRY%"
-BATCH_CQ = "BatchCQ"
-
-
-def batch_cq_topics(cfg: StoreConfig) -> frozenset[str]:
-    """Topics whose ``queue.type`` attribute is BatchCQ in ``config/topics.json`` (5.x)."""
-    try:
-        cf = read_config(cfg.store_root / "config", "topics.json")
-    except (ConfigError, OSError):
-        return frozenset()
-    table = (cf.data or {}).get("topicConfigTable", {}) if isinstance(cf.data, dict) else {}
-    out = set()
-    for name, tc in table.items():
-        attrs = tc.get("attributes") if isinstance(tc, dict) else None
-        if isinstance(attrs, dict) and attrs.get("queue.type") == BATCH_CQ:
-            out.add(str(name))
-    return frozenset(out)
 
 
 def lmq_targets(rec: Record, cfg: StoreConfig) -> list[tuple[str, int, int]]:
@@ -111,7 +94,7 @@ class ExtraDispatcher:
             req = request_from_record(rec, self.cfg)
             self._put_unit(rec, req.tags_code)
         for name, qid, offset in lmq_targets(rec, self.cfg):
-            if check_topic_name(name) is not None:
+            if topic_name_problem(name) is not None:
                 raise CorruptData(f"INNER_MULTI_DISPATCH names a queue the broker refuses: {name!r}", pos=rec.pos)
             req = req or request_from_record(rec, self.cfg)
             w = self._cq.get((name, qid))

@@ -67,18 +67,18 @@ from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
-from rmqstore.ops.offsets import read_consumer_offsets
-from rmqstore.ops.recover import walk_start
 from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from rmqstore.rules import rules_for
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
+from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueue
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.checked import TopicIds
+from rmqstore.walk.recovery import walk_start
 from rmqstore.walk.starts import RecordStarts, first_nonzero
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
@@ -1469,7 +1469,7 @@ def _forecast(
     cp: Any,
 ) -> RecoveryForecast:
     """What the broker's recovery would do, from the lenient walk's findings; the start file is
-    recovery's own rule (:func:`rmqstore.recover.walk_start`)."""
+    recovery's own rule (:func:`rmqstore.walk.recovery.walk_start`)."""
 
     cfg = st.config
     rules = rules_for(cfg.broker)

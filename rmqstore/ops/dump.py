@@ -63,14 +63,15 @@ from rmqstore.codec.consumequeue import (
 )
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.javahash import index_key_hash
-from rmqstore.codec.topic import check_topic_name
+from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import CorruptData, InputError
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.files import map_file, names_in
-from rmqstore.store.layout import Segment, list_segments, segment_for
+from rmqstore.store.layout import Segment, list_segments
 from rmqstore.store.queue.interface import ConsumeQueue
+from rmqstore.store.reader import CommitLogReader
 from rmqstore.walk.requests import request_from_record
 from rmqstore.walk.starts import RecordStarts, first_nonzero, zero_tail_start
 
@@ -350,13 +351,6 @@ def _intact_record(buf: Any, pos: int, path: str, file_from: int, broker: str) -
     return rec
 
 
-def message_row(
-    rec: Record, *, body: str = "base64", verify_crc: bool = False, path: str = "<buffer>"
-) -> dict[str, Any]:
-    """``Record.to_row``: the record with its body decompressed (§3.9), plus ``crcOk`` when asked for."""
-    return rec.to_row(body=body, verify_crc=verify_crc, path=path)
-
-
 def _json_line(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
@@ -433,10 +427,10 @@ class CrcMismatch:
 
 
 class NdjsonFormatter:
-    """Message records as ndjson lines, each exactly ``json.dumps(message_row(...))`` compact.
+    """Message records as ndjson lines, each exactly ``json.dumps(Record.to_row(...))`` compact.
 
     Records with IPv4 hosts, a V1 magic and an uncompressed body are formatted straight from
-    the buffer; every other record goes through ``decode_record`` and :func:`message_row`.
+    the buffer; every other record goes through ``decode_record`` and :meth:`Record.to_row`.
     """
 
     def __init__(self, opts: MessageOptions) -> None:
@@ -459,12 +453,12 @@ class NdjsonFormatter:
         return str(encode_basestring(body.decode("utf-8", "backslashreplace"))).encode()
 
     def _decoded_line(self, buf: Any, pos: int, path: str, file_from: int, bad: list[CrcMismatch]) -> bytes | None:
-        """The line of a record off the straight path (V2, IPv6, compressed), through ``message_row``."""
+        """The line of a record off the straight path (V2, IPv6, compressed), through ``Record.to_row``."""
         opts, verify = self.opts, self.opts.verify_crc
         rec = _intact_record(buf, pos, path, file_from, opts.broker)
         if opts.filter.active and not opts.filter.matches(rec):
             return None
-        row = message_row(rec, body=opts.body, verify_crc=verify, path=path)
+        row = rec.to_row(body=opts.body, verify_crc=verify, path=path)
         if verify and not row["crcOk"]:
             bad.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, zlib.crc32(rec.body) & 0x7FFFFFFF))
         return _json_line(row).encode()
@@ -582,7 +576,7 @@ def iter_messages(
             rec = _intact_record(buf, pos, path, base, opts.broker)
             if flt.active and not flt.matches(rec):
                 continue
-            row = message_row(rec, body=opts.body, verify_crc=opts.verify_crc, path=path)
+            row = rec.to_row(body=opts.body, verify_crc=opts.verify_crc, path=path)
             if opts.verify_crc and not row["crcOk"]:
                 computed = zlib.crc32(rec.body) & 0x7FFFFFFF
                 scan.problems.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, computed).problem())
@@ -660,7 +654,7 @@ def write_ndjson(
     limit: int | None = None,
 ) -> NdjsonStats:
     """Write the scan as ndjson (UTF-8) through ``write``, many lines per call: messages as
-    :func:`message_row`, spans as ``Span.to_json``. With ``workers > 1`` (and no ``limit``)
+    :meth:`Record.to_row`, spans as ``Span.to_json``. With ``workers > 1`` (and no ``limit``)
     records are formatted in worker processes, output in order. CRC problems are appended to
     ``scan.problems``."""
     stats = NdjsonStats()
@@ -808,46 +802,6 @@ def count_commitlog(scan: CommitLogScan, opts: MessageOptions) -> CommitLogCount
 # Consume queues
 
 
-class CommitLogReader:
-    """Random access to commit log records by phy offset, keeping the last files mapped."""
-
-    def __init__(self, segs: Sequence[Segment], file_size: int, *, broker: str = "4.4.0", keep: int = 2) -> None:
-        self.segs = list(segs)
-        self.file_size = file_size
-        self.broker = broker
-        self.keep = keep
-        self._open: dict[Path, tuple[contextlib.ExitStack, Any]] = {}
-
-    def _buf(self, seg: Segment) -> Any:
-        got = self._open.get(seg.path)
-        if got is None:
-            if len(self._open) >= self.keep:
-                self._open.pop(next(iter(self._open)))[0].close()
-            stack = contextlib.ExitStack()
-            buf = stack.enter_context(map_file(seg.path))
-            got = self._open[seg.path] = (stack, buf)
-        return got[1]
-
-    def read(self, phy_offset: int) -> tuple[Segment | None, Record | Blank | CorruptData | None]:
-        """The record at ``phy_offset``: None when no file holds it, the error when it does not decode."""
-        seg = segment_for(self.segs, phy_offset, self.file_size)
-        if seg is None:
-            return None, None
-        buf = self._buf(seg)
-        pos = phy_offset - seg.base_offset
-        if pos >= len(buf):
-            return seg, CorruptData("past the end of the file", path=seg.path, pos=pos, phy_offset=phy_offset)
-        try:
-            return seg, decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
-        except CorruptData as e:
-            return seg, e
-
-    def close(self) -> None:
-        for stack, _ in self._open.values():
-            stack.close()
-        self._open.clear()
-
-
 @dataclass(frozen=True, slots=True)
 class CqRow:
     """One consume queue slot (``kind`` entry or filler) or a range of empty slots (hole, end)."""
@@ -929,7 +883,7 @@ def _check_entry(
         return None, None, [f"before the first commit log file ({clog_min}): expired"], INFO
     if clog_end is None or phy + size > clog_end:
         return None, None, [f"points past the end of the commit log data ({clog_end})"], ERROR
-    seg, got = reader.read(phy)
+    seg, got = reader.decode_at(phy)
     if seg is None:
         return None, None, ["no commit log file holds this offset"], ERROR
     if isinstance(got, Blank):
@@ -981,7 +935,7 @@ def _segment_entries(q: ConsumeQueue, seg: Segment, problems: list[Problem]) -> 
 def _commitlog_join(st: Store) -> tuple[CommitLogReader, int | None, int | None]:
     """A reader of the commit log, its first offset and the end of its data, to join entries to records."""
     clog_segs, _ = st.commitlog_segments()
-    reader = CommitLogReader(clog_segs, st.config.commitlog_file_size, broker=st.config.broker)
+    reader = CommitLogReader(clog_segs, st.config.commitlog_file_size, st.config.broker, keep=2)
     clog_min = clog_segs[0].base_offset if clog_segs else None
     return reader, clog_min, commitlog_end(clog_segs, broker=st.config.broker)
 
@@ -1336,7 +1290,7 @@ class ExtRow:
 def scan_consume_queue_ext(st: Store, topic: str, queue_id: int) -> Iterator[ExtRow]:
     """The units of ``consumequeue_ext/<topic>/<queueId>`` (§4.6), file by file."""
 
-    if check_topic_name(topic) is not None:
+    if topic_name_problem(topic) is not None:
         raise InputError(f"{topic!r}: not a topic the broker accepts")
     d = st.root / "consumequeue_ext" / topic / str(int(queue_id))
     segs, _ = list_segments(d, None)

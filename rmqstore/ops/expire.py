@@ -32,13 +32,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 from rmqstore.codec.indexfile import HEADER as INDEX_HEADER
 from rmqstore.errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.files import SCRATCH_DIR, fsync_dir, move, scratch_dir
-from rmqstore.safety.journal import Journal, StepHook, journal_file
+from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, journal_file, register
+from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine
 from rmqstore.store import Store, open_store
 from rmqstore.store.files import read_at
@@ -75,8 +77,8 @@ _LONG = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
-class ExpireSettings:
-    """The effective cleaning settings, with the broker's names in :meth:`to_json`."""
+class ExpireSettings(JsonModel):
+    """The effective cleaning settings, with the broker's names in :meth:`shown`."""
 
     broker: str
     file_reserved_time_h: int
@@ -89,7 +91,7 @@ class ExpireSettings:
     disk_space_clean_forcibly_ratio: float  # fraction
     notes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, object]:
+    def shown(self) -> dict[str, object]:
         return {
             "brokerVersion": self.broker,
             "fileReservedTime": self.file_reserved_time_h,
@@ -245,7 +247,7 @@ def commitlog_used_ratio(cfg: StoreConfig, disk_usage: DiskUsage) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Triggers:
+class Triggers(JsonModel):
     """Why (or why not) ``CleanCommitLogService`` deletes in this pass."""
 
     local_hour: int
@@ -261,7 +263,7 @@ class Triggers:
     def triggered(self) -> bool:
         return self.time or self.space or self.manual
 
-    def to_json(self) -> dict[str, object]:
+    def shown(self) -> dict[str, object]:
         return {
             "localHour": self.local_hour,
             "time": self.time,
@@ -325,7 +327,7 @@ def evaluate_triggers(
 
 
 @dataclass(frozen=True, slots=True)
-class FileAction:
+class FileAction(JsonModel):
     """One file to delete."""
 
     kind: str  # "commitlog" | "consumequeue" | "index"
@@ -337,7 +339,7 @@ class FileAction:
     topic: str | None = None
     queue_id: int | None = None
 
-    def to_json(self) -> dict[str, object]:
+    def shown(self) -> dict[str, object]:
         out: dict[str, object] = {
             "kind": self.kind,
             "path": self.rel_path,
@@ -353,8 +355,10 @@ class FileAction:
 
 
 @dataclass(frozen=True, slots=True)
-class ExpirePlan:
+class ExpirePlan(JsonModel):
     """What one expire run would delete, and why it deletes no more."""
+
+    operation: ClassVar[str] = "expire"
 
     store_root: Path
     now_ms: int  # the time the triggers and the files' ages are evaluated at
@@ -368,6 +372,7 @@ class ExpirePlan:
     commitlog_stop: str  # why the commit log pass deleted no more
     notes: tuple[str, ...] = ()  # informational
     warnings: tuple[str, ...] = ()  # parts skipped; need attention
+    quarantine: Path | None = None  # move the files to a fresh folder inside it instead of deleting them
 
     @property
     def actions(self) -> tuple[FileAction, ...]:
@@ -381,21 +386,31 @@ class ExpirePlan:
     def nothing_to_do(self) -> bool:
         return not self.actions
 
-    def to_json(self) -> dict[str, object]:
+    def planned_actions(self) -> tuple[PlannedAction, ...]:
+        """The deletions in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+        kept = self.quarantine is not None
+        verb = "move" if kept else "delete"
+        return tuple(PlannedAction("expire", verb, a.path, a.why, size=a.size, kept=kept) for a in self.actions)
+
+    def summary(self) -> dict[str, object]:
+        """The run as a cron log shows it: the settings and triggers in the broker's names, and the files."""
         return {
             "store": os.path.abspath(self.store_root),
             "now": format_time_ms(self.now_ms),
             "nowMs": self.now_ms,
-            "settings": self.settings.to_json(),
-            "triggers": self.triggers.to_json(),
+            "settings": self.settings.shown(),
+            "triggers": self.triggers.shown(),
             "minPhyOffset": self.min_phy_offset,
             "newMinPhyOffset": self.new_min_phy_offset,
             "commitLogStop": self.commitlog_stop,
-            "actions": [a.to_json() for a in self.actions],
+            "actions": [a.shown() for a in self.actions],
             "freedBytes": self.freed_size,
             "notes": list(self.notes),
             "warnings": list(self.warnings),
         }
+
+    def details(self) -> dict[str, list[dict[str, Any]]]:
+        return {}  # the actions say it all
 
 
 def _mtime_ms(path: Path) -> tuple[int, int]:
@@ -517,11 +532,13 @@ def plan_expire(
     settings: ExpireSettings | None = None,
     force: bool = False,
     disk_usage: DiskUsage | None = None,
+    quarantine: Path | None = None,
 ) -> ExpirePlan:
     """What one pass of the broker's two clean services would delete now. Reads only.
 
     ``disk_usage(path) -> ratio`` gives a partition's used ratio as the broker computes it
-    (default: measured); ``force`` is the manual mode of ``mqadmin deleteExpiredCommitLog``.
+    (default: measured); ``force`` is the manual mode of ``mqadmin deleteExpiredCommitLog``;
+    ``quarantine``: the files are moved to a fresh folder inside it instead of being deleted.
     """
     settings = settings or expire_settings(st.config)
     disk_usage = disk_usage or measured_disk_usage(settings.broker)
@@ -561,6 +578,7 @@ def plan_expire(
         commitlog_stop=stop,
         notes=tuple(notes),
         warnings=tuple(warnings),
+        quarantine=quarantine,
     )
 
 
@@ -631,33 +649,26 @@ def _quarantine(plan: ExpirePlan, base: Path) -> Quarantine:
     return q
 
 
-def planned_actions(plan: ExpirePlan, *, quarantine: bool = False) -> tuple[PlannedAction, ...]:
-    """The deletions in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
-    verb = "move" if quarantine else "delete"
-    return tuple(PlannedAction("expire", verb, a.path, a.why, size=a.size, kept=quarantine) for a in plan.actions)
-
-
 def apply_expire(
     plan: ExpirePlan,
     *,
-    quarantine: Path | None = None,
     config: StoreConfig | None = None,
     on_action: Callable[[FileAction], None] | None = None,
     on_step: StepHook | None = None,
 ) -> ExpireResult:
-    """Delete (or move to a fresh folder inside ``quarantine``) exactly the plan's files, oldest first.
+    """Delete (or move to a fresh folder inside the plan's quarantine) exactly the plan's files, oldest first.
 
     Commit log files go first, then consume queue files, then index files; each removal is made
     durable (directory fsync) before the next, so a crash never leaves a hole. The plan's files are
-    journaled first: a run killed midway is finished by the next run (:func:`finish_pending`), which
+    journaled first: a run killed midway is finished by the next run (its registered resume), which
     removes exactly the files this plan chose. ``on_step`` is called with ``expire:<path>`` after each.
     """
     if not plan.actions:
         return ExpireResult(())
     q = None
-    if quarantine is not None:
-        _check_quarantine(plan, config, quarantine)
-        q = _quarantine(plan, Path(quarantine))
+    if plan.quarantine is not None:
+        _check_quarantine(plan, config, plan.quarantine)
+        q = _quarantine(plan, Path(plan.quarantine))
     journal = Journal(
         journal_file(plan.store_root, "expire"),
         {
@@ -672,10 +683,15 @@ def apply_expire(
     return _run(journal, {str(a.path): a for a in plan.actions}, on_action)
 
 
-def finish_pending(root: Path, *, on_step: StepHook | None = None) -> ExpireResult | None:
-    """Finish the files of an expire run that was killed midway, if its journal is there."""
-    journal = Journal.load(journal_file(root, "expire"), on_step)
-    return None if journal is None else _run(journal, {}, None)
+def _resume(st: Store, on_step: StepHook | None, _progress: Progress | None) -> Resumed:
+    """Finish the files of an expire run that was killed midway."""
+    journal = Journal.load(journal_file(st.root, "expire"), on_step)
+    assert journal is not None  # the journal is there: resume() found it
+    result = _run(journal, {}, None)
+    return Resumed("expire", f"finished an interrupted expire run: {len(result.done)} file(s) removed", result)
+
+
+register("expire", _resume)
 
 
 def _run(

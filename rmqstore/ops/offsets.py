@@ -10,13 +10,13 @@ would report them after loading the store, and the lag (max - committed).
 * min offset: ``correctMinOffset`` (§4.4): the first entry of the first file whose commit log
   offset is at least the commit log's min offset; 4.x keeps 0 when no entry qualifies, 5.x then
   treats the queue as empty (min = max).
-* offset for a time: :func:`rmqstore.query.offset_by_time`, the broker's ``getOffsetInQueueByTime``
+* offset for a time: :func:`rmqstore.store.lookup.offset_by_time`, the broker's ``getOffsetInQueueByTime``
   (what ``mqadmin resetOffsetByTime`` uses): the entry stored at that time, else the nearer of
   its neighbours in the consume queue file picked for the time.
 
 Writing follows the broker's persist sequence for the chosen version (``.bak`` rotation, §11.1)
 through :func:`rmqstore.config.write_config`, and is a :func:`plan_reset_offsets` /
-:func:`apply_set_offsets` pair.
+:func:`apply_reset_offsets` pair.
 """
 
 from __future__ import annotations
@@ -26,19 +26,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rmqstore.errors import ConfigError, InputError, UnsafePlan
-from rmqstore.ops.query import offset_by_time, query_queue_offset
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction
+from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
+from rmqstore.store.lookup import offset_by_time, query_queue_offset
+from rmqstore.store.offsets import LMQ_OFFSET_FILE, read_consumer_offsets, read_lmq_offsets
 from rmqstore.store.queue.interface import QueueRange
-
-CONSUMER_OFFSET_FILE = "consumerOffset.json"
-LMQ_OFFSET_FILE = "lmqConsumerOffset.json"
-
 
 # ------------------------------------------------------------------------- consumer progress
 
@@ -69,43 +67,6 @@ class ConsumerProgress:
             "maxOffset": self.max_offset,
             "lag": self.lag,
         }
-
-
-def lmq_offset_manager(st: Store) -> bool:
-    """Whether the broker keeps its offsets in lmqConsumerOffset.json: with ``enableLmq`` (4.9.3+) its
-    offset manager is ``LmqConsumerOffsetManager``, which persists every group there (consumerOffset.json
-    is then neither read nor written) and an LMQ group's one offset per queue in ``lmqOffsetTable``."""
-    return st.config.enable_lmq and rules_for(st.config.broker).multi_dispatch
-
-
-def offsets_file(st: Store) -> str:
-    """The name of the committed offsets file the broker of this store loads and persists."""
-    return LMQ_OFFSET_FILE if lmq_offset_manager(st) else CONSUMER_OFFSET_FILE
-
-
-def _offset_table(cf: cfgjson.ConfigFile, lmq: bool) -> dict[tuple[str, str], dict[int, int]]:
-    path = cf.path if cf.source != "bak" else cf.path.with_name(cf.path.name + ".bak")
-    table = cfgjson.load_consumer_offsets(cf.data, path=path)
-    if lmq:
-        table.update(cfgjson.load_lmq_offsets(cf.data, path=path))
-    return table
-
-
-def read_consumer_offsets(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, str], dict[int, int]]]:
-    """The committed offsets file as the broker loads it (:func:`offsets_file`), and its table
-    ``{(topic, group): {queue: offset}}`` (an LMQ group's offset from lmqOffsetTable at queue 0)."""
-    name = offsets_file(st)
-    cf = cfgjson.read_config(st.config.config_dir, name)
-    return cf, _offset_table(cf, name == LMQ_OFFSET_FILE)
-
-
-def read_lmq_offsets(st: Store) -> dict[tuple[str, str], dict[int, int]]:
-    """4.9.3+/5.x ``lmqConsumerOffset.json`` (``offsetTable`` as in consumerOffset.json, plus
-    ``lmqOffsetTable``: ``topic@group`` -> one offset, shown at queue 0); empty when the file is absent."""
-    d = st.config.config_dir
-    if not (d / LMQ_OFFSET_FILE).exists() and not (d / f"{LMQ_OFFSET_FILE}.bak").exists():
-        return {}
-    return _offset_table(cfgjson.read_config(d, LMQ_OFFSET_FILE), True)
 
 
 def _queue_ids_on_disk(st: Store) -> dict[str, list[int]]:
@@ -157,8 +118,10 @@ def progress_totals(rows: Sequence[ConsumerProgress]) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetChange:
+class OffsetChange(JsonModel):
     """One committed offset a plan sets, with the queue's range it was checked against."""
+
+    json_keys = "group topic queue_id before after min_offset max_offset"
 
     topic: str
     group: str
@@ -168,21 +131,13 @@ class OffsetChange:
     min_offset: int
     max_offset: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "before": self.before,
-            "after": self.after,
-            "minOffset": self.min_offset,
-            "maxOffset": self.max_offset,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class SetOffsetsPlan:
+class ResetOffsetsPlan(JsonModel):
     """A rewrite of the offsets file (consumerOffset.json, or lmqConsumerOffset.json with enableLmq)."""
+
+    operation: ClassVar[str] = "offsets"
+    json_codecs = {"data": (cfgjson.dumps, cfgjson.loads)}  # fastjson's form: int keys, key order
 
     path: Path  # config/consumerOffset.json
     broker_version: str
@@ -192,6 +147,21 @@ class SetOffsetsPlan:
 
     def new_text(self) -> str:
         return cfgjson.dumps(self.data)
+
+    def planned_actions(self) -> tuple[PlannedAction, ...]:
+        """The rewrite in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+        why = f"{len(self.changes)} committed offset(s) set; the previous file is kept as .bak"
+        return (PlannedAction("offsets", "rewrite", self.path, why),) if self.changes else ()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "file": str(self.path),
+            "offsetsChanged": len(self.changes),
+            "previousFileKeptAs": f"{self.path.name}.bak",
+        }
+
+    def details(self) -> dict[str, list[dict[str, Any]]]:
+        return {"changes": [c.to_json() for c in self.changes]}
 
 
 RESET_MODES = ("offset", "earliest", "latest", "time")
@@ -240,7 +210,7 @@ def _document_to_write(st: Store) -> tuple[cfgjson.ConfigFile, dict[tuple[str, s
     return cf, table, data, lmq
 
 
-def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
+def apply_reset_offsets(st: Store, plan: ResetOffsetsPlan) -> None:
     """Write exactly ``plan`` (the store must be open writable, so no broker runs).
 
     Raises:
@@ -256,12 +226,6 @@ def apply_set_offsets(st: Store, plan: SetOffsetsPlan) -> None:
     if now != plan.source_raw and not (now is not None and plan.source_raw is None and not now):
         raise UnsafePlan(f"{plan.path} changed since the plan was made; plan again")
     cfgjson.write_config(plan.path.parent, plan.path.name, plan.data, broker_version=plan.broker_version)
-
-
-def planned_actions(plan: SetOffsetsPlan) -> tuple[PlannedAction, ...]:
-    """The rewrite in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
-    why = f"{len(plan.changes)} committed offset(s) set; the previous file is kept as .bak"
-    return (PlannedAction("offsets", "rewrite", plan.path, why),) if plan.changes else ()
 
 
 # ------------------------------------------------------- last consumed time, reset over many pairs
@@ -292,7 +256,7 @@ def plan_reset_offsets(
     shift_by: int | None = None,
     force: bool = False,
     broker_version: str = "4.4.0",
-) -> SetOffsetsPlan:
+) -> ResetOffsetsPlan:
     """Plan new committed offsets for every ``(topic, group)`` of ``pairs`` in one rewrite (reads only).
 
     ``mode``: ``offset`` (``queue_id`` and ``offset`` required), ``earliest`` (min offset),
@@ -326,7 +290,7 @@ def plan_reset_offsets(
             target = _reset_target(st, rng, committed.get(qid), mode, offset, time_ms, shift_by)
             changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force, lmq))
     raw = cf.raw if cf.source == "file" else None
-    return SetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
+    return ResetOffsetsPlan(cf.path, broker_version, tuple(changes), data, raw)
 
 
 def _reset_target(

@@ -31,10 +31,8 @@ a file of the wrong size, a damaged header or chain), the whole commit log is sc
 same filter, the same time window (on the exact store timestamp, while the index keeps whole
 seconds since the file's begin time) and the same budget (the newest ``max_num`` matches).
 
-Queue lookups read the consume queue: ``query_queue_offset`` reads the entry at a queue offset
-and its record (an offset past the queue's end is looked for among the records not dispatched
-yet); ``offset_by_time`` is the broker's ``getOffsetInQueueByTime`` (4.4.0): pick a file, then
-binary-search its entries on their records' store timestamps (see its docstring).
+Queue lookups (an offset's entry and record, the offset for a time) are the consume queue's own
+reading, in :mod:`rmqstore.store.lookup`.
 
 Nothing here writes: a store a broker is running on can be queried (its files are read as they
 are at that moment).
@@ -46,42 +44,22 @@ import json
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any
 
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    Blank,
     Record,
-    decode_record,
-    read_head,
-    store_timestamp_at,
 )
-from rmqstore.codec.consumequeue import ENTRY_SIZE, CqEntry, valid_prefix
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header, is_time_matched
 from rmqstore.codec.msgid import decode_offset_msg_id
-from rmqstore.errors import CorruptData, InputError, RecordSizeMismatch
+from rmqstore.errors import CorruptData, InputError
 from rmqstore.store import Store
-from rmqstore.store.layout import Segment, segment_for
-from rmqstore.store.queue.interface import ConsumeQueue
-
-if TYPE_CHECKING:
-    import numpy as np
+from rmqstore.store.reader import CommitLogReader, MapsOpen, ScanProgress, ScanStats, map_readonly, scan_records
 
 JAVA_LONG_MAX = (1 << 63) - 1
 KEY_QUERY_MAX_NUM = 64  # mqadmin queryMsgByKey asks for 64
-_MIN_RECORD_SIZE = 91  # V1 record with IPv4 hosts and empty body, topic and properties
-_PROGRESS_STEP = 8 << 20  # report scan progress every 8 MiB
-_SEARCH_WINDOW = 1 << 20  # bytes searched for the key ahead of the record walk
-
-Progress = Callable[[int, int], None]  # (bytes just scanned, total bytes of this scan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,49 +106,11 @@ class MsgIdResult:
     notices: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class QueueBounds:
-    min_offset: int  # first valid queue offset (the broker's minOffsetInQueue)
-    max_offset: int  # one past the last valid entry (maxOffsetInQueue)
-    last_record_end: int = 0  # offset + size of the last entry's record (4.4.0's maxPhysicOffset is the offset)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueHit:
-    """``query offset`` / ``query time``: a queue offset, its entry and its record (if any)."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    bounds: QueueBounds
-    entry: CqEntry | None
-    record: Record | None
-    notices: tuple[str, ...] = ()
-
-
 class IndexUnusable(Exception):
     """The index cannot answer; the reason is the message. Callers fall back to a scan."""
 
 
 # -- the index, as the broker loads and walks it ----------------------------------------------------
-
-
-class MapsOpen:
-    """A reader whose mapped files stay open until ``close`` (or the end of its ``with`` block)."""
-
-    _mapped: dict[Any, mmap.mmap | bytes]
-
-    def close(self) -> None:
-        for m in self._mapped.values():
-            if isinstance(m, mmap.mmap):
-                m.close()
-        self._mapped.clear()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class IndexSet(MapsOpen):
@@ -260,7 +200,7 @@ class IndexSet(MapsOpen):
             path = self.dir / self.names[i]
             m: mmap.mmap | bytes = b""
             try:
-                m = _map_readonly(path)
+                m = map_readonly(path)
                 if isinstance(m, mmap.mmap) and hasattr(mmap, "MADV_RANDOM"):
                     # Chain walks hop across 400 MB: read-ahead would turn each ~0.1 ms page fault
                     # into several milliseconds of reading pages never used.
@@ -315,148 +255,6 @@ class IndexSet(MapsOpen):
         return lo
 
 
-# -- the commit log ------------------------------------------------------------------------------------
-
-
-def _map_readonly(path: Path) -> mmap.mmap | bytes:
-    """A read-only map kept beyond one block (``map_file`` closes at the end of its block)."""
-    try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
-                return b""
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise CorruptData(f"cannot map: {e.strerror}", path=path, pos=0) from None
-
-
-class CommitLogReader(MapsOpen):
-    """Reads single records by commit log offset, keeping the files it mapped open until closed."""
-
-    def __init__(self, st: Store) -> None:
-        self.segments, _ = st.commitlog_segments()
-        self.file_size = st.config.commitlog_file_size
-        self.broker = st.config.broker
-        self._mapped: dict[Path, mmap.mmap | bytes] = {}
-
-    @property
-    def min_phy_offset(self) -> int:
-        return self.segments[0].base_offset if self.segments else 0
-
-    def buffer(self, seg: Segment) -> mmap.mmap | bytes:
-        buf = self._mapped.get(seg.path)
-        if buf is None:
-            buf = _map_readonly(seg.path)
-            self._mapped[seg.path] = buf
-        return buf
-
-    def locate(self, phy_offset: int) -> tuple[Segment, int] | None:
-        seg = segment_for(self.segments, phy_offset, self.file_size)
-        if seg is None:
-            return None
-        return seg, phy_offset - seg.base_offset
-
-    def read(self, phy_offset: int) -> Record:
-        """The record at ``phy_offset``; CorruptData if there is none."""
-        loc = self.locate(phy_offset)
-        if loc is None:
-            raise CorruptData(
-                "no commit log file holds this offset (deleted or never written)", path="commitlog", pos=phy_offset
-            )
-        seg, pos = loc
-        rec = decode_record(self.buffer(seg), pos, path=str(seg.path), file_from=seg.base_offset, broker=self.broker)
-        if isinstance(rec, Blank):
-            raise CorruptData("end-of-file blank, not a message", path=seg.path, pos=pos, phy_offset=phy_offset)
-        return rec
-
-
-@dataclass
-class ScanStats:
-    """What a scan walked: records (every record, not only decoded ones) and bytes."""
-
-    records: int = 0
-    scanned_bytes: int = 0
-
-
-def scan_records(
-    reader: CommitLogReader,
-    needle: bytes,
-    *,
-    from_phy: int = 0,
-    progress: Progress | None = None,
-    notices: list[str] | None = None,
-    stats: ScanStats | None = None,
-) -> Iterator[Record]:
-    """Decode every record at or after ``from_phy`` whose bytes contain ``needle``, in order.
-
-    Record boundaries are walked from the headers (TOTALSIZE and magic, as the dispatcher walks
-    them); a record is decoded only when ``needle`` occurs inside it, which keeps a full scan
-    close to disk speed. The walk stops where the data ends: zeros, a file not ended by a blank,
-    or an invalid header (a notice says where). A candidate whose TOTALSIZE disagrees with its
-    fields is skipped, as the dispatcher skips it.
-    """
-    segs = [s for s in reader.segments if s.base_offset + s.size > from_phy]
-    total = sum(s.size for s in segs) - max(0, from_phy - segs[0].base_offset) if segs else 0
-    stats = stats if stats is not None else ScanStats()
-    for seg in segs:
-        buf = reader.buffer(seg)
-        size = len(buf)
-        pos = reported = max(0, from_phy - seg.base_offset)
-        # Search for the needle in windows just ahead of the walk, so that a walk which stops
-        # early (the usual tail scan) never reads the rest of a 1 GiB file.
-        hit, searched_to = -1, pos
-        ended_by_blank = False
-        try:
-            while pos + 8 <= size:
-                total_size, magic = read_head(buf, pos)
-                if magic == BLANK_MAGIC:
-                    ended_by_blank = True
-                    break
-                if total_size == 0 and magic == 0:
-                    break
-                if (magic != MAGIC_V1 and magic != MAGIC_V2) or not _MIN_RECORD_SIZE <= total_size <= size - pos:
-                    _note(
-                        notices,
-                        f"commit log data ends at offset {seg.base_offset + pos} ({seg.path.name}): invalid record "
-                        f"header (TOTALSIZE {total_size}, magic 0x{magic & 0xFFFFFFFF:08X}); the broker's recovery "
-                        "truncates here",
-                    )
-                    return
-                end = pos + total_size
-                while hit < 0 and searched_to < end:
-                    window_end = min(size, searched_to + _SEARCH_WINDOW)
-                    hit = buf.find(needle, searched_to, min(size, window_end + len(needle) - 1))
-                    searched_to = window_end
-                if 0 <= hit < end:
-                    try:
-                        rec = decode_record(
-                            buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=reader.broker
-                        )
-                    except RecordSizeMismatch:
-                        rec = None  # the dispatcher skips it: never indexed
-                    except CorruptData as e:
-                        _note(notices, f"commit log data ends at offset {seg.base_offset + pos}: {e.what}")
-                        return
-                    if isinstance(rec, Record):
-                        yield rec
-                    hit, searched_to = -1, end
-                stats.records += 1
-                pos = end
-                if progress is not None and pos - reported >= _PROGRESS_STEP:
-                    progress(pos - reported, total)
-                    reported = pos
-        finally:
-            stats.scanned_bytes += pos - max(0, from_phy - seg.base_offset)
-        if progress is not None:
-            progress(size - reported, total)
-        if not ended_by_blank:
-            return  # data ended inside this file: later files hold nothing the broker serves
-
-
-def _note(notices: list[str] | None, msg: str) -> None:
-    if notices is not None:
-        notices.append(msg)
-
-
 # -- key and unique-key queries ---------------------------------------------------------------------------
 
 
@@ -502,7 +300,7 @@ class Searcher:
 
     def __init__(self, st: Store) -> None:
         self.st = st
-        self.reader = CommitLogReader(st)
+        self.reader = CommitLogReader.of(st)
         self._index: IndexSet | None = None
         self._unusable: str | None = None
 
@@ -546,7 +344,7 @@ class Searcher:
         begin_ms: int = 0,
         end_ms: int = JAVA_LONG_MAX,
         scan: bool = False,
-        progress: Progress | None = None,
+        progress: ScanProgress | None = None,
     ) -> KeyQueryResult:
         """Messages of ``topic`` whose KEYS contain ``key``, as ``mqadmin queryMsgByKey`` shows them."""
         _check_query(topic, key, max_num)
@@ -562,7 +360,7 @@ class Searcher:
         end_ms: int = JAVA_LONG_MAX,
         scan: bool = False,
         all_copies: bool = False,
-        progress: Progress | None = None,
+        progress: ScanProgress | None = None,
     ) -> KeyQueryResult:
         """The message of ``topic`` with this UNIQ_KEY (the client's msgId): the earliest stored one,
         or every copy with ``all_copies``. ``max_num`` defaults to the broker's defaultQueryMaxNum."""
@@ -572,7 +370,7 @@ class Searcher:
 
     def _query(
         self, topic: str, key: str, unique: bool, max_num: int, begin_ms: int, end_ms: int, scan: bool,
-        progress: Progress | None, *, all_copies: bool,
+        progress: ScanProgress | None, *, all_copies: bool,
     ) -> KeyQueryResult:  # fmt: skip
         max_num = min(max_num, self.st.config.max_msgs_num_batch)
         q = _Lookup(topic, key, unique, max_num, begin_ms, end_ms, progress, [], all_copies)
@@ -593,7 +391,7 @@ class Searcher:
         topics: list[str] | None = None,
         scan: bool = False,
         all_copies: bool = False,
-        progress: Progress | None = None,
+        progress: ScanProgress | None = None,
     ) -> MsgIdResult:
         """Find a message by id as ``mqadmin queryMsgById`` does.
 
@@ -633,7 +431,9 @@ class Searcher:
             notices.extend(n for n in q.notices if n not in notices)
         return MsgIdResult(mid, "unique", tuple(hits), tuple(lookups), tuple(notices))
 
-    def _msg_id_scan(self, mid: str, all_copies: bool, progress: Progress | None, notices: list[str]) -> MsgIdResult:
+    def _msg_id_scan(
+        self, mid: str, all_copies: bool, progress: ScanProgress | None, notices: list[str]
+    ) -> MsgIdResult:
         """One pass over the commit log for a UNIQ_KEY in any topic; per topic as ``uniq``."""
         max_num = min(self.st.config.default_query_max_num, self.st.config.max_msgs_num_batch)
         by_topic: dict[str, list[Record]] = {}
@@ -678,7 +478,7 @@ class _Lookup:
     max_num: int
     begin_ms: int
     end_ms: int
-    progress: Progress | None
+    progress: ScanProgress | None
     notices: list[str]
     all_copies: bool
 
@@ -805,262 +605,3 @@ def known_topics(st: Store) -> list[str]:
     except (OSError, ValueError, AttributeError):
         pass  # missing or unreadable: the consume queue directories still name the topics
     return sorted(names)
-
-
-# -- consume queue lookups --------------------------------------------------------------------------------
-
-
-@dataclass
-class _Queue:
-    queue: ConsumeQueue
-    segments: list[Segment]
-    min_phy_offset: int
-    valid: dict[int, np.ndarray] = field(default_factory=dict)  # segment index -> its valid entries
-
-    def valid_entries(self, i: int) -> np.ndarray:
-        v = self.valid.get(i)
-        if v is None:
-            arr = self.queue.read(self.segments[i])
-            v = self.valid[i] = arr[: valid_prefix(arr)]
-        return v
-
-
-def _open_queue(st: Store, topic: str, queue_id: int, reader: CommitLogReader) -> _Queue:
-    q = st.consume_queues.queue(topic, queue_id)
-    return _Queue(q, q.files()[0], reader.min_phy_offset)
-
-
-def _entry(unit: np.void) -> CqEntry:
-    return CqEntry(int(unit["phy_offset"]), int(unit["size"]), int(unit["tags_code"]))
-
-
-def queue_bounds(st: Store, topic: str, queue_id: int) -> QueueBounds:
-    """Min and max queue offset as the broker computes them after load (§4.4)."""
-    with CommitLogReader(st) as reader:
-        q = _open_queue(st, topic, queue_id, reader)
-        return _bounds(q)
-
-
-def _bounds(q: _Queue) -> QueueBounds:
-    if not q.segments:
-        return QueueBounds(0, 0)
-    first, last = q.segments[0], q.segments[-1]
-    end = last.base_offset + len(q.valid_entries(len(q.segments) - 1)) * ENTRY_SIZE
-    # correctMinOffset (4.x): the first entry of the first file at or after the commit log's min offset.
-    min_logic = first.base_offset
-    at = (q.valid_entries(0)["phy_offset"] >= q.min_phy_offset).nonzero()[0]
-    if at.size:
-        min_logic = first.base_offset + int(at[0]) * ENTRY_SIZE
-    return QueueBounds(min_logic // ENTRY_SIZE, end // ENTRY_SIZE, _last_entry_end(q))
-
-
-def _last_entry_end(q: _Queue) -> int:
-    for i in range(len(q.segments) - 1, -1, -1):
-        valid = q.valid_entries(i)
-        if len(valid):
-            e = _entry(valid[-1])
-            return 0 if e.is_filler else e.phy_offset + e.size
-    return 0
-
-
-def dispatched_end(st: Store) -> int:
-    """Where the broker's dispatch stands: the end of the newest record in any consume queue.
-
-    Dispatch runs through the commit log in order, so every record before this offset is in its
-    consume queue; records after it are put there when a broker starts (§9.3).
-    """
-    end = 0
-    with CommitLogReader(st) as reader:
-        for queue in st.consume_queues.queues():
-            end = max(end, _last_entry_end(_open_queue(st, queue.topic, queue.queue_id, reader)))
-    return end
-
-
-def query_queue_offset(st: Store, topic: str, queue_id: int, queue_offset: int) -> QueueHit:
-    """The consume queue entry at ``queue_offset`` and the record it points to.
-
-    An offset at or past the queue's end may belong to a record not dispatched yet (the broker
-    was stopped while dispatch was behind, or crashed): the records after the dispatch position
-    are then scanned for it, as a starting broker would put them in the queue (NOT and COMMIT
-    records, at their QUEUEOFFSET field, §4.3).
-    """
-    notices: list[str] = []
-    with CommitLogReader(st) as reader:
-        q = _open_queue(st, topic, queue_id, reader)
-        bounds = _bounds(q)
-        if queue_offset >= bounds.max_offset and q.segments:
-            start = dispatched_end(st)
-            for rec in scan_records(reader, topic.encode("utf-8"), from_phy=start, notices=notices):
-                if (
-                    rec.topic == topic
-                    and rec.queue_id == queue_id
-                    and rec.queue_offset == queue_offset
-                    and rec.transaction_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-                ):
-                    notices.append(
-                        f"queue offset {queue_offset} is not in the consume queue yet (dispatch stopped at commit "
-                        f"log offset {start}); found by scanning the records after it"
-                    )
-                    return QueueHit(topic, queue_id, queue_offset, bounds, None, rec, tuple(notices))
-        return _entry_and_record(q, reader, topic, queue_id, queue_offset, bounds, notices)
-
-
-def _entry_and_record(
-    q: _Queue,
-    reader: CommitLogReader,
-    topic: str,
-    queue_id: int,
-    queue_offset: int,
-    bounds: QueueBounds,
-    notices: list[str],
-) -> QueueHit:
-    def miss(why: str, entry: CqEntry | None = None) -> QueueHit:
-        notices.append(why)
-        return QueueHit(topic, queue_id, queue_offset, bounds, entry, None, tuple(notices))
-
-    if not q.segments:
-        return miss(f"no consume queue {topic}/{queue_id}")
-    if not bounds.min_offset <= queue_offset < bounds.max_offset:
-        return miss(
-            f"queue offset {queue_offset} is outside {topic}/{queue_id}'s [{bounds.min_offset}, {bounds.max_offset})"
-        )
-    unit = q.queue.get(queue_offset)
-    if unit is None:
-        return miss(f"no consume queue file holds queue offset {queue_offset}")
-    entry = _entry(unit)
-    if entry.is_filler:
-        return miss(f"queue offset {queue_offset} is a filler entry (the queue starts later)", entry)
-    try:
-        rec = reader.read(entry.phy_offset)
-    except CorruptData as e:
-        return miss(f"the entry points to commit log offset {entry.phy_offset}, which holds no message: {e}", entry)
-    if rec.total_size != entry.size or rec.phy_offset != entry.phy_offset:
-        notices.append(
-            f"the entry says {entry.size} bytes at offset {entry.phy_offset}; the record there is "
-            f"{rec.total_size} bytes and says offset {rec.phy_offset}"
-        )
-    return QueueHit(topic, queue_id, queue_offset, bounds, entry, rec, tuple(notices))
-
-
-def _java_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def offset_by_time(st: Store, topic: str, queue_id: int, timestamp_ms: int, *, file_by_mtime: bool = False) -> QueueHit:
-    """The broker's ``getOffsetInQueueByTime`` (4.4.0), with the record at the offset found.
-
-    1. Pick a file: the broker takes the first consume queue file whose modification time is at
-       or after ``timestamp_ms``, else the last file. A file's mtime is the time its last entry
-       was written, so by default we use the store timestamp of each file's last valid entry
-       instead, which survives copying and restoring a store; ``file_by_mtime`` uses the mtimes.
-    2. Binary-search that file's valid entries from the queue's min offset: entries pointing
-       below the commit log's min offset count as earlier; otherwise compare the record's store
-       timestamp. An exact match wins (any one of equal timestamps, wherever the search meets it);
-       otherwise the nearer of the last entry below and the first above (the lower one on a
-       tie); only one side found: that side. A record that cannot be read (e.g. a filler entry)
-       makes the broker answer 0. A missing or empty queue answers 0.
-
-    Only entries on disk are searched: records not dispatched yet (after a crash; a note says
-    when there are any) are put in the queue by a starting broker and then take part in its search.
-    """
-    notices: list[str] = []
-    with CommitLogReader(st) as reader:
-        q = _open_queue(st, topic, queue_id, reader)
-        bounds = _bounds(q)
-        if not q.segments:
-            notices.append(f"no consume queue {topic}/{queue_id}: the broker answers 0")
-            return QueueHit(topic, queue_id, 0, bounds, None, None, tuple(notices))
-        qo = _search_file(q, _pick_file(q, reader, timestamp_ms, file_by_mtime), reader, timestamp_ms, bounds)
-        if qo is None:
-            notices.append("the search met an entry whose message cannot be read: the broker answers 0")
-            qo = 0
-        # A clean 4.x shutdown waits for dispatch to catch up; only a crash leaves records behind.
-        start = dispatched_end(st) if st.abort_exists() and st.lock_holder() is None else None
-        if start is not None and _record_after(reader, start):
-            notices.append(
-                f"the commit log holds records after the dispatch position (offset {start}) that no consume queue "
-                "holds yet; a starting broker adds them, this search does not see them"
-            )
-        return _entry_and_record(q, reader, topic, queue_id, qo, bounds, notices)
-
-
-def _record_after(reader: CommitLogReader, phy_offset: int) -> bool:
-    """Whether a message record starts at ``phy_offset`` (or, past a blank, at the next file)."""
-    for _ in range(2):
-        loc = reader.locate(phy_offset)
-        if loc is None:
-            return False
-        seg, pos = loc
-        buf = reader.buffer(seg)
-        if pos + 8 > len(buf):
-            return False
-        total_size, magic = read_head(buf, pos)
-        if magic != BLANK_MAGIC:
-            return magic in (MAGIC_V1, MAGIC_V2) and total_size >= _MIN_RECORD_SIZE
-        phy_offset = seg.base_offset + len(buf)
-    return False
-
-
-def _store_time(reader: CommitLogReader, phy_offset: int, size: int) -> int:
-    """``CommitLog.pickupStoreTimestamp``: -1 when the bytes are not in a commit log file."""
-    if phy_offset < reader.min_phy_offset:
-        return -1
-    loc = reader.locate(phy_offset)
-    if loc is None:
-        return -1
-    seg, pos = loc
-    buf = reader.buffer(seg)
-    if size <= 0 or pos + size > len(buf) or pos + 80 > len(buf):
-        return -1
-    return store_timestamp_at(buf, pos)
-
-
-def _pick_file(q: _Queue, reader: CommitLogReader, timestamp_ms: int, by_mtime: bool) -> int:
-    for i, seg in enumerate(q.segments):
-        if by_mtime:
-            if os.stat(seg.path).st_mtime_ns // 1_000_000 >= timestamp_ms:
-                return i
-            continue
-        valid = q.valid_entries(i)
-        if len(valid) and _store_time(reader, int(valid[-1]["phy_offset"]), int(valid[-1]["size"])) >= timestamp_ms:
-            return i
-    return len(q.segments) - 1
-
-
-def _search_file(q: _Queue, i: int, reader: CommitLogReader, timestamp_ms: int, bounds: QueueBounds) -> int | None:
-    seg = q.segments[i]
-    valid = q.valid_entries(i)
-    min_logic = bounds.min_offset * ENTRY_SIZE
-    low = min_logic - seg.base_offset if min_logic > seg.base_offset else 0
-    high = len(valid) * ENTRY_SIZE - ENTRY_SIZE
-    target = left = right = -1
-    left_value = right_value = -1
-    while high >= low:
-        mid = (low + high) // (2 * ENTRY_SIZE) * ENTRY_SIZE
-        e = _entry(valid[mid // ENTRY_SIZE])
-        if e.phy_offset < reader.min_phy_offset:
-            low = mid + ENTRY_SIZE
-            left = mid
-            continue
-        t = _store_time(reader, e.phy_offset, e.size)
-        if t < 0:
-            return None
-        if t == timestamp_ms:
-            target = mid
-            break
-        if t > timestamp_ms:
-            high = mid - ENTRY_SIZE
-            right, right_value = mid, t
-        else:
-            low = mid + ENTRY_SIZE
-            left, left_value = mid, t
-    if target != -1:
-        pos = target
-    elif left_value == -1:
-        pos = right
-    elif right_value == -1:
-        pos = left
-    else:
-        pos = right if abs(timestamp_ms - left_value) > abs(timestamp_ms - right_value) else left
-    return _java_div(seg.base_offset + pos, ENTRY_SIZE)

@@ -28,8 +28,7 @@ import shlex
 import shutil
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,8 +38,6 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import (
     BLANK_MAGIC,
-    BORNHOST_V6_FLAG,
-    HEAD_OFFSETS,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE_V1,
@@ -52,27 +49,34 @@ from rmqstore.codec.commitlog import (
     read_head,
 )
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
-from rmqstore.dispatch.multiqueue import batch_cq_topics, dispatch_extra
-from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsupportedStore, from_os_error
-from rmqstore.problems import LOAD_FAILURES, Problem
+from rmqstore.dispatch.multiqueue import dispatch_extra
+from rmqstore.errors import CorruptData, InputError, RmqstoreError, from_os_error
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.actions import PlannedAction, StepFailed
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, move, scratch_dir, sha256_file
-from rmqstore.safety.journal import Journal, StepHook
+from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, register
+from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.consumequeue import FileConsumeQueues
-from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore, QueueCut, QueueRecovery
-from rmqstore.walk.chain import FileWalk, indexed, queued
-from rmqstore.walk.checked import TopicIds, keep_dispatch_columns, recovery_walk, take_dispatch_columns
+from rmqstore.store.queue.interface import ConsumeQueueStore, QueueCut, QueueRecovery
+from rmqstore.walk.checked import keep_dispatch_columns, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
+from rmqstore.walk.recovery import (
+    LostRecord,
+    RecoveryFacts,
+    read_checkpoint_bytes,
+    recovery_facts,
+    refuse_unrecoverable,
+    rel_path,
+)
 from rmqstore.walk.requests import ScanStop, iter_requests
 
 Clock = Callable[[], int] | None  # the store time in ms (default: the system clock)
 Progress = Callable[[int], None] | None  # called with the bytes done since the last call
-JOURNAL_NAME = "recover.journal.json"
 JOURNAL_FORMAT = 1
 LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
 _CHUNK = 8 << 20
@@ -91,88 +95,17 @@ def broker_rules(broker: str) -> BrokerRules:
 
 
 # ---------------------------------------------------------------------------------------------
-# The plan's JSON (the journal holds it, ``--format json`` prints it): one mapper for every part.
-# Each part lists (attribute, key) or (attribute, key, to JSON, from JSON) in output order.
-
-_JsonField = tuple[Any, ...]
-
-
-def _dump(obj: Any, fields: tuple[_JsonField, ...]) -> dict[str, Any]:
-    out = {}
-    for f in fields:
-        v = getattr(obj, f[0])
-        out[f[1]] = f[2](v) if len(f) > 2 else v
-    return out
-
-
-def _load(cls: Any, d: dict[str, Any], fields: tuple[_JsonField, ...]) -> Any:
-    """The object from its JSON; keys that are not constructor arguments (derived values) are skipped,
-    and a missing key takes the field's default."""
-    names = {f.name for f in dataclass_fields(cls) if f.init}
-    kw = {f[0]: (f[3](d[f[1]]) if len(f) > 2 else d[f[1]]) for f in fields if f[0] in names and f[1] in d}
-    return cls(**kw)
-
-
-def _list_of(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    return (lambda v: [x.to_json() for x in v]), (lambda v: tuple(cls.from_json(x) for x in v))
-
-
-def _optional(cls: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    return (lambda v: v.to_json() if v else None), (lambda v: cls.from_json(v) if v else None)
-
-
-_STRS = (list, tuple)
-
-
-class _JsonMapped:
-    """``to_json`` / ``from_json`` from the class's field table (set once the classes exist)."""
-
-    __slots__ = ()
-    json_fields: ClassVar[tuple[_JsonField, ...]] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return _dump(self, self.json_fields)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Any:
-        return _load(cls, d, cls.json_fields)
-
-
-def _table(spec: str, **conversions: tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> tuple[_JsonField, ...]:
-    """Fields from ``"attr attr=key ..."``: the key is the attribute in camelCase unless named."""
-    out = []
-    for item in spec.split():
-        attr, _, key = item.partition("=")
-        if not key:
-            head, *rest = attr.split("_")
-            key = head + "".join(w.capitalize() for w in rest)
-        out.append((attr, key, *conversions.get(attr, ())))
-    return tuple(out)
-
-
-# ---------------------------------------------------------------------------------------------
 # Plan
 
 
 @dataclass(frozen=True, slots=True)
-class LostRecord(_JsonMapped):
-    """A commit log record removed by the truncation, decoded as far as its bytes allow."""
-
-    phy_offset: int
-    size: int
-    topic: str | None
-    queue_id: int | None
-    queue_offset: int | None
-    keys: str | None
-    uniq_key: str | None
-    msg_id: str | None
-    store_timestamp_ms: int | None
-    torn: bool = False  # only the fixed header was readable
-
-
-@dataclass(frozen=True, slots=True)
-class Action(_JsonMapped):
+class Action(JsonModel):
     """One removal: zero a byte range of a file, or delete a whole file."""
+
+    json_keys = (
+        "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
+        "undecodable_size=undecodableBytes records"
+    )
 
     step: str  # "cq-recover" | "index-delete" | "commitlog-truncate" | "cq-truncate"
     verb: str  # "zero" | "delete"
@@ -192,7 +125,7 @@ class Action(_JsonMapped):
 
 
 @dataclass(frozen=True, slots=True)
-class Loss(_JsonMapped):
+class Loss(JsonModel):
     """Something the broker's recovery loses (or leaves missing), and what repairs it."""
 
     what: str  # "index-keys" | "cq-entries" | "index-entries" | "records"
@@ -203,8 +136,13 @@ class Loss(_JsonMapped):
 
 
 @dataclass(frozen=True, slots=True)
-class Redispatch(_JsonMapped):
+class Redispatch(JsonModel):
     """Records dispatched into the consume queues and index (the broker's abnormal recovery walk)."""
+
+    json_keys = (
+        "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
+        "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
+    )
 
     from_phy: int
     to_phy: int
@@ -233,8 +171,17 @@ class QueueEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class RecoverPlan:
+class RecoverPlan(JsonModel):
     """Everything ``recover`` will do to one store, decided before anything is written."""
+
+    operation: ClassVar[str] = "recover"
+    json_keys = (
+        "root=store broker=brokerVersion path reason check_crc=checkCRC start_file start_phy=startPhyOffset "
+        "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
+        "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
+        "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
+        "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt"
+    )
 
     root: str
     broker: str
@@ -298,56 +245,76 @@ class RecoverPlan:
     def records_lost(self) -> int:
         return sum(a.records_total for a in self.actions if a.kind == "commitlog")
 
+    def planned_actions(self) -> tuple[PlannedAction, ...]:
+        """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+        root = Path(self.root)
+        kept = self.quarantine_dir is not None
+        out = [
+            PlannedAction(
+                "recover",
+                "delete" if a.verb == "delete" else "zero",
+                _abs(root, a.path),
+                a.why,
+                None if a.verb == "delete" else a.from_pos,
+                None if a.verb == "delete" else a.to_pos,
+                a.size,
+                kept,
+            )
+            for a in self.actions
+        ]
+        for part, on in (("consumequeue", self.rebuild_consume_queue), ("index", self.rebuild_index)):
+            if on:
+                out.append(PlannedAction("recover", "replace", root / part, "rebuilt from the commit log", kept=kept))
+        if self.write_checkpoint:
+            out.append(
+                PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept)
+            )
+        if self.remove_abort:
+            out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
+        return tuple(out)
+
+    def summary(self) -> dict[str, Any]:
+        """The facts the actions do not carry: the path taken, where the commit log ends, what is lost."""
+        d = self.dispatch
+        return {
+            "path": self.path,
+            "reason": self.reason,
+            "startFile": self.start_file,
+            "processOffset": self.process_offset,
+            "stop": self.stop,
+            "checkCrc": self.check_crc,
+            "redispatchRecords": d.records if d else 0,
+            "redispatchRange": f"phy {d.from_phy}..{d.to_phy}" if d else "none",
+            "checkpoint": self._checkpoint_line(),
+            "recordsLost": self.records_lost,
+            "quarantine": self.quarantine_dir or "none: removed bytes are not kept",
+            "steps": self.steps(),
+            "createdAt": self.created_ms,
+        }
+
+    def _checkpoint_line(self) -> str:
+        keys = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp")
+        b = "missing" if self.checkpoint_before is None else "/".join(str(self.checkpoint_before[k]) for k in keys)
+        if not self.write_checkpoint:
+            return f"unchanged ({b})"
+        pending = " (index time set by the re-dispatch)" if self.checkpoint_index_from_dispatch else ""
+        return f"{b} -> {'/'.join(str(self.checkpoint_after[k]) for k in keys)}{pending}"
+
+    def details(self) -> dict[str, list[dict[str, Any]]]:
+        """The records the truncation removes, and what the broker's way loses."""
+        lost = [r.to_json() | {"file": a.path} for a in self.actions for r in a.records]
+        losses = [
+            {"what": x.what, "count": x.count, "repairedBy": x.repaired_by, "detail": x.detail} for x in self.losses
+        ]
+        return {"recordsRemoved": lost, "losses": losses}
+
     def to_json(self) -> dict[str, Any]:
-        return {**_dump(self, _PLAN_JSON), "steps": self.steps(), "recordsLost": self.records_lost}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RecoverPlan:
-        return _load(cls, d, _PLAN_JSON)  # "steps" and "recordsLost" are derived: not read back
-
-
-_LOST_JSON = _table(
-    "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
-    "store_timestamp_ms=storeTimestamp torn"
-)
-_ACTION_JSON = _table(
-    "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
-    "undecodable_size=undecodableBytes records",
-    records=_list_of(LostRecord),
-)
-_LOSS_JSON = _table("what count detail repaired_by examples", examples=_list_of(LostRecord))
-_REDISPATCH_JSON = _table(
-    "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
-    "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
-)
-_PLAN_JSON = _table(
-    "root=store broker=brokerVersion path reason check_crc=checkCRC start_file start_phy=startPhyOffset "
-    "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
-    "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
-    "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
-    "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt",
-    actions=_list_of(Action),
-    dispatch=_optional(Redispatch),
-    queue_ends=_list_of(QueueEnd),
-    index_files_kept=_STRS,
-    losses=_list_of(Loss),
-    notes=_STRS,
-)
-LostRecord.json_fields = _LOST_JSON
-Action.json_fields = _ACTION_JSON
-Loss.json_fields = _LOSS_JSON
-Redispatch.json_fields = _REDISPATCH_JSON
+        # "steps" and "recordsLost" are derived: from_json does not read them back
+        return {**JsonModel.to_json(self), "steps": self.steps(), "recordsLost": self.records_lost}
 
 
 # ---------------------------------------------------------------------------------------------
 # Small file helpers
-
-
-def _rel(root: Path, path: Path) -> str:
-    try:
-        return str(Path(path).relative_to(root))
-    except ValueError:
-        return str(Path(path).resolve())
 
 
 def _abs(root: Path, rel: str) -> Path:
@@ -451,21 +418,10 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
 # Consume queue recovery (§8.4) and truncateDirtyLogicFiles (§8.5)
 
 
-def _refuse_load_failure(p: Problem, consequence: str) -> None:
-    """A segment directory problem that makes the broker fail to load the directory stops the plan."""
-    if p.kind in LOAD_FAILURES:
-        raise CorruptData(f"{p.what}{consequence} or move the file away", path=p.path, pos=0)
-
-
-def _recover_queue(q: ConsumeQueue) -> QueueRecovery:
-    rec = q.recover()
-    for p in rec.problems:
-        _refuse_load_failure(p, ": the broker would not load this consume queue; fix mappedFileSizeConsumeQueue")
-    return rec
-
-
 def _cut_action(root: Path, step: str, c: QueueCut, why: str) -> Action:
-    return Action(step, c.verb, "consumequeue", _rel(root, c.path), c.from_pos, c.to_pos, why, entries_total=c.units)
+    return Action(
+        step, c.verb, "consumequeue", rel_path(root, c.path), c.from_pos, c.to_pos, why, entries_total=c.units
+    )
 
 
 def _cq_recover_actions(root: Path, q: QueueRecovery) -> list[Action]:
@@ -490,20 +446,6 @@ def _cq_truncate_actions(root: Path, q: QueueRecovery, process_offset: int) -> l
 # Index files (§5.5)
 
 
-def _index_header_problem(h: ix.IndexHeader, cfg: StoreConfig) -> str | None:
-    """Why a header cannot belong to an index file of this store (None when plausible)."""
-    if h.index_count < 0 or h.index_count > cfg.max_index_num:
-        return f"indexCount {h.index_count} outside 0..{cfg.max_index_num}"
-    if h.hash_slot_count < 0 or h.hash_slot_count > max(h.index_count, 1):
-        return f"hashSlotCount {h.hash_slot_count} outside 0..indexCount"
-    if h.index_count > 1:
-        if h.begin_phy_offset < 0 or h.end_phy_offset < h.begin_phy_offset:
-            return f"phy offsets {h.begin_phy_offset}..{h.end_phy_offset} out of order"
-        if h.begin_timestamp_ms <= 0 or h.end_timestamp_ms < h.begin_timestamp_ms:
-            return f"timestamps {h.begin_timestamp_ms}..{h.end_timestamp_ms} out of order"
-    return None
-
-
 def _index_entries_phy(path: Path, cfg: StoreConfig) -> np.ndarray:
     with map_file(path) as buf:
         f = ix.IndexFile(buf, slots=cfg.max_hash_slot_num, entries=cfg.max_index_num, path=str(path))
@@ -513,15 +455,6 @@ def _index_entries_phy(path: Path, cfg: StoreConfig) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint (§6)
-
-
-def _read_checkpoint_bytes(path: Path) -> bytes | None:
-    """The checkpoint as the broker maps it: 4096 bytes (a short file reads as zero-padded)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    return (data + bytes(cpmod.FILE_SIZE))[: cpmod.FILE_SIZE]
 
 
 def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
@@ -562,99 +495,6 @@ def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
         raise InputError(f"--quarantine {qdir} is inside {d}: choose a folder outside the store's data directories")
 
 
-def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules) -> tuple[int, str]:
-    """``isMappedFileMatchedRecover`` from the last file backwards (§8.3); the first file if none."""
-    safe = cfg.message_index_enable and cfg.message_index_safe
-    limit = cp.min_timestamp_index_ms if safe else cp.min_timestamp_ms
-    what = "minTimestampIndex" if safe else "minTimestamp"
-    for i in range(len(segs) - 1, -1, -1):
-        with map_file(segs[i].path) as buf:
-            if len(buf) < 76:
-                continue
-            magic = read_head(buf, 0)[1]
-            if magic != MAGIC_V1 and not (rules.v2_magic and magic == MAGIC_V2):
-                continue
-            sys_flag = _I32.unpack_from(buf, OFFSETS_V4["sys_flag"])[0]
-            layout = HEAD_OFFSETS[(sys_flag & BORNHOST_V6_FLAG) >> 4 if rules.ipv6_hosts else 0]
-            ts = _I64.unpack_from(buf, layout["store_timestamp_ms"])[0]
-        if ts != 0 and ts <= limit:
-            return i, f"its first record was stored at {ts} <= checkpoint {what} {limit}"
-    return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
-
-
-@dataclass
-class _CqCheck:
-    """Walked NOT/COMMIT records without their consume queue slot (§4.3), counted as the walk goes."""
-
-    missing: int = 0
-    fixed: int = 0  # of those, what the broker re-dispatches anyway
-    examples: list[LostRecord] = field(default_factory=list)
-    skip: frozenset[str] = frozenset()  # batch consume queue topics: their units are not plain slots
-
-    def add(
-        self,
-        w: FileWalk,
-        topics: TopicIds,
-        queues: dict[tuple[str, int], QueueRecovery],
-        rules: BrokerRules,
-        abnormal: bool,
-        max_cq: int,
-    ) -> None:
-        ci = np.flatnonzero(queued(w.sys_flag))
-        if not ci.size:
-            return
-        key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
-        uk, inv = np.unique(key, return_inverse=True)
-        inv = inv.ravel()
-        order = np.argsort(inv, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(uk)))])
-        for gi, k in enumerate(uk.tolist()):
-            sel = ci[order[bounds[gi] : bounds[gi + 1]]]
-            topic = topics.names[k >> 32]
-            if topic in self.skip:
-                continue
-            qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
-            q = queues.get((topic, qid))
-            qoff, phy, size = w.queue_offset[sel], w.phy[sel], w.size[sel]
-            if q is None or not q.kept:
-                miss = np.ones(len(sel), dtype=bool)
-            else:
-                first = q.first_offset
-                known = (qoff >= first) & (qoff < q.max_offset)
-                present = np.zeros(len(sel), dtype=bool)
-                kk = np.flatnonzero(known)
-                present[kk] = q.queue.phy_offsets_at(qoff[kk], q) == phy[kk]
-                miss = ~present & (qoff >= first)  # older than the queue's first file: expired, not lost
-            if not miss.any():
-                continue
-            mq, mp, ms = qoff[miss], phy[miss], size[miss]
-            if abnormal:
-                # The re-dispatch appends what lies past the queue's end and past its max physical offset.
-                qend = q.max_offset if q else 0
-                dup_key = mp + (ms if rules.cq_max_includes_size else 0)
-                fixed = (mq >= qend) & (dup_key > (q.max_physic_offset if q else -1))
-            elif rules.start_catches_up:
-                fixed = mp >= max_cq  # start() re-dispatches from the consume queue maximum
-            else:
-                fixed = np.zeros(len(mq), dtype=bool)
-            self.missing += len(mq)
-            self.fixed += int(fixed.sum())
-            for j in np.flatnonzero(~fixed)[: max(0, 20 - len(self.examples))].tolist():
-                self.examples.append(
-                    LostRecord(
-                        w.seg.base_offset + int(w.pos[sel][miss][j]),
-                        int(ms[j]),
-                        topic,
-                        qid,
-                        int(mq[j]),
-                        None,
-                        None,
-                        None,
-                        None,
-                    )
-                )
-
-
 def _commitlog_cut_actions(
     root: Path, segs: list[Segment], process_offset: int, stop: str, broker: str
 ) -> list[Action]:
@@ -663,7 +503,7 @@ def _commitlog_cut_actions(
     for s in segs:
         if s.base_offset + s.size <= process_offset:
             continue
-        rel = _rel(root, s.path)
+        rel = rel_path(root, s.path)
         with map_file(s.path) as buf:
             if process_offset >= s.base_offset:
                 cut = process_offset - s.base_offset
@@ -707,197 +547,9 @@ def _commitlog_cut_actions(
     return out
 
 
-def _index_files_kept(st: Store, abort: bool, cp: cpmod.Checkpoint) -> tuple[list[Path], list[tuple[Path, str, bool]]]:
-    """Index files the broker keeps, and those it destroys (file, why, not an index file at all) (§5.5).
-
-    An abnormal exit destroys those newer than the checkpoint's indexMsgTimestamp.
-    """
-    cfg = st.config
-    index_files, _ = st.index_files()
-    kept: list[Path] = []
-    dropped: list[tuple[Path, str, bool]] = []
-    for p in index_files:
-        size = p.stat().st_size
-        if size != cfg.index_file_size():
-            why = f"{size} bytes, not the {cfg.index_file_size()} bytes of an index file of this store"
-            dropped.append((p, why, True))
-            continue
-        with map_file(p) as buf:
-            h = ix.decode_header(buf, path=str(p))
-        bad = _index_header_problem(h, cfg)
-        if bad:
-            dropped.append((p, f"not an index file: {bad}", True))
-        elif abort and h.end_timestamp_ms > cp.index_msg_timestamp_ms:
-            why = f"endTimestamp {h.end_timestamp_ms} > checkpoint indexMsgTimestamp {cp.index_msg_timestamp_ms}"
-            dropped.append((p, why, False))
-        else:
-            kept.append(p)
-    return kept, dropped
-
-
-def walk_start(
-    segs: list[Segment], abort: bool, cp: cpmod.Checkpoint, cfg: StoreConfig, rules: BrokerRules, max_cq: int
-) -> tuple[int, str]:
-    """The commit log file recovery walks from, and why (§8.2, §8.3)."""
-    if not segs:
-        return 0, "no commit log file"
-    if abort:
-        return _abnormal_start(segs, cp, cfg, rules)
-    if rules.normal_start_from_cq_max:
-        idx = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base_offset <= max_cq), 0)
-        return idx, f"the last file starting at or before the consume queue maximum {max_cq}"
-    return max(0, len(segs) - 3), "the third file from the end"
-
-
-@dataclass
-class RecoveryEnd:
-    """Where recovery's walk ends (processOffset) and what it saw on the way, file by file."""
-
-    process_offset: int
-    stop: str = "no commit log file"
-    reason: str = "end"  # of the last file walked: "blank" | "end" | "invalid"
-    records: int = 0
-    last_cq_ts: int = 0  # store time of the last record a consume queue gets
-    last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
-    not_indexed: int = 0  # records past the last index file's end that the index would get
-    last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
-
-    def add(self, w: FileWalk, last_index_end: int, max_cq: int) -> None:
-        self.records += len(w.pos)
-        if len(w.pos):
-            self.last_record = w.seg.base_offset + int(w.pos[-1])
-        self.not_indexed += int(((w.phy > last_index_end) & indexed(w.sys_flag)).sum())
-        ci = np.flatnonzero(queued(w.sys_flag))
-        if ci.size:
-            self.last_cq_ts = int(w.store_ts[ci[-1]])
-            after = ci[w.phy[ci] > max_cq]
-            if after.size:
-                self.last_cq_ts_after_cq = int(w.store_ts[after[-1]])
-        self.process_offset = w.seg.base_offset + w.stop_pos
-        self.reason = w.reason
-        if w.reason == "blank":
-            self.stop = f"blank record at {self.process_offset}, the end of the last file"
-        elif w.reason == "end":
-            self.stop = "end of data (zeros)" if w.stop_pos + 8 <= w.seg.size else "end of the last file"
-        else:
-            self.stop = f"invalid record: {w.error}" if w.error else "invalid record"
-
-
-@dataclass
-class RecoveryFacts:
-    """What the broker's recovery finds in a store, worked out once (§8.1-§8.5).
-
-    Where the commit log data ends (``end.process_offset``), where each consume queue ends
-    (``queues``), and the inputs of what the broker truncates; ``plan_recover`` turns them into
-    actions, ``check`` and ``info`` report them.
-    """
-
-    rules: BrokerRules
-    check_crc: bool
-    abort: bool
-    segs: list[Segment]  # the commit log files the broker loads (an empty last file left out)
-    empty_last: Segment | None
-    notes: list[str]
-    cp_bytes: bytes | None  # the checkpoint page as mapped, None when there is no file
-    cp: cpmod.Checkpoint
-    kept_index: list[Path]
-    dropped_index: list[tuple[Path, str, bool]]
-    last_index_end: int  # endPhyOffset of the last kept index file, -1 when none
-    queues: dict[tuple[str, int], QueueRecovery]
-    max_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
-    batch_topics: frozenset[str]
-    batch_max: int
-    start_idx: int
-    start_why: str
-    end: RecoveryEnd
-    cq_check: _CqCheck
-    fused_columns: list[Any]
-
-    @property
-    def start_phy(self) -> int:
-        return self.segs[self.start_idx].base_offset if self.segs else 0
-
-    @property
-    def process_offset(self) -> int:
-        return self.end.process_offset
-
-    @property
-    def truncate_logic(self) -> bool:
-        """``truncateDirtyLogicFiles`` runs: a consume queue points at or past processOffset (§8.5)."""
-        return bool(self.segs) and self.max_cq >= self.process_offset
-
-    @property
-    def destroy_logics(self) -> bool:
-        """No commit log file: the broker destroys every consume queue."""
-        return not self.segs and (self.abort or self.rules.normal_destroys_logics)
-
-
-def _loaded_commitlog(st: Store, root: Path) -> tuple[list[Segment], Segment | None, list[str]]:
-    """The commit log files as the broker loads them (§2.4), the empty last file, and notes."""
-    segs, problems = st.commitlog_segments()
-    empty_last = segs[-1] if segs and segs[-1].size == 0 else None
-    notes = []
-    for p in problems:
-        if empty_last is not None and p.path == empty_last.path:
-            continue
-        _refuse_load_failure(
-            p,
-            "; the broker would stop loading the commit log here: fix the file size in the broker config "
-            "(mapedFileSizeCommitLog up to 4.5.1, mappedFileSizeCommitLog after)",
-        )
-        notes.append(f"{_rel(root, p.path)}: {p.what}")
-    if empty_last is not None:
-        segs.pop()  # mapped at full size (zeros) by 4.x, deleted by 5.1.3+: either way it holds nothing
-    return segs, empty_last, notes
-
-
-def recovery_facts(
-    st: Store, *, check_crc: bool | None = None, progress: Callable[[int], None] | None = None
-) -> RecoveryFacts:
-    """Walk the store as the broker's recovery does (§8.1 order) and say what it finds; reads only."""
-    cfg = st.config
-    rules = broker_rules(cfg.broker)
-    check = cfg.check_crc_on_recover if check_crc is None else check_crc
-    # 1. lastExitOK, and the commit log files as the broker loads them (§2.4).
-    abort = st.abort_exists()
-    segs, empty_last, notes = _loaded_commitlog(st, Path(st.root))
-    # 2.-3. consume queues (loaded), checkpoint.
-    cp_bytes = _read_checkpoint_bytes(cfg.checkpoint_path)
-    cp = cpmod.decode(cp_bytes) if cp_bytes is not None else cpmod.Checkpoint(0, 0, 0)
-    if cp_bytes is None:
-        notes.append("no checkpoint file: the broker creates a zeroed one")
-    # 4. index files: abnormal exit destroys those newer than indexMsgTimestamp (§5.5).
-    kept, dropped_index = _index_files_kept(st, abort, cp)
-    last_index_end = -1
-    if kept:
-        with map_file(kept[-1]) as buf:
-            last_index_end = ix.decode_header(buf).end_phy_offset
-    # 5. every consume queue's own recovery (§8.4).
-    queues = {(q.topic, q.queue_id): _recover_queue(q) for q in st.consume_queues.queues()}
-    batch_max = max((q.recover().max_physic_offset for q in st.batch_queues.queues()), default=-1)
-    max_cq = max(max((q.max_physic_offset for q in queues.values()), default=-1), batch_max)
-    # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
-    start_idx, start_why = walk_start(segs, abort, cp, cfg, rules, max_cq)
-    facts = RecoveryFacts(
-        rules, check, abort, segs, empty_last, notes, cp_bytes, cp, kept, dropped_index, last_index_end, queues,
-        max_cq, batch_cq_topics(cfg), batch_max, start_idx, start_why, RecoveryEnd(0), _CqCheck(), [],
-    )  # fmt: skip
-    facts.end = RecoveryEnd(facts.start_phy)
-    facts.cq_check = _CqCheck(skip=facts.batch_topics)
-    topics = TopicIds()
-    for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
-        facts.end.add(w, last_index_end, max_cq)
-        facts.cq_check.add(w, topics, queues, rules, abort, max_cq)
-    return facts
-
-
 def _check_plannable(st: Store, rebuild_index: bool) -> None:
-    cfg = st.config
-    if cfg.duplication_enable:
-        raise UnsupportedStore(f"{st.root}: duplicationEnable=true (replica mode) recovery is not supported")
-    if cfg.enable_consume_queue_ext:
-        raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
-    if rebuild_index and not cfg.message_index_enable:
+    refuse_unrecoverable(st)
+    if rebuild_index and not st.config.message_index_enable:
         raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
 
 
@@ -944,7 +596,13 @@ def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Action | Non
     if end <= used:
         return None
     return Action(
-        "index-delete", "zero", "index", _rel(root, last), used, end, "stale bytes after the last entry (indexCount)"
+        "index-delete",
+        "zero",
+        "index",
+        rel_path(root, last),
+        used,
+        end,
+        "stale bytes after the last entry (indexCount)",
     )
 
 
@@ -962,7 +620,7 @@ def _plan_checkpoint(
     if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
         after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
     index_pending = (dispatch is not None and dispatch.index) or rebuild_index
-    current = cfg.checkpoint_path.read_bytes() if f.cp_bytes is not None else None
+    current = f.cp_file
     write_cp = current is None or checkpoint_bytes(f.cp_bytes, after) != current
     write_cp = write_cp or index_pending or rebuild_cq
     if write_cp and f.rules.checkpoint_confirm_offset and f.end.last_record >= 0:
@@ -978,11 +636,13 @@ def _plan_actions(
     actions: list[Action] = []
     if f.empty_last is not None:
         actions.append(
-            Action("commitlog-truncate", "delete", "commitlog", _rel(root, f.empty_last.path), 0, 0, "empty last file")
+            Action(
+                "commitlog-truncate", "delete", "commitlog", rel_path(root, f.empty_last.path), 0, 0, "empty last file"
+            )
         )
     if not rebuild_index:
         for p, why, _garbage in f.dropped_index:
-            actions.append(Action("index-delete", "delete", "index", _rel(root, p), 0, p.stat().st_size, why))
+            actions.append(Action("index-delete", "delete", "index", rel_path(root, p), 0, p.stat().st_size, why))
     if not rebuild_cq:
         actions += _queue_actions(root, f)
     short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
@@ -1014,7 +674,7 @@ def plan_recover(
     if f.truncate_logic and not rebuild_consume_queue:
         for _key, q in sorted(f.queues.items()):
             actions += _cq_truncate_actions(root, q, f.process_offset)
-        actions += _batch_cut_actions(st, f.process_offset)
+        actions += _batch_cut_actions(root, f)
     dispatch = _plan_dispatch(f, cfg, not rebuild_consume_queue, cfg.message_index_enable and not rebuild_index)
     if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
         keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
@@ -1042,7 +702,7 @@ def plan_recover(
         start_phy=f.start_phy,
         min_phy=f.segs[0].base_offset if f.segs else 0,
         process_offset=f.process_offset,
-        stop=f.end.stop + (f"; walked from {start_file}: {f.start_why}" if f.segs else ""),
+        stop=f.stop,
         max_phy_offset_cq=f.max_cq,
         truncate_logic_files=f.truncate_logic,
         actions=tuple(actions),
@@ -1063,12 +723,12 @@ def plan_recover(
     )
 
 
-def _batch_cut_actions(st: Store, process_offset: int) -> list[Action]:
+def _batch_cut_actions(root: Path, f: RecoveryFacts) -> list[Action]:
     """BatchConsumeQueue.truncateDirtyLogicFiles: units at or past ``process_offset`` are cut (§8.5)."""
-    root, out = Path(st.root), []
-    for q in st.batch_queues.queues():
+    process_offset, out = f.process_offset, []
+    for q in f.batch_queues:
         why = f"batch units of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)"
-        out += [_cut_action(root, "cq-truncate", c, why) for c in q.truncate_dirty(process_offset, q.recover())]
+        out += [_cut_action(root, "cq-truncate", c, why) for c in q.queue.truncate_dirty(process_offset, q)]
     return out
 
 
@@ -1134,40 +794,9 @@ def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[L
 # Applying: a journal of steps, each idempotent
 
 
-def planned_actions(plan: RecoverPlan) -> tuple[PlannedAction, ...]:
-    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
-    root = Path(plan.root)
-    kept = plan.quarantine_dir is not None
-    out = [
-        PlannedAction(
-            "recover",
-            "delete" if a.verb == "delete" else "zero",
-            _abs(root, a.path),
-            a.why,
-            None if a.verb == "delete" else a.from_pos,
-            None if a.verb == "delete" else a.to_pos,
-            a.size,
-            kept,
-        )
-        for a in plan.actions
-    ]
-    for part, on in (("consumequeue", plan.rebuild_consume_queue), ("index", plan.rebuild_index)):
-        if on:
-            out.append(PlannedAction("recover", "replace", root / part, "rebuilt from the commit log", kept=kept))
-    if plan.write_checkpoint:
-        out.append(PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept))
-    if plan.remove_abort:
-        out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
-    return tuple(out)
-
-
-def journal_path(root: Path) -> Path:
-    return Path(root) / SCRATCH_DIR / JOURNAL_NAME
-
-
 def pending_plan(root: Path) -> RecoverPlan | None:
     """The plan of an interrupted ``recover`` of this store, if its journal is there."""
-    p = journal_path(root)
+    p = journal_file(root, "recover")
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError:
@@ -1226,7 +855,7 @@ def apply_recover(
         raise InputError("apply_recover needs a store opened with writable=True (the broker's lock held)")
     if Path(plan.root).resolve() != root.resolve():
         raise InputError(f"the plan is for {plan.root}, not {root}")
-    jp = journal_path(root)
+    jp = journal_file(root, "recover")
     journal = Journal.load(jp, on_step)
     resumed = journal is not None
     if journal is not None:
@@ -1265,6 +894,18 @@ def apply_recover(
         state.get("checkpoint"),
         state.get("quarantine"),
     )
+
+
+def _resume(st: Store, on_step: StepHook | None, progress: Progress) -> Resumed:
+    """Finish the plan an interrupted run journaled."""
+    plan = pending_plan(st.root)
+    assert plan is not None  # the journal is there: resume() found it
+    result = apply_recover(st, plan, progress=progress, on_step=on_step)
+    where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""
+    return Resumed("recover", f"resumed and finished: commit log ends at {plan.process_offset}{where}", result)
+
+
+register("recover", _resume)
 
 
 def _stopped(root: Path, step: str, e: Exception) -> RmqstoreError:
@@ -1347,7 +988,7 @@ def _roll_back(st: Store, plan: RecoverPlan, journal: Journal) -> bool:
 
 
 def _finish(root: Path) -> None:
-    jp = journal_path(root)
+    jp = journal_file(root, "recover")
     shutil.rmtree(jp.parent / "recover", ignore_errors=True)
     _unlink(jp)
     for d in (jp.parent / "tmp", jp.parent):
@@ -1603,8 +1244,14 @@ def _batch_queue_state(st: Store) -> list[dict[str, Any]]:
         segs, _ = q.files()
         tail = q.tail()
         last, end = (None, 0) if tail.file is None else (tail.file.path.name, tail.end - tail.file.base_offset)
-        out.append({"dir": _rel(Path(st.root), q.directory), "files": [s.path.name for s in segs], "last": last,
-                    "end": end})  # fmt: skip
+        out.append(
+            {
+                "dir": rel_path(Path(st.root), q.directory),
+                "files": [s.path.name for s in segs],
+                "last": last,
+                "end": end,
+            }
+        )
     return out
 
 
@@ -1613,7 +1260,7 @@ def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
     known = {q["dir"]: q for q in state}
     for bq in st.batch_queues.queues():
         qdir = bq.directory
-        q = known.get(_rel(root, qdir))
+        q = known.get(rel_path(root, qdir))
         if q is None:  # a queue the re-dispatch created
             shutil.rmtree(qdir, ignore_errors=True)
             continue
@@ -1704,6 +1351,6 @@ def _step_checkpoint(st: Store, plan: RecoverPlan, journal: Journal) -> dict[str
     if plan.rebuild_consume_queue and state.get("logicsMsgTimestamp"):
         after["logicsMsgTimestamp"] = state["logicsMsgTimestamp"]
     cfg = st.config
-    current = _read_checkpoint_bytes(cfg.checkpoint_path)
+    current = read_checkpoint_bytes(cfg.checkpoint_path)
     atomic_write(cfg.checkpoint_path, checkpoint_bytes(current, after), tmp_dir=scratch_dir(Path(st.root), "tmp"))
     return after

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -27,24 +27,24 @@ from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import decode_header
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.engines import ENGINES, BuildScope
-from rmqstore.dispatch.multiqueue import ExtraDispatcher, batch_cq_topics, iter_records
+from rmqstore.dispatch.multiqueue import ExtraDispatcher, iter_records
 from rmqstore.errors import InputError, UnsafePlan, UnsupportedStore
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, move, scratch_dir
-from rmqstore.safety.journal import Journal, StepHook, journal_file
+from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_journal, journal_file, register
+from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
+from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop
 
-JOURNAL = "redispatch.journal.json"
-
 
 @dataclass(frozen=True, slots=True)
-class QueueDiff:
+class QueueDiff(JsonModel):
     topic: str
     queue_id: int
     current_entries: int
@@ -53,20 +53,19 @@ class QueueDiff:
     extra: int  # in the current files, not in the rebuild
     different: int  # same queue offset, different bytes
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "currentEntries": self.current_entries,
-            "rebuiltEntries": self.rebuilt_entries,
-            "missing": self.missing,
-            "extra": self.extra,
-            "different": self.different,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class RedispatchPlan:
+class RedispatchPlan(JsonModel):
+    """A rebuild made beside the store, how it differs from the current files, and how it is swapped in."""
+
+    operation: ClassVar[str] = "redispatch"
+    json_keys = (
+        "store_root=store build_root from_phy=fromPhyOffset to_phy=toPhyOffset stop_reason "
+        "build_consumequeue=consumequeue build_index=index topics output stats queue_diffs=queues "
+        "index_files_current index_files_rebuilt checkpoint_before checkpoint_after notes refusal=refused "
+        "keep_old quarantine"
+    )
+
     store_root: Path
     build_root: Path
     from_phy: int
@@ -84,6 +83,8 @@ class RedispatchPlan:
     output: Path | None = None
     notes: tuple[str, ...] = field(default=())
     refusal: str | None = None  # why swapping this rebuild in is unsafe (needs force)
+    keep_old: bool = True  # the replaced files go to a quarantine folder (else they are deleted)
+    quarantine: Path | None = None  # where that folder goes (default: beside the store)
 
     @property
     def exit_code(self) -> int:
@@ -100,25 +101,49 @@ class RedispatchPlan:
     def index_files_changed(self) -> bool:
         return self.stats.get("indexChanged", True)
 
-    def to_json(self) -> dict[str, Any]:
+    def planned_actions(self) -> tuple[PlannedAction, ...]:
+        """The swap in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+        if self.output is not None:
+            return ()
+        why = "rebuilt from the commit log"
+        out = [
+            PlannedAction("redispatch", "replace", self.store_root / p, why, kept=self.keep_old) for p in _parts(self)
+        ]
+        if self.checkpoint_after and self.checkpoint_after != self.checkpoint_before:
+            cp, why = self.store_root / "checkpoint", "timestamps of the rebuilt files"
+            out.append(PlannedAction("redispatch", "rewrite", cp, why, kept=self.keep_old))
+        return tuple(out)
+
+    def summary(self) -> dict[str, Any]:
+        """What was rebuilt, whether it differs from the current files, and where the replaced ones go."""
+        s = self.stats
+        where = str(self.quarantine) if self.quarantine else "a new folder in STORE/../<name>.quarantine"
+        queues_differ = any(d.missing or d.extra or d.different for d in self.queue_diffs)
         return {
-            "store": str(self.store_root),
+            "records": s["records"],
             "fromPhyOffset": self.from_phy,
             "toPhyOffset": self.to_phy,
-            "stopReason": self.stop_reason,
-            "consumequeue": self.build_consumequeue,
-            "index": self.build_index,
-            "topics": list(self.topics) if self.topics else None,
+            "stop": self.stop_reason,
+            "cqEntries": s["cqEntries"],
+            "queues": s["queues"],
+            "indexEntries": s["indexEntries"],
+            "indexFiles": len(self.index_files_rebuilt),
+            "consumeQueues": _state(self.build_consumequeue, queues_differ),
+            "indexFilesState": _state(self.build_index, self.index_files_changed),
+            "refused": f"without --force: {self.refusal}" if self.refusal else "no",
             "output": str(self.output) if self.output else None,
-            "stats": self.stats,
-            "queues": [d.to_json() for d in self.queue_diffs],
-            "indexFilesCurrent": list(self.index_files_current),
-            "indexFilesRebuilt": list(self.index_files_rebuilt),
-            "checkpointBefore": self.checkpoint_before,
-            "checkpointAfter": self.checkpoint_after,
-            "notes": list(self.notes),
-            "refused": self.refusal,
+            "quarantine": where if self.keep_old and self.output is None else "none: replaced files are deleted",
         }
+
+    def details(self) -> dict[str, list[dict[str, Any]]]:
+        """The queues whose rebuild differs from the current files."""
+        return {"queues": [d.to_json() for d in self.queue_diffs if d.missing or d.extra or d.different]}
+
+
+def _state(built: bool, differs: bool) -> str:
+    if not built:
+        return "not rebuilt"
+    return "differ from the current files" if differs else "identical to the current files"
 
 
 def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[str, ...] | None) -> list[QueueDiff]:
@@ -309,8 +334,13 @@ def plan_redispatch(
     progress: Callable[[int], None] | None = None,
     spark_master: str | None = None,
     dry_run: bool = False,
+    keep_old: bool = True,
+    quarantine: Path | None = None,
 ) -> RedispatchPlan:
-    """Build the rebuild (in a scratch, temporary or output directory) and compare it with the current files."""
+    """Build the rebuild (in a scratch, temporary or output directory) and compare it with the current files.
+
+    ``keep_old``: the swap moves the replaced files to a fresh folder inside ``quarantine`` (default:
+    beside the store) instead of deleting them."""
     if only not in (None, "consumequeue", "index"):
         raise InputError(f"--only takes consumequeue or index, not {only!r}")
     if topics and only == "index":
@@ -369,6 +399,8 @@ def plan_redispatch(
         output,
         tuple(notes),
         _shrink_refusal(diffs) if output is None else None,
+        keep_old,
+        quarantine,
     )
 
 
@@ -390,10 +422,6 @@ def default_quarantine(root: Path, now_ms: int | None = None) -> Path:
     return default_quarantine_base(root)
 
 
-def _journal_path(root: Path) -> Path:
-    return journal_file(root, "redispatch")
-
-
 def _parts(plan: RedispatchPlan) -> list[str]:
     parts = []
     if plan.build_consumequeue:
@@ -412,14 +440,12 @@ def apply_redispatch(
     plan: RedispatchPlan,
     st: Store,
     *,
-    quarantine: Path | None,
-    keep_old: bool = True,
     force: bool = False,
     on_step: StepHook | None = None,
     now_ms: int | None = None,
 ) -> Path | None:
-    """Swap the rebuilt directories in; old ones go to a fresh folder inside ``quarantine`` (or
-    deleted if None and not ``keep_old``). Journaled: re-running after a kill finishes the swap.
+    """Swap the rebuilt directories in; old ones go to a fresh folder inside the plan's quarantine
+    (or are deleted when the plan keeps nothing). Journaled: re-running after a kill finishes the swap.
 
     Refused (UnsafePlan, exit 8) when the rebuild would leave far fewer consume queue entries than
     the store has now, unless ``force``."""
@@ -433,10 +459,10 @@ def apply_redispatch(
     root = st.root
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     q = None
-    if quarantine is not None or keep_old:
-        q = Quarantine.fresh(quarantine or default_quarantine_base(root), "redispatch", root, now)
+    if plan.quarantine is not None or plan.keep_old:
+        q = Quarantine.fresh(plan.quarantine or default_quarantine_base(root), "redispatch", root, now)
     journal = Journal(
-        _journal_path(root),
+        journal_file(root, "redispatch"),
         {
             "operation": "redispatch",
             "build": str(plan.build_root),
@@ -451,12 +477,16 @@ def apply_redispatch(
     return _finish(root, journal)
 
 
-def finish(root: Path, journal_path: Path, on_step: StepHook | None = None) -> Path | None:
-    """Complete (or resume) a journaled swap."""
-    journal = Journal.load(journal_path, on_step)
-    if journal is None:
-        return None
-    return _finish(Path(root), journal)
+def _resume(st: Store, on_step: StepHook | None, _progress: Progress | None) -> Resumed:
+    """Complete a journaled swap (under its name or an earlier one)."""
+    path = found_journal(st.root, "redispatch")
+    journal = Journal.load(path, on_step) if path is not None else None
+    assert journal is not None  # the journal is there: resume() found it
+    q = _finish(Path(st.root), journal)
+    return Resumed("redispatch", f"finished an interrupted redispatch; replaced files are in {q}", q)
+
+
+register("redispatch", _resume)
 
 
 def _manifest(root: Path, q: Quarantine, parts: list[str], checkpoint: bool) -> None:
@@ -543,29 +573,3 @@ def _finish(root: Path, journal: Journal) -> Path | None:
             break
     journal.hook("redispatch:finished")
     return qdir
-
-
-def pending_journal(root: Path) -> Path | None:
-    p = _journal_path(Path(root))
-    return p if p.exists() else None
-
-
-def planned_actions(plan: RedispatchPlan, *, keep_old: bool = True) -> tuple[PlannedAction, ...]:
-    """The swap in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
-    if plan.output is not None:
-        return ()
-    out = [
-        PlannedAction("redispatch", "replace", plan.store_root / part, "rebuilt from the commit log", kept=keep_old)
-        for part in _parts(plan)
-    ]
-    if plan.checkpoint_after and plan.checkpoint_after != plan.checkpoint_before:
-        out.append(
-            PlannedAction(
-                "redispatch",
-                "rewrite",
-                plan.store_root / "checkpoint",
-                "timestamps of the rebuilt files",
-                kept=keep_old,
-            )
-        )
-    return tuple(out)

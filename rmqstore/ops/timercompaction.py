@@ -9,9 +9,8 @@ from typing import Any
 
 from rmqstore.codec import compaction, timercheck
 from rmqstore.codec.commitlog import Blank
-from rmqstore.codec.topic import check_topic_name
+from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import InputError
-from rmqstore.ops.dump import message_row
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import list_segments
@@ -36,7 +35,7 @@ def read_timer_checkpoint(st: Store) -> tuple[Path, timercheck.TimerCheckpoint]:
 
 
 def _queue_dir(st: Store, sub: str, topic: str, queue_id: int) -> Path:
-    why = check_topic_name(topic)
+    why = topic_name_problem(topic)
     if why is not None:
         raise InputError(f"{topic!r}: not a topic the broker accepts ({why})")
     d = Path(st.root) / sub / topic / str(int(queue_id))
@@ -60,7 +59,7 @@ def compaction_log_rows(st: Store, topic: str, queue_id: int, *, body: str = "ba
                 if isinstance(rec, Blank):
                     yield {**head, "commitLogOffset": rec.phy_offset, "storeSize": rec.total_size}
                 else:
-                    row = message_row(rec, body=body, path=str(seg.path))
+                    row = rec.to_row(body=body, path=str(seg.path))
                     yield {**head, **row, "keys": rec.keys, "tags": rec.tags, "uniqKey": rec.uniq_key}
 
 

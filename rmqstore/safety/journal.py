@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rmqstore.errors import CorruptData, from_os_error
+from rmqstore.errors import CorruptData, RmqstoreError, from_os_error
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, read_if_present
+from rmqstore.safety.plan import JsonModel
 
 StepHook = Callable[[str], None]
 
@@ -25,17 +26,26 @@ def no_step(_step: str) -> None:
 JOURNAL_FORMAT = 1
 
 
-# operation -> its journal under <root>/.rmqstore (recover and write keep their own file names)
-JOURNALS: dict[str, tuple[str, ...]] = {
-    "write": ("write.journal",),
-    "recover": ("recover.journal.json",),
-    "redispatch": ("redispatch", "redispatch.journal.json"),
-    "expire": ("expire.journal.json",),
+# The modifying operations that keep a journal, each at <root>/.rmqstore/<operation>.journal.json.
+JOURNALS = ("write", "recover", "redispatch", "expire")
+# Where earlier versions kept theirs: still found, and resumed the same way.
+_EARLIER_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "write": (("write.journal",),),
+    "redispatch": (("redispatch", "redispatch.journal.json"),),
 }
 
 
 def journal_file(root: Path | str, operation: str) -> Path:
-    return Path(root, SCRATCH_DIR, *JOURNALS[operation])
+    """Where ``operation`` writes its journal."""
+    return Path(root, SCRATCH_DIR, f"{operation}.journal.json")
+
+
+def found_journal(root: Path | str, operation: str) -> Path | None:
+    """The journal of an interrupted ``operation`` in the store, under its name or an earlier one."""
+    for p in (journal_file(root, operation), *(Path(root, SCRATCH_DIR, *n) for n in _EARLIER_NAMES.get(operation, ()))):
+        if p.exists():
+            return p
+    return None
 
 
 class Journal:
@@ -107,36 +117,33 @@ class Journal:
 
 
 @dataclass(frozen=True, slots=True)
-class PendingJournal:
+class PendingJournal(JsonModel):
     """An operation a killed or failed run left half done."""
 
+    json_keys = "operation path=journal steps_done failed_step error=blockedBy finish_with"
+
     operation: str
+    root: Path
     path: Path
     steps_done: tuple[str, ...]
     failed_step: str | None
     error: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "operation": self.operation,
-            "journal": str(self.path),
-            "stepsDone": list(self.steps_done),
-            "failedStep": self.failed_step,
-            "blockedBy": self.error,
-            "finishWith": f"rmqstore {self.operation} {shlex.quote(str(self.path.parents[len(JOURNALS[self.operation]) - 1].parent))}",
-        }
+    @property
+    def finish_with(self) -> str:
+        return f"rmqstore {self.operation} {shlex.quote(str(self.root))}"
 
     def __str__(self) -> str:
         why = f"; it stopped at step {self.failed_step}: {self.error}" if self.failed_step else ""
         return f"an interrupted `rmqstore {self.operation}` left its journal {self.path}{why}"
 
 
-def pending_journals(root: Path | str) -> list[PendingJournal]:
+def pending(root: Path | str) -> list[PendingJournal]:
     """Every journal present in the store, with the failed step and error when one was recorded."""
     out = []
     for op in JOURNALS:
-        p = journal_file(root, op)
-        if not p.exists():
+        p = found_journal(root, op)
+        if p is None:
             continue
         failed: dict[str, Any] | None = None
         done: tuple[str, ...] = ()
@@ -147,7 +154,49 @@ def pending_journals(root: Path | str) -> list[PendingJournal]:
                 done = tuple(str(s) for s in data.get("done", []) if isinstance(s, str))
         except (OSError, ValueError):
             failed = {"step": None, "error": "the journal is not readable"}
-        out.append(
-            PendingJournal(op, p, done, failed.get("step") if failed else None, failed.get("error") if failed else None)
-        )
+        step, error = (failed.get("step"), failed.get("error")) if failed else (None, None)
+        out.append(PendingJournal(op, Path(root), p, done, step, error))
     return out
+
+
+# -- resuming: one entry point for every operation ----------------------------------------------
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """What finishing an interrupted run did: one line to say so, and the operation's own result."""
+
+    operation: str
+    message: str
+    outcome: Any
+
+
+# (store opened writable, step hook, progress) -> what finishing did
+Resume = Callable[[Any, StepHook | None, Progress | None], Resumed]
+_RESUMES: dict[str, Resume] = {}
+
+
+def register(operation: str, resume_with: Resume) -> None:
+    """Name how ``operation`` finishes a run a kill left half done (each operation's module does)."""
+    if operation not in JOURNALS:
+        raise ValueError(f"{operation!r} keeps no journal")
+    _RESUMES[operation] = resume_with
+
+
+def registered() -> tuple[str, ...]:
+    return tuple(op for op in JOURNALS if op in _RESUMES)
+
+
+def resume(
+    st: Any, operation: str, *, on_step: StepHook | None = None, progress: Progress | None = None
+) -> Resumed | None:
+    """Finish the run of ``operation`` that a kill (or a failed step) left in the store ``st`` (opened
+    writable), through the operation's registered resume; None when no journal of it is there."""
+    if found_journal(st.root, operation) is None:
+        return None
+    resume_with = _RESUMES.get(operation)
+    if resume_with is None:
+        raise RmqstoreError(f"nothing resumes an interrupted {operation}: import rmqstore.ops.{operation} first")
+    return resume_with(st, on_step, progress)

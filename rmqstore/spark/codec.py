@@ -24,7 +24,7 @@ from rmqstore.codec.commitlog import (
     decode_record,
     host_str,
 )
-from rmqstore.walk.columns import BATCH, Columns, decode_batch
+from rmqstore.walk.columns import BATCH, Columns, decode_columns
 
 __all__ = [
     "BATCH",
@@ -38,7 +38,7 @@ __all__ = [
     "Record",
     "RecordArrays",
     "body_crc",
-    "decode_batch",
+    "decode_columns",
     "decode_record",
     "duplicate_name_rows",
     "host_codes_v4",

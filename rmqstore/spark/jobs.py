@@ -23,13 +23,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StructField, StructType
 
 from rmqstore.errors import InputError, UnsafePlan
-from rmqstore.spark.codec import Record, decode_record
+from rmqstore.spark.codec import Record
 from rmqstore.spark.source import (
     COMMITLOG_SCHEMA,
     COMMITLOG_SOURCE,
     CONSUMEQUEUE_SCHEMA,
     CONSUMEQUEUE_SOURCE,
-    CommitLogReader,
+    CommitLogSourceReader,
     CommitLogSplit,
     StoreInfo,
     commitlog_schema,
@@ -38,7 +38,8 @@ from rmqstore.spark.source import (
     register,
     resolve_stores,
 )
-from rmqstore.store.files import map_file
+from rmqstore.store import open_store
+from rmqstore.store.reader import CommitLogReader
 
 MS_PER_DAY = 86_400_000
 MS_PER_HOUR = 3_600_000
@@ -183,7 +184,7 @@ def export_parquet(
     if overwrite and target.exists():
         shutil.rmtree(target) if target.is_dir() else target.unlink()
     target.mkdir(parents=True, exist_ok=True)
-    reader = CommitLogReader(opts.source_options([s.root for s in infos]), commitlog_schema(crc_ok=opts.crc_ok))
+    reader = CommitLogSourceReader(opts.source_options([s.root for s in infos]), commitlog_schema(crc_ok=opts.crc_ok))
     splits = [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
     rows = 0
     if splits:
@@ -459,20 +460,15 @@ def find_records(
     body through Spark.
     """
     opts = options or ReadOptions()
-    brokers = {i.root: i.broker for i in _stores(stores, opts)}
-    df = find(spark, list(brokers), query, limit=limit, options=opts)
-    open_file: tuple[str, contextlib.ExitStack, Any] | None = None
-    try:
-        for row in df.select("store", "file", "filePos", "commitLogOffset").toLocalIterator():
-            if open_file is None or open_file[0] != row.file:
-                if open_file is not None:
-                    open_file[1].close()
-                stack = contextlib.ExitStack()
-                open_file = (row.file, stack, stack.enter_context(map_file(Path(row.file))))
-            base = row.commitLogOffset - row.filePos
-            rec = decode_record(open_file[2], row.filePos, path=row.file, file_from=base, broker=brokers[row.store])
+    roots = [i.root for i in _stores(stores, opts)]
+    df = find(spark, roots, query, limit=limit, options=opts)
+    readers: dict[str, CommitLogReader] = {}
+    with contextlib.ExitStack() as stack:
+        for row in df.select("store", "file", "commitLogOffset").toLocalIterator():
+            reader = readers.get(row.store)
+            if reader is None:
+                st = stack.enter_context(open_store(row.store, broker=opts.broker))
+                reader = readers[row.store] = stack.enter_context(CommitLogReader.of(st, keep=1))
+            _, rec = reader.decode_at(row.commitLogOffset)
             if isinstance(rec, Record):
                 yield row.store, row.file, rec
-    finally:
-        if open_file is not None:
-            open_file[1].close()

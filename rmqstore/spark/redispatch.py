@@ -1,6 +1,6 @@
 """The Spark engine of ``rmqstore redispatch`` (store-format.md §9): decode in parallel, write on the driver.
 
-The local engine (:func:`rmqstore.redispatch.build`) walks each commit log file by TOTALSIZE
+The local engine (:func:`rmqstore.ops.redispatch.build`) walks each commit log file by TOTALSIZE
 (the framing's chain of the file), cuts the record positions into chunks of
 ``columnar.BATCH`` records, decodes every chunk into dispatch columns and hands them, in order,
 to :meth:`rmqstore.dispatch.Dispatcher.dispatch_columns`; the first chunk holding an invalid
@@ -50,8 +50,8 @@ class ChunkTask:
 
 
 @dataclass(frozen=True, slots=True)
-class Stop:
-    """Where and why a walk ended (``rmqstore.dispatch.ScanStop`` with its error as text)."""
+class ChunkStop:
+    """Where and why a walk ended (``rmqstore.walk.requests.ScanStop`` with its error as text, to cross to a Spark task)."""
 
     pos: int
     reason: str  # "blank" | "end" | "invalid"
@@ -64,19 +64,19 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
-class FileWalk:
+class FileChunks:
     """The driver's walk of one file: the chunks to decode and where the walk stopped."""
 
     seg: Segment
     chunks: tuple[ChunkTask, ...]
-    stop: Stop
+    stop: ChunkStop
 
 
-def _stop(s: Any) -> Stop:
-    return Stop(s.pos, s.reason, None if s.error is None else str(s.error))
+def _stop(s: Any) -> ChunkStop:
+    return ChunkStop(s.pos, s.reason, None if s.error is None else str(s.error))
 
 
-def decode_chunk(task: ChunkTask, cfg: StoreConfig) -> tuple[columnar.Columns | None, Stop | None]:
+def decode_chunk(task: ChunkTask, cfg: StoreConfig) -> tuple[columnar.Columns | None, ChunkStop | None]:
     """The dispatch columns of one chunk, and the stop if an invalid record ends it (runs in a task)."""
     seg = Segment(Path(task.path), task.base, task.size, task.framing)
     with map_file(seg.path) as buf:
@@ -87,13 +87,15 @@ def decode_chunk(task: ChunkTask, cfg: StoreConfig) -> tuple[columnar.Columns | 
             raise CorruptData("file changed while re-dispatching", path=seg.path, pos=task.first)
         u8 = np.frombuffer(buf, dtype=np.uint8, count=task.size)
         try:
-            cols, bad = columnar.decode_batch(buf, u8, positions, seg, cfg, task.size)
+            cols, bad = columnar.decode_columns(buf, u8, positions, seg, cfg, task.size)
         finally:
             del u8  # release the view so the map can close
     return cols, None if bad is None else _stop(bad)
 
 
-def walk_files(segs: list[Segment], cfg: StoreConfig, from_phy: int, batch: int = columnar.BATCH) -> Iterator[FileWalk]:
+def walk_files(
+    segs: list[Segment], cfg: StoreConfig, from_phy: int, batch: int = columnar.BATCH
+) -> Iterator[FileChunks]:
     """The files the dispatcher walk reaches from ``from_phy``, as ``columnar.iter_columns`` walks them."""
     for seg in segs:
         if seg.base_offset + seg.size <= from_phy:
@@ -122,24 +124,24 @@ def walk_files(segs: list[Segment], cfg: StoreConfig, from_phy: int, batch: int 
             )
             for i in range(0, n, batch)
         )
-        yield FileWalk(seg, chunks, Stop(stop_pos, reason, error))
+        yield FileChunks(seg, chunks, ChunkStop(stop_pos, reason, error))
         if reason != "blank":
             return
 
 
 def _decoded(
-    spark: SparkSession, walks: Iterator[FileWalk], cfg: StoreConfig
-) -> Iterator[tuple[FileWalk, list[tuple[columnar.Columns | None, Stop | None]]]]:
+    spark: SparkSession, walks: Iterator[FileChunks], cfg: StoreConfig
+) -> Iterator[tuple[FileChunks, list[tuple[columnar.Columns | None, ChunkStop | None]]]]:
     """Each walked file with the decoded chunks, in order; the next wave is decoded while the
     driver writes the current one."""
     sc = spark.sparkContext
     wave_chunks = max(2, 2 * sc.defaultParallelism)
 
-    def run(it: Iterator[ChunkTask]) -> list[tuple[columnar.Columns | None, Stop | None]]:
+    def run(it: Iterator[ChunkTask]) -> list[tuple[columnar.Columns | None, ChunkStop | None]]:
         return [decode_chunk(t, cfg) for t in it]
 
-    def next_wave() -> tuple[list[FileWalk], concurrent.futures.Future[Any] | None] | None:
-        files: list[FileWalk] = []
+    def next_wave() -> tuple[list[FileChunks], concurrent.futures.Future[Any] | None] | None:
+        files: list[FileChunks] = []
         tasks: list[ChunkTask] = []
         for w in walks:
             files.append(w)
@@ -206,9 +208,4 @@ def spark_redispatch(
     return stats, end, reason
 
 
-def _register() -> None:
-
-    ENGINES["spark"] = spark_redispatch  # the library never imports this package itself
-
-
-_register()
+ENGINES["spark"] = spark_redispatch  # the library never imports this package itself

@@ -472,7 +472,7 @@ class _PlannedReader(DataSourceReader):
         return iter(())
 
 
-class CommitLogReader(_PlannedReader):
+class CommitLogSourceReader(_PlannedReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = _options(options)
         self.schema = schema
@@ -518,7 +518,7 @@ class RocketMQDataSource(_StoreSource):
     """``format("rocketmq")``: one row per commit log record of the given stores."""
 
     short_name = COMMITLOG_SOURCE
-    reader_type = CommitLogReader
+    reader_type = CommitLogSourceReader
 
     def schema(self) -> StructType:
         return commitlog_schema(crc_ok=_bool(_options(self.options).get("crcok")))

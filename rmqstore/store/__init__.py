@@ -33,7 +33,7 @@ from rmqstore.errors import (
 )
 from rmqstore.problems import Problem
 from rmqstore.safety.files import read_if_present
-from rmqstore.safety.journal import pending_journals
+from rmqstore.safety.journal import pending
 from rmqstore.store.detect import require_settled
 from rmqstore.store.detect import resolve as resolve_version
 from rmqstore.store.layout import (
@@ -287,7 +287,7 @@ def open_store(
 
 def _refuse_unfinished(root: Path, operation: str | None) -> None:
 
-    for pj in pending_journals(root):
+    for pj in pending(root):
         if pj.operation != operation:
             raise UnsafePlan(f"{root}: {pj}; run `rmqstore {pj.operation} {root}` again to finish it first")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from rmqstore.codec.consumequeue import effective_file_size
 from rmqstore.codec.framing import PLAIN, Framing
-from rmqstore.codec.topic import BadTopic, check_topic_name
+from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.errors import ConfigError
 from rmqstore.problems import Problem, ProblemKind
 
@@ -502,7 +502,7 @@ def queue_dir(
 
     ``where`` is (file, pos, phy offset) of the record the topic came from, for the error.
     """
-    why = check_topic_name(topic)
+    why = topic_name_problem(topic)
     base = Path(root) / under
     d = base / topic / str(int(queue_id))
     if why is None and os.path.normpath(d).startswith(os.path.normpath(base) + os.sep) and d.parent.parent == base:

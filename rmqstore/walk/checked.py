@@ -28,7 +28,7 @@ from rmqstore.errors import ChecksumMismatch, CorruptData
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import FileWalk, Stop, walk_chain
-from rmqstore.walk.columns import BATCH, decode_batch
+from rmqstore.walk.columns import BATCH, decode_columns
 from rmqstore.walk.requests import request_from_record
 from rmqstore.walk.workers import close_pool, worker_pool
 
@@ -77,7 +77,7 @@ def _check_part(
     """Dispatch columns of the records at ``p`` if every one passes recovery's checks, else None."""
 
     check_crc, ipv6_hosts, v2_magic = flags
-    cols, bad = decode_batch(buf, u8, p, seg, cfg, end)
+    cols, bad = decode_columns(buf, u8, p, seg, cfg, end)
     if bad is not None or cols is None or len(cols) != len(p):
         return None  # an invalid record or a size mismatch: the exact walk explains it
     heads = decode_heads(u8, p)

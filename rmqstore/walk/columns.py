@@ -194,7 +194,7 @@ def scan_columns(
             results = pool.map(_decode_in_worker, [(str(seg.path), seg, cfg, c, end) for c in chunks])
             return _collect(results, stop)
     u8 = np.frombuffer(buf, dtype=np.uint8, count=end) if end else np.zeros(0, np.uint8)
-    return _collect((decode_batch(buf, u8, c, seg, cfg, end) for c in chunks), stop)
+    return _collect((decode_columns(buf, u8, c, seg, cfg, end) for c in chunks), stop)
 
 
 def _collect(results: Any, stop: ScanStop) -> tuple[list[Columns], ScanStop]:
@@ -217,7 +217,7 @@ def _decode_in_worker(
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     u8 = np.frombuffer(m, dtype=np.uint8, count=end)
     try:
-        return decode_batch(m, u8, chunk, seg, cfg, end)
+        return decode_columns(m, u8, chunk, seg, cfg, end)
     finally:
         del u8
         m.close()
@@ -428,7 +428,7 @@ def _merge_slow(
         keys.add(np.full(len(extra_h), k, np.int64), np.array(extra_h, np.int64), np.array(extra_s, np.int64))
 
 
-def decode_batch(
+def decode_columns(
     buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
 ) -> tuple[Columns | None, ScanStop | None]:
     """Decode the records starting at positions ``p`` of one segment buffer into columns.
@@ -495,7 +495,7 @@ def _scan_part(
         stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     batches: list[Columns] = []
     for i in range(0, len(positions), BATCH):
-        cols, bad = decode_batch(buf, u8, positions[i : i + BATCH], seg, cfg, end)
+        cols, bad = decode_columns(buf, u8, positions[i : i + BATCH], seg, cfg, end)
         if cols is not None and len(cols):
             batches.append(cols)
         if bad is not None:

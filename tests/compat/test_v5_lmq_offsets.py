@@ -13,9 +13,9 @@ from conftest import copy_real_store
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.ops.offsets import offsets_file, read_consumer_offsets
 from rmqstore.store import config as cfgmod
 from rmqstore.store import open_store
+from rmqstore.store.offsets import offsets_file, read_consumer_offsets
 
 runner = CliRunner()
 CASE = "5.2.0/lmq-multi-dispatch"

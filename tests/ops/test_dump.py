@@ -151,7 +151,7 @@ def test_crash_store_lists_the_undispatched_tail_and_the_preallocated_file():
 
 @pytest.mark.parametrize("body", ["base64", "hex", "text", "none"])
 def test_fast_ndjson_lines_equal_the_record_rows(real_case, body):
-    """The direct-from-bytes formatter writes exactly json.dumps(message_row(decode_record(...)))."""
+    """The direct-from-bytes formatter writes exactly json.dumps(decode_record(...).to_row())."""
     with open_store(store_of(real_case)) as st:
         segs, _ = st.commitlog_segments()
         opts = lib.MessageOptions(body=body, verify_crc=True)

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -398,7 +399,7 @@ def test_quarantine_keeps_relative_paths_and_a_manifest(tmp_path):
     age_commitlog(root, [100, 100, 1], AT_04)
     p = plan(root, AT_04)
     qdir = tmp_path / "q"
-    result = ex.apply_expire(p, quarantine=qdir)
+    result = ex.apply_expire(replace(p, quarantine=qdir))
     manifest = json.loads((result.quarantine_dir / "manifest.json").read_text())
     assert [Path(f["saved"]).relative_to(result.quarantine_dir).as_posix() for f in manifest["items"]] == names(
         p.actions
@@ -409,7 +410,9 @@ def test_quarantine_keeps_relative_paths_and_a_manifest(tmp_path):
         assert not a.path.exists() and moved.stat().st_size == a.size
         assert moved.stat().st_mtime_ns // 1_000_000 == a.mtime_ms
     with pytest.raises(InputError):
-        ex.apply_expire(plan(root, AT_04, force=True, file_reserved_time_h=0), quarantine=root / "commitlog" / "q")
+        ex.apply_expire(
+            replace(plan(root, AT_04, force=True, file_reserved_time_h=0), quarantine=root / "commitlog" / "q")
+        )
 
 
 # -- command line ------------------------------------------------------------------------------

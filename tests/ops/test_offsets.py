@@ -335,7 +335,7 @@ def test_apply_refuses_a_plan_made_before_the_file_changed(store: Path):
         plan = op.plan_reset_offsets(st, pairs=[("TopicA", "GroupA")], mode="latest")
         path.write_text(offsets_text({"TopicA@GroupA": {0: 1}}))
         with pytest.raises(UnsafePlan):
-            op.apply_set_offsets(st, plan)
+            op.apply_reset_offsets(st, plan)
     assert path.read_text() == offsets_text({"TopicA@GroupA": {0: 1}})
 
 

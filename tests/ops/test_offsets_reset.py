@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from rmqstore.cli import app
 from rmqstore.errors import InputError
-from rmqstore.ops.offsets import read_consumer_offsets
 from rmqstore.store import open_store
+from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.timeparse import parse_duration_ms
 
 runner = CliRunner()

@@ -23,7 +23,7 @@ from rmqstore.codec.commitlog import TRANSACTION_ROLLBACK_TYPE, Record, encode_p
 from rmqstore.codec.indexfile import IndexFile, file_size, is_time_matched, new_index_header_after
 from rmqstore.codec.javahash import index_key_hash
 from rmqstore.ops import query as q
-from rmqstore.store import open_store
+from rmqstore.store import lookup, open_store
 from rmqstore.timeparse import FORMS
 from rmqstore.walk.chain import iter_commitlog
 
@@ -512,13 +512,13 @@ def test_queue_offset_matches_engine_messages(real_case: str) -> None:
     with open_store(REAL_STORES / real_case / "store") as st:
         for queue in truth["queues"]:
             for m in queue["messages"]:
-                hit = q.query_queue_offset(st, queue["topic"], queue["queueId"], m["queueOffset"])
+                hit = lookup.query_queue_offset(st, queue["topic"], queue["queueId"], m["queueOffset"])
                 assert hit.record is not None, (queue["topic"], queue["queueId"], m["queueOffset"])
                 _same_as_engine(hit.record, m)
             if real_case != "crash-midwrite":
-                b = q.queue_bounds(st, queue["topic"], queue["queueId"])
+                b = lookup.queue_bounds(st, queue["topic"], queue["queueId"])
                 assert (b.min_offset, b.max_offset) == (queue["minOffset"], queue["maxOffset"])
-            miss = q.query_queue_offset(st, queue["topic"], queue["queueId"], queue["maxOffset"])
+            miss = lookup.query_queue_offset(st, queue["topic"], queue["queueId"], queue["maxOffset"])
             assert miss.record is None and "outside" in miss.notices[-1]
 
 
@@ -531,9 +531,9 @@ def test_queue_offset_filler_entry(tmp_path: Path) -> None:
     data[20:40] = real  # queue offset 1 now holds the message; 0 is a fillPreBlank filler
     first.write_bytes(bytes(data))
     with open_store(root) as st:
-        hit = q.query_queue_offset(st, "TopicOrder", 0, 0)
+        hit = lookup.query_queue_offset(st, "TopicOrder", 0, 0)
         assert hit.record is None and "filler" in hit.notices[-1]
-        assert q.query_queue_offset(st, "TopicOrder", 0, 1).record is not None
+        assert lookup.query_queue_offset(st, "TopicOrder", 0, 1).record is not None
 
 
 def reference_offset_by_time(times: list[int], per_file: int, ts: int) -> set[int]:
@@ -568,7 +568,7 @@ def test_offset_by_time(case: str, tmp_path: Path) -> None:
             probes |= {t + d for t in times[::2] for d in (-1, 0, 1)}
             probes |= {(a + b) // 2 for a, b in zip(times, times[1:], strict=False)}
             for ts in sorted(probes):
-                hit = q.offset_by_time(st, queue["topic"], queue["queueId"], ts)
+                hit = lookup.offset_by_time(st, queue["topic"], queue["queueId"], ts)
                 assert hit.queue_offset in reference_offset_by_time(times, per_file, ts), (queue["topic"], ts)
                 assert (
                     hit.record is not None
@@ -582,10 +582,10 @@ def test_offset_by_time(case: str, tmp_path: Path) -> None:
             last = times[min(len(times), (n + 1) * per_file) - 1]
             os.utime(p, ns=(last * 1_000_000, last * 1_000_000))
         for ts in times[::3]:
-            a = q.offset_by_time(st, queue["topic"], queue["queueId"], ts)
-            b = q.offset_by_time(st, queue["topic"], queue["queueId"], ts, file_by_mtime=True)
+            a = lookup.offset_by_time(st, queue["topic"], queue["queueId"], ts)
+            b = lookup.offset_by_time(st, queue["topic"], queue["queueId"], ts, file_by_mtime=True)
             assert a.queue_offset == b.queue_offset
-        assert q.offset_by_time(st, "NoSuchTopic", 0, 5).queue_offset == 0
+        assert lookup.offset_by_time(st, "NoSuchTopic", 0, 5).queue_offset == 0
 
 
 # -- the command line ------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import Record, decode_record
 from rmqstore.codec.consumequeue import entries_array, valid_prefix
 from rmqstore.ops import recover as rec
+from rmqstore.safety.journal import journal_file
 from rmqstore.store import open_store
 from rmqstore.store.files import map_file
 from rmqstore.walk import columns as columnar
@@ -580,8 +581,8 @@ def kill_chain(root: Path, q: Path, points: list[str]) -> list[str]:
     for step in points:
         p = killed_at(f"recover:{step}", "recover", str(root), "-q", "--quarantine", str(q))
         assert p.returncode == -9, (step, p.returncode, p.stderr)
-        assert rec.journal_path(root).exists()
-        seen.append(f"{step}: done {json.loads(rec.journal_path(root).read_text())['done']}")
+        assert journal_file(root, "recover").exists()
+        seen.append(f"{step}: done {json.loads(journal_file(root, 'recover').read_text())['done']}")
     r = runner.invoke(app, ["recover", str(root), "-q", "--quarantine", str(q)])
     assert r.exit_code == 0, r.output
     return seen

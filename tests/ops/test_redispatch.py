@@ -168,7 +168,7 @@ def test_killed_swap_is_finished_by_rerun(tmp_path: Path) -> None:
     q = tmp_path / "q"
     with open_store(root, writable=True) as s:
         plan = op.plan_redispatch(s)
-    journal = root / ".rmqstore" / "redispatch" / op.JOURNAL
+    journal = root / ".rmqstore" / "redispatch" / "redispatch.journal.json"  # where earlier versions kept it
     # as if killed after the journal was written and the old consume queue moved to quarantine
     journal.write_text(
         json.dumps(

@@ -579,7 +579,7 @@ def test_pushed_down_filters_and_keys_option(spark) -> None:
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
     from rmqstore.spark import jobs
-    from rmqstore.spark.source import CommitLogReader, commitlog_schema
+    from rmqstore.spark.source import CommitLogSourceReader, commitlog_schema
 
     root = store_of("clean-2topics")
     recs = local_records(root)
@@ -601,7 +601,7 @@ def test_pushed_down_filters_and_keys_option(spark) -> None:
     assert sorted(r.commitLogOffset for r in df.where(cond).collect()) == want
     # the reader applies them itself: fewer splits (offsets) and only matching rows
     schema = commitlog_schema()
-    reader = CommitLogReader({"paths": json.dumps([str(root)]), "splitSize": "8k"}, schema)
+    reader = CommitLogSourceReader({"paths": json.dumps([str(root)]), "splitSize": "8k"}, schema)
     all_parts = len(reader.partitions())
     filters = [
         EqualTo(("topic",), "TopicA"),

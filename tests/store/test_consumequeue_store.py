@@ -13,10 +13,9 @@ import pytest
 from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE, valid_prefix
 from rmqstore.ops import info as info_op
 from rmqstore.ops import offsets as offsets_op
-from rmqstore.ops import query as query_op
 from rmqstore.problems import Problem
 from rmqstore.rules import rules_for
-from rmqstore.store import Store, open_store
+from rmqstore.store import Store, lookup, open_store
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues
 from rmqstore.store.queue.consumequeue import FileConsumeQueue, FileConsumeQueues
@@ -351,10 +350,10 @@ def test_operations_read_queues_through_the_interface_alone(case: str, tmp_path:
     root = copy_real_store(case, tmp_path)
     with open_store(root) as st:
         files = (offsets_op.consumer_progress(st), info_op.store_info(st).queues)
-        hit = query_op.query_queue_offset(st, "TopicA", 0, 3)
+        hit = lookup.query_queue_offset(st, "TopicA", 0, 3)
         st.consume_queues = MemoryQueues.copy_of(st.consume_queues, st.config)
         assert (offsets_op.consumer_progress(st), info_op.store_info(st).queues) == files
-        assert query_op.query_queue_offset(st, "TopicA", 0, 3) == hit
+        assert lookup.query_queue_offset(st, "TopicA", 0, 3) == hit
         # one more unit in memory (the record of the last one again): the queue's max offset and lag grow
         memory = st.consume_queues.queue("TopicA", 0)
         last = memory.entries[-1]

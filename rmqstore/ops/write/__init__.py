@@ -53,7 +53,7 @@ reference: both give the same bytes and columns (``tests/test_write.py``). A :cl
 runs, a second thread writes (and with sync flush fsyncs) the commit log.
 
 Atomic batches: the whole input is validated and encoded before any file changes. Before the first
-change a journal ``<root>/.rmqstore/write.journal`` (with copies of every byte range the write may
+change a journal ``<root>/.rmqstore/write.journal.json`` (with copies of every byte range the write may
 overwrite that was not zero) is written and fsynced; it is removed once everything is written. A
 failure rolls the store back at once; a killed run leaves the journal and the next ``write`` rolls it
 back first (:func:`rollback_pending`), so the files are byte for byte as before the batch.
@@ -82,14 +82,13 @@ from rmqstore.ops.write.apply import (
 )
 from rmqstore.ops.write.columns import PlannedRecord, RecordColumns, UniqKeyColumn
 from rmqstore.ops.write.journal import (
-    JOURNAL_NAME,
     LAST_WRITE,
     RollbackReport,
     last_write,
     pending_journal,
     rollback_pending,
 )
-from rmqstore.ops.write.plan import plan_with, plan_write, planned_actions
+from rmqstore.ops.write.plan import plan_with, plan_write
 from rmqstore.ops.write.uniq import UniqKeySource
 from rmqstore.ops.write.validate import (
     BROKER_MANAGED_TOPICS,
@@ -97,7 +96,7 @@ from rmqstore.ops.write.validate import (
     NOT_ALLOWED_SEND_TOPICS,
     PROP_CLUSTER,
     RETRY_PREFIX,
-    check_topic_name,
+    check_send_topic,
     java_hashmap_order,
     topic_for_new,
 )
@@ -105,7 +104,6 @@ from rmqstore.ops.write.validate import (
 __all__ = [
     "BROKER_MANAGED_TOPICS",
     "DLQ_PREFIX",
-    "JOURNAL_NAME",
     "LAST_WRITE",
     "NOT_ALLOWED_SEND_TOPICS",
     "PROP_CLUSTER",
@@ -123,7 +121,7 @@ __all__ = [
     "WritePlan",
     "WriteResult",
     "apply_write",
-    "check_topic_name",
+    "check_send_topic",
     "default_quarantine_dir",
     "input_digest",
     "java_hashmap_order",
@@ -133,7 +131,6 @@ __all__ = [
     "pending_journal",
     "plan_with",
     "plan_write",
-    "planned_actions",
     "prepare_write",
     "read_ndjson",
     "refuse_unsafe",

@@ -3,15 +3,15 @@ the queue offsets it takes, the topics it creates, and the plan it all adds up t
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from rmqstore.codec.commitlog import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE, encode_blank
 from rmqstore.codec.javahash import java_hash
-from rmqstore.dispatch.multiqueue import batch_cq_topics
 from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.ops.write.append_point import StaleRange
 from rmqstore.ops.write.append_point import check_supported as _check_supported
@@ -25,14 +25,16 @@ from rmqstore.ops.write.validate import (
     _HostCache,
     _load_topics,
     _PropsFormat,
-    check_topic_name,
+    check_send_topic,
     java_hashmap_order,
     topic_for_new,
 )
 from rmqstore.rules import rules_for
+from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.layout import file_name
+from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.walk.requests import DispatchRequest
 
 
@@ -96,6 +98,30 @@ class WritePlan:
     @property
     def bytes_written(self) -> int:
         return self.end_phy - self.start_phy
+
+    operation: ClassVar[str] = "write"
+
+    def planned_actions(self) -> tuple[PlannedAction, ...]:
+        """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
+        out = []
+        if self.stale is not None and not self.stale.padding:
+            s = self.stale
+            why = "stale bytes after the last valid record"
+            out.append(PlannedAction("write", "zero", s.path, why, s.pos, s.pos + s.length, kept=True))
+        for w in self.writes:
+            size = sum(len(p) for p in w.pieces)
+            why = "new file" if w.create else "records appended"
+            out.append(PlannedAction("write", "append", w.path, why, w.pos, w.pos + size))
+        return tuple(out)
+
+    def details(self, limit: int | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The messages as they will be stored (the first ``limit`` of them)."""
+        rows = self.records if limit is None else itertools.islice(self.records, limit)
+        return {"messages": [r.to_json() for r in rows]}
+
+    def to_json(self) -> dict[str, Any]:
+        """What the write does: its summary and actions (the encoded bytes stay in memory, never in JSON)."""
+        return {"summary": self.summary(), "actions": actions_json(self.planned_actions())}
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -250,7 +276,7 @@ class Planner:
     def topic_entry(self, topic: str, origin: str) -> tuple[cfgmod.TopicConfig | None, bytes]:
         """Check a topic at its first use; its topics.json entry (auto-created when new) and its name's bytes."""
         opts = self.opts
-        check_topic_name(topic, allow_system=opts.allow_system_topic, max_length=opts.max_topic_length)
+        check_send_topic(topic, allow_system=opts.allow_system_topic, max_length=opts.max_topic_length)
         if topic in self.batch_topics:  # never appended as a plain queue (the 5.x broker then refuses the store)
             raise InputError(f"{origin}: topic {topic!r} has queue.type=BatchCQ: write does not append to batch queues")
         if len(topic) > _V1_TOPIC_MAX and not self.rules.v2_magic:

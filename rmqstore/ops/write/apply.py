@@ -18,13 +18,12 @@ from typing import Any
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
+from rmqstore.codec.indexfile import header_problem
 from rmqstore.codec.messages import Message, MessageBatch
-from rmqstore.codec.topic import BadTopic
-from rmqstore.codec.topic import check_topic_name as topic_problem
+from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsafePlan, from_os_error
-from rmqstore.ops.recover import _index_header_problem, plan_recover
 from rmqstore.ops.write.append import WriteOptions, WritePlan
 from rmqstore.ops.write.journal import (
     JOURNAL_FORMAT,
@@ -50,6 +49,7 @@ from rmqstore.store import Store, open_store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.files import data_end
 from rmqstore.store.layout import StoreConfig, record_place
+from rmqstore.walk.recovery import recovery_facts, refuse_unrecoverable
 
 _DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
 
@@ -106,7 +106,7 @@ def refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
     if digest is not None:
         _refuse_repeat(st.root, digest, plan)
     for r in plan.catch_up if plan.dispatch else ():
-        why = topic_problem(r.topic)
+        why = topic_name_problem(r.topic)
         if why is not None:
             where = record_place(st.config.commitlog_dir, st.config.commitlog_file_size, r.phy_offset)
             raise BadTopic(r.topic, why, path=where[0], pos=where[1], phy_offset=r.phy_offset)
@@ -137,18 +137,19 @@ def _refuse_damage(st: Store, plan: WritePlan) -> None:
         and last.get("commitlogAsLeft") == _commitlog_fingerprint(st.config.commitlog_dir)
     ):
         return  # the files are as the last write left them, after it checked them: no need to walk again
-    rp = plan_recover(st, now_ms=0, use_quarantine=False)
-    if rp.process_offset >= plan.start_phy:
+    refuse_unrecoverable(st)
+    f = recovery_facts(st)
+    if f.process_offset >= plan.start_phy:
         return
     fs = st.config.commitlog_file_size
-    base = rp.process_offset - rp.process_offset % fs
+    base = f.process_offset - f.process_offset % fs
     raise CorruptData(
-        f"damaged commit log: the broker's recovery stops here ({rp.stop}) and would drop everything after it, "
+        f"damaged commit log: the broker's recovery stops here ({f.stop}) and would drop everything after it, "
         f"the new messages included (they would go at {plan.start_phy}); run `rmqstore recover "
         f"{shlex.quote(str(st.root))}` first",
         path=st.config.commitlog_dir / f"{base:020d}",
-        pos=rp.process_offset - base,
-        phy_offset=rp.process_offset,
+        pos=f.process_offset - base,
+        phy_offset=f.process_offset,
     )
 
 
@@ -165,7 +166,7 @@ def _refuse_damaged_index(st: Store, plan: WritePlan) -> None:
         head = f.read(INDEX_HEADER_SIZE)
     why = "shorter than its header" if len(head) < INDEX_HEADER_SIZE else None
     if why is None:
-        why = _index_header_problem(decode_index_header(head, path=str(last)), st.config)
+        why = header_problem(decode_index_header(head, path=str(last)), st.config.max_index_num)
     if why is not None:
         raise CorruptData(
             f"damaged index file ({why}): the write refuses to append to it; rebuild the index first "

@@ -12,20 +12,20 @@ from typing import Any
 
 from rmqstore.errors import CorruptData, UnsafePlan
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
-from rmqstore.safety.journal import Journal
+from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_journal, journal_file, register
 from rmqstore.store import Store
 from rmqstore.store.files import data_end as _nonzero_end
 
-JOURNAL_NAME = "write.journal"
 JOURNAL_FORMAT = 1
 
 
 def _journal_path(root: Path) -> Path:
-    return Path(root, SCRATCH_DIR, JOURNAL_NAME)
+    """The journal of an interrupted write (under its name or an earlier one), else where a write puts it."""
+    return found_journal(root, "write") or journal_file(root, "write")
 
 
 def _journal_dir(root: Path) -> Path:
-    return Path(root, SCRATCH_DIR, JOURNAL_NAME + ".d")
+    return Path(root, SCRATCH_DIR, "write.journal.d")  # the bytes a rollback puts back
 
 
 def pending_journal(root: Path | str) -> dict[str, Any] | None:
@@ -257,6 +257,20 @@ def rollback_pending(st: Store) -> RollbackReport | None:
     report = _rollback(st.root, j)
     _finish_journal(st.root)
     return report
+
+
+def _resume(st: Store, _on_step: StepHook | None, _progress: Progress | None) -> Resumed:
+    report = rollback_pending(st)
+    assert report is not None  # the journal is there: resume() found it
+    done = (
+        "finished an interrupted write that had committed"
+        if report.committed
+        else "rolled back an interrupted write first"
+    )
+    return Resumed("write", f"{done} ({report.journal})", report)
+
+
+register("write", _resume)
 
 
 LAST_WRITE = "write.last.json"

@@ -13,7 +13,6 @@ from rmqstore.codec.messages import paused_gc as _paused_gc
 from rmqstore.ops.write.append import Planner, WriteOptions, WritePlan
 from rmqstore.ops.write.encode_one import put_one
 from rmqstore.ops.write.encode_run import PLAIN_DEFAULTS, PLAIN_FIELDS, Block, RunLane, run_codes
-from rmqstore.safety.actions import PlannedAction
 from rmqstore.store import Store
 
 _FAST_BLOCK = 32768  # messages classified at a time
@@ -89,17 +88,3 @@ def _message_block(block: Sequence[Message]) -> tuple[list[int], Block]:
             ]
             return codes, blk
     return run_codes(blk.tags, blk.keys), blk
-
-
-def planned_actions(plan: WritePlan) -> tuple[PlannedAction, ...]:
-    """The plan in the common action shape (see :class:`rmqstore.safety.PlannedAction`)."""
-    out = []
-    if plan.stale is not None and not plan.stale.padding:
-        s = plan.stale
-        why = "stale bytes after the last valid record"
-        out.append(PlannedAction("write", "zero", s.path, why, s.pos, s.pos + s.length, kept=True))
-    for w in plan.writes:
-        size = sum(len(p) for p in w.pieces)
-        why = "new file" if w.create else "records appended"
-        out.append(PlannedAction("write", "append", w.path, why, w.pos, w.pos + size))
-    return tuple(out)

@@ -80,7 +80,7 @@ def java_hashmap_order(keys: Iterable[str], *, initial_capacity: int = 16) -> li
 # Topics
 
 
-def check_topic_name(topic: str, *, allow_system: bool = False, max_length: int = _V1_TOPIC_MAX) -> None:
+def check_send_topic(topic: str, *, allow_system: bool = False, max_length: int = _V1_TOPIC_MAX) -> None:
     """RocketMQ's topic rules: ``^[%|a-zA-Z0-9_-]+$``, at most ``max_length`` characters, and not a
     topic producers may not send to (unless ``allow_system``). The character set also keeps the name
     inside ``consumequeue/`` (no ``/``, no ``..``). Raises InputError."""
@@ -176,7 +176,7 @@ def _lmq_offsets_entry(
     """``INNER_MULTI_QUEUE_OFFSET`` for the queues a record names, taking their next offsets (§9.1)."""
     offsets = []
     for name in names.split(","):
-        check_topic_name(name)
+        check_send_topic(name)
         lqid = 0 if cfg.enable_lmq and name.startswith(LMQ_PREFIX) else qid
         off = next_qoff.get((name, lqid))
         if off is None:

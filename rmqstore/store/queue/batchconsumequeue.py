@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rmqstore.codec import consumequeue as codec
 from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, BcqEntry, encode_bcq_entry, valid_prefix
+from rmqstore.errors import ConfigError
 from rmqstore.problems import Problem
+from rmqstore.store.config import read_config
 from rmqstore.store.files import data_end, names_in
-from rmqstore.store.layout import Segment, list_segments, queue_dir
+from rmqstore.store.layout import Segment, StoreConfig, list_segments, queue_dir
 from rmqstore.store.queue.interface import QueueCut, QueueRange, QueueRecovery, QueueTail
 from rmqstore.store.queue.mappedfiles import FileQueueLifeCycle, MappedFileQueue, QueueDirectories, truncate_dirty_files
 
@@ -24,6 +26,22 @@ if TYPE_CHECKING:
     import numpy as np
 
 BATCH_DIR = "batchconsumequeue"
+BATCH_CQ = "BatchCQ"
+
+
+def batch_cq_topics(cfg: StoreConfig) -> frozenset[str]:
+    """Topics whose ``queue.type`` attribute is BatchCQ in ``config/topics.json`` (5.x)."""
+    try:
+        cf = read_config(cfg.store_root / "config", "topics.json")
+    except (ConfigError, OSError):
+        return frozenset()
+    table = (cf.data or {}).get("topicConfigTable", {}) if isinstance(cf.data, dict) else {}
+    out = set()
+    for name, tc in table.items():
+        attrs = tc.get("attributes") if isinstance(tc, dict) else None
+        if isinstance(attrs, dict) and attrs.get("queue.type") == BATCH_CQ:
+            out.add(str(name))
+    return frozenset(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
-from rmqstore.codec.topic import check_topic_name
+from rmqstore.codec.topic import topic_name_problem
 from rmqstore.problems import Problem
 from rmqstore.store.files import data_end, map_file, names_in, read_at
 from rmqstore.store.layout import Segment, StoreConfig, file_name
@@ -188,5 +188,5 @@ class QueueDirectories(Generic[Q]):
     def queue(self, topic: str, queue_id: int) -> Q:
         """A topic the broker would refuse never becomes a path: it gets a hidden name inside the kind's
         directory that holds no queue (its writer refuses it, naming the record)."""
-        sub = ".refused-topic" if check_topic_name(topic) is not None else topic
+        sub = ".refused-topic" if topic_name_problem(topic) is not None else topic
         return self._queue(topic, int(queue_id), self.directory / sub / str(int(queue_id)))
