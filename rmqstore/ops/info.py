@@ -35,17 +35,16 @@ from rmqstore.codec.commitlog import (
     decode_record,
     store_timestamp_at,
 )
-from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array
+from rmqstore.codec.consumequeue import ENTRY_SIZE, valid_prefix
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
 from rmqstore.errors import CorruptData, RmqstoreError
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
-from rmqstore.rules import rules_for
 from rmqstore.store import Store
 from rmqstore.store import config as configjson
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
-from rmqstore.store.queues import queue_tail
+from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.walk.chain import Stop, StopKind, first_record, frames, holds_data, walk_chain
 
 _INT = struct.Struct(">i")
@@ -368,48 +367,29 @@ def _extra_parts(root: Path) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _batch_queue_info(st: Store, topic: str, queue_id: int) -> QueueInfo:
+def _batch_queue_info(q: ConsumeQueue) -> QueueInfo:
     """A 5.x batch consume queue (§4.7): offsets count messages; maxPhysicOffset is the last unit's offset."""
-    segs, _ = st.bcq_segments(topic, queue_id)
-    first = last = None
-    for seg in segs:
-        with map_file(seg.path) as buf:
-            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                e = decode_bcq_entry(buf, pos, path=str(seg.path))
-                if e.ends_queue:
-                    break
-                first = first or e
-                last = e
-    if first is None or last is None:
-        return QueueInfo(topic, queue_id, len(segs), 0, 0, -1, -1)
-    end = last.phy_offset + last.size
-    return QueueInfo(
-        topic,
-        queue_id,
-        len(segs),
-        first.base_offset,
-        last.base_offset + last.batch_size,
-        last.phy_offset,
-        end,
-        last.size,
-    )
+    segs, _ = q.files()
+    first = next((arr[0] for arr in map(q.read, segs) if valid_prefix(arr)), None)
+    tail = q.tail()
+    if first is None or tail.last is None:
+        return QueueInfo(q.topic, q.queue_id, len(segs), 0, 0, -1, -1)
+    phy, size = tail.last
+    base = int(first["base_offset"])
+    return QueueInfo(q.topic, q.queue_id, len(segs), base, tail.max_offset, tail.max_physic_offset, phy + size, size)
 
 
-def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tuple[QueueInfo, list[Problem]]:
-    cfg = st.config
-    file_size = cfg.cq_file_size
-    segs, problems = st.cq_segments(topic, queue_id)
+def _queue_info(q: ConsumeQueue, commitlog_min: int, file_size: int) -> tuple[QueueInfo, list[Problem]]:
+    segs, problems = q.files()
     if not segs:
-        return QueueInfo(topic, queue_id, 0, 0, 0, -1, -1), problems
+        return QueueInfo(q.topic, q.queue_id, 0, 0, 0, -1, -1), problems
     # Max: the valid prefix of the last file (§8.4; earlier files are taken as complete).
     last = segs[-1]
-    tail = queue_tail(segs, file_size)
-    valid, last_entry = (tail.end - last.base_offset) // ENTRY_SIZE, tail.last_entry
-    max_offset = (last.base_offset + valid * ENTRY_SIZE) // ENTRY_SIZE
+    tail = q.tail()
     # Min: the 4.x correctMinOffset scan of the first file (§4.4); minLogicOffset stays 0 if nothing matches.
     first = segs[0]
-    scan_end = valid * ENTRY_SIZE if first is last else min(first.size, file_size)
-    min_logic = _first_live_entry(first, scan_end, commitlog_min)
+    scan_end = tail.end - last.base_offset if first is last else min(first.size, file_size)
+    min_logic = _first_live_entry(q, first, scan_end, commitlog_min)
     if min_logic is None:
         min_logic = 0
         if scan_end:
@@ -423,30 +403,32 @@ def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tup
                 )
             )
     last_size = 0
-    if last_entry is None:
-        max_physic = last_end = -1
-    else:
-        last_size = last_entry[1]
-        last_end = last_entry[0] + last_entry[1]
-        max_physic = last_end if rules_for(cfg.broker).cq_max_includes_size else last_entry[0]
+    last_end = -1
+    if tail.last is not None:
+        last_size = tail.last[1]
+        last_end = tail.last[0] + tail.last[1]
     return (
-        QueueInfo(topic, queue_id, len(segs), min_logic // ENTRY_SIZE, max_offset, max_physic, last_end, last_size),
+        QueueInfo(
+            q.topic,
+            q.queue_id,
+            len(segs),
+            min_logic // ENTRY_SIZE,
+            tail.max_offset,
+            tail.max_physic_offset,
+            last_end,
+            last_size,
+        ),
         problems,
     )
 
 
-def _first_live_entry(seg: Segment, scan_end: int, commitlog_min: int) -> int | None:
+def _first_live_entry(q: ConsumeQueue, seg: Segment, scan_end: int, commitlog_min: int) -> int | None:
     """Byte offset in the queue stream of the first entry pointing at or after ``commitlog_min``."""
-    if scan_end <= 0:
-        return None
-    with map_file(seg.path) as buf:
-        step = _MIN_SCAN_CHUNK * ENTRY_SIZE
-        for pos in range(0, scan_end, step):
-            arr = entries_array(buf, pos, min(pos + step, scan_end))
-            hits = np.flatnonzero(arr["phy_offset"] >= commitlog_min)
-            del arr
-            if hits.size:
-                return seg.base_offset + pos + int(hits[0]) * ENTRY_SIZE
+    count = max(0, scan_end) // ENTRY_SIZE
+    for start in range(0, count, _MIN_SCAN_CHUNK):
+        hits = np.flatnonzero(q.read(seg, start, start + _MIN_SCAN_CHUNK)["phy_offset"] >= commitlog_min)
+        if hits.size:
+            return seg.base_offset + (start + int(hits[0])) * ENTRY_SIZE
     return None
 
 
@@ -550,11 +532,11 @@ def _checkpoint_info(st: Store) -> tuple[Checkpoint | None, list[Problem]]:
 def _queues_info(st: Store, commitlog_min: int) -> tuple[list[QueueInfo], list[Problem]]:
     queues: list[QueueInfo] = []
     problems: list[Problem] = []
-    for topic, qid, _ in st.queues():
-        q, qp = _queue_info(st, topic, qid, commitlog_min)
-        queues.append(q)
+    for q in st.consume_queues.queues():
+        info, qp = _queue_info(q, commitlog_min, st.config.cq_file_size)
+        queues.append(info)
         problems += qp
-    queues += [_batch_queue_info(st, topic, qid) for topic, qid, _ in st.batch_queues()]
+    queues += [_batch_queue_info(q) for q in st.batch_queues.queues()]
     queues.sort(key=lambda q: (q.topic, q.queue_id))
     return queues, problems
 

@@ -598,7 +598,7 @@ def _finish(records: list[Record], unique: bool, all_copies: bool) -> tuple[tupl
 
 def known_topics(st: Store) -> list[str]:
     """Topics with a consume queue directory or an entry in config/topics.json."""
-    names = {t for t, _, _ in st.queues()}
+    names = {q.topic for q in st.consume_queues.queues()}
     try:
         data = json.loads((st.config.config_dir / "topics.json").read_text(encoding="utf-8"))
         names.update(data.get("topicConfigTable", {}))
