@@ -212,7 +212,7 @@ def _stored(root: Path, back: dict[int, int]) -> Any:
     """What a store holds, as the walker reads it: every record, and every consume queue's entries."""
     with open_store(root) as st:
         records = [_same(r.to_json(), back) for _, r in iter_commitlog(st) if isinstance(r, Record)]
-        queues = [(t, q) for t, q, _ in st.queues()]
+        queues = [(q.topic, q.queue_id) for q in st.consume_queues.queues()]
     return records, [_same(_invoke("dump", "consumequeue", root, t, q, "-f", "ndjson"), back) for t, q in queues]
 
 
