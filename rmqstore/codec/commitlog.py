@@ -421,9 +421,8 @@ def record_version(buf: Any, pos: int) -> int:
     return 1 if magic == MAGIC_V1 else 2 if magic == MAGIC_V2 else 0
 
 
-_TORN_HEAD = struct.Struct(
-    ">" + "".join(head_codes()[: HEAD_NAMES.index("store_port") + 1])
-)  # TOTALSIZE .. STOREHOST port
+# TOTALSIZE up to the STOREHOST port: the fixed head before the fields a torn record may have lost
+_TORN_HEAD = struct.Struct(">" + "".join(head_codes()[: HEAD_NAMES.index("store_port") + 1]))
 
 
 def torn_head(buf: Any, pos: int, end: int) -> tuple[int, int, int, int, bytes, int] | None:

@@ -9,8 +9,9 @@ the file's base offset plus the position of its first byte (the frame's position
 A :class:`Framing` answers the questions a walk asks of the bytes, without a file system: the chain
 of frames from a position (record positions, where the chain stopped and why), one step, where a
 frame ends, and where intact frames may start after damage. The walk (``rmqstore.walk``) is its
-user, and version detection, which samples records below the walk's layer; a new framing is one new
-class here, chosen per file by the store.
+user, and the store's readers below the walk's layer (version detection, the needle scan, the
+lookup after the dispatch position); a new framing is one new class here, chosen per file by the
+store.
 """
 
 from __future__ import annotations
