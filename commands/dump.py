@@ -337,12 +337,11 @@ def consumequeue_command(
     else:
         stores.refuse_parent_of_store(store)
     with reading.open(store) as st:
-        if lib.is_batch_queue(st, topic, queue):  # 5.x batchconsumequeue/: 46-byte units
-            render_rows(
-                (r.to_json() for r in lib.scan_batch_queue(st, topic, queue)), fmt, title=f"{topic} queue {queue}"
-            )
+        batch = st.batch_queues.queue(topic, queue)
+        if batch.exists():  # 5.x batchconsumequeue/: 46-byte units
+            render_rows((r.to_json() for r in batch.scan()), fmt, title=f"{topic} queue {queue}")
             return
-        segs, _ = st.cq_segments(topic, queue)
+        segs, _ = st.consume_queues.queue(topic, queue).files()
         with progress_bar(sum(s.size for s in segs), "reading the consume queue", quiet=quiet) as advance:
             rows = lib.scan_consume_queue(st, topic, queue, resolve=resolve, problems=problems, progress=advance)
             if from_index is not None or count is not None:

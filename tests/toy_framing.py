@@ -40,6 +40,7 @@ class ToyFraming(Framing):
     name = "toy"
     head = 8
     blank_mark = (FILLER, 0)
+    appendable = False
 
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
         if pos + 8 > end:
@@ -103,6 +104,7 @@ def wrap_store(src: Path, dst: Path, *, tail: bytes = b"") -> dict[int, int]:
     with open_store(src) as st:
         file_size = st.config.commitlog_file_size
         records = [(rec, bytearray(seg_bytes)) for rec, seg_bytes in _records(st)]
+        stale = _blank_tail(st)
         out_dir = st.config.commitlog_dir
     out_dir = dst / out_dir.relative_to(src)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +115,7 @@ def wrap_store(src: Path, dst: Path, *, tail: bytes = b"") -> dict[int, int]:
         need = len(raw) + 8
         if pos + need > file_size - 8:
             HEAD.pack_into(files[-1], pos, FILLER, file_size - pos)
+            files[-1][pos + 8 :] = stale[: file_size - pos - 8].ljust(file_size - pos - 8, b"\0")
             files.append(bytearray(file_size))
             pos = 0
         new_phy = (len(files) - 1) * file_size + pos + 8
@@ -123,6 +126,17 @@ def wrap_store(src: Path, dst: Path, *, tail: bytes = b"") -> dict[int, int]:
     for i, data in enumerate(files):
         (out_dir / f"{i * file_size:020d}").write_bytes(data)
     return phy_map
+
+
+def _blank_tail(st: Any) -> bytes:
+    """The bytes after the header of the store's first end-of-file blank: a filler is followed by the
+    same (brokers before 4.9.1 leave stale bytes there, later ones zeros; version detection tells)."""
+    for seg, rec in iter_commitlog(st):
+        if isinstance(rec, Blank):
+            with open(seg.path, "rb") as f:
+                f.seek(rec.pos + 8)
+                return f.read()
+    return b""
 
 
 def _records(st: Any) -> Iterator[tuple[Record, bytes]]:

@@ -414,6 +414,37 @@ def render_body(data: bytes, mode: str) -> str:
 read_head = _HEAD.unpack_from
 
 
+def describe_head(buf: Any, pos: int) -> str:
+    """TOTALSIZE and MAGICCODE at ``pos`` in words: what an invalid record header claims."""
+    total, magic = _HEAD.unpack_from(buf, pos) if pos + 8 <= len(buf) else (0, 0)
+    return f"TOTALSIZE {total}, magic 0x{magic & 0xFFFFFFFF:08X}"
+
+
+def record_version(buf: Any, pos: int) -> int:
+    """The layout its MAGICCODE gives the record at ``pos``: 1, 2 (a 2-byte topic length, 5.1.0+), or 0
+    when the bytes there are no record's."""
+    magic = _HEAD.unpack_from(buf, pos)[1]
+    return 1 if magic == MAGIC_V1 else 2 if magic == MAGIC_V2 else 0
+
+
+# TOTALSIZE up to the STOREHOST port: the fixed head before the fields a torn record may have lost
+_TORN_HEAD = struct.Struct(">" + "".join(head_codes()[: HEAD_NAMES.index("store_port") + 1]))
+
+
+def torn_head(buf: Any, pos: int, end: int) -> tuple[int, int, int, int, bytes, int] | None:
+    """What the fixed head of a record cut short at ``end`` still says: TOTALSIZE, QUEUEID, QUEUEOFFSET,
+    STORETIMESTAMP, STOREHOST address and port. None without a record's MAGICCODE, with IPv6 hosts, or
+    when the head does not reach the store port."""
+    if end - pos < _TORN_HEAD.size or not record_version(buf, pos):
+        return None
+    total, _, _, queue_id, _, queue_offset, _, sys_flag, _, _, _, store_ts, store_addr, store_port = (
+        _TORN_HEAD.unpack_from(buf, pos)
+    )
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        return None
+    return total, queue_id, queue_offset, store_ts, store_addr, store_port
+
+
 def checked_size(buf: Any, pos: int, end: int) -> int | None:
     """TOTALSIZE of the V1/V2 record at ``pos`` if its structure is valid, else None.
 

@@ -8,8 +8,10 @@ the file's base offset plus the position of its first byte (the frame's position
 
 A :class:`Framing` answers the questions a walk asks of the bytes, without a file system: the chain
 of frames from a position (record positions, where the chain stopped and why), one step, where a
-frame ends, and where intact frames may start after damage. The walk (``rmqstore.walk``) is the
-only user; a new framing is one new class here, chosen per file by the store.
+frame ends, and where intact frames may start after damage. The walk (``rmqstore.walk``) is its
+user, and the store's readers below the walk's layer (version detection, the needle scan, the
+lookup after the dispatch position); a new framing is one new class here, chosen per file by the
+store.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Framing:
     name = "plain"
     head = 0  # bytes of a frame before its record
     blank_mark = (_BLANK_BYTES, 4)  # bytes found in every blank frame, and where in the frame
+    appendable = True  # ``write`` lays out plain frames only: it refuses a store in any other framing
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
         """Record positions of the frames chained from ``start``; returns (positions, stop, reason).

@@ -28,140 +28,13 @@ from typing import Any
 import numpy as np
 
 from rmqstore.codec import indexfile as ix
-from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE, FILLER_SIZE, write_entry
 from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.errors import CorruptData
-from rmqstore.problems import ProblemKind
-from rmqstore.rules import rules_for
-from rmqstore.store.layout import Segment, StoreConfig, file_name, list_segments, queue_dir, record_place
-from rmqstore.store.queues import queue_tail
+from rmqstore.store.layout import StoreConfig, record_place
+from rmqstore.store.queue.consumequeue import FileConsumeQueues
+from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.requests import _INT_MAX, DispatchRequest
-
-
-class _QueueWriter:
-    """Appends entries to one ``consumequeue/<topic>/<queueId>`` as ``putMessagePositionInfo`` does."""
-
-    def __init__(self, directory: Path, file_size: int, broker_4_4: bool):
-        self.dir = directory
-        self.file_size = file_size
-        self.old_dup_rule = broker_4_4
-        self.segs, problems = list_segments(directory, file_size)
-        bad = [p for p in problems if p.kind in (ProblemKind.WRONG_SIZE, ProblemKind.BAD_NAME)]
-        if bad:
-            raise CorruptData(bad[0].what, path=bad[0].path, pos=0)
-        self.first_created_here = not self.segs
-        self.max_phy = -1  # maxPhysicOffset in memory (4.4.0: offset; 4.5.1+: offset + size)
-        self.end = 0  # byte end of the queue stream (last.from + write position)
-        self.last_ts = 0
-        self.written = 0
-        self._maps: dict[int, mmap.mmap] = {}
-        tail = queue_tail(self.segs)
-        self.end = tail.end
-        if tail.last_entry is not None:
-            phy, size = tail.last_entry
-            self.max_phy = phy + (0 if broker_4_4 else size)
-
-    def _map(self, base: int) -> mmap.mmap:
-        m = self._maps.get(base)
-        if m is None:
-            p = self.dir / file_name(base)
-            if not p.exists():
-                self.dir.mkdir(parents=True, exist_ok=True)
-                with open(p, "wb") as f:
-                    f.truncate(self.file_size)
-                self.segs.append(Segment(p, base, self.file_size))
-            fd = os.open(p, os.O_RDWR)
-            try:
-                m = mmap.mmap(fd, self.file_size)
-            finally:
-                os.close(fd)
-            self._maps[base] = m
-        return m
-
-    def _last_file_for(self, expected: int) -> int:
-        """``getLastMappedFile(expected)``: the current last file, or a new one (§4.4)."""
-        if not self.segs:
-            return expected - expected % self.file_size
-        last = self.segs[-1].base_offset
-        if self.end >= last + self.file_size:
-            return last + self.file_size
-        return last
-
-    def put(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, qoff: np.ndarray, ts: np.ndarray) -> None:
-        n = len(phy)
-        i = 0
-        fs = self.file_size
-        while i < n:
-            # Bulk path: a run that continues exactly at the end, past max_phy, within one file.
-            expected = int(qoff[i]) * ENTRY_SIZE
-            p0 = int(phy[i])
-            dup = p0 <= self.max_phy if self.old_dup_rule else p0 + int(size[i]) <= self.max_phy
-            if not dup and expected == self.end and self.segs and self.end < self.segs[-1].base_offset + fs:
-                base = self.segs[-1].base_offset
-                room = (base + fs - self.end) // ENTRY_SIZE
-                j = min(n, i + room)
-                # Contiguous queue offsets and increasing phy offsets keep the bulk path exact.
-                run_q = qoff[i:j] - qoff[i]
-                ok = run_q == np.arange(j - i)
-                run_phy = phy[i:j]
-                if j - i > 1:
-                    ok[1:] &= run_phy[1:] > run_phy[:-1]
-                bad = np.flatnonzero(~ok)
-                if bad.size:
-                    j = i + int(bad[0])
-                if j > i:
-                    m = self._map(base)
-                    out = np.frombuffer(m, dtype=ENTRY_DTYPE, count=j - i, offset=self.end - base)
-                    out["phy_offset"] = phy[i:j]
-                    out["size"] = size[i:j]
-                    out["tags_code"] = tags[i:j]
-                    del out
-                    self.end += (j - i) * ENTRY_SIZE
-                    last = j - 1
-                    self.max_phy = int(phy[last]) + (0 if self.old_dup_rule else int(size[last]))
-                    self.last_ts = int(ts[last])
-                    self.written += j - i
-                    i = j
-                    continue
-            self._put_one(int(phy[i]), int(size[i]), int(tags[i]), int(qoff[i]), int(ts[i]))
-            i += 1
-
-    def _put_one(self, phy: int, size: int, tags: int, q: int, ts: int) -> None:
-        if (phy <= self.max_phy) if self.old_dup_rule else (phy + size <= self.max_phy):
-            return
-        expected = q * ENTRY_SIZE
-        base = self._last_file_for(expected)
-        fresh = not self.segs
-        m = self._map(base)
-        if fresh and self.first_created_here and q != 0 and self.end <= base:
-            # fillPreBlank: filler entries from the file start up to the expected position.
-            self.end = base
-            count = (expected % self.file_size) // ENTRY_SIZE
-            fill = np.frombuffer(m, dtype=ENTRY_DTYPE, count=count, offset=0)
-            fill["phy_offset"] = 0
-            fill["size"] = FILLER_SIZE
-            fill["tags_code"] = 0
-            del fill
-            self.end = base + count * ENTRY_SIZE
-        if q != 0 and expected < self.end:
-            return  # already present
-        # expected > end would be the broker's "[BUG]logic queue order maybe wrong": it appends anyway.
-        if self.end < base:
-            self.end = base
-        pos = self.end - base
-        write_entry(m, pos, phy, size, tags)
-        self.end += ENTRY_SIZE
-        self.max_phy = phy + (0 if self.old_dup_rule else size)
-        self.last_ts = ts
-        self.written += 1
-
-    def close(self, sync: bool) -> None:
-        for m in self._maps.values():
-            if sync:
-                m.flush()
-            m.close()
-        self._maps.clear()
 
 
 def index_file_name(now_ms: int, after: str | None) -> str:
@@ -392,20 +265,18 @@ class Dispatcher:
         self.build_cq = consume_queue
         self.build_index = cfg.message_index_enable if index is None else index
         self.topics = topics
-        self.old_dup_rule = not rules_for(cfg.broker).cq_max_includes_size
-        self._queues: dict[tuple[str, int], _QueueWriter] = {}
+        self._cq = FileConsumeQueues(cfg, self.root)
+        self._queues: dict[tuple[str, int], QueueWriter] = {}
         self._clock = clock or (lambda: int(dt.datetime.now().timestamp() * 1000))
         self._index: _IndexWriter | None = None
         self.stats = DispatchStats()
 
-    def _queue(self, topic: str, qid: int, phy_offset: int) -> _QueueWriter:
+    def _queue(self, topic: str, qid: int, phy_offset: int) -> QueueWriter:
         w = self._queues.get((topic, qid))
         if w is None:
             # a topic from record bytes becomes a path only if the broker could have accepted it
             where = record_place(self.cfg.commitlog_dir, self.cfg.commitlog_file_size, phy_offset)
-            qdir = queue_dir(self.root, topic, qid, where=where)
-            w = _QueueWriter(qdir, self.cfg.cq_file_size, self.old_dup_rule)
-            self._queues[(topic, qid)] = w
+            w = self._queues[(topic, qid)] = self._cq.queue(topic, qid).writer(where=where)
         return w
 
     def _index_writer(self) -> _IndexWriter:

@@ -56,15 +56,13 @@ from rmqstore.codec.commitlog import (
     parse_properties,
     prop_crc_check,
 )
-from rmqstore.codec.consumequeue import ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE, entries_array
+from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE
 from rmqstore.codec.framing import is_record_magic
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
-from rmqstore.ops.dump import scan_batch_queue
-from rmqstore.ops.offsets import commitlog_min_phy, queue_range, range_from_files
 from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from rmqstore.rules import rules_for
 from rmqstore.store import Store
@@ -72,6 +70,8 @@ from rmqstore.store import config as cfgjson
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from rmqstore.store.offsets import read_consumer_offsets
+from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueue
+from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.checked import TopicIds
 from rmqstore.walk.lenient import BlankEnd, Damage, DataEnd, Item, Run, intact_record, walk_files
@@ -692,14 +692,11 @@ class _QueueInfo:
     batch: bool = False  # a 5.x batch consume queue (first/end offsets count messages, not units)
 
 
-def _load_queue(segs: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _load_queue(q: ConsumeQueue, segs: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """All entries of a queue: the entry array, queue offsets, file numbers and byte positions."""
     parts, qoffs, files, poss = [], [], [], []
     for i, seg in enumerate(segs):
-        with map_file(seg.path) as buf:
-            view = entries_array(buf)
-            arr = np.array(view)
-            del view
+        arr = q.read(seg)
         k = len(arr)
         parts.append(arr)
         qoffs.append(seg.base_offset // ENTRY_SIZE + np.arange(k, dtype=np.int64))
@@ -707,7 +704,7 @@ def _load_queue(segs: Sequence[Segment]) -> tuple[np.ndarray, np.ndarray, np.nda
         poss.append(np.arange(k, dtype=np.int64) * ENTRY_SIZE)
     if not parts:
         empty = np.empty(0, np.int64)
-        return np.empty(0, dtype=entries_array(b"").dtype), empty, empty, empty
+        return np.empty(0, dtype=ENTRY_DTYPE), empty, empty, empty
     return np.concatenate(parts), np.concatenate(qoffs), np.concatenate(files), np.concatenate(poss)
 
 
@@ -717,8 +714,9 @@ def _check_queues(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str
     fsize = cfg.cq_file_size
     log_min = scan.runs[0].seg.base_offset if scan.runs else 0
     data_end = scan.data_end
-    for topic, qid, _qdir in st.queues():
-        segs, seg_problems = st.cq_segments(topic, qid)
+    for q in st.consume_queues.queues():
+        topic, qid = q.topic, q.queue_id
+        segs, seg_problems = q.files()
         out.extend(_fix_segment_problems(seg_problems, segs, fsize))
         counts["queues"] += 1
         for seg in segs:
@@ -730,22 +728,19 @@ def _check_queues(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str
         if not segs:
             infos.append(_QueueInfo(topic, qid, 0, 0, -1, -1))
             continue
-        arr, qoff, fno, pos = _load_queue(segs)
+        arr, qoff, fno, pos = _load_queue(q, segs)
         counts["cqEntries"] += len(arr)
         infos.append(_verify_queue(topic, qid, segs, arr, qoff, fno, pos, scan, out, log_min, data_end, cfg))
-    for topic, qid, _qdir in st.batch_queues():
+    for bq in st.batch_queues.queues():
         counts["queues"] += 1
-        infos.append(_verify_batch_queue(st, topic, qid, scan, out, counts))
+        infos.append(_verify_batch_queue(bq, scan, out, counts))
     return infos
 
 
-def _verify_batch_queue(
-    st: Store, topic: str, qid: int, scan: _LogScan, out: _Problems, counts: Counter[str]
-) -> _QueueInfo:
+def _verify_batch_queue(q: BatchConsumeQueue, scan: _LogScan, out: _Problems, counts: Counter[str]) -> _QueueInfo:
     """A 5.x batch consume queue: every unit is a record of this topic and queue at its base offset (§4.7)."""
-
-    segs = st.bcq_segments(topic, qid)[0]
-    units = [(segs[0].path.parent / u.file, u.pos, u.entry) for u in scan_batch_queue(st, topic, qid)]
+    topic, qid = q.topic, q.queue_id
+    units = [(q.directory / u.file, u.pos, u.entry) for u in q.scan()]
     counts["cqEntries"] += len(units)
     if not units:
         return _QueueInfo(topic, qid, 0, 0, -1, -1)
@@ -1355,7 +1350,7 @@ def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
     if cf.raw is None:
         return
     path = cf.path if cf.source == "file" else cf.path.with_name(cf.path.name + ".bak")
-    min_phy = commitlog_min_phy(st)
+    min_phy = st.min_phy_offset()
     ranges: dict[tuple[str, int], Any] = {}
     for (topic, group), queues in table.items():
         at = cf.raw.find(f'"{topic}@{group}"'.encode())
@@ -1364,7 +1359,7 @@ def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
             counts["committedOffsets"] += 1
             rng = ranges.get((topic, qid))
             if rng is None:
-                rng = ranges[(topic, qid)] = queue_range(st, topic, qid, min_phy=min_phy)
+                rng = ranges[(topic, qid)] = st.consume_queues.queue(topic, qid).queue_range(min_phy)
             where = f"{group} on {topic} queue {qid}: committed offset {committed}"
             if committed > rng.max_offset:
                 out.add(
@@ -1639,14 +1634,15 @@ def _recover_queues(st: Store, out: _Problems, counts: Counter[str]) -> list[_Qu
     """Consume queue recovery only (§8.4): the valid end of each queue from its last three files."""
     infos = []
     cfg = st.config
-    for topic, qid, _ in st.queues():
-        segs, seg_problems = st.cq_segments(topic, qid)
+    for q in st.consume_queues.queues():
+        topic, qid = q.topic, q.queue_id
+        segs, seg_problems = q.files()
         out.extend(_fix_segment_problems(seg_problems, segs, cfg.cq_file_size))
         counts["queues"] += 1
         if not segs:
             infos.append(_QueueInfo(topic, qid, 0, 0, -1, -1))
             continue
-        rng = range_from_files(cfg.cq_file_size, segs, topic, qid, min_phy=0, broker=cfg.broker)
+        rng = q.queue_range(0)
         infos.append(
             _QueueInfo(
                 topic, qid, segs[0].base_offset // ENTRY_SIZE, rng.max_offset, rng.last_phy_offset, rng.last_phy_end

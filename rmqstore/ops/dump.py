@@ -46,15 +46,11 @@ from rmqstore.codec.commitlog import (
     parse_properties,
 )
 from rmqstore.codec.consumequeue import (
-    BCQ_UNIT_SIZE,
     ENTRY_SIZE,
     EXT_ADDR_MAX,
     FILLER_SIZE,
-    BcqEntry,
     ExtUnit,
-    decode_bcq_entry,
     decode_ext_units,
-    entries_array,
 )
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.javahash import index_key_hash
@@ -65,6 +61,7 @@ from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.files import map_file, names_in
 from rmqstore.store.layout import Segment, list_segments
+from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader
 from rmqstore.walk.lenient import BlankEnd, Damage, Item, Run, intact_record, records_end, walk_files
 from rmqstore.walk.requests import request_from_record
@@ -838,18 +835,15 @@ def _check_entry(
     return rec, expected, bad, ERROR if bad else INFO
 
 
-def _segment_entries(seg: Segment, problems: list[Problem]) -> tuple[list[int], list[int], list[int]]:
+def _segment_entries(q: ConsumeQueue, seg: Segment, problems: list[Problem]) -> tuple[list[int], list[int], list[int]]:
     """(commit log offsets, sizes, tags codes) of one consume queue file's slots; odd names and tails to ``problems``."""
     if seg.base_offset % ENTRY_SIZE:
         problems.append(Problem(seg.path, None, f"file name {seg.base_offset} is not a multiple of 20"))
-    with map_file(seg.path) as buf:
-        arr = entries_array(buf)
-        out = (arr["phy_offset"].tolist(), arr["size"].tolist(), arr["tags_code"].tolist())
-        del arr
-        tail = len(buf) % ENTRY_SIZE
-        if tail:
-            problems.append(Problem(seg.path, len(buf) - tail, f"{tail} trailing bytes, not a whole entry"))
-    return out
+    arr = q.read(seg)
+    tail = seg.size % ENTRY_SIZE
+    if tail:
+        problems.append(Problem(seg.path, seg.size - tail, f"{tail} trailing bytes, not a whole entry"))
+    return arr["phy_offset"].tolist(), arr["size"].tolist(), arr["tags_code"].tolist()
 
 
 def _commitlog_join(st: Store) -> tuple[CommitLogReader, int | None, int | None]:
@@ -876,10 +870,10 @@ def scan_consume_queue(
     disagreement is listed in ``mismatch``. Problems are appended to ``problems``.
     """
     problems = [] if problems is None else problems
-    qdir = st.queue_dir(topic, queue_id)
-    if not qdir.is_dir():
-        raise InputError(f"{qdir}: no consume queue for topic {topic!r} queue {queue_id}")
-    segs, seg_problems = st.cq_segments(topic, queue_id)
+    q = st.consume_queues.queue(topic, queue_id)
+    if not q.exists():
+        raise InputError(f"{q.directory}: no consume queue for topic {topic!r} queue {queue_id}")
+    segs, seg_problems = q.files()
     problems.extend(seg_problems)
     reader, clog_min, clog_end = _commitlog_join(st) if resolve else (None, None, None)
     empty_from: int | None = None
@@ -889,7 +883,7 @@ def scan_consume_queue(
     prev_phy = -1
     try:
         for seg in segs:
-            phys, sizes, tags = _segment_entries(seg, problems)
+            phys, sizes, tags = _segment_entries(q, seg, problems)
             first_q = seg.base_offset // ENTRY_SIZE
             for i, (phy, size, tags_code) in enumerate(zip(phys, sizes, tags, strict=True)):
                 qo = first_q + i
@@ -1183,45 +1177,6 @@ def flatten(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from flatten(v, f"{prefix}[{i}]")
     else:
         yield prefix, data
-
-
-@dataclass(frozen=True, slots=True)
-class BatchCqRow:
-    """One unit of a 5.x batch consume queue (§4.7)."""
-
-    file: str
-    pos: int
-    entry: BcqEntry
-
-    def to_json(self) -> dict[str, Any]:
-        e = self.entry
-        return {
-            "kind": "batch",
-            "queueOffset": e.base_offset,
-            "batchNum": e.batch_size,
-            "commitLogOffset": e.phy_offset,
-            "size": e.size,
-            "tagsCode": e.tags_code,
-            "storeTimestamp": e.store_timestamp_ms,
-            "compactedOffset": e.compacted_offset,
-            "file": self.file,
-            "pos": self.pos,
-        }
-
-
-def is_batch_queue(st: Store, topic: str, queue_id: int) -> bool:
-    return any(t == topic and q == queue_id for t, q, _ in st.batch_queues())
-
-
-def scan_batch_queue(st: Store, topic: str, queue_id: int) -> Iterator[BatchCqRow]:
-    """The valid units of ``batchconsumequeue/<topic>/<queueId>`` in order (up to the first empty one)."""
-    for seg in st.bcq_segments(topic, queue_id)[0]:
-        with map_file(seg.path) as buf:
-            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                e = decode_bcq_entry(buf, pos, path=str(seg.path))
-                if e.ends_queue:
-                    return
-                yield BatchCqRow(seg.path.name, pos, e)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rmqstore.codec.consumequeue import ENTRY_SIZE as CQ_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER as INDEX_HEADER
 from rmqstore.errors import ConfigError, CorruptData, ExpireRunning, InputError, RmqstoreError, StoreLocked
 from rmqstore.rules import rules_for
@@ -44,9 +43,10 @@ from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, journa
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine
 from rmqstore.store import Store, open_store
-from rmqstore.store.layout import Segment, StoreConfig
+from rmqstore.store.files import read_at
+from rmqstore.store.layout import StoreConfig
 from rmqstore.timeparse import format_time_ms
-from rmqstore.walk.chain import is_zero_header
+from rmqstore.walk.chain import holds_data
 
 # Exit codes of `rmqstore expire` (the project-wide codes plus two of its own).
 EXIT_NOTHING_TO_DO = 0  # no file to delete
@@ -309,7 +309,7 @@ def evaluate_triggers(
 ) -> Triggers:
     hour = local_hour(now_ms)
     physic = commitlog_used_ratio(st.config, disk_usage)
-    logics = disk_usage(st.config.consumequeue_dir)
+    logics = disk_usage(st.consume_queues.directory)
     space, clean_now, full = space_to_delete(settings, physic, logics)
     return Triggers(
         local_hour=hour,
@@ -418,24 +418,11 @@ def _mtime_ms(path: Path) -> tuple[int, int]:
     return s.st_mtime_ns // 1_000_000, s.st_size
 
 
-def _read_at(path: Path, pos: int, n: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, n, pos)
-    finally:
-        os.close(fd)
-
-
 def _rel(root: Path, path: Path, fallback: str) -> str:
     try:
         return str(path.relative_to(root))
     except ValueError:
         return fallback
-
-
-def _has_data(seg: Segment) -> bool:
-    head = _read_at(seg.path, 0, 8)
-    return len(head) == 8 and not is_zero_header(head, 0)
 
 
 def _hours(ms: int) -> str:
@@ -455,7 +442,7 @@ def _plan_commitlog(
     # The newest file is the one a broker writes to: trailing pre-allocated (all-zero) files are
     # not in its file list (recovery deletes them), so they do not count as the newest.
     last = len(segs) - 1
-    while last > 0 and not _has_data(segs[last]):
+    while last > 0 and not holds_data(segs[last]):
         last -= 1
     reserved_ms = settings.file_reserved_time_h * HOUR_MS
     actions: list[FileAction] = []
@@ -490,20 +477,12 @@ def _plan_consumequeues(st: Store, min_phy: int) -> tuple[list[FileAction], list
     """``deleteExpiredFileByOffset(minPhy, 20)`` for every queue (§10.2)."""
     actions: list[FileAction] = []
     warnings: list[str] = []
-    file_size = st.config.cq_file_size
-    for topic, qid, _ in st.queues():
-        segs, problems = st.cq_segments(topic, qid)
-        if problems:
-            warnings.append(f"skipped queue {topic}/{qid}: {problems[0]}")
-            continue
-        for seg in segs[:-1]:
-            raw = _read_at(seg.path, file_size - CQ_ENTRY_SIZE, 8)
-            if len(raw) < 8:
-                warnings.append(f"skipped queue {topic}/{qid}: {seg.path} is shorter than {file_size} bytes")
-                break
-            (last_phy,) = _LONG.unpack(raw)
-            if last_phy >= min_phy:
-                break
+    for q in st.consume_queues.queues():
+        topic, qid = q.topic, q.queue_id
+        expired, stopped = q.expired_files(min_phy)
+        if stopped is not None:
+            warnings.append(f"skipped queue {topic}/{qid}: {stopped}")
+        for seg, last_phy in expired:
             mtime, size = _mtime_ms(seg.path)
             rel = _rel(st.root, seg.path, f"consumequeue/{topic}/{qid}/{seg.path.name}")
             why = f"last entry's commit log offset {last_phy} < min offset {min_phy}"
@@ -517,7 +496,7 @@ def _index_files(st: Store) -> tuple[list[tuple[Path, int]], list[str], list[str
     notes = [str(p) for p in problems]
     out: list[tuple[Path, int]] = []
     for p in files:
-        raw = _read_at(p, 0, INDEX_HEADER.size)
+        raw = read_at(p, 0, INDEX_HEADER.size)
         if len(raw) < INDEX_HEADER.size:
             return [], notes, [f"skipped index files: {p} is shorter than its {INDEX_HEADER.size}-byte header"]
         out.append((p, INDEX_HEADER.unpack(raw)[3]))

@@ -17,7 +17,6 @@ would refuse or silently mis-read, warnings what it will repair or what needs at
 
 from __future__ import annotations
 
-import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,28 +27,25 @@ import numpy as np
 
 from rmqstore.codec.checkpoint import Checkpoint
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
     OFFSETS_V4,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     checked_size,
     decode_record,
-    read_head,
     store_timestamp_at,
 )
-from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, entries_array
+from rmqstore.codec.consumequeue import ENTRY_SIZE, valid_prefix
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
 from rmqstore.errors import CorruptData, RmqstoreError
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
-from rmqstore.rules import rules_for
 from rmqstore.store import Store
 from rmqstore.store import config as configjson
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
-from rmqstore.store.queues import queue_tail
-from rmqstore.walk.chain import Stop, StopKind, walk_chain
+from rmqstore.store.queue.interface import ConsumeQueue
+from rmqstore.walk.chain import Stop, StopKind, first_record, frames, holds_data, walk_chain
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -227,41 +223,41 @@ class _FileEnd:
     problem: Problem | None
 
 
+def _structure_ok(buf: Any, records: np.ndarray, size: int, base: int, count_from_phy: int) -> tuple[int, int]:
+    """How many of ``records`` pass the structure check (up to the first that fails), and how many of
+    those at or after ``count_from_phy`` a consume queue gets."""
+    queued = 0
+    for i, at in enumerate(records.tolist()):
+        if checked_size(buf, at, size) is None:
+            return i, queued
+        if base + at >= count_from_phy:
+            (sys_flag,) = _INT.unpack_from(buf, at + OFFSETS_V4["sys_flag"])
+            queued += sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+    return len(records), queued
+
+
 def _walk_one_file(
     seg: Segment, pos: int, broker: str, count_from_phy: int, progress: Callable[[int], None] | None
 ) -> _FileEnd:
-    """One file walked record by record with the structure check only; its pages released behind the walk."""
+    """One file walked frame by frame with the structure check of each record; its pages released behind the walk."""
     with map_file(seg.path) as buf:
         size = len(buf)
-        reported = released = pos
-        last, queued, problem = -1, 0, None
-        kind = StopKind.END
-        while pos + 8 <= size:
-            total, magic = read_head(buf, pos)
-            if magic == BLANK_MAGIC:
-                kind = StopKind.BLANK
+        last, queued, problem, kind = -1, 0, None, StopKind.END
+        for run in frames(buf, seg, pos, part=_STEP):
+            good, n = _structure_ok(buf, run.records, size, seg.base_offset, count_from_phy)
+            queued += n
+            if good:
+                last = int(run.records[good - 1])
+            if progress is not None:
+                progress(run.frame(good) - pos)
+            pos = run.frame(good)
+            if good < len(run.records):
+                kind, problem = StopKind.INVALID, _explain(buf, int(run.records[good]), seg, size, broker)
                 break
-            n = checked_size(buf, pos, size)
-            if n is None:
-                if total or magic:  # all zeros is the normal end of the data
-                    kind, problem = StopKind.INVALID, _explain(buf, pos, seg, size, broker)
-                break
-            if seg.base_offset + pos >= count_from_phy:
-                (sys_flag,) = _INT.unpack_from(buf, pos + OFFSETS_V4["sys_flag"])
-                queued += sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-            last = pos
-            pos += n
-            if pos - reported >= _STEP:
-                # Drop the pages walked so far from this process (they stay in the page cache):
-                # without this a walk over a 1 GiB file would count 1 GiB of resident memory.
-                done = pos - pos % mmap.PAGESIZE
-                buf.madvise(mmap.MADV_DONTNEED, released, done - released)
-                released = done
-                if progress is not None:
-                    progress(pos - reported)
-                reported = pos
-        if progress is not None:
-            progress(pos - reported)
+            if run.stop is not None:
+                kind = run.stop.kind
+                if kind is StopKind.INVALID:  # bytes that are neither a frame, zeros nor a blank
+                    problem = _explain(buf, pos + seg.framing.head, seg, size, broker)
         last_ts = store_timestamp_at(buf, last) if last >= 0 else None
     return _FileEnd(Stop(pos, kind, None, seg.path, seg.base_offset), last_ts, queued, problem)
 
@@ -303,17 +299,11 @@ def _explain(buf: Any, pos: int, seg: Segment, size: int, broker: str) -> Proble
     )
 
 
-def _first_is_zero(seg: Segment) -> bool:
-    if seg.size < 8:
-        return True
-    with map_file(seg.path) as buf:
-        return read_head(buf, 0) == (0, 0)
-
-
 def _first_store_timestamp(seg: Segment) -> int | None:
     with map_file(seg.path) as buf:
-        if len(buf) >= 8 and checked_size(buf, 0, len(buf)) is not None:
-            return store_timestamp_at(buf, 0)
+        at = first_record(buf, seg)
+        if at is not None and checked_size(buf, at, len(buf)) is not None:
+            return store_timestamp_at(buf, at)
     return None
 
 
@@ -330,7 +320,7 @@ def _commitlog_info(
     if not segs:
         return CommitLogInfo(dirs, cfg.commitlog_file_size, (), -1, -1, -1, None, None), 0, []
     start = len(segs) - 1
-    while start > 0 and _first_is_zero(segs[start]):
+    while start > 0 and not holds_data(segs[start]):
         start -= 1
     count_from = 0 if hint is None else hint[0] + hint[1]
     walk = _walk_to_end(segs, start, cfg.broker, count_from, progress)
@@ -339,7 +329,7 @@ def _commitlog_info(
     for seg in segs:
         if seg.base_offset < walk.end_phy:
             state = "data"
-        elif _first_is_zero(seg):
+        elif not holds_data(seg):
             state = "empty"
         else:
             state = "after end"
@@ -377,48 +367,29 @@ def _extra_parts(root: Path) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _batch_queue_info(st: Store, topic: str, queue_id: int) -> QueueInfo:
+def _batch_queue_info(q: ConsumeQueue) -> QueueInfo:
     """A 5.x batch consume queue (§4.7): offsets count messages; maxPhysicOffset is the last unit's offset."""
-    segs, _ = st.bcq_segments(topic, queue_id)
-    first = last = None
-    for seg in segs:
-        with map_file(seg.path) as buf:
-            for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                e = decode_bcq_entry(buf, pos, path=str(seg.path))
-                if e.ends_queue:
-                    break
-                first = first or e
-                last = e
-    if first is None or last is None:
-        return QueueInfo(topic, queue_id, len(segs), 0, 0, -1, -1)
-    end = last.phy_offset + last.size
-    return QueueInfo(
-        topic,
-        queue_id,
-        len(segs),
-        first.base_offset,
-        last.base_offset + last.batch_size,
-        last.phy_offset,
-        end,
-        last.size,
-    )
+    segs, _ = q.files()
+    first = next((arr[0] for arr in map(q.read, segs) if valid_prefix(arr)), None)
+    tail = q.tail()
+    if first is None or tail.last is None:
+        return QueueInfo(q.topic, q.queue_id, len(segs), 0, 0, -1, -1)
+    phy, size = tail.last
+    base = int(first["base_offset"])
+    return QueueInfo(q.topic, q.queue_id, len(segs), base, tail.max_offset, tail.max_physic_offset, phy + size, size)
 
 
-def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tuple[QueueInfo, list[Problem]]:
-    cfg = st.config
-    file_size = cfg.cq_file_size
-    segs, problems = st.cq_segments(topic, queue_id)
+def _queue_info(q: ConsumeQueue, commitlog_min: int, file_size: int) -> tuple[QueueInfo, list[Problem]]:
+    segs, problems = q.files()
     if not segs:
-        return QueueInfo(topic, queue_id, 0, 0, 0, -1, -1), problems
+        return QueueInfo(q.topic, q.queue_id, 0, 0, 0, -1, -1), problems
     # Max: the valid prefix of the last file (§8.4; earlier files are taken as complete).
     last = segs[-1]
-    tail = queue_tail(segs, file_size)
-    valid, last_entry = (tail.end - last.base_offset) // ENTRY_SIZE, tail.last_entry
-    max_offset = (last.base_offset + valid * ENTRY_SIZE) // ENTRY_SIZE
+    tail = q.tail()
     # Min: the 4.x correctMinOffset scan of the first file (§4.4); minLogicOffset stays 0 if nothing matches.
     first = segs[0]
-    scan_end = valid * ENTRY_SIZE if first is last else min(first.size, file_size)
-    min_logic = _first_live_entry(first, scan_end, commitlog_min)
+    scan_end = tail.end - last.base_offset if first is last else min(first.size, file_size)
+    min_logic = _first_live_entry(q, first, scan_end, commitlog_min)
     if min_logic is None:
         min_logic = 0
         if scan_end:
@@ -432,30 +403,32 @@ def _queue_info(st: Store, topic: str, queue_id: int, commitlog_min: int) -> tup
                 )
             )
     last_size = 0
-    if last_entry is None:
-        max_physic = last_end = -1
-    else:
-        last_size = last_entry[1]
-        last_end = last_entry[0] + last_entry[1]
-        max_physic = last_end if rules_for(cfg.broker).cq_max_includes_size else last_entry[0]
+    last_end = -1
+    if tail.last is not None:
+        last_size = tail.last[1]
+        last_end = tail.last[0] + tail.last[1]
     return (
-        QueueInfo(topic, queue_id, len(segs), min_logic // ENTRY_SIZE, max_offset, max_physic, last_end, last_size),
+        QueueInfo(
+            q.topic,
+            q.queue_id,
+            len(segs),
+            min_logic // ENTRY_SIZE,
+            tail.max_offset,
+            tail.max_physic_offset,
+            last_end,
+            last_size,
+        ),
         problems,
     )
 
 
-def _first_live_entry(seg: Segment, scan_end: int, commitlog_min: int) -> int | None:
+def _first_live_entry(q: ConsumeQueue, seg: Segment, scan_end: int, commitlog_min: int) -> int | None:
     """Byte offset in the queue stream of the first entry pointing at or after ``commitlog_min``."""
-    if scan_end <= 0:
-        return None
-    with map_file(seg.path) as buf:
-        step = _MIN_SCAN_CHUNK * ENTRY_SIZE
-        for pos in range(0, scan_end, step):
-            arr = entries_array(buf, pos, min(pos + step, scan_end))
-            hits = np.flatnonzero(arr["phy_offset"] >= commitlog_min)
-            del arr
-            if hits.size:
-                return seg.base_offset + pos + int(hits[0]) * ENTRY_SIZE
+    count = max(0, scan_end) // ENTRY_SIZE
+    for start in range(0, count, _MIN_SCAN_CHUNK):
+        hits = np.flatnonzero(q.read(seg, start, start + _MIN_SCAN_CHUNK)["phy_offset"] >= commitlog_min)
+        if hits.size:
+            return seg.base_offset + (start + int(hits[0])) * ENTRY_SIZE
     return None
 
 
@@ -559,11 +532,11 @@ def _checkpoint_info(st: Store) -> tuple[Checkpoint | None, list[Problem]]:
 def _queues_info(st: Store, commitlog_min: int) -> tuple[list[QueueInfo], list[Problem]]:
     queues: list[QueueInfo] = []
     problems: list[Problem] = []
-    for topic, qid, _ in st.queues():
-        q, qp = _queue_info(st, topic, qid, commitlog_min)
-        queues.append(q)
+    for q in st.consume_queues.queues():
+        info, qp = _queue_info(q, commitlog_min, st.config.cq_file_size)
+        queues.append(info)
         problems += qp
-    queues += [_batch_queue_info(st, topic, qid) for topic, qid, _ in st.batch_queues()]
+    queues += [_batch_queue_info(q) for q in st.batch_queues.queues()]
     queues.sort(key=lambda q: (q.topic, q.queue_id))
     return queues, problems
 

@@ -38,7 +38,9 @@ class LostQueue:
             f"abnormal recovery re-dispatches only from phy offset {self.dispatch_from} on, so the queue would "
             f"start with blank slots and its {self.messages} earlier message(s) would never be served; {REMEDY}"
         )
-        return Problem(st.queue_dir(self.topic, self.queue_id), None, what, WARNING, self.first_phy)
+        return Problem(
+            st.consume_queues.queue(self.topic, self.queue_id).directory, None, what, WARNING, self.first_phy
+        )
 
 
 def lost_queues(st: Store, dispatch_from: int) -> list[LostQueue]:
@@ -55,7 +57,7 @@ def lost_queues(st: Store, dispatch_from: int) -> list[LostQueue]:
             continue
         key = (rec.topic, rec.queue_id)
         if key not in exists:
-            exists[key] = not _TOPIC.match(rec.topic) or rec.queue_id < 0 or st.queue_dir(*key).is_dir()
+            exists[key] = not _TOPIC.match(rec.topic) or rec.queue_id < 0 or st.consume_queues.queue(*key).exists()
         if not exists[key]:
             got = seen.setdefault(key, [0, rec.phy_offset])
             got[0] += 1

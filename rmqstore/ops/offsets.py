@@ -28,91 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
 from rmqstore.errors import ConfigError, InputError, UnsafePlan
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
-from rmqstore.store.files import map_file
-from rmqstore.store.layout import Segment
 from rmqstore.store.lookup import offset_by_time, query_queue_offset
 from rmqstore.store.offsets import LMQ_OFFSET_FILE, read_consumer_offsets, read_lmq_offsets
-
-# ------------------------------------------------------------------------------ queue ranges
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRange:
-    """What a broker reports for one consume queue right after loading the store."""
-
-    topic: str
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    last_phy_offset: int  # commit log offset of the last valid entry, -1 when none (4.4.0 maxPhysicOffset)
-    last_phy_end: int  # offset + size of that entry, -1 when none (4.5.1+ maxPhysicOffset)
-
-
-def commitlog_min_phy(st: Store) -> int:
-    """The commit log's min offset: the first file's start (0 without files)."""
-    segs, _ = st.commitlog_segments()
-    return segs[0].base_offset if segs else 0
-
-
-def queue_range(st: Store, topic: str, queue_id: int, *, min_phy: int | None = None) -> QueueRange:
-    """Min/max offsets of one queue as the broker computes them (§4.4, §8.4).
-
-    A queue without a directory or files has min = max = 0, as the broker answers for it.
-    ``min_phy`` is the commit log min offset (looked up when not given).
-    """
-    segs, _ = st.cq_segments(topic, queue_id)
-    if not segs:
-        return QueueRange(topic, queue_id, 0, 0, -1, -1)
-    if min_phy is None:
-        min_phy = commitlog_min_phy(st)
-    return range_from_files(st.config.cq_file_size, segs, topic, queue_id, min_phy=min_phy, broker=st.config.broker)
-
-
-def range_from_files(
-    file_size: int, segs: Sequence[Segment], topic: str, queue_id: int, *, min_phy: int, broker: str
-) -> QueueRange:
-    """:func:`queue_range` over already listed consume queue files."""
-    start = max(0, len(segs) - 3)
-    end_byte = segs[start].base_offset
-    last_phy = last_end = -1
-    first_valid_end: int | None = None  # valid entries of the first file, when recovery reads it
-    for i in range(start, len(segs)):
-        seg = segs[i]
-        with map_file(seg.path) as buf:
-            arr = entries_array(buf)
-            k = valid_prefix(arr)
-            if k and int(arr["size"][k - 1]) != FILLER_SIZE:  # a fillPreBlank filler points nowhere
-                last_phy = int(arr["phy_offset"][k - 1])
-                last_end = last_phy + int(arr["size"][k - 1])
-            del arr
-        if i == 0:
-            first_valid_end = k
-        end_byte = seg.base_offset + k * ENTRY_SIZE
-        if k * ENTRY_SIZE != file_size:  # a file not completely valid ends the queue
-            break
-    max_offset = end_byte // ENTRY_SIZE
-    min_offset = 0
-    found = False
-    with map_file(segs[0].path) as buf:
-        arr = entries_array(buf)
-        count = len(arr) if first_valid_end is None else first_valid_end
-        phys = arr["phy_offset"][:count]
-        hits = (phys >= min_phy).nonzero()[0]
-        if hits.size:
-            min_offset = (segs[0].base_offset + int(hits[0]) * ENTRY_SIZE) // ENTRY_SIZE
-            found = True
-        del arr, phys
-    if not found and rules_for(broker).empty_queue_min_is_max:
-        min_offset = max_offset  # 5.x: every entry is below the commit log: the queue is empty
-    return QueueRange(topic, queue_id, min_offset, max_offset, last_phy, last_end)
-
+from rmqstore.store.queue.interface import QueueRange
 
 # ------------------------------------------------------------------------- consumer progress
 
@@ -147,8 +71,8 @@ class ConsumerProgress:
 
 def _queue_ids_on_disk(st: Store) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
-    for topic, qid, _ in st.queues():
-        out.setdefault(topic, []).append(qid)
+    for q in st.consume_queues.queues():
+        out.setdefault(q.topic, []).append(q.queue_id)
     return out
 
 
@@ -161,7 +85,7 @@ def consumer_progress(st: Store, *, group: str | None = None, topic: str | None 
     _, table = read_consumer_offsets(st)
     table = {**table, **read_lmq_offsets(st)}
     on_disk = _queue_ids_on_disk(st)
-    min_phy = commitlog_min_phy(st)
+    min_phy = st.min_phy_offset()
     ranges: dict[tuple[str, int], QueueRange] = {}
     rows: list[ConsumerProgress] = []
     for (t, g), committed in table.items():
@@ -170,7 +94,7 @@ def consumer_progress(st: Store, *, group: str | None = None, topic: str | None 
         for qid in sorted(set(committed) | set(on_disk.get(t, ()))):
             rng = ranges.get((t, qid))
             if rng is None:
-                rng = ranges[(t, qid)] = queue_range(st, t, qid, min_phy=min_phy)
+                rng = ranges[(t, qid)] = st.consume_queues.queue(t, qid).queue_range(min_phy)
             rows.append(ConsumerProgress(g, t, qid, committed.get(qid), rng.min_offset, rng.max_offset))
     rows.sort(key=lambda r: (r.group, r.topic, r.queue_id))
     return rows
@@ -356,13 +280,13 @@ def plan_reset_offsets(
         raise InputError("no group and topic to set: consumerOffset.json has none that match")
     cf, table, data, lmq = _document_to_write(st)
     on_disk = _queue_ids_on_disk(st)
-    min_phy = commitlog_min_phy(st)
+    min_phy = st.min_phy_offset()
     changes = []
     for topic, group in pairs:
         committed = table.get((topic, group), {})
         qids = [queue_id] if queue_id is not None else sorted(set(committed) | set(on_disk.get(topic, ())))
         for qid in qids:
-            rng = queue_range(st, topic, qid, min_phy=min_phy)
+            rng = st.consume_queues.queue(topic, qid).queue_range(min_phy)
             target = _reset_target(st, rng, committed.get(qid), mode, offset, time_ms, shift_by)
             changes.append(_set_one(data, topic, group, qid, committed.get(qid), target, rng, force, lmq))
     raw = cf.raw if cf.source == "file" else None

@@ -501,7 +501,7 @@ def _scan_matches(
 ) -> list[Record]:
     """Records the index would name, stored after ``after_phy`` (None: all); the newest ``max_num``."""
     found: list[Record] = []
-    start = 0 if after_phy is None else after_phy
+    start = 0 if after_phy is None else reader.frame_of(after_phy)
     for rec in scan_records(
         reader, q.key.encode("utf-8"), from_phy=start, progress=q.progress, notices=q.notices, stats=stats
     ):
@@ -598,7 +598,7 @@ def _finish(records: list[Record], unique: bool, all_copies: bool) -> tuple[tupl
 
 def known_topics(st: Store) -> list[str]:
     """Topics with a consume queue directory or an entry in config/topics.json."""
-    names = {t for t, _, _ in st.queues()}
+    names = {q.topic for q in st.consume_queues.queues()}
     try:
         data = json.loads((st.config.config_dir / "topics.json").read_text(encoding="utf-8"))
         names.update(data.get("topicConfigTable", {}))

@@ -37,20 +37,14 @@ import numpy as np
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     MIN_RECORD_SIZE_V1,
-    OFFSETS_V4,
-    Blank,
     Record,
     decode_record,
     offset_msg_id,
-    read_head,
+    torn_head,
 )
-from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
-from rmqstore.dispatch.multiqueue import dispatch_extra, plan_batch_cq_cut
+from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, from_os_error
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.actions import PlannedAction, StepFailed
@@ -59,23 +53,23 @@ from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, re
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
-from rmqstore.store.batchcq import batch_cq_topics
-from rmqstore.store.files import map_file
+from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
+from rmqstore.store.queue.consumequeue import FileConsumeQueues
+from rmqstore.store.queue.interface import ConsumeQueueStore, QueueCut, QueueRecovery
+from rmqstore.walk.chain import StopKind, frames
 from rmqstore.walk.checked import keep_dispatch_columns, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.recovery import (
     LostRecord,
-    QueueState,
     RecoveryFacts,
     read_checkpoint_bytes,
-    read_range,
     recovery_facts,
     refuse_unrecoverable,
     rel_path,
 )
 from rmqstore.walk.requests import ScanStop, iter_requests
-from rmqstore.walk.starts import data_end
 
 Clock = Callable[[], int] | None  # the store time in ms (default: the system clock)
 Progress = Callable[[int], None] | None  # called with the bytes done since the last call
@@ -352,20 +346,10 @@ def _unlink(path: Path) -> bool:
 
 def _partial_record(buf: Any, pos: int, end: int, base: int) -> LostRecord | None:
     """Whatever a torn record's fixed header still says (queue, offsets, time, store host)."""
-    at = OFFSETS_V4
-    if end - pos < at["store_port"] + 4:
+    head = torn_head(buf, pos, end)
+    if head is None:
         return None
-    total, magic = read_head(buf, pos)
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        return None
-    (sys_flag,) = _I32.unpack_from(buf, pos + at["sys_flag"])
-    if sys_flag & 0x30:
-        return None
-    (qid,) = _I32.unpack_from(buf, pos + at["queue_id"])
-    (qoff,) = _I64.unpack_from(buf, pos + at["queue_offset"])
-    (ts,) = _I64.unpack_from(buf, pos + at["store_timestamp_ms"])
-    addr = bytes(buf[pos + at["store_addr"] : pos + at["store_port"]])
-    (port,) = _I32.unpack_from(buf, pos + at["store_port"])
+    total, qid, qoff, ts, addr, port = head
     return LostRecord(base + pos, total, None, qid, qoff, None, None, offset_msg_id(addr, port, base + pos), ts, True)
 
 
@@ -387,132 +371,62 @@ def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -
     """Records in ``buf[start:end]`` (listed up to the limit, all counted), and undecodable bytes."""
     out: list[LostRecord] = []
     count = 0
-    pos = start
-    while pos + 8 <= end:
-        total, magic = read_head(buf, pos)
-        if total == 0 and magic == 0:
-            return out, count, 0
-        if magic == BLANK_MAGIC:
-            return out, count, 0
-        if len(out) < LOST_LIST_LIMIT:
+    for run in frames(buf, seg, start, end):
+        listed = min(len(run.records), LOST_LIST_LIMIT - len(out))
+        for i, at in enumerate(run.records[:listed].tolist()):
             try:
-                rec = decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=broker)
+                rec = decode_record(buf, at, path=str(seg.path), file_from=seg.base_offset, end=end, broker=broker)
             except CorruptData:
-                part = _partial_record(buf, pos, end, seg.base_offset)
-                if part is not None:
-                    out.append(part)
-                    count += 1
-                return out, count, end - pos
-            if isinstance(rec, Blank):
+                return *_with_torn(out, count, buf, at, end, seg.base_offset), end - run.frame(i)
+            if not isinstance(rec, Record):
                 return out, count, 0
             out.append(_lost_record(rec, seg.base_offset))
             count += 1
-            pos += rec.total_size
-            continue
-        if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE_V1 or pos + total > end:
-            return out, count, end - pos
-        count += 1
-        pos += total
+        short = np.flatnonzero(run.ends[listed:] - run.records[listed:] < MIN_RECORD_SIZE_V1)
+        if short.size:  # too small to be a record: the rest cannot be read as records
+            return out, count + int(short[0]), end - run.frame(listed + int(short[0]))
+        count += len(run.records) - listed
+        if run.stop is not None and run.stop.kind is StopKind.INVALID:  # a frame cut short, or not a frame
+            if len(out) < LOST_LIST_LIMIT:
+                out, count = _with_torn(out, count, buf, run.stop.pos + seg.framing.head, end, seg.base_offset)
+            return out, count, end - run.stop.pos
     return out, count, 0
 
 
-def _count_entries(path: Path, start: int, end: int) -> int:
-    """Non-zero 20-byte slots of a consume queue file in [start, end)."""
-    if end <= start:
-        return 0
-    data = b"".join(read_range(path, start, end))
-    n = len(data) // ENTRY_SIZE
-    arr = np.frombuffer(data[: n * ENTRY_SIZE], dtype=np.uint8).reshape(n, ENTRY_SIZE)
-    return int(arr.any(axis=1).sum()) + (1 if len(data) % ENTRY_SIZE and any(data[n * ENTRY_SIZE :]) else 0)
+def _with_torn(
+    out: list[LostRecord], count: int, buf: Any, pos: int, end: int, base: int
+) -> tuple[list[LostRecord], int]:
+    """The removed records listed and counted so far, with the torn one at ``pos`` if its head is readable."""
+    part = _partial_record(buf, pos, end, base)
+    return (out + [part], count + 1) if part is not None else (out, count)
 
 
 # ---------------------------------------------------------------------------------------------
 # Consume queue recovery (§8.4) and truncateDirtyLogicFiles (§8.5)
 
 
-def _cq_recover_actions(root: Path, q: QueueState, fs: int) -> list[Action]:
-    out = []
-    for s in q.segs:
-        if s.base_offset + fs <= q.end_offset:
-            continue
-        rel = rel_path(root, s.path)
-        if q.end_offset >= s.base_offset:
-            cut = q.end_offset - s.base_offset
-            end = data_end(s.path, cut)
-            if end > cut:
-                out.append(
-                    Action(
-                        "cq-recover",
-                        "zero",
-                        "consumequeue",
-                        rel,
-                        cut,
-                        end,
-                        f"entries after the first invalid entry of {q.topic}/{q.queue_id} (§8.4)",
-                        entries_total=_count_entries(s.path, cut, end),
-                    )
-                )
-        else:
-            out.append(
-                Action(
-                    "cq-recover",
-                    "delete",
-                    "consumequeue",
-                    rel,
-                    0,
-                    s.size,
-                    f"past the last valid entry of {q.topic}/{q.queue_id} (§8.4)",
-                    entries_total=_count_entries(s.path, 0, s.size),
-                )
-            )
-    return out
+def _cut_action(root: Path, step: str, c: QueueCut, why: str) -> Action:
+    return Action(
+        step, c.verb, "consumequeue", rel_path(root, c.path), c.from_pos, c.to_pos, why, entries_total=c.units
+    )
 
 
-def _cq_truncate_actions(root: Path, q: QueueState, process_offset: int) -> list[Action]:
+def _cq_recover_actions(root: Path, q: QueueRecovery) -> list[Action]:
+    """The queue's own ``truncateDirtyFiles`` after its recovery (§8.4)."""
+    whys = {
+        "zero": f"entries after the first invalid entry of {q.topic}/{q.queue_id} (§8.4)",
+        "delete": f"past the last valid entry of {q.topic}/{q.queue_id} (§8.4)",
+    }
+    return [_cut_action(root, "cq-recover", c, whys[c.verb]) for c in q.cuts]
+
+
+def _cq_truncate_actions(root: Path, q: QueueRecovery, process_offset: int) -> list[Action]:
     """``truncateDirtyLogicFiles(processOffset)`` on one queue (§8.5), on the files its recovery left."""
-    out: list[Action] = []
-    left = list(q.files_left)
-    while left:
-        last = left[-1]
-        arr = q.entries_of(last)
-        rel = rel_path(root, last.path)
-        if (int(arr[0]["phy_offset"]) if len(arr) else 0) >= process_offset:  # zeros read as offset 0
-            out.append(
-                Action(
-                    "cq-truncate",
-                    "delete",
-                    "consumequeue",
-                    rel,
-                    0,
-                    last.size,
-                    f"first entry of {q.topic}/{q.queue_id} points at or past processOffset {process_offset} (§8.5)",
-                    entries_total=_count_entries(last.path, 0, min(last.size, max(0, q.end_offset - last.base_offset))),
-                )
-            )
-            left.pop()
-            continue
-        # The broker keeps the first entry without checking it, then stops at the first entry
-        # that is invalid or points at or past processOffset.
-        phy, size = arr["phy_offset"][1:], arr["size"][1:]
-        bad = np.flatnonzero((phy < 0) | (size <= 0) | (phy >= process_offset))
-        keep = 1 + (int(bad[0]) if bad.size else len(phy))
-        cut = keep * ENTRY_SIZE
-        valid_end = max(0, min(last.size, q.end_offset - last.base_offset))
-        if valid_end > cut:
-            out.append(
-                Action(
-                    "cq-truncate",
-                    "zero",
-                    "consumequeue",
-                    rel,
-                    cut,
-                    valid_end,
-                    f"entries of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)",
-                    entries_total=(valid_end - cut) // ENTRY_SIZE,
-                )
-            )
-        return out
-    return out
+    whys = {
+        "delete": f"first entry of {q.topic}/{q.queue_id} points at or past processOffset {process_offset} (§8.5)",
+        "zero": f"entries of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)",
+    }
+    return [_cut_action(root, "cq-truncate", c, whys[c.verb]) for c in q.queue.truncate_dirty(process_offset, q)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -626,30 +540,24 @@ def _check_plannable(st: Store, rebuild_index: bool) -> None:
         raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
 
 
-def _queue_actions(root: Path, f: RecoveryFacts, cq_file_size: int) -> list[Action]:
+def _queue_actions(root: Path, f: RecoveryFacts) -> list[Action]:
     """Each consume queue's own recovery (§8.4), or every queue destroyed when no commit log is left."""
     out: list[Action] = []
     for q in f.queues.values():
         if not f.destroy_logics:
-            out += _cq_recover_actions(root, q, cq_file_size)
+            out += _cq_recover_actions(root, q)
             continue
-        for s in q.segs:
-            why = "no commit log file: the broker destroys every consume queue"
-            n = _count_entries(s.path, 0, s.size)
-            out.append(
-                Action("cq-truncate", "delete", "consumequeue", rel_path(root, s.path), 0, s.size, why, entries_total=n)
-            )
-        q.files_left = []
+        why = "no commit log file: the broker destroys every consume queue"
+        out += [_cut_action(root, "cq-truncate", c, why) for c in q.queue.destroy()]
+        q.kept = []
     return out
 
 
 def _queue_ends(f: RecoveryFacts) -> list[QueueEnd]:
     out = []
     for (topic, qid), q in sorted(f.queues.items()):
-        last = q.files_left[-1] if q.files_left else None
-        out.append(
-            QueueEnd(topic, qid, last.path.name if last else None, q.end_offset - last.base_offset if last else 0)
-        )
+        last = q.kept[-1] if q.kept else None
+        out.append(QueueEnd(topic, qid, last.path.name if last else None, q.end - last.base_offset if last else 0))
     return out
 
 
@@ -723,7 +631,7 @@ def _plan_actions(
         for p, why, _garbage in f.dropped_index:
             actions.append(Action("index-delete", "delete", "index", rel_path(root, p), 0, p.stat().st_size, why))
     if not rebuild_cq:
-        actions += _queue_actions(root, f, cfg.cq_file_size)
+        actions += _queue_actions(root, f)
     short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
     actions += _commitlog_cut_actions(root, f.segs, f.process_offset, short.get(f.end.reason, "end"), cfg.broker)
     return actions
@@ -805,13 +713,9 @@ def plan_recover(
 def _batch_cut_actions(root: Path, f: RecoveryFacts) -> list[Action]:
     """BatchConsumeQueue.truncateDirtyLogicFiles: units at or past ``process_offset`` are cut (§8.5)."""
     process_offset, out = f.process_offset, []
-    for t, qid, segs in f.batch_queues:
-        for c in plan_batch_cq_cut(t, qid, segs, process_offset):
-            why = f"batch units of {t}/{qid} pointing at or past processOffset {process_offset} (§8.5)"
-            out.append(
-                Action("cq-truncate", c.verb, "consumequeue", rel_path(root, c.path), c.from_pos, c.to_pos, why,
-                       entries_total=c.units)
-            )  # fmt: skip
+    for q in f.batch_queues:
+        why = f"batch units of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)"
+        out += [_cut_action(root, "cq-truncate", c, why) for c in q.queue.truncate_dirty(process_offset, q)]
     return out
 
 
@@ -1181,9 +1085,9 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     root = Path(st.root)
     if plan.dispatch is not None and plan.dispatch.consume_queue:
         ends = {(q.topic, q.queue_id): q for q in plan.queue_ends}
-        for topic, qid, qdir in st.queues():
-            qe = ends.get((topic, qid))
-            segs, _ = list_segments(qdir, None)
+        for cq in st.consume_queues.queues():
+            qe, qdir = ends.get((cq.topic, cq.queue_id)), cq.directory
+            segs, _ = cq.files()
             keep_base = int(qe.last_file) if qe is not None and qe.last_file is not None else -1
             for s in segs:
                 if s.base_offset > keep_base:
@@ -1264,13 +1168,13 @@ def _index_msg_timestamp(cfg: StoreConfig, stats: DispatchStats, old: int) -> in
     return h.end_timestamp_ms if h.index_count >= cfg.max_index_num else old
 
 
-def _fsync_dispatch_dirs(root: Path, stats: DispatchStats) -> None:
+def _fsync_dispatch_dirs(queues: ConsumeQueueStore, index_dir: Path, stats: DispatchStats) -> None:
     for topic, qid in stats.queues_touched:
-        q = root / "consumequeue" / topic / str(qid)
+        q = queues.queue(topic, qid).directory
         if q.is_dir():
             fsync_dir(q)
             fsync_dir(q.parent)
-    for d in (root / "consumequeue", root / "index"):
+    for d in (queues.directory, index_dir):
         if d.is_dir():
             fsync_dir(d)
 
@@ -1313,7 +1217,7 @@ def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock,
         stats = dispatcher.close(sync=ok)
     if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
         dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back with the rest
-    _fsync_dispatch_dirs(root, stats)
+    _fsync_dispatch_dirs(st.consume_queues, cfg.index_dir, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:
         index_ts = _index_msg_timestamp(cfg, stats, index_ts)
@@ -1323,20 +1227,17 @@ def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock,
 def _batch_queue_state(st: Store) -> list[dict[str, Any]]:
     """Every batch consume queue's files and where its valid units end (units are appended, §4.7)."""
     out = []
-    for topic, qid, qdir in st.batch_queues():
-        segs, _ = st.bcq_segments(topic, qid)
-        last, end = None, 0
-        for seg in segs:
-            with map_file(seg.path) as buf:
-                n = 0
-                for pos in range(0, len(buf) - BCQ_UNIT_SIZE + 1, BCQ_UNIT_SIZE):
-                    if decode_bcq_entry(buf, pos, path=str(seg.path)).ends_queue:
-                        break
-                    n += 1
-            if n or last is None:
-                last, end = seg.path.name, n * BCQ_UNIT_SIZE
+    for q in st.batch_queues.queues():
+        segs, _ = q.files()
+        tail = q.tail()
+        last, end = (None, 0) if tail.file is None else (tail.file.path.name, tail.end - tail.file.base_offset)
         out.append(
-            {"dir": rel_path(Path(st.root), qdir), "files": [s.path.name for s in segs], "last": last, "end": end}
+            {
+                "dir": rel_path(Path(st.root), q.directory),
+                "files": [s.path.name for s in segs],
+                "last": last,
+                "end": end,
+            }
         )
     return out
 
@@ -1344,12 +1245,13 @@ def _batch_queue_state(st: Store) -> list[dict[str, Any]]:
 def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
     root = Path(st.root)
     known = {q["dir"]: q for q in state}
-    for _topic, _qid, qdir in st.batch_queues():
+    for bq in st.batch_queues.queues():
+        qdir = bq.directory
         q = known.get(rel_path(root, qdir))
         if q is None:  # a queue the re-dispatch created
             shutil.rmtree(qdir, ignore_errors=True)
             continue
-        for seg in list_segments(qdir, None)[0]:
+        for seg in bq.files()[0]:
             if seg.path.name not in q["files"]:
                 _unlink(seg.path)
             elif seg.path.name == q["last"]:
@@ -1381,7 +1283,7 @@ def _step_rebuild(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, 
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
-    _fsync_dispatch_dirs(build, stats)
+    _fsync_dispatch_dirs(FileConsumeQueues(cfg, build), build / "index", stats)
     state: dict[str, Any] = {"rebuild": stats.to_json()}
     if plan.rebuild_consume_queue:
         state["logicsMsgTimestamp"] = stats.logics_msg_timestamp_ms

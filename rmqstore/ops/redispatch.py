@@ -23,7 +23,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rmqstore.codec import checkpoint as cpmod
-from rmqstore.codec.consumequeue import entries_array, valid_prefix
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import decode_header
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
@@ -36,8 +35,10 @@ from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
-from rmqstore.store.batchcq import batch_cq_topics
 from rmqstore.store.files import map_file
+from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
+from rmqstore.store.queue.consumequeue import FileConsumeQueues
+from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop
 
@@ -145,56 +146,33 @@ def _state(built: bool, differs: bool) -> str:
     return "differ from the current files" if differs else "identical to the current files"
 
 
-def _read_queue(qdir: Path) -> np.ndarray:
-    """All valid entries of a queue directory, concatenated (empty array if none)."""
-    parts = []
-    if qdir.is_dir():
-        for name in sorted(n for n in os.listdir(qdir) if n.isdigit()):
-            data = (qdir / name).read_bytes()
-            arr = entries_array(data)
-            n = valid_prefix(arr)
-            parts.append(arr[:n].copy())
-            if n < len(arr):
-                break
-    if not parts:
-        return entries_array(b"")
-    return np.concatenate(parts)
+def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[str, ...] | None) -> list[QueueDiff]:
+    def listed(queues: ConsumeQueueStore) -> dict[tuple[str, int], ConsumeQueue]:
+        return {(q.topic, q.queue_id): q for q in queues.queues() if not topics or q.topic in topics}
 
-
-def _queue_base(qdir: Path) -> int:
-    names = sorted(n for n in os.listdir(qdir) if n.isdigit()) if qdir.is_dir() else []
-    return int(names[0]) // 20 if names else 0
-
-
-def _diff_queues(cur_root: Path, new_root: Path, topics: tuple[str, ...] | None) -> list[QueueDiff]:
-    def qlist(root: Path) -> set[tuple[str, int]]:
-        out = set()
-        base = root / "consumequeue"
-        if base.is_dir():
-            for t in os.listdir(base):
-                if topics and t not in topics:
-                    continue
-                for q in os.listdir(base / t) if (base / t).is_dir() else []:
-                    if q.lstrip("-").isdigit():
-                        out.add((t, int(q)))
-        return out
-
+    cur_queues, new_queues = listed(cur), listed(new)
     diffs = []
-    for topic, qid in sorted(qlist(cur_root) | qlist(new_root)):
-        cd = cur_root / "consumequeue" / topic / str(qid)
-        nd = new_root / "consumequeue" / topic / str(qid)
-        cur, new = _read_queue(cd), _read_queue(nd)
-        cb, nb = _queue_base(cd), _queue_base(nd)
+    for topic, qid in sorted(cur_queues.keys() | new_queues.keys()):
+        cb, cur_units = (cur_queues.get((topic, qid)) or cur.queue(topic, qid)).units()
+        nb, new_units = (new_queues.get((topic, qid)) or new.queue(topic, qid)).units()
         # align by queue offset
         lo = max(cb, nb)
-        hi = min(cb + len(cur), nb + len(new))
+        hi = min(cb + len(cur_units), nb + len(new_units))
         different = 0
         if hi > lo:
-            a = cur[lo - cb : hi - cb]
-            b = new[lo - nb : hi - nb]
-            different = int(np.count_nonzero(a != b))
+            different = int(np.count_nonzero(cur_units[lo - cb : hi - cb] != new_units[lo - nb : hi - nb]))
         overlap = max(0, hi - lo)
-        diffs.append(QueueDiff(topic, qid, len(cur), len(new), len(new) - overlap, len(cur) - overlap, different))
+        diffs.append(
+            QueueDiff(
+                topic,
+                qid,
+                len(cur_units),
+                len(new_units),
+                len(new_units) - overlap,
+                len(cur_units) - overlap,
+                different,
+            )
+        )
     return diffs
 
 
@@ -245,10 +223,13 @@ def build(
     start = segs[0].base_offset if segs else 0
     if from_phy is not None and from_phy > start:
         # Continue the existing files, as the broker's re-dispatch from an offset does.
-        for sub, wanted in (("consumequeue", consume_queue), ("batchconsumequeue", consume_queue), ("index", index)):
-            src = cfg.store_root / sub
+        for src, wanted in (
+            (st.consume_queues.directory, consume_queue),
+            (st.batch_queues.directory, consume_queue),
+            (cfg.index_dir, index),
+        ):
             if wanted and src.is_dir():
-                shutil.copytree(src, build_root / sub, dirs_exist_ok=True)
+                shutil.copytree(src, build_root / src.name, dirs_exist_ok=True)
         start = from_phy
     if engine != "local":
         if consume_queue and (cfg.enable_multi_dispatch or batch_cq_topics(cfg)):
@@ -382,7 +363,7 @@ def plan_redispatch(
             progress=progress,
             spark_master=spark_master,
         )
-        diffs = _diff_queues(st.root, build_root, topics) if build_cq else []
+        diffs = _diff_queues(st.consume_queues, FileConsumeQueues(st.config, build_root), topics) if build_cq else []
         sj = stats.to_json()
         if build_ix:
             sj["indexChanged"] = not _index_identical(st.root, build_root)

@@ -14,8 +14,6 @@ from rmqstore.codec.arrays import (
     record_arrays,
 )
 from rmqstore.codec.commitlog import (
-    MAGIC_V1,
-    MAGIC_V2,
     PROP_KEYS,
     PROP_TAGS,
     PROP_UNIQ_KEY,
@@ -28,8 +26,6 @@ from rmqstore.walk.columns import BATCH, Columns, decode_columns
 
 __all__ = [
     "BATCH",
-    "MAGIC_V1",
-    "MAGIC_V2",
     "PROP_KEYS",
     "PROP_TAGS",
     "PROP_UNIQ_KEY",

@@ -76,13 +76,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, entries_array, valid_prefix
+from rmqstore.codec.consumequeue import FILLER_SIZE, valid_prefix
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.errors import InputError, StoreNotFound
 from rmqstore.spark.reader import CHUNK, COLUMNS, RowFilter, SplitContext, chunk_batch, row_function, valid_chunks
 from rmqstore.store import open_store
 from rmqstore.store.files import map_file
-from rmqstore.store.layout import list_segments
+from rmqstore.store.layout import Segment
+from rmqstore.store.queue.interface import ConsumeQueue
 
 COMMITLOG_SOURCE = "rocketmq"
 CONSUMEQUEUE_SOURCE = "rocketmq_consumequeue"
@@ -528,9 +529,9 @@ class RocketMQDataSource(_StoreSource):
 
 
 class QueueFiles(InputPartition):
-    """Some consume queue files, read whole: ``(store, brokerName, topic, queueId, path, base)``."""
+    """Some consume queue files, read whole: ``(store, brokerName, queue, file)``."""
 
-    def __init__(self, files: list[tuple[str, str | None, str, int, str, int]]) -> None:
+    def __init__(self, files: list[tuple[str, str | None, ConsumeQueue, Segment]]) -> None:
         super().__init__(len(files))
         self.files = files
 
@@ -538,10 +539,8 @@ class QueueFiles(InputPartition):
 def read_queue_batches(part: QueueFiles, schema: StructType) -> Iterator[pa.RecordBatch]:
     """The valid entries (up to the first zero/invalid one, fillers left out) of each file."""
     pa_schema = to_arrow_schema(schema, timezone="UTC")
-    for store, broker_name, topic, qid, path, base in part.files:
-        with open(path, "rb") as f:
-            data = f.read()  # a queue file is small (6 MB by default)
-        arr = entries_array(data)
+    for store, broker_name, queue, seg in part.files:
+        arr = queue.read(seg)  # a queue file is small (6 MB by default)
         n = valid_prefix(arr)
         arr = arr[:n]
         keep = ~((arr["phy_offset"] == 0) & (arr["size"] == FILLER_SIZE) & (arr["tags_code"] == 0))
@@ -552,13 +551,13 @@ def read_queue_batches(part: QueueFiles, schema: StructType) -> Iterator[pa.Reco
         columns = {
             "store": pa.array([store] * m, pa.string()),
             "brokerName": pa.array([broker_name] * m, pa.string()),
-            "topic": pa.array([topic] * m, pa.string()),
-            "queueId": pa.array(np.full(m, qid, dtype=np.int32)),
-            "queueOffset": pa.array(base // ENTRY_SIZE + idx.astype(np.int64)),
+            "topic": pa.array([queue.topic] * m, pa.string()),
+            "queueId": pa.array(np.full(m, queue.queue_id, dtype=np.int32)),
+            "queueOffset": pa.array(seg.base_offset // queue.unit_size + idx.astype(np.int64)),
             "commitLogOffset": pa.array(arr["phy_offset"][idx].astype(np.int64)),
             "size": pa.array(arr["size"][idx].astype(np.int32)),
             "tagsCode": pa.array(arr["tags_code"][idx].astype(np.int64)),
-            "file": pa.array([path] * m, pa.string()),
+            "file": pa.array([str(seg.path)] * m, pa.string()),
         }
         arrays = [columns[f.name].cast(f.type) for f in pa_schema]
         yield pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
@@ -576,16 +575,15 @@ class ConsumeQueueReader(_PlannedReader):
         o = self.options
         target = parse_size(o["splitsize"]) if o.get("splitsize") else 64 << 20
         parts: list[InputPartition] = []
-        group: list[tuple[str, str | None, str, int, str, int]] = []
+        group: list[tuple[str, str | None, ConsumeQueue, Segment]] = []
         group_bytes = 0
         for info in resolve_stores(option_paths(o), broker=o.get("brokerversion")):
             with open_store(info.root) as st:
-                for topic, qid, qdir in st.queues():
-                    segs, _ = list_segments(qdir, None)
-                    for seg in segs:
+                for queue in st.consume_queues.queues():
+                    for seg in queue.files()[0]:
                         if seg.size == 0:
                             continue
-                        group.append((info.root, info.broker_name, topic, qid, str(seg.path), seg.base_offset))
+                        group.append((info.root, info.broker_name, queue, seg))
                         group_bytes += seg.size
                         if group_bytes >= target:
                             parts.append(QueueFiles(group))

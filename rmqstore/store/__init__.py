@@ -16,12 +16,11 @@ import fcntl
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.framing import PLAIN, Framing
-from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import (
     CorruptData,
     FileAccessError,
@@ -37,7 +36,6 @@ from rmqstore.safety.files import read_if_present
 from rmqstore.safety.journal import pending
 from rmqstore.store.detect import require_settled
 from rmqstore.store.detect import resolve as resolve_version
-from rmqstore.store.files import names_in
 from rmqstore.store.layout import (
     INDEX_NAME_RE,
     Segment,
@@ -46,6 +44,9 @@ from rmqstore.store.layout import (
     list_segments,
     load_broker_config,
 )
+from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues
+from rmqstore.store.queue.consumequeue import FileConsumeQueues
+from rmqstore.store.queue.interface import ConsumeQueueStore
 
 
 def lock_holder_pid(lock_path: Path) -> int | None:
@@ -80,6 +81,13 @@ class Store:
     config: StoreConfig
     writable: bool = False
     _lock_fd: int | None = None
+    # the store's queues: consumequeue/ (the one every topic but a BatchCQ one has) and batchconsumequeue/
+    consume_queues: ConsumeQueueStore = field(init=False, repr=False)
+    batch_queues: BatchConsumeQueues = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.consume_queues = FileConsumeQueues(self.config, self.config.store_root)
+        self.batch_queues = BatchConsumeQueues(self.config, self.config.store_root)
 
     @property
     def root(self) -> Path:
@@ -104,10 +112,15 @@ class Store:
         return cpmod.decode(data, path=str(p))
 
     # -- files -------------------------------------------------------------------
+    @property
+    def framing(self) -> Framing:
+        """How the store's commit log files hold their records."""
+        return commitlog_framing(self.config)
+
     def commitlog_segments(self) -> tuple[list[Segment], list[Problem]]:
         segs: list[Segment] = []
         problems: list[Problem] = []
-        framing = commitlog_framing(self.config)
+        framing = self.framing
         for d in self.config.commitlog_dirs or (self.config.commitlog_dir,):
             s, p = list_segments(d, self.config.commitlog_file_size)
             segs += s if framing is PLAIN else [replace(x, framing=framing) for x in s]
@@ -115,52 +128,10 @@ class Store:
         segs.sort(key=lambda s: s.path.name)
         return segs, problems
 
-    def queues(self) -> list[tuple[str, int, Path]]:
-        """Every ``consumequeue/<topic>/<queueId>`` directory, as the broker loads them (§4.5)."""
-        out = []
-        base = self.config.consumequeue_dir
-        for topic in names_in(base):
-            tdir = base / topic
-            if not tdir.is_dir():
-                continue
-            for q in sorted(os.listdir(tdir)):
-                if (q.isdigit() or (q.startswith("-") and q[1:].isdigit())) and (tdir / q).is_dir():
-                    out.append((topic, int(q), tdir / q))
-        out.sort(key=lambda t: (t[0], t[1]))
-        return out
-
-    def batch_queues(self) -> list[tuple[str, int, Path]]:
-        """Every 5.x ``batchconsumequeue/<topic>/<queueId>`` directory (§4.7)."""
-        base = self.root / "batchconsumequeue"
-        out = []
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for topic in sorted(os.listdir(base)):
-                tdir = base / topic
-                if tdir.is_dir():
-                    out += [
-                        (topic, int(q), tdir / q)
-                        for q in sorted(os.listdir(tdir))
-                        if q.isdigit() and (tdir / q).is_dir()
-                    ]
-        return sorted(out, key=lambda t: (t[0], t[1]))
-
-    def bcq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
-
-        if topic_name_problem(topic) is not None:
-            return [], []
-        return list_segments(self.root / "batchconsumequeue" / topic / str(int(queue_id)), None)
-
-    def queue_dir(self, topic: str, queue_id: int) -> Path:
-        """``consumequeue/<topic>/<queueId>`` for reading. A topic the broker would refuse never becomes
-        a path: it gets a hidden name inside ``consumequeue/`` that holds no queue (writers refuse
-        such a topic before this, naming the record)."""
-
-        if topic_name_problem(topic) is not None:
-            return self.config.consumequeue_dir / ".refused-topic" / str(int(queue_id))
-        return self.config.consumequeue_dir / topic / str(int(queue_id))
-
-    def cq_segments(self, topic: str, queue_id: int) -> tuple[list[Segment], list[Problem]]:
-        return list_segments(self.queue_dir(topic, queue_id), self.config.cq_file_size)
+    def min_phy_offset(self) -> int:
+        """The commit log's min offset: the first file's start (0 without files)."""
+        segs, _ = self.commitlog_segments()
+        return segs[0].base_offset if segs else 0
 
     def index_files(self) -> tuple[list[Path], list[Problem]]:
         d = self.config.index_dir
@@ -215,7 +186,7 @@ def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -
         cfg = StoreConfig(store_root=root)
     cfg = _infer_sizes(cfg)
     try:
-        det = resolve_version(cfg, broker)
+        det = resolve_version(cfg, broker, commitlog_framing(cfg))
     except ValueError as e:
         raise UsageError(f"--broker-version: {e}") from None
     return replace(cfg, broker=det.broker, detection=det)

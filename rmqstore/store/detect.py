@@ -2,11 +2,13 @@
 a fact admits is decided in ``rules``).
 
 The commit log is sampled, never read whole: in at most 8 files (the first two, the last two and
-evenly spaced ones between) the record chain is followed from the file's start by its 8-byte headers
-(magic of every record, the end-of-file blank) up to a budget of hops per file, and the properties of
-the first records are decoded; then a few records are decoded at evenly spaced places of the file,
-each found by the next magic code whose record is intact and stores its own physical offset, so a V2
-record or a ``__CRC32#`` property in the middle of a large store is seen.
+evenly spaced ones between) the chain of frames is followed from the file's start by the framing's
+steps (magic of every record, the end-of-file blank) up to a budget of hops per file, and the
+properties of the first records are decoded; then a few records are decoded at evenly spaced places
+of the file, each found by the framing as the next intact record that stores its own physical offset,
+so a V2 record or a ``__CRC32#`` property in the middle of a large store is seen. Detection runs
+while a store is opened, below the walk's layer: it steps through the framing (``codec.framing``)
+itself.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -22,14 +25,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
+    OFFSETS_V4,
     PROPERTY_SEPARATOR,
     Record,
     checked_size,
     decode_record,
+    record_version,
 )
+from rmqstore.codec.framing import BLANK, PLAIN, RECORD, Framing
 from rmqstore.errors import UnsafePlan
 from rmqstore.rules import EVIDENCE, FAMILIES, OPERATION_RULES, REPRESENTATIVE, differing_rules, families_for, family_of
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
@@ -37,7 +40,6 @@ from rmqstore.store.layout import Segment, StoreConfig, list_segments
 P = TypeVar("P")
 
 AUTO = "auto"
-_HEAD = struct.Struct(">ii")
 _HOP_BUDGET = 50_000  # record headers followed in all the files sampled (shared out evenly)
 _SAMPLED_RECORDS = 64  # records per file whose properties are decoded
 _FILES_SAMPLED = 8  # the first two, the last two and evenly spaced files between
@@ -92,9 +94,10 @@ def explicit(broker: str) -> Detection:
     return Detection(broker, fam, (fam,), explicit=True)
 
 
-def detect(cfg: StoreConfig) -> Detection:
-    """The family of the store ``cfg`` points at; with no deciding evidence the oldest candidate is followed."""
-    facts = _store_facts(cfg) + _config_facts(cfg) + _commitlog_facts(cfg)
+def detect(cfg: StoreConfig, framing: Framing = PLAIN) -> Detection:
+    """The family of the store ``cfg`` points at (its commit log records in ``framing``); with no
+    deciding evidence the oldest candidate is followed."""
+    facts = _store_facts(cfg) + _config_facts(cfg) + _commitlog_facts(cfg, framing)
     seen: dict[str, Fact] = {}
     for f in facts:
         seen.setdefault(f.name, f)
@@ -161,13 +164,13 @@ def sampled_files(segs: list[Segment], limit: int = _FILES_SAMPLED) -> list[Segm
     return [segs[i] for i in sorted(picks)]
 
 
-def _commitlog_facts(cfg: StoreConfig) -> list[Fact]:
+def _commitlog_facts(cfg: StoreConfig, framing: Framing) -> list[Fact]:
     """Facts of a bounded sample of the non-empty commit log files (a one-shot command stays fast on a
     store of many large files)."""
     out: list[Fact] = []
     segs: list[Segment] = []
     for d in cfg.commitlog_dirs or (cfg.commitlog_dir,):
-        segs += [s for s in list_segments(d, None)[0] if s.size > 0]
+        segs += [dataclasses.replace(s, framing=framing) for s in list_segments(d, None)[0] if s.size > 0]
     segs.sort(key=lambda s: s.base_offset)
     picked = sampled_files(segs)
     for seg in picked:
@@ -186,10 +189,10 @@ class _Seen:
 def _record_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, decode: bool) -> list[Fact]:
     """Facts of the intact record at ``pos``: its magic and host flags, with ``decode`` its properties."""
     out: list[Fact] = []
-    if not seen.v2 and _HEAD.unpack_from(buf, pos)[1] == MAGIC_V2:
+    if not seen.v2 and record_version(buf, pos) == 2:
         seen.v2 = True
         out.append(Fact("v2-record", f"{seg.path} @{pos}"))
-    if not seen.v6 and buf[pos + 39] & 0x30:  # sysFlag's IPv6 bits (its lowest byte)
+    if not seen.v6 and buf[pos + _SYS_FLAG_LOW] & 0x30:  # sysFlag's IPv6 bits (its lowest byte)
         seen.v6 = True
         out.append(Fact("ipv6-host", f"{seg.path} @{pos}"))
     if decode:
@@ -200,63 +203,56 @@ def _record_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, decode: bool) -
 
 
 def _file_facts(seg: Segment, hops: int) -> list[Fact]:
-    import mmap
-
     out: list[Fact] = []
     seen = _Seen()
+    step = seg.framing.step
     with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         pos, n, end = 0, 0, len(buf)
-        while pos + 8 <= end and hops > 0:
+        while hops > 0:
             hops -= 1
-            total, magic = _HEAD.unpack_from(buf, pos)
-            if magic == BLANK_MAGIC:
-                out += _blank_fact(buf, pos, end, seg)
-                return out
-            if (magic != MAGIC_V1 and magic != MAGIC_V2) or checked_size(buf, pos, end) is None:
+            kind, at, frame_end = step(buf, pos, end)
+            if kind == BLANK:
+                return out + _blank_fact(buf, pos, end, seg)
+            if kind != RECORD or checked_size(buf, at, end) is None:
                 return out  # the end of the data (or damage): nothing after it is the broker's
-            out += _record_facts(buf, pos, seg, seen, n < _SAMPLED_RECORDS)
+            out += _record_facts(buf, at, seg, seen, n < _SAMPLED_RECORDS)
             n += 1
-            pos += total
+            pos = frame_end
         for i in range(1, _PLACES + 1):  # inside the walked part too: only its first records were decoded
             out += _place_facts(buf, end * i // (_PLACES + 1), seg, seen)
     return out
 
 
+def _intact(buf: Any, pos: int, seg: Segment) -> tuple[int, int] | None:
+    """(record position, frame end) of the frame at ``pos`` when it holds an intact record that stores its
+    own physical offset (a magic code inside a body is not one: its bytes would have to match all of that)."""
+    kind, at, frame_end = seg.framing.step(buf, pos, len(buf))
+    if kind != RECORD or checked_size(buf, at, len(buf)) is None or _phy_field(buf, at) != seg.base_offset + at:
+        return None
+    return at, frame_end
+
+
 def _place_facts(buf: Any, start: int, seg: Segment, seen: _Seen) -> list[Fact]:
-    """Facts of a few records from the first intact one at or after ``start``."""
-    pos = _next_record(buf, start, min(len(buf), start + _SEARCH_BYTES), seg.base_offset)
+    """Facts of a few records from the first intact frame at or after ``start``."""
+    stop = min(len(buf), start + _SEARCH_BYTES)
+    pos = seg.framing.resync(buf, start, stop, lambda p: _intact(buf, p, seg) is not None)
     out: list[Fact] = []
     for _ in range(_PLACE_RECORDS):
-        total = None if pos is None else checked_size(buf, pos, len(buf))
-        if pos is None or total is None or _phy_field(buf, pos) != seg.base_offset + pos:
+        found = None if pos is None else _intact(buf, pos, seg)
+        if found is None:
             break
-        out += _record_facts(buf, pos, seg, seen, True)
-        pos += total
+        out += _record_facts(buf, found[0], seg, seen, True)
+        pos = found[1]
     return out
 
 
-_MAGICS = (MAGIC_V1.to_bytes(4, "big", signed=True), MAGIC_V2.to_bytes(4, "big", signed=True))
 _PHY = struct.Struct(">q")
-_PHY_AT = 28  # PHYSICALOFFSET: after size, magic, body CRC, queue id, flag, queue offset
+_PHY_AT = OFFSETS_V4["phy_offset"]
+_SYS_FLAG_LOW = OFFSETS_V4["sys_flag"] + 3  # the lowest byte of the big-endian SYSFLAG
 
 
 def _phy_field(buf: Any, pos: int) -> int:
     return _PHY.unpack_from(buf, pos + _PHY_AT)[0] if pos + _PHY_AT + 8 <= len(buf) else -1
-
-
-def _next_record(buf: Any, start: int, stop: int, base: int) -> int | None:
-    """The first position in [start, stop) where an intact record starts that stores its own physical
-    offset (a magic code inside a body is not one: its bytes would have to match all of that)."""
-    at = start + 4
-    while at < stop:
-        hits = [h for h in (buf.find(m, at, stop + 4) for m in _MAGICS) if h >= 0]
-        if not hits:
-            return None
-        cand = min(hits) - 4
-        if checked_size(buf, cand, len(buf)) is not None and _phy_field(buf, cand) == base + cand:
-            return cand
-        at = cand + 5
-    return None
 
 
 def _blank_fact(buf: object, pos: int, end: int, seg: Segment) -> list[Fact]:
@@ -277,11 +273,11 @@ def _property_facts(rec: Record, where: str) -> list[Fact]:
     return [Fact("props-no-trailing-separator", where)]
 
 
-def resolve(cfg: StoreConfig, broker: str | None) -> Detection:
+def resolve(cfg: StoreConfig, broker: str | None, framing: Framing = PLAIN) -> Detection:
     """``--broker-version``: an explicit version, or ``auto``/None to detect from the store."""
     if broker and broker != AUTO:
         return explicit(broker)
-    return detect(cfg)
+    return detect(cfg, framing)
 
 
 def candidate_versions(det: Detection) -> list[str]:

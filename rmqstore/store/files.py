@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from rmqstore.errors import from_os_error
+
+ZERO_CHUNK = 4 << 20  # bytes looked at per step when searching for zeros
 
 
 def names_in(directory: Path) -> list[str]:
@@ -17,6 +20,15 @@ def names_in(directory: Path) -> list[str]:
         return sorted(os.listdir(directory))
     except FileNotFoundError:
         return []
+
+
+def read_at(path: Path, pos: int, n: int) -> bytes:
+    """Up to ``n`` bytes of a file from ``pos``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, n, pos)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -42,3 +54,55 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             m.close()
         except BufferError:
             pass  # a numpy view still refers to it; it is unmapped when that view goes
+
+
+def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
+    """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return [(start, end)]
+    out = []
+    pos = start
+    try:
+        while pos < end:
+            try:
+                d = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # only a hole from here on
+                    break
+                raise
+            if d >= end:
+                break
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            out.append((d, min(h, end)))
+            pos = h
+    except (AttributeError, OSError):
+        return [(start, end)]
+    finally:
+        os.close(fd)
+    return out
+
+
+def data_end(path: Path, start: int, end: int | None = None) -> int:
+    """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
+    import numpy as np
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if end is None:
+            end = os.fstat(fd).st_size
+        if end <= start:
+            return start
+        for a, b in reversed(data_extents(path, start, end)):
+            hi = b
+            while hi > a:
+                lo = max(a, hi - ZERO_CHUNK)
+                data = os.pread(fd, hi - lo, lo)
+                arr = np.frombuffer(data, dtype=np.uint8)
+                if arr.any():
+                    return lo + int(np.flatnonzero(arr)[-1]) + 1
+                hi = lo
+        return start
+    finally:
+        os.close(fd)

@@ -490,15 +490,20 @@ def segment_ranges(
 
 
 def queue_dir(
-    root: Path, topic: str, queue_id: int, *, where: tuple[Path | str, int, int | None] | None = None
+    root: Path,
+    topic: str,
+    queue_id: int,
+    *,
+    where: tuple[Path | str, int, int | None] | None = None,
+    under: str = "consumequeue",
 ) -> Path:
-    """``<root>/consumequeue/<topic>/<queueId>``, refused (:class:`BadTopic`) for any topic the broker
-    refuses, and proven to stay inside ``<root>/consumequeue``.
+    """``<root>/<under>/<topic>/<queueId>``, refused (:class:`BadTopic`) for any topic the broker
+    refuses, and proven to stay inside ``<root>/<under>`` (``consumequeue`` or ``batchconsumequeue``).
 
     ``where`` is (file, pos, phy offset) of the record the topic came from, for the error.
     """
     why = topic_name_problem(topic)
-    base = Path(root) / "consumequeue"
+    base = Path(root) / under
     d = base / topic / str(int(queue_id))
     if why is None and os.path.normpath(d).startswith(os.path.normpath(base) + os.sep) and d.parent.parent == base:
         return d

@@ -3,27 +3,27 @@ points at, and the queue offset for a time (store-format.md §4.3, §4.4, §9.3)
 
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     MIN_RECORD_SIZE_V1,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     Record,
-    read_head,
     store_timestamp_at,
 )
-from rmqstore.codec.consumequeue import ENTRY_SIZE, CqEntry, decode_entry, entries_array, valid_prefix
+from rmqstore.codec.consumequeue import ENTRY_SIZE, CqEntry, valid_prefix
+from rmqstore.codec.framing import BLANK, RECORD
 from rmqstore.errors import CorruptData
 from rmqstore.store import Store
-from rmqstore.store.files import map_file
-from rmqstore.store.layout import Segment, segment_for
+from rmqstore.store.layout import Segment
+from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader, scan_records
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,22 +48,26 @@ class QueueHit:
 
 @dataclass
 class _Queue:
+    queue: ConsumeQueue
     segments: list[Segment]
-    file_size: int
     min_phy_offset: int
-    valid: dict[int, int] = field(default_factory=dict)  # segment index -> valid bytes
+    valid: dict[int, np.ndarray] = field(default_factory=dict)  # segment index -> its valid entries
 
-    def valid_bytes(self, i: int, buf: mmap.mmap | bytes) -> int:
+    def valid_entries(self, i: int) -> np.ndarray:
         v = self.valid.get(i)
         if v is None:
-            v = valid_prefix(entries_array(buf)) * ENTRY_SIZE
-            self.valid[i] = v
+            arr = self.queue.read(self.segments[i])
+            v = self.valid[i] = arr[: valid_prefix(arr)]
         return v
 
 
 def _open_queue(st: Store, topic: str, queue_id: int, reader: CommitLogReader) -> _Queue:
-    segs, _ = st.cq_segments(topic, queue_id)
-    return _Queue(segs, st.config.cq_file_size, reader.min_phy_offset)
+    q = st.consume_queues.queue(topic, queue_id)
+    return _Queue(q, q.files()[0], reader.min_phy_offset)
+
+
+def _entry(unit: np.void) -> CqEntry:
+    return CqEntry(int(unit["phy_offset"]), int(unit["size"]), int(unit["tags_code"]))
 
 
 def queue_bounds(st: Store, topic: str, queue_id: int) -> QueueBounds:
@@ -77,26 +81,21 @@ def _bounds(q: _Queue) -> QueueBounds:
     if not q.segments:
         return QueueBounds(0, 0)
     first, last = q.segments[0], q.segments[-1]
-    with map_file(last.path) as buf:
-        end = last.base_offset + q.valid_bytes(len(q.segments) - 1, buf)
+    end = last.base_offset + len(q.valid_entries(len(q.segments) - 1)) * ENTRY_SIZE
     # correctMinOffset (4.x): the first entry of the first file at or after the commit log's min offset.
     min_logic = first.base_offset
-    with map_file(first.path) as buf:
-        arr = entries_array(buf)
-        n = valid_prefix(arr)
-        at = (arr["phy_offset"][:n] >= q.min_phy_offset).nonzero()[0]
-        if at.size:
-            min_logic = first.base_offset + int(at[0]) * ENTRY_SIZE
+    at = (q.valid_entries(0)["phy_offset"] >= q.min_phy_offset).nonzero()[0]
+    if at.size:
+        min_logic = first.base_offset + int(at[0]) * ENTRY_SIZE
     return QueueBounds(min_logic // ENTRY_SIZE, end // ENTRY_SIZE, _last_entry_end(q))
 
 
 def _last_entry_end(q: _Queue) -> int:
     for i in range(len(q.segments) - 1, -1, -1):
-        with map_file(q.segments[i].path) as buf:
-            n = q.valid_bytes(i, buf)
-            if n:
-                e = decode_entry(buf, n - ENTRY_SIZE, path=str(q.segments[i].path))
-                return 0 if e.is_filler else e.phy_offset + e.size
+        valid = q.valid_entries(i)
+        if len(valid):
+            e = _entry(valid[-1])
+            return 0 if e.is_filler else e.phy_offset + e.size
     return 0
 
 
@@ -108,8 +107,8 @@ def dispatched_end(st: Store) -> int:
     """
     end = 0
     with CommitLogReader.of(st) as reader:
-        for topic, queue_id, _ in st.queues():
-            end = max(end, _last_entry_end(_open_queue(st, topic, queue_id, reader)))
+        for queue in st.consume_queues.queues():
+            end = max(end, _last_entry_end(_open_queue(st, queue.topic, queue.queue_id, reader)))
     return end
 
 
@@ -161,12 +160,10 @@ def _entry_and_record(
         return miss(
             f"queue offset {queue_offset} is outside {topic}/{queue_id}'s [{bounds.min_offset}, {bounds.max_offset})"
         )
-    seg = segment_for(q.segments, queue_offset * ENTRY_SIZE, q.file_size)
-    if seg is None:
+    unit = q.queue.get(queue_offset)
+    if unit is None:
         return miss(f"no consume queue file holds queue offset {queue_offset}")
-    pos = queue_offset * ENTRY_SIZE - seg.base_offset
-    with map_file(seg.path) as buf:
-        entry = decode_entry(buf, pos, path=str(seg.path))
+    entry = _entry(unit)
     if entry.is_filler:
         return miss(f"queue offset {queue_offset} is a filler entry (the queue starts later)", entry)
     try:
@@ -210,10 +207,7 @@ def offset_by_time(st: Store, topic: str, queue_id: int, timestamp_ms: int, *, f
         if not q.segments:
             notices.append(f"no consume queue {topic}/{queue_id}: the broker answers 0")
             return QueueHit(topic, queue_id, 0, bounds, None, None, tuple(notices))
-        i = _pick_file(q, reader, timestamp_ms, file_by_mtime)
-        seg = q.segments[i]
-        with map_file(seg.path) as buf:
-            qo = _search_file(q, i, buf, reader, timestamp_ms, bounds)
+        qo = _search_file(q, _pick_file(q, reader, timestamp_ms, file_by_mtime), reader, timestamp_ms, bounds)
         if qo is None:
             notices.append("the search met an entry whose message cannot be read: the broker answers 0")
             qo = 0
@@ -228,18 +222,16 @@ def offset_by_time(st: Store, topic: str, queue_id: int, timestamp_ms: int, *, f
 
 
 def _record_after(reader: CommitLogReader, phy_offset: int) -> bool:
-    """Whether a message record starts at ``phy_offset`` (or, past a blank, at the next file)."""
+    """Whether a frame holding a message record starts at ``phy_offset`` (or, past a blank, at the next file)."""
     for _ in range(2):
         loc = reader.locate(phy_offset)
         if loc is None:
             return False
         seg, pos = loc
         buf = reader.buffer(seg)
-        if pos + 8 > len(buf):
-            return False
-        total_size, magic = read_head(buf, pos)
-        if magic != BLANK_MAGIC:
-            return magic in (MAGIC_V1, MAGIC_V2) and total_size >= MIN_RECORD_SIZE_V1
+        kind, at, end = seg.framing.step(buf, pos, len(buf))  # one frame: this lookup sits below the walk
+        if kind != BLANK:
+            return kind == RECORD and end - at >= MIN_RECORD_SIZE_V1
         phy_offset = seg.base_offset + len(buf)
     return False
 
@@ -264,27 +256,23 @@ def _pick_file(q: _Queue, reader: CommitLogReader, timestamp_ms: int, by_mtime: 
             if os.stat(seg.path).st_mtime_ns // 1_000_000 >= timestamp_ms:
                 return i
             continue
-        with map_file(seg.path) as buf:
-            n = q.valid_bytes(i, buf)
-            if n:
-                e = decode_entry(buf, n - ENTRY_SIZE, path=str(seg.path))
-                if _store_time(reader, e.phy_offset, e.size) >= timestamp_ms:
-                    return i
+        valid = q.valid_entries(i)
+        if len(valid) and _store_time(reader, int(valid[-1]["phy_offset"]), int(valid[-1]["size"])) >= timestamp_ms:
+            return i
     return len(q.segments) - 1
 
 
-def _search_file(
-    q: _Queue, i: int, buf: mmap.mmap | bytes, reader: CommitLogReader, timestamp_ms: int, bounds: QueueBounds
-) -> int | None:
+def _search_file(q: _Queue, i: int, reader: CommitLogReader, timestamp_ms: int, bounds: QueueBounds) -> int | None:
     seg = q.segments[i]
+    valid = q.valid_entries(i)
     min_logic = bounds.min_offset * ENTRY_SIZE
     low = min_logic - seg.base_offset if min_logic > seg.base_offset else 0
-    high = q.valid_bytes(i, buf) - ENTRY_SIZE
+    high = len(valid) * ENTRY_SIZE - ENTRY_SIZE
     target = left = right = -1
     left_value = right_value = -1
     while high >= low:
         mid = (low + high) // (2 * ENTRY_SIZE) * ENTRY_SIZE
-        e = decode_entry(buf, mid, path=str(seg.path))
+        e = _entry(valid[mid // ENTRY_SIZE])
         if e.phy_offset < reader.min_phy_offset:
             low = mid + ENTRY_SIZE
             left = mid

@@ -10,16 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from rmqstore.codec.commitlog import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
-    MIN_RECORD_SIZE_V1,
-    Blank,
-    Record,
-    decode_record,
-    read_head,
-)
+from rmqstore.codec.commitlog import MIN_RECORD_SIZE_V1, Blank, Record, decode_record, describe_head
+from rmqstore.codec.framing import BLANK, END, RECORD
 from rmqstore.errors import CorruptData, RecordSizeMismatch
 from rmqstore.store import Store
 from rmqstore.store.layout import Segment, segment_for
@@ -92,6 +84,14 @@ class CommitLogReader(MapsOpen):
         seg = segment_for(self.segments, phy_offset, self.file_size)
         return None if seg is None else (seg, phy_offset - seg.base_offset)
 
+    def frame_of(self, phy_offset: int) -> int:
+        """Where the frame of the record at ``phy_offset`` starts (the offset itself outside the files)."""
+        loc = self.locate(phy_offset)
+        if loc is None:
+            return phy_offset
+        seg, pos = loc
+        return seg.base_offset + max(0, int(seg.framing.frame_of(pos)))
+
     def decode_at(self, phy_offset: int) -> tuple[Segment | None, Record | Blank | CorruptData | None]:
         """Whatever is at ``phy_offset``: None when no file holds it, the error when it does not decode."""
         loc = self.locate(phy_offset)
@@ -140,13 +140,13 @@ def scan_records(
     notices: list[str] | None = None,
     stats: ScanStats | None = None,
 ) -> Iterator[Record]:
-    """Decode every record at or after ``from_phy`` whose bytes contain ``needle``, in order.
+    """Decode every record from the frame at ``from_phy`` on whose frame contains ``needle``, in order.
 
-    Record boundaries are walked from the headers (TOTALSIZE and magic, as the dispatcher walks
-    them); a record is decoded only when ``needle`` occurs inside it, which keeps a full scan
-    close to disk speed. The walk stops where the data ends: zeros, a file not ended by a blank,
-    or an invalid header (a notice says where). A candidate whose TOTALSIZE disagrees with its
-    fields is skipped, as the dispatcher skips it.
+    The frames are stepped through the segment's framing, as the dispatcher walks them (this reader
+    sits below the walk; a key query stays without numpy); a record is decoded only when ``needle``
+    occurs inside its frame, which keeps a full scan close to disk speed. The walk stops where the
+    data ends: zeros, a file not ended by a blank, or an invalid frame (a notice says where). A
+    candidate whose TOTALSIZE disagrees with its fields is skipped, as the dispatcher skips it.
     """
     segs = [s for s in reader.segments if s.base_offset + s.size > from_phy]
     total = sum(s.size for s in segs) - max(0, from_phy - segs[0].base_offset) if segs else 0
@@ -154,28 +154,24 @@ def scan_records(
     for seg in segs:
         buf = reader.buffer(seg)
         size = len(buf)
+        step = seg.framing.step
         pos = reported = max(0, from_phy - seg.base_offset)
         # Search for the needle in windows just ahead of the walk, so that a walk which stops
         # early (the usual tail scan) never reads the rest of a 1 GiB file.
         hit, searched_to = -1, pos
-        ended_by_blank = False
+        kind = END
         try:
-            while pos + 8 <= size:
-                total_size, magic = read_head(buf, pos)
-                if magic == BLANK_MAGIC:
-                    ended_by_blank = True
+            while True:
+                kind, at, end = step(buf, pos, size)
+                if kind == BLANK or kind == END:
                     break
-                if total_size == 0 and magic == 0:
-                    break
-                if (magic != MAGIC_V1 and magic != MAGIC_V2) or not MIN_RECORD_SIZE_V1 <= total_size <= size - pos:
+                if kind != RECORD or end - at < MIN_RECORD_SIZE_V1:
                     _note(
                         notices,
                         f"commit log data ends at offset {seg.base_offset + pos} ({seg.path.name}): invalid record "
-                        f"header (TOTALSIZE {total_size}, magic 0x{magic & 0xFFFFFFFF:08X}); the broker's recovery "
-                        "truncates here",
+                        f"header ({describe_head(buf, pos + seg.framing.head)}); the broker's recovery truncates here",
                     )
                     return
-                end = pos + total_size
                 while hit < 0 and searched_to < end:
                     window_end = min(size, searched_to + _SEARCH_WINDOW)
                     hit = buf.find(needle, searched_to, min(size, window_end + len(needle) - 1))
@@ -183,7 +179,7 @@ def scan_records(
                 if 0 <= hit < end:
                     try:
                         rec = decode_record(
-                            buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end, broker=reader.broker
+                            buf, at, path=str(seg.path), file_from=seg.base_offset, end=end, broker=reader.broker
                         )
                     except RecordSizeMismatch:
                         rec = None  # the dispatcher skips it: never indexed
@@ -202,7 +198,7 @@ def scan_records(
             stats.scanned_bytes += pos - max(0, from_phy - seg.base_offset)
         if progress is not None:
             progress(size - reported, total)
-        if not ended_by_blank:
+        if kind != BLANK:
             return  # data ended inside this file: later files hold nothing the broker serves
 
 

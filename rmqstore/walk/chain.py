@@ -1,10 +1,11 @@
-"""The walk of the commit log chain: typed stops, the one chain rule, and the plain record walk of a file."""
+"""The walk of the commit log chain: typed stops, the one chain rule, the record walk of a file, runs of
+frames for the walks that check records their own way, and what a file's first frame says (whether
+the file holds data, the record it starts with)."""
 
 from __future__ import annotations
 
 import enum
 import mmap
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from rmqstore.codec.commitlog import (
     decode_record,
     explain_invalid,
 )
-from rmqstore.codec.framing import BLANK, END, RECORD
+from rmqstore.codec.framing import BLANK, END, RECORD, UNTIL, is_record_magic
 from rmqstore.errors import CorruptData
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
@@ -32,15 +33,22 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
 
-_HEAD = struct.Struct(">ii")
-
-
 _RELEASE_EVERY = 16 << 20
 
 
-def is_zero_header(buf: object, pos: int) -> bool:
-    """An all-zero TOTALSIZE and MAGIC: the unwritten (preallocated) part of a file."""
-    return _HEAD.unpack_from(buf, pos) == (0, 0)  # type: ignore[arg-type]
+def holds_data(seg: Segment) -> bool:
+    """Whether a commit log file's first frame is anything but zeros (a pre-allocated file holds none)."""
+    with map_file(seg.path) as buf:
+        return seg.framing.step(buf, 0, len(buf))[0] != END
+
+
+def first_record(buf: Any, seg: Segment, *, v2: bool = True) -> int | None:
+    """Where the record of a file's first frame starts when its MAGICCODE says it is one (V2 only with
+    ``v2``): all the broker's ``isMappedFileMatchedRecover`` asks of the bytes before the store time."""
+    framing = seg.framing
+    if len(buf) < framing.head + 8 or not is_record_magic(framing.magic_at(buf, 0), v2=v2):
+        return None
+    return framing.head
 
 
 def walk_segment(
@@ -48,12 +56,13 @@ def walk_segment(
     seg: Segment,
     *,
     start_pos: int = 0,
+    end_pos: int | None = None,
     check_crc: bool = False,
     broker: str = "4.4.0",
 ) -> Iterator[Record | Blank]:
-    """Records of one commit log file from ``start_pos``: stops at a BLANK (yielded), at zeros
-    or at the end of the file; raises CorruptData at an invalid record (recovery semantics)."""
-    size = len(buf)  # type: ignore[arg-type]
+    """Records of one commit log file from ``start_pos`` (up to ``end_pos``): stops at a BLANK (yielded),
+    at zeros or at the end; raises CorruptData at an invalid record (recovery semantics)."""
+    size = len(buf) if end_pos is None else end_pos  # type: ignore[arg-type]
     pos = start_pos
     path = str(seg.path)
     step = seg.framing.step
@@ -68,9 +77,9 @@ def walk_segment(
         if kind == BLANK:
             yield Blank(pos, seg.base_offset + pos, frame_end - pos)
             return
-        rec = decode_record(buf, at, path=path, file_from=seg.base_offset, check_crc=check_crc, broker=broker)
+        rec = decode_record(buf, at, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=broker)
         if kind != RECORD or not isinstance(rec, Record):
-            raise explain_invalid(buf, at, path=path, file_from=seg.base_offset, broker=broker)
+            raise explain_invalid(buf, at, path=path, file_from=seg.base_offset, end=size, broker=broker)
         yield rec
         pos = frame_end
         if release is not None and pos - released >= _RELEASE_EVERY:
@@ -147,6 +156,48 @@ class Stop:
         if self.kind is StopKind.BLANK:
             return f"blank record at {self.phy_offset}"
         return "end of data" if self.kind is StopKind.END else f"bound at {self.phy_offset}"
+
+
+@dataclass(slots=True)
+class Frames:
+    """A run of consecutive frames of one commit log file that hold records; the last run of a walk
+    carries where and why the chain stopped."""
+
+    first: int  # where the run's first frame starts
+    records: np.ndarray  # where each frame's record starts
+    ends: np.ndarray  # where each frame ends: the next frame's position
+    stop: Stop | None = None
+
+    def frame(self, i: int) -> int:
+        """Where the ``i``-th frame of the run starts."""
+        return int(self.ends[i - 1]) if i else self.first
+
+
+def frames(
+    buf: Any, seg: Segment, start: int = 0, end: int | None = None, *, part: int = _RELEASE_EVERY
+) -> Iterator[Frames]:
+    """The chain of frames of one mapped file from ``start`` up to ``end``, a run of about ``part`` bytes
+    at a time; the last run's ``stop`` is a BLANK, END or INVALID one. A run's pages are given back to
+    the system when the caller asks for the next (they stay in the page cache)."""
+    size = len(buf) if end is None else end
+    chain, frame_of = seg.framing.chain, seg.framing.frame_of
+    release = getattr(buf, "madvise", None)
+    released, pos = start - start % mmap.PAGESIZE, start
+    while True:
+        records, stop, reason = chain(buf, pos, size, until=pos + part)
+        ends = np.empty_like(records)
+        if len(records):
+            ends[:-1] = frame_of(records[1:])
+            ends[-1] = stop
+        if reason != UNTIL:
+            yield Frames(pos, records, ends, Stop(stop, reason, None, seg.path, seg.base_offset))
+            return
+        yield Frames(pos, records, ends)
+        pos = stop
+        if release is not None and pos - released >= mmap.PAGESIZE:
+            upto = pos - pos % mmap.PAGESIZE
+            release(mmap.MADV_DONTNEED, released, upto - released)
+            released = upto
 
 
 def queued(sys_flag: Any) -> Any:

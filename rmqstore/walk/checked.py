@@ -429,7 +429,7 @@ def walk_file_checked(
         tid = _batch_topics(buf, u8, b, seg, cfg, topics)
         cols.append(_batch_columns(b, tid))
         if b.limit < len(b.p):
-            stop_pos, reason, error = int(b.p[b.limit]), "invalid", b.error
+            stop_pos, reason, error = int(seg.framing.frame_of(b.p[b.limit])), "invalid", b.error
             break
     else:
         if reason == "invalid":  # the size chain itself ended on bytes that are neither a record, zeros nor a blank

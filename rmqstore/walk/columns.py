@@ -285,7 +285,7 @@ def _slow_requests(
             continue
         except CorruptData as e:
             keep[k:] = False
-            return out, ScanStop(pos, "invalid", e)
+            return out, ScanStop(int(seg.framing.frame_of(pos)), "invalid", e)
         out.append((k, req))
     return out, None
 
@@ -346,9 +346,8 @@ def _read_heads(buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, end: int)
     if invalid.any():
         k = int(np.flatnonzero(invalid)[0])
         pos = int(p[k])
-        stop = ScanStop(
-            pos, "invalid", explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
-        )
+        why = explain_invalid(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=end)
+        stop = ScanStop(int(seg.framing.frame_of(pos)), "invalid", why)
         p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head = (
             a[:k] for a in (p, total, sys_flag, fast, tlen, ppos, pl0, mismatch, head)
         )

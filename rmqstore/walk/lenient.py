@@ -25,7 +25,6 @@ from rmqstore.errors import CorruptData
 from rmqstore.rules import rules_for
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
-from rmqstore.walk.chain import is_zero_header
 from rmqstore.walk.starts import RecordStarts, first_nonzero, zero_tail_start
 
 ZEROS_WHY = "zero bytes where a record should start, with data after them"
@@ -173,7 +172,7 @@ def walk_file(
                 continue
         garbage, error = pos, None
         if kind == END:
-            if size - pos < 8 or not is_zero_header(buf, pos):
+            if size - pos < 8 or any(buf[pos : pos + 8]):  # no frame fits here
                 yield _short_tail(buf, seg, pos, size)
                 return
             garbage = first_nonzero(buf, pos, size, path=seg.path)

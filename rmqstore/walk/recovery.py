@@ -8,9 +8,8 @@ that the broker keeps everything before its append point, ``check`` and ``info``
 
 from __future__ import annotations
 
-import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,22 +18,21 @@ import numpy as np
 
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
-from rmqstore.codec.commitlog import BORNHOST_V6_FLAG, HEAD_OFFSETS, MAGIC_V1, MAGIC_V2, OFFSETS_V4, read_head
-from rmqstore.codec.consumequeue import ENTRY_SIZE, entries_array, valid_prefix
+from rmqstore.codec.commitlog import BORNHOST_V6_FLAG, HEAD_OFFSETS, OFFSETS_V4
 from rmqstore.errors import CorruptData, UnsupportedStore
 from rmqstore.problems import LOAD_FAILURES, Problem
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
-from rmqstore.store.batchcq import batch_cq_topics, batch_queue_max_phy
 from rmqstore.store.files import map_file
-from rmqstore.store.layout import Segment, StoreConfig, list_segments
-from rmqstore.walk.chain import FileWalk, indexed, queued
+from rmqstore.store.layout import Segment, StoreConfig
+from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
+from rmqstore.store.queue.interface import ConsumeQueue, QueueRecovery
+from rmqstore.walk.chain import FileWalk, first_record, indexed, queued
 from rmqstore.walk.checked import TopicIds, recovery_walk
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_CHUNK = 8 << 20
 
 
 def refuse_unrecoverable(st: Store) -> None:
@@ -44,20 +42,6 @@ def refuse_unrecoverable(st: Store) -> None:
         raise UnsupportedStore(f"{st.root}: duplicationEnable=true (replica mode) recovery is not supported")
     if cfg.enable_consume_queue_ext:
         raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true (consume queue ext files) is not supported")
-
-
-def read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        pos = start
-        while pos < end:
-            data = os.pread(fd, min(_CHUNK, end - pos), pos)
-            if not data:
-                break
-            yield data
-            pos += len(data)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,57 +72,18 @@ def rel_path(root: Path, path: Path) -> str:
         return str(Path(path).resolve())
 
 
-@dataclass
-class QueueState:
-    topic: str
-    queue_id: int
-    qdir: Path
-    segs: list[Segment]
-    end_offset: int  # queue-stream byte offset where valid entries end (processOffset of §8.4)
-    max_physic: int  # per version (§8.1 step 5), -1 when none
-    files_left: list[Segment] = field(default_factory=list)
-
-    def entries_of(self, seg: Segment) -> np.ndarray:
-        """A kept file's valid entries as its recovery leaves them (all after the end read as zeros)."""
-        n = max(0, min(seg.size, self.end_offset - seg.base_offset))
-        return entries_array(b"".join(read_range(seg.path, 0, n)))
-
-
 def refuse_load_failure(p: Problem, consequence: str) -> None:
     """A segment directory problem that makes the broker fail to load the directory stops the plan."""
     if p.kind in LOAD_FAILURES:
         raise CorruptData(f"{p.what}{consequence} or move the file away", path=p.path, pos=0)
 
 
-def recover_queue(topic: str, qid: int, qdir: Path, cfg: StoreConfig, rules: BrokerRules) -> QueueState:
-    segs, problems = list_segments(qdir, cfg.cq_file_size)
-    for p in problems:
+def recover_queue(q: ConsumeQueue) -> QueueRecovery:
+    """The queue's own recovery (§8.4); a directory the broker would not load stops the plan."""
+    rec = q.recover()
+    for p in rec.problems:
         refuse_load_failure(p, ": the broker would not load this consume queue; fix mappedFileSizeConsumeQueue")
-    st = QueueState(topic, qid, qdir, segs, 0, -1)
-    if not segs:
-        return st
-    fs = cfg.cq_file_size
-    idx = max(0, len(segs) - 3)
-    process = segs[idx].base_offset
-    in_file = 0
-    while True:
-        arr = entries_array(segs[idx].path.read_bytes())
-        n = valid_prefix(arr)
-        if n:
-            e = arr[n - 1]
-            st.max_physic = int(e["phy_offset"]) + (int(e["size"]) if rules.cq_max_includes_size else 0)
-        in_file = n * ENTRY_SIZE
-        if in_file == fs:
-            if idx + 1 >= len(segs):
-                break
-            idx += 1
-            process = segs[idx].base_offset
-            in_file = 0
-            continue
-        break
-    st.end_offset = process + in_file
-    st.files_left = [s for s in segs if not (s.base_offset + fs > st.end_offset and st.end_offset < s.base_offset)]
-    return st
+    return rec
 
 
 def read_checkpoint_bytes(path: Path) -> bytes | None:
@@ -160,51 +105,15 @@ def _abnormal_start(segs: list[Segment], cp: cpmod.Checkpoint, cfg: StoreConfig,
     what = "minTimestampIndex" if safe else "minTimestamp"
     for i in range(len(segs) - 1, -1, -1):
         with map_file(segs[i].path) as buf:
-            if len(buf) < 76:
+            at = first_record(buf, segs[i], v2=rules.v2_magic)
+            if at is None or len(buf) < at + 76:
                 continue
-            magic = read_head(buf, 0)[1]
-            if magic != MAGIC_V1 and not (rules.v2_magic and magic == MAGIC_V2):
-                continue
-            sys_flag = _I32.unpack_from(buf, OFFSETS_V4["sys_flag"])[0]
+            sys_flag = _I32.unpack_from(buf, at + OFFSETS_V4["sys_flag"])[0]
             layout = HEAD_OFFSETS[(sys_flag & BORNHOST_V6_FLAG) >> 4 if rules.ipv6_hosts else 0]
-            ts = _I64.unpack_from(buf, layout["store_timestamp_ms"])[0]
+            ts = _I64.unpack_from(buf, at + layout["store_timestamp_ms"])[0]
         if ts != 0 and ts <= limit:
             return i, f"its first record was stored at {ts} <= checkpoint {what} {limit}"
     return 0, f"no file starts with a record stored at or before checkpoint {what} {limit}, so the first file"
-
-
-def _cq_phy_at(q: QueueState, qoff: np.ndarray, fs: int) -> np.ndarray:
-    """The phy offset in each queue offset's slot (-1 where there is none), reading only those slots."""
-    out = np.full(len(qoff), -1, dtype=np.int64)
-    if not len(qoff):
-        return out
-    per_file = fs // ENTRY_SIZE
-    bases = np.array([s.base_offset // ENTRY_SIZE for s in q.files_left], dtype=np.int64)
-    which = np.searchsorted(bases, qoff, side="right") - 1
-    for fi in np.unique(which[which >= 0]).tolist():
-        sel = np.flatnonzero(which == fi)
-        seg = q.files_left[fi]
-        slots = qoff[sel] - bases[fi]
-        inside = slots < per_file
-        sel, slots = sel[inside], slots[inside]
-        if not len(sel):
-            continue
-        lo, hi = int(slots.min()), int(slots.max()) + 1
-        fd = os.open(seg.path, os.O_RDONLY)
-        try:
-            if hi - lo <= 4 * len(sel) + 4096:  # a dense run: one read
-                data = os.pread(fd, (hi - lo) * ENTRY_SIZE, lo * ENTRY_SIZE)
-                arr = entries_array(data)
-                ok = slots - lo < len(arr)
-                out[sel[ok]] = arr["phy_offset"][slots[ok] - lo]
-            else:  # scattered queue offsets (a damaged store): one read each
-                for i, slot in zip(sel.tolist(), slots.tolist(), strict=True):
-                    data = os.pread(fd, ENTRY_SIZE, slot * ENTRY_SIZE)
-                    if len(data) == ENTRY_SIZE:
-                        out[i] = _I64.unpack_from(data, 0)[0]
-        finally:
-            os.close(fd)
-    return out
 
 
 @dataclass
@@ -220,11 +129,10 @@ class CqCheck:
         self,
         w: FileWalk,
         topics: TopicIds,
-        queues: dict[tuple[str, int], QueueState],
+        queues: dict[tuple[str, int], QueueRecovery],
         rules: BrokerRules,
         abnormal: bool,
         max_cq: int,
-        fs: int,
     ) -> None:
         ci = np.flatnonzero(queued(w.sys_flag))
         if not ci.size:
@@ -242,23 +150,23 @@ class CqCheck:
             qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
             q = queues.get((topic, qid))
             qoff, phy, size = w.queue_offset[sel], w.phy[sel], w.size[sel]
-            if q is None or not q.files_left:
+            if q is None or not q.kept:
                 miss = np.ones(len(sel), dtype=bool)
             else:
-                first = q.files_left[0].base_offset // ENTRY_SIZE
-                known = (qoff >= first) & (qoff < q.end_offset // ENTRY_SIZE)
+                first = q.first_offset
+                known = (qoff >= first) & (qoff < q.max_offset)
                 present = np.zeros(len(sel), dtype=bool)
                 kk = np.flatnonzero(known)
-                present[kk] = _cq_phy_at(q, qoff[kk], fs) == phy[kk]
+                present[kk] = q.queue.phy_offsets_at(qoff[kk], q) == phy[kk]
                 miss = ~present & (qoff >= first)  # older than the queue's first file: expired, not lost
             if not miss.any():
                 continue
             mq, mp, ms = qoff[miss], phy[miss], size[miss]
             if abnormal:
                 # The re-dispatch appends what lies past the queue's end and past its max physical offset.
-                qend = q.end_offset // ENTRY_SIZE if q else 0
+                qend = q.max_offset if q else 0
                 dup_key = mp + (ms if rules.cq_max_includes_size else 0)
-                fixed = (mq >= qend) & (dup_key > (q.max_physic if q else -1))
+                fixed = (mq >= qend) & (dup_key > (q.max_physic_offset if q else -1))
             elif rules.start_catches_up:
                 fixed = mp >= max_cq  # start() re-dispatches from the consume queue maximum
             else:
@@ -377,7 +285,7 @@ class RecoveryFacts:
     kept_index: list[Path]
     dropped_index: list[tuple[Path, str, bool]]
     last_index_end: int  # endPhyOffset of the last kept index file, -1 when none
-    queues: dict[tuple[str, int], QueueState]
+    queues: dict[tuple[str, int], QueueRecovery]
     max_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
     batch_topics: frozenset[str]
     batch_max: int
@@ -387,7 +295,7 @@ class RecoveryFacts:
     cq_check: CqCheck
     fused_columns: list[Any]
     cp_file: bytes | None = None  # the checkpoint file as it is
-    batch_queues: list[tuple[str, int, list[Segment]]] = field(default_factory=list)  # (topic, queue id, files)
+    batch_queues: list[QueueRecovery] = field(default_factory=list)  # the batch consume queues' own recovery
 
     @property
     def stop(self) -> str:
@@ -459,10 +367,10 @@ def recovery_facts(
         with map_file(kept[-1]) as buf:
             last_index_end = ix.decode_header(buf).end_phy_offset
     # 5. every consume queue's own recovery (§8.4).
-    queues = {(topic, qid): recover_queue(topic, qid, qdir, cfg, rules) for topic, qid, qdir in st.queues()}
-    batch = [(t, q, st.bcq_segments(t, q)[0]) for t, q, _ in st.batch_queues()]
-    batch_max = max((batch_queue_max_phy(segs) for _, _, segs in batch), default=-1)
-    max_cq = max(max((q.max_physic for q in queues.values()), default=-1), batch_max)
+    queues = {(q.topic, q.queue_id): recover_queue(q) for q in st.consume_queues.queues()}
+    batch = [q.recover() for q in st.batch_queues.queues()]
+    batch_max = max((q.max_physic_offset for q in batch), default=-1)
+    max_cq = max(max((q.max_physic_offset for q in queues.values()), default=-1), batch_max)
     # 6. the commit log: normal (§8.2) or abnormal (§8.3) recovery.
     start_idx, start_why = walk_start(segs, abort, cp, cfg, rules, max_cq)
     facts = RecoveryFacts(
@@ -474,5 +382,5 @@ def recovery_facts(
     topics = TopicIds()
     for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
         facts.end.add(w, last_index_end, max_cq)
-        facts.cq_check.add(w, topics, queues, rules, abort, max_cq, cfg.cq_file_size)
+        facts.cq_check.add(w, topics, queues, rules, abort, max_cq)
     return facts

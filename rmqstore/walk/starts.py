@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import mmap
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,40 +11,10 @@ import numpy as np
 from rmqstore.codec.columnar import well_formed_records
 from rmqstore.codec.commitlog import MAGIC_V2
 from rmqstore.codec.framing import PLAIN, Framing
+from rmqstore.store.files import ZERO_CHUNK, data_extents
 
 if TYPE_CHECKING:
     pass
-
-
-_ZERO_CHUNK = 4 << 20
-
-
-def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
-    """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return [(start, end)]
-    out = []
-    pos = start
-    try:
-        while pos < end:
-            try:
-                d = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as e:
-                if e.errno == errno.ENXIO:  # only a hole from here on
-                    break
-                raise
-            if d >= end:
-                break
-            h = os.lseek(fd, d, os.SEEK_HOLE)
-            out.append((d, min(h, end)))
-            pos = h
-    except (AttributeError, OSError):
-        return [(start, end)]
-    finally:
-        os.close(fd)
-    return out
 
 
 def _release(buf: Any, lo: int, hi: int) -> None:
@@ -61,8 +29,8 @@ def _release(buf: Any, lo: int, hi: int) -> None:
 def first_nonzero(buf: Any, start: int, end: int, *, path: Path | str | None = None) -> int | None:
     """Position of the first non-zero byte of ``buf[start:end]``, or None; holes of ``path`` are skipped."""
     for a, b in data_extents(path, start, end) if path is not None else [(start, end)]:
-        for c0 in range(a, b, _ZERO_CHUNK):
-            c1 = min(c0 + _ZERO_CHUNK, b)
+        for c0 in range(a, b, ZERO_CHUNK):
+            c1 = min(c0 + ZERO_CHUNK, b)
             chunk = np.frombuffer(buf, np.uint8, count=c1 - c0, offset=c0)
             nz = np.flatnonzero(chunk)
             del chunk
@@ -84,7 +52,7 @@ def zero_tail_start(buf: Any, start: int, end: int, *, path: Path | str | None =
     for a, b in reversed(extents):
         c1 = min(b, end_data)
         while c1 > a:
-            c0 = max(a, c1 - _ZERO_CHUNK)
+            c0 = max(a, c1 - ZERO_CHUNK)
             chunk = np.frombuffer(buf, np.uint8, count=c1 - c0, offset=c0)
             nz = np.flatnonzero(chunk)
             del chunk
@@ -93,28 +61,6 @@ def zero_tail_start(buf: Any, start: int, end: int, *, path: Path | str | None =
                 return c0 + int(nz[-1]) + 1
             c1 = c0
     return start
-
-
-def data_end(path: Path, start: int, end: int | None = None) -> int:
-    """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if end is None:
-            end = os.fstat(fd).st_size
-        if end <= start:
-            return start
-        for a, b in reversed(data_extents(path, start, end)):
-            hi = b
-            while hi > a:
-                lo = max(a, hi - _ZERO_CHUNK)
-                data = os.pread(fd, hi - lo, lo)
-                arr = np.frombuffer(data, dtype=np.uint8)
-                if arr.any():
-                    return lo + int(np.flatnonzero(arr)[-1]) + 1
-                hi = lo
-        return start
-    finally:
-        os.close(fd)
 
 
 _WINDOW = 64 << 20  # record starts are indexed 64 MiB of a file at a time

@@ -147,7 +147,7 @@ def _units(segs, size: int, decode) -> list:
 
 def on_disk_entries(st, topic: str, queue_id: int) -> list[dict]:
     """The valid entries of a queue as truth.json lists them."""
-    segs, problems = st.cq_segments(topic, queue_id)
+    segs, problems = st.consume_queues.queue(topic, queue_id).files()
     assert problems == []
     return [
         {"queueOffset": at // ENTRY_SIZE, "commitLogOffset": e.phy_offset, "size": e.size, "tagsCode": e.tags_code}
@@ -157,7 +157,7 @@ def on_disk_entries(st, topic: str, queue_id: int) -> list[dict]:
 
 def on_disk_batch_entries(st, topic: str, queue_id: int) -> list[dict]:
     """The units of a 5.x batch consume queue as truth.json lists them (§4.7)."""
-    segs, problems = st.bcq_segments(topic, queue_id)
+    segs, problems = st.batch_queues.queue(topic, queue_id).files()
     assert problems == []
     units = [e for _, e in _units(segs, BCQ_UNIT_SIZE, decode_bcq_entry)]
     assert all((e.compacted_offset, e.reserved) == (-1, 0) for e in units)
@@ -171,8 +171,8 @@ def on_disk_batch_entries(st, topic: str, queue_id: int) -> list[dict]:
 def test_consume_queue_entries_match_truth(any_real_case):
     truth = load_truth(any_real_case)
     with open_real(any_real_case) as st:
-        batch = {(t, q) for t, q, _ in st.batch_queues()}
-        on_disk = {(t, q) for t, q, _ in st.queues()} | batch
+        batch = {(q.topic, q.queue_id) for q in st.batch_queues.queues()}
+        on_disk = {(q.topic, q.queue_id) for q in st.consume_queues.queues()} | batch
         # a 4.9.4 start creates the delay levels' queues in memory only: empty, no folder
         assert on_disk == {(q["topic"], q["queueId"]) for q in truth["queues"] if q["maxOffset"] > 0}
         assert batch == {(q["topic"], q["queueId"]) for q in truth["queues"] if q.get("cqType") == "BatchCQ"}

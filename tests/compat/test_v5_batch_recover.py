@@ -20,9 +20,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.dispatch.multiqueue import plan_batch_cq_cut
-from rmqstore.store.batchcq import batch_queue_max_phy
 from rmqstore.store.layout import list_segments
+from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueue
 
 runner = CliRunner()
 UNIT = 46
@@ -92,7 +91,8 @@ def test_cut_matches_the_engine_loop(tmp_path_factory, case):
     for i, f in enumerate(files):
         (d / f"{i * size:020d}").write_bytes(bytes(f))
     segs, _ = list_segments(d, None)
-    cuts = plan_batch_cq_cut("T", 0, segs, phy)
+    q = BatchConsumeQueue("T", 0, d, size)
+    cuts = q.truncate_dirty(phy, q.recover())
     got = {s.path.name: bytearray(s.path.read_bytes()) for s in segs}
     for c in cuts:
         if c.verb == "delete":
@@ -106,10 +106,9 @@ def test_cut_matches_the_engine_loop(tmp_path_factory, case):
 
 def test_max_phy_is_the_last_unit_offset(tmp_path):
     """getMaxPhysicOffset of a batch queue: the last valid unit's offset, not offset + size."""
+    assert BatchConsumeQueue("T", 0, tmp_path, 4 * UNIT).recover().max_physic_offset == -1
     (tmp_path / f"{0:020d}").write_bytes(unit(100, 50) + unit(150, 60) + unit(-1, 0) + bytes(UNIT))
-    segs, _ = list_segments(tmp_path, None)
-    assert batch_queue_max_phy(segs) == 150
-    assert batch_queue_max_phy([]) == -1
+    assert BatchConsumeQueue("T", 0, tmp_path, 4 * UNIT).recover().max_physic_offset == 150
 
 
 # ------------------------------------------------------------------------ the real store, cut

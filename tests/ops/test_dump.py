@@ -513,7 +513,7 @@ def on_disk_entries_are_truth(case: str, topic: str, qid: int, rows: list[dict])
 
 def test_consume_queue_resolve_reports_no_mismatch(real_case):
     with open_store(store_of(real_case)) as st:
-        queues = [(t, q) for t, q, _ in st.queues()]
+        queues = [(q.topic, q.queue_id) for q in st.consume_queues.queues()]
     assert queues
     for topic, qid in queues:
         rows = [

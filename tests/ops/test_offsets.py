@@ -107,7 +107,7 @@ def test_queue_ranges_match_the_broker(case: str, tmp_path: Path):
     root = copy_real_store(case, tmp_path)
     with open_store(root) as st:
         for q in load_truth(case)["queues"]:
-            rng = op.queue_range(st, q["topic"], q["queueId"])
+            rng = st.consume_queues.queue(q["topic"], q["queueId"]).queue_range(st.min_phy_offset())
             assert (rng.min_offset, rng.max_offset) == (q["minOffset"], q["maxOffset"]), q["topic"]
             if q["maxOffset"]:
                 assert rng.last_phy_offset == q["maxPhysicOffset"]  # 4.4.0: start of the last entry
@@ -124,7 +124,7 @@ def test_min_offset_after_the_first_commit_log_file_expired(store: Path):
                 q = queue("clean-2topics", "TopicB", qid)
                 want = next(e["queueOffset"] for e in q["entries"] if e["commitLogOffset"] >= second)
                 assert want > 0
-                rng = op.queue_range(st, "TopicB", qid)
+                rng = st.consume_queues.queue("TopicB", qid).queue_range(st.min_phy_offset())
                 assert (rng.min_offset, rng.max_offset) == (want, q["maxOffset"])
 
 

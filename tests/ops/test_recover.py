@@ -35,7 +35,6 @@ from rmqstore.ops import recover as rec
 from rmqstore.safety.journal import journal_file
 from rmqstore.store import open_store
 from rmqstore.store.files import map_file
-from rmqstore.store.layout import list_segments
 from rmqstore.walk import columns as columnar
 from rmqstore.walk.checked import TopicIds, walk_file_checked
 from rmqstore.walk.requests import scan_requests
@@ -94,8 +93,9 @@ def served(root: Path) -> dict[tuple[str, int], tuple[int, list[dict]]]:
     with open_store(root) as s:
         cfg = s.config
         segs, _ = s.commitlog_segments()
-        for topic, qid, qdir in s.queues():
-            cq, _ = list_segments(qdir, cfg.cq_file_size)
+        for queue in s.consume_queues.queues():
+            topic, qid = queue.topic, queue.queue_id
+            cq, _ = queue.files()
             entries = []
             for seg in cq:
                 arr = entries_array(seg.path.read_bytes())

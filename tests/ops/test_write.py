@@ -301,7 +301,7 @@ def test_catch_up_dispatches_records_the_consume_queues_miss(tmp_path: Path) -> 
     assert new.phy_offset == truth["maxPhyOffset"]
     for q in truth["queues"]:
         with open_store(root) as st:
-            segs, _ = st.cq_segments(q["topic"], q["queueId"])
+            segs, _ = st.consume_queues.queue(q["topic"], q["queueId"]).files()
         entries = []
         for seg in segs:
             arr = entries_array(seg.path.read_bytes())
@@ -372,8 +372,9 @@ def test_written_records_read_back(tmp_path: Path) -> None:
     # consume queues hold NOT/COMMIT records only; the index finds every key but ROLLBACK's
     with open_store(root) as st:
         cq = {}
-        for topic, qid, _ in st.queues():
-            segs, _ = st.cq_segments(topic, qid)
+        for queue in st.consume_queues.queues():
+            topic, qid = queue.topic, queue.queue_id
+            segs, _ = queue.files()
             arr = entries_array(segs[0].path.read_bytes())
             cq[(topic, qid)] = [int(e["phy_offset"]) for e in arr[: valid_prefix(arr)]]
             for e in arr[: valid_prefix(arr)]:
@@ -549,7 +550,7 @@ def test_cq_behind_fixture_is_caught_up(tmp_path: Path) -> None:
     assert res.summary()["catchUpRecords"] == 25
     with open_store(root) as st:
         for q in truth["queues"]:
-            segs, _ = st.cq_segments(q["topic"], q["queueId"])
+            segs, _ = st.consume_queues.queue(q["topic"], q["queueId"]).files()
             got = []
             for seg in segs:
                 arr = entries_array(seg.path.read_bytes())
@@ -790,7 +791,7 @@ def test_fixture_consume_queues_match_their_records() -> None:
     truth = json.loads((FIXTURES / "small" / "truth.json").read_text())
     with open_store(FIXTURES / "small" / "store") as st:
         for q in truth["queues"]:
-            segs, _ = st.cq_segments(q["topic"], q["queueId"])
+            segs, _ = st.consume_queues.queue(q["topic"], q["queueId"]).files()
             got = []
             for seg in segs:
                 arr = entries_array(seg.path.read_bytes())

@@ -13,12 +13,12 @@ from rmqstore.codec.commitlog import MAGIC_V2
 from rmqstore.errors import CorruptData
 from rmqstore.ops import recover as rec
 from rmqstore.store import open_store
+from rmqstore.store.files import data_end
 from rmqstore.store.layout import Segment
-from rmqstore.store.queues import QueueTail, queue_tail
 from rmqstore.walk import checked
 from rmqstore.walk.chain import Stop, StopKind, indexed, queued, walk_chain
 from rmqstore.walk.checked import kept_range
-from rmqstore.walk.starts import RecordStarts, data_end, first_nonzero, zero_tail_start
+from rmqstore.walk.starts import RecordStarts, first_nonzero, zero_tail_start
 
 _CASES = ("clean-2topics", "crash-midwrite", "delay-tx-retry", "crash-5x-midwrite", "long-topic-v2", "clean-5x-mixed")
 STORES = [
@@ -203,7 +203,7 @@ def test_recovery_facts_are_what_the_plan_and_the_forecast_use(base: str, case: 
     assert facts.process_offset == plan.process_offset
     assert facts.start_phy == plan.start_phy and facts.max_cq == plan.max_phy_offset_cq
     assert plan.stop.startswith(facts.end.stop)
-    ends = {(q.topic, q.queue_id): q.end_offset for q in facts.queues.values()}
+    ends = {(q.topic, q.queue_id): q.end for q in facts.queues.values()}
     for q in plan.queue_ends:
         seg_base = int(q.last_file) if q.last_file else 0
         assert ends[(q.topic, q.queue_id)] == seg_base + q.end_pos
@@ -237,25 +237,3 @@ def test_one_resync_finds_the_next_record_after_damage(base: str, case: str, tmp
     magic_v2 = int.from_bytes(data[starts[2] + 4 : starts[2] + 8], "big") == MAGIC_V2
     no_v2 = RecordStarts(bytes(damaged), len(damaged), seg.base_offset, v2=False).resync(starts[1] - 1)
     assert (no_v2 != starts[2]) if magic_v2 else (no_v2 == starts[2])
-
-
-def test_queue_tail_is_the_valid_prefix_of_the_last_file(tmp_path: Path) -> None:
-    import numpy as np
-
-    from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE
-
-    def write(name: int, entries: list[tuple[int, int]], slots: int = 4) -> Segment:
-        arr = np.zeros(slots, dtype=ENTRY_DTYPE)
-        for i, (phy, size) in enumerate(entries):
-            arr[i]["phy_offset"], arr[i]["size"] = phy, size
-        p = tmp_path / f"{name:020d}"
-        p.write_bytes(arr.tobytes())
-        return Segment(p, name, slots * ENTRY_SIZE)
-
-    full = write(0, [(0, 10), (10, 10), (20, 10), (30, 10)])
-    assert queue_tail([]) == QueueTail(0, None)
-    assert queue_tail([full]) == QueueTail(4 * ENTRY_SIZE, (30, 10))
-    part = write(4 * ENTRY_SIZE, [(40, 10), (50, 10), (0, 0), (70, 10)])  # a hole ends the valid entries
-    assert queue_tail([full, part]) == QueueTail(6 * ENTRY_SIZE, (50, 10))
-    empty = write(4 * ENTRY_SIZE, [])  # nothing valid in the last file: the last entry is the file before's
-    assert queue_tail([full, empty]) == QueueTail(4 * ENTRY_SIZE, (30, 10))

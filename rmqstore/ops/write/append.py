@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from rmqstore.codec.commitlog import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE, encode_blank
-from rmqstore.codec.consumequeue import ENTRY_SIZE
 from rmqstore.codec.javahash import java_hash
 from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.ops.write.append_point import StaleRange
@@ -34,9 +33,8 @@ from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
-from rmqstore.store.batchcq import batch_cq_topics
 from rmqstore.store.layout import file_name
-from rmqstore.store.queues import queue_end as _queue_end
+from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.walk.requests import DispatchRequest
 
 
@@ -264,7 +262,7 @@ class Planner:
         key = (topic, qid)
         v = self.next_qoff.get(key)
         if v is None:
-            v = self.next_qoff[key] = _queue_end(self.st.cq_segments(topic, qid)[0]) // ENTRY_SIZE
+            v = self.next_qoff[key] = self.st.consume_queues.queue(topic, qid).tail().max_offset
         return v
 
     def take_queue_offsets(self, topic: str, qid: int, count: int = 1) -> int:

@@ -12,12 +12,10 @@ from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
 from rmqstore.errors import CorruptData, UnsafePlan, UnsupportedStore
 from rmqstore.store import Store
-from rmqstore.store.files import map_file
+from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment
-from rmqstore.store.queues import last_cq_entry
 from rmqstore.walk.chain import Stop, StopKind, walk_chain
 from rmqstore.walk.requests import DispatchRequest, scan_requests
-from rmqstore.walk.starts import data_end
 
 RECORD_SLACK = 65536  # 4.9.5+: a record may exceed maxMessageSize by this much
 
@@ -46,31 +44,35 @@ class AppendPoint:
 
 def check_supported(st: Store) -> None:
     cfg = st.config
+    if not st.framing.appendable:
+        raise UnsupportedStore(
+            f"{st.root}: the commit log holds its records in {st.framing.name} frames; writing to it is not supported"
+        )
     if len(cfg.commitlog_dirs) > 1:
         raise UnsupportedStore(f"{st.root}: a multi-path commit log is not supported for writing")
     if cfg.enable_consume_queue_ext:
         raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true is not supported for writing")
     if cfg.duplication_enable:
         raise UnsupportedStore(f"{st.root}: duplicationEnable=true is not supported for writing")
-    if (st.root / "batchconsumequeue").is_dir():
+    if st.batch_queues.directory.is_dir():
         raise UnsupportedStore(f"{st.root}: batch consume queues are not supported for writing")
 
 
 def _furthest_entry(st: Store) -> tuple[int, int] | None:
     """(phy offset, size) of the furthest consume queue entry over all queues."""
     last: tuple[int, int] | None = None
-    for topic, qid, _ in st.queues():
-        qsegs, qproblems = st.cq_segments(topic, qid)
+    for q in st.consume_queues.queues():
+        _, qproblems = q.files()
         if qproblems:
             raise UnsafePlan(f"{qproblems[0]}; run `rmqstore check` or `recover` first")
-        e = last_cq_entry(qsegs)
+        e = q.last_unit()
         if e is not None and (last is None or e[0] > last[0]):
             last = e
     return last
 
 
 def _walk_start(segs: list[Segment], fs: int, last: tuple[int, int] | None) -> tuple[int, int]:
-    """(file index, position): the last dispatched record if it is valid, else the third file from the end."""
+    """(file index, frame position): the last dispatched record if it is valid, else the third file from the end."""
     if last is not None:
         idx = (last[0] - segs[0].base_offset) // fs
         if 0 <= idx < len(segs) and segs[idx].base_offset <= last[0] < segs[idx].base_offset + fs:
@@ -81,7 +83,7 @@ def _walk_start(segs: list[Segment], fs: int, last: tuple[int, int] | None) -> t
                 except CorruptData:
                     rec = None
             if isinstance(rec, Record) and rec.total_size == last[1] and rec.phy_offset == last[0]:
-                return idx, pos
+                return idx, int(seg.framing.frame_of(pos))
     return max(0, len(segs) - 3), 0
 
 

@@ -47,10 +47,9 @@ from rmqstore.safety.journal import Journal, StepHook
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store, open_store
 from rmqstore.store import config as cfgmod
-from rmqstore.store.layout import StoreConfig, list_segments, record_place
-from rmqstore.store.queues import queue_end
+from rmqstore.store.files import data_end
+from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.walk.recovery import recovery_facts, refuse_unrecoverable
-from rmqstore.walk.starts import data_end
 
 _DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
 
@@ -270,16 +269,16 @@ def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync
     return stats
 
 
-def _fsync_created_dirs(cfg: StoreConfig, stats: DispatchStats | None) -> None:
+def _fsync_created_dirs(st: Store, stats: DispatchStats | None) -> None:
     """Make new consume queue and index file names durable (the data was msynced by the dispatcher)."""
     if stats is None:
         return
     dirs = set()
     for topic, qid in stats.queues_touched:
-        q = cfg.consumequeue_dir / topic / str(qid)
-        dirs |= {q, q.parent, cfg.consumequeue_dir}
+        q = st.consume_queues.queue(topic, qid).directory
+        dirs |= {q, q.parent, st.consume_queues.directory}
     if stats.index_files_created:
-        dirs.add(cfg.index_dir)
+        dirs.add(st.config.index_dir)
     for d in sorted(dirs):
         if d.is_dir():
             fsync_dir(d)
@@ -371,7 +370,7 @@ def _apply_steps(
         os.close(fd)
         abort_created = True
     if sync:
-        _fsync_created_dirs(cfg, stats)
+        _fsync_created_dirs(st, stats)
         fsync_dir(st.root)
     journal.mark("checkpoint")
     journal.data["committed"] = {
@@ -557,12 +556,17 @@ def _build_journal(st: Store, plan: WritePlan) -> dict[str, Any]:
         keys |= {(r.topic, r.queue_id) for r in plan.catch_up}
         keys |= set(plan.lmq_queues)  # the %LMQ% entries are rolled back with the rest
         for topic, qid in sorted(keys):
-            d = st.queue_dir(topic, qid)
-            segs, _ = list_segments(d, cfg.cq_file_size)
-            entry: dict[str, Any] = {"dir": rel(root, d), "existing": [s.path.name for s in segs], "last": None}
-            if segs:
-                last = segs[-1]
-                end = queue_end(segs) - last.base_offset
+            q = st.consume_queues.queue(topic, qid)
+            segs, _ = q.files()
+            entry: dict[str, Any] = {
+                "dir": rel(root, q.directory),
+                "existing": [s.path.name for s in segs],
+                "last": None,
+            }
+            tail = q.tail()
+            if tail.file is not None:
+                last = tail.file
+                end = tail.end - last.base_offset
                 entry["last"] = last.path.name
                 entry["end"] = end
                 nz = data_end(last.path, end, last.size)

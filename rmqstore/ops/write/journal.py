@@ -14,7 +14,7 @@ from rmqstore.errors import CorruptData, UnsafePlan
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_journal, journal_file, register
 from rmqstore.store import Store
-from rmqstore.walk.starts import data_end as _nonzero_end
+from rmqstore.store.files import data_end as _nonzero_end
 
 JOURNAL_FORMAT = 1
 
