@@ -320,7 +320,6 @@ def test_operations_import_no_other_operation():
     assert not operation_imports(), "operations importing another operation:" + _listed(operation_imports())
 
 
-@pytest.mark.xfail(strict=False, reason="several operations still read record heads themselves instead of the walk")
 def test_record_magics_read_in_codec_and_walk():
     found = magic_modules()
     text = [f"{name}: lines {', '.join(map(str, lines))}" for name, lines in found.items()]
