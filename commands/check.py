@@ -11,7 +11,7 @@ import typer
 
 from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.ops.check import PER_KIND_LIMIT, CheckReport, check_store
-from rmqstore.ops.lostqueues import with_lost_queues
+from rmqstore.ops.check.lostqueues import with_lost_queues
 from rmqstore.problems import ERROR, INFO, WARNING
 from rmqstore.safety import journal
 

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "rmqstore"
 BASE = frozenset({"rmqstore", "rmqstore.errors", "rmqstore.problems", "rmqstore.rules", "rmqstore.timeparse"})
 # lowest first: each imports only itself, the base modules and the packages before it
@@ -315,7 +313,6 @@ def test_only_spark_imports_spark():
     assert not wrong, "imports of rmqstore.spark from outside it:" + _listed(wrong)
 
 
-@pytest.mark.xfail(strict=False, reason="operations still import each other; their shared parts are moving below ops")
 def test_operations_import_no_other_operation():
     assert not operation_imports(), "operations importing another operation:" + _listed(operation_imports())
 

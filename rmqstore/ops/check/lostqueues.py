@@ -7,20 +7,18 @@ re-created from there: its first slots are blank and the messages stored before 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from rmqstore.codec.commitlog import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE, Blank
+from rmqstore.codec.commitlog import Blank
+from rmqstore.codec.topic import topic_name_problem
 from rmqstore.problems import WARNING, Problem
-from rmqstore.walk.chain import iter_commitlog
+from rmqstore.walk.chain import iter_commitlog, queued
 
 if TYPE_CHECKING:
     from rmqstore.ops.check import CheckReport
     from rmqstore.store import Store
 
-# TopicValidator: a topic the broker accepted; anything else is never turned into a path here.
-_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 REMEDY = "run `rmqstore redispatch` (rebuilds every consume queue from the commit log) before starting the broker"
 
 
@@ -53,11 +51,13 @@ def lost_queues(st: Store, dispatch_from: int) -> list[LostQueue]:
             continue
         if rec.phy_offset >= dispatch_from:
             break
-        if rec.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        if not queued(rec.sys_flag):
             continue
         key = (rec.topic, rec.queue_id)
         if key not in exists:
-            exists[key] = not _TOPIC.match(rec.topic) or rec.queue_id < 0 or st.consume_queues.queue(*key).exists()
+            # a topic the broker refuses is never turned into a path here
+            refused = topic_name_problem(rec.topic) is not None or rec.queue_id < 0
+            exists[key] = refused or st.consume_queues.queue(*key).exists()
         if not exists[key]:
             got = seen.setdefault(key, [0, rec.phy_offset])
             got[0] += 1

@@ -2,6 +2,7 @@
 
 :func:`check_store` never stops at the first problem: it decodes leniently and collects
 :class:`~rmqstore.problems.Problem` values, each naming a file and a byte position.
+``lostqueues`` adds the queues an abnormal recovery would leave without their messages.
 
 Full check:
 
