@@ -92,16 +92,11 @@ class ExpireSettings(JsonModel):
     notes: tuple[str, ...] = ()
 
     def shown(self) -> dict[str, object]:
-        return {
-            "brokerVersion": self.broker,
-            "fileReservedTime": self.file_reserved_time_h,
-            "deleteWhen": self.delete_when,
-            "diskMaxUsedSpaceRatio": self.disk_max_used_space_ratio,
-            "cleanFileForciblyEnable": self.clean_file_forcibly_enable,
-            "deleteFileBatchMax": self.delete_file_batch_max,
-            "diskSpaceWarningLevelRatio": self.disk_space_warning_level_ratio,
-            "diskSpaceCleanForciblyRatio": self.disk_space_clean_forcibly_ratio,
-        }
+        return self.json_view(
+            "broker=brokerVersion file_reserved_time_h=fileReservedTime delete_when disk_max_used_space_ratio"
+            " clean_file_forcibly_enable delete_file_batch_max disk_space_warning_level_ratio"
+            " disk_space_clean_forcibly_ratio"
+        )
 
 
 def parse_delete_when(text: str, *, path: Path | str = "deleteWhen") -> tuple[int, ...]:
@@ -265,12 +260,7 @@ class Triggers(JsonModel):
 
     def shown(self) -> dict[str, object]:
         return {
-            "localHour": self.local_hour,
-            "time": self.time,
-            "space": self.space,
-            "manual": self.manual,
-            "cleanImmediately": self.clean_immediately,
-            "diskFull": self.disk_full,
+            **self.json_view("local_hour time space manual clean_immediately disk_full"),
             "commitLogDiskUsedRatio": round(self.commitlog_used_ratio, 4),
             "consumeQueueDiskUsedRatio": round(self.consumequeue_used_ratio, 4),
         }

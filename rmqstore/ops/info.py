@@ -40,6 +40,7 @@ from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
 from rmqstore.errors import CorruptData, RmqstoreError
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
+from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as configjson
 from rmqstore.store.files import map_file
@@ -92,7 +93,7 @@ class CommitLogInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueInfo:
+class QueueInfo(JsonModel):
     topic: str
     queue_id: int
     files: int
@@ -102,21 +103,11 @@ class QueueInfo:
     last_offset: int  # end (offset + size) of the record of the last entry; -1 when empty
     last_size: int = 0  # size of that record
 
+    json_keys = "topic queue_id files min_offset max_offset message_total max_physic_offset last_offset"
+
     @property
     def message_total(self) -> int:
         return self.max_offset - self.min_offset
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "files": self.files,
-            "minOffset": self.min_offset,
-            "maxOffset": self.max_offset,
-            "messageTotal": self.message_total,
-            "maxPhysicOffset": self.max_physic_offset,
-            "lastOffset": self.last_offset,
-        }
 
 
 @dataclass(frozen=True, slots=True)

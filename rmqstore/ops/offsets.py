@@ -42,7 +42,7 @@ from rmqstore.store.queue.interface import QueueRange
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerProgress:
+class ConsumerProgress(JsonModel):
     """One row of consumer progress: a group's committed offset on one queue."""
 
     group: str
@@ -52,21 +52,12 @@ class ConsumerProgress:
     min_offset: int
     max_offset: int
 
+    json_keys = "group topic queue_id consumer_offset min_offset max_offset lag"
+
     @property
     def lag(self) -> int | None:
         """Messages not consumed yet (mqadmin's "Diff"); negative when committed is past the max."""
         return None if self.consumer_offset is None else self.max_offset - self.consumer_offset
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "consumerOffset": self.consumer_offset,
-            "minOffset": self.min_offset,
-            "maxOffset": self.max_offset,
-            "lag": self.lag,
-        }
 
 
 def _queue_ids_on_disk(st: Store) -> dict[str, list[int]]:

@@ -135,11 +135,6 @@ class Loss(JsonModel):
 class Redispatch(JsonModel):
     """Records dispatched into the consume queues and index (the broker's abnormal recovery walk)."""
 
-    json_keys = (
-        "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
-        "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
-    )
-
     from_phy: int
     to_phy: int
     records: int
@@ -147,6 +142,11 @@ class Redispatch(JsonModel):
     index: bool
     only_after_phy: int | None = None  # 5.3.2+ normal recovery: only records past the CQ maximum
     last_cq_timestamp_ms: int = 0  # store time of the last NOT/COMMIT record: checkpoint logics value
+
+    json_keys = (
+        "from_phy=fromPhyOffset to_phy=toPhyOffset records consume_queue index only_after_phy=onlyAfterPhyOffset "
+        "last_cq_timestamp_ms=lastConsumeQueueTimestamp"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -799,7 +799,11 @@ def pending_plan(root: Path) -> RecoverPlan | None:
 
 
 @dataclass
-class RecoverResult:
+class RecoverResult(JsonModel):
+    json_keys = (
+        "resumed steps_done=steps dispatch=redispatch rebuild checkpoint quarantine_dir=quarantine process_offset"
+    )
+
     plan: RecoverPlan
     resumed: bool
     steps_done: list[str]
@@ -810,16 +814,9 @@ class RecoverResult:
 
     exit_code = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "resumed": self.resumed,
-            "steps": self.steps_done,
-            "redispatch": self.dispatch,
-            "rebuild": self.rebuild,
-            "checkpoint": self.checkpoint,
-            "quarantine": self.quarantine_dir,
-            "processOffset": self.plan.process_offset,
-        }
+    @property
+    def process_offset(self) -> int:
+        return self.plan.process_offset
 
 
 def apply_recover(

@@ -59,12 +59,6 @@ class RedispatchPlan(JsonModel):
     """A rebuild made beside the store, how it differs from the current files, and how it is swapped in."""
 
     operation: ClassVar[str] = "redispatch"
-    json_keys = (
-        "store_root=store build_root from_phy=fromPhyOffset to_phy=toPhyOffset stop_reason "
-        "build_consumequeue=consumequeue build_index=index topics output stats queue_diffs=queues "
-        "index_files_current index_files_rebuilt checkpoint_before checkpoint_after notes refusal=refused "
-        "keep_old quarantine"
-    )
 
     store_root: Path
     build_root: Path
@@ -85,6 +79,13 @@ class RedispatchPlan(JsonModel):
     refusal: str | None = None  # why swapping this rebuild in is unsafe (needs force)
     keep_old: bool = True  # the replaced files go to a quarantine folder (else they are deleted)
     quarantine: Path | None = None  # where that folder goes (default: beside the store)
+
+    json_keys = (
+        "store_root=store build_root from_phy=fromPhyOffset to_phy=toPhyOffset stop_reason "
+        "build_consumequeue=consumequeue build_index=index topics output stats queue_diffs=queues "
+        "index_files_current index_files_rebuilt checkpoint_before checkpoint_after notes refusal=refused "
+        "keep_old quarantine"
+    )
 
     @property
     def exit_code(self) -> int:

@@ -120,14 +120,14 @@ class Journal:
 class PendingJournal(JsonModel):
     """An operation a killed or failed run left half done."""
 
-    json_keys = "operation path=journal steps_done failed_step error=blockedBy finish_with"
-
     operation: str
     root: Path
     path: Path
     steps_done: tuple[str, ...]
     failed_step: str | None
     error: str | None
+
+    json_keys = "operation path=journal steps_done failed_step error=blockedBy finish_with"
 
     @property
     def finish_with(self) -> str:

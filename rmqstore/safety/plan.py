@@ -88,14 +88,16 @@ def _codec(hint: Any) -> _Codec:
 
 
 @functools.cache
-def _keys(cls: type) -> tuple[tuple[_Key, ...], frozenset[str]]:
-    """The class's JSON keys in output order, and the attributes its constructor takes."""
+def _keys(cls: type, spec: str | None = None) -> tuple[tuple[_Key, ...], frozenset[str]]:
+    """The class's JSON keys in output order (``spec``, else its ``json_keys``), and the attributes its
+    constructor takes."""
     hints = typing.get_type_hints(cls)
     init = frozenset(f.name for f in fields(cls) if f.init)
-    spec = cls.json_keys.split() if cls.json_keys else [f.name for f in fields(cls)]  # type: ignore[attr-defined]
+    spec = spec if spec is not None else cls.json_keys  # type: ignore[attr-defined]
+    items = spec.split() if spec else [f.name for f in fields(cls)]
     codecs: Mapping[str, _Codec] = cls.json_codecs  # type: ignore[attr-defined]
     out = []
-    for item in spec:
+    for item in items:
         attr, _, key = item.partition("=")
         to, back = codecs.get(attr) or (_codec(hints[attr]) if attr in hints else (_same, None))
         out.append((attr, key or camel(attr), to, back if attr in init else None))
@@ -115,7 +117,11 @@ class JsonModel:
     json_codecs: ClassVar[Mapping[str, _Codec]] = {}
 
     def to_json(self) -> dict[str, Any]:
-        return {key: to(getattr(self, attr)) for attr, key, to, _ in _keys(type(self))[0]}
+        return self.json_view()
+
+    def json_view(self, spec: str | None = None) -> dict[str, Any]:
+        """The JSON of the attributes ``spec`` names (``"attr attr=key ..."``; default: ``json_keys``)."""
+        return {key: to(getattr(self, attr)) for attr, key, to, _ in _keys(type(self), spec)[0]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Self:

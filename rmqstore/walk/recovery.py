@@ -48,11 +48,6 @@ def refuse_unrecoverable(st: Store) -> None:
 class LostRecord(JsonModel):
     """A commit log record removed by the truncation, decoded as far as its bytes allow."""
 
-    json_keys = (
-        "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
-        "store_timestamp_ms=storeTimestamp torn"
-    )
-
     phy_offset: int
     size: int
     topic: str | None
@@ -63,6 +58,11 @@ class LostRecord(JsonModel):
     msg_id: str | None
     store_timestamp_ms: int | None
     torn: bool = False  # only the fixed header was readable
+
+    json_keys = (
+        "phy_offset=commitLogOffset size=storeSize topic queue_id queue_offset keys uniq_key msg_id "
+        "store_timestamp_ms=storeTimestamp torn"
+    )
 
 
 def rel_path(root: Path, path: Path) -> str:

@@ -66,6 +66,7 @@ from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
 from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from rmqstore.rules import rules_for
+from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
 from rmqstore.store.files import map_file
@@ -109,8 +110,10 @@ COUNT_KEYS = (
 
 
 @dataclass(frozen=True, slots=True)
-class RecoveryForecast:
+class RecoveryForecast(JsonModel):
     """What the broker concludes when it loads this store (§8)."""
+
+    json_keys = "last_exit_ok=lastExitOK mode start_file stop_phy_offset stop_reason dropped_records dropped_bytes deleted_files deleted_index_files cq_max_phy_offset truncated_queues dispatch_from"
 
     last_exit_ok: bool  # no abort file
     mode: str  # "normal" | "abnormal"
@@ -124,22 +127,6 @@ class RecoveryForecast:
     cq_max_phy_offset: int  # maxPhyOffsetOfConsumeQueue with this broker's meaning (§8.6)
     truncated_queues: int  # queues with entries at or past the stop: truncateDirtyLogicFiles cuts them
     dispatch_from: int  # where dispatch resumes after recovery (§9.3)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "lastExitOK": self.last_exit_ok,
-            "mode": self.mode,
-            "startFile": self.start_file,
-            "stopPhyOffset": self.stop_phy_offset,
-            "stopReason": self.stop_reason,
-            "droppedRecords": self.dropped_records,
-            "droppedBytes": self.dropped_bytes,
-            "deletedFiles": list(self.deleted_files),
-            "deletedIndexFiles": list(self.deleted_index_files),
-            "cqMaxPhyOffset": self.cq_max_phy_offset,
-            "truncatedQueues": self.truncated_queues,
-            "dispatchFrom": self.dispatch_from,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,15 @@ import numpy as np
 
 from rmqstore.codec.commitlog import offset_msg_id
 from rmqstore.ops.write.uniq import _topic_key_hashes
+from rmqstore.safety.plan import JsonModel
 from rmqstore.walk.columns import Columns
 
 
 @dataclass(frozen=True, slots=True)
-class PlannedRecord:
+class PlannedRecord(JsonModel):
     """One record of the plan, with the values the broker reports for a put."""
+
+    json_keys = "topic queue_id queue_offset phy_offset=commitLogOffset size=storeSize store_timestamp_ms=storeTimestamp sys_flag msg_id uniq_key"
 
     origin: str
     topic: str  # as stored (SCHEDULE_TOPIC_XXXX for a delayed message)
@@ -33,19 +36,6 @@ class PlannedRecord:
     @property
     def msg_id(self) -> str:
         return offset_msg_id(self.store_addr, self.store_port, self.phy_offset)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "queueOffset": self.queue_offset,
-            "commitLogOffset": self.phy_offset,
-            "storeSize": self.size,
-            "storeTimestamp": self.store_timestamp_ms,
-            "sysFlag": self.sys_flag,
-            "msgId": self.msg_id,
-            "uniqKey": self.uniq_key,
-        }
 
 
 class UniqKeyColumn(Sequence[str | None]):
