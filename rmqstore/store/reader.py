@@ -12,7 +12,7 @@ from typing import Self
 
 from rmqstore.codec.commitlog import MIN_RECORD_SIZE_V1, Blank, Record, decode_record, describe_head
 from rmqstore.codec.framing import BLANK, END, RECORD
-from rmqstore.errors import CorruptData, RecordSizeMismatch
+from rmqstore.errors import CorruptData, RecordSizeMismatch, from_os_error
 from rmqstore.store import Store
 from rmqstore.store.layout import Segment, segment_for
 
@@ -28,8 +28,8 @@ def map_readonly(path: Path) -> mmap.mmap | bytes:
             if os.fstat(fh.fileno()).st_size == 0:
                 return b""
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise CorruptData(f"cannot map: {e.strerror}", path=path, pos=0) from None
+    except OSError as e:  # an OS error says what it is (a permission, a missing file), as map_file does
+        raise from_os_error(e, path, doing="open it for reading") from None
 
 
 class MapsOpen:
