@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
+INT_MAX = 0x7FFFFFFF  # Java's Integer.MAX_VALUE: the bound of int fields and counts
 _NUMPY = {"b": ">i1", "h": ">i2", "i": ">i4", "q": ">i8", "4s": ">u4", "16s": "V16"}
 
 

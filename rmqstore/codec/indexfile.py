@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-from rmqstore.codec.fields import Field, lazy_dtypes, struct_of, table
+from rmqstore.codec.fields import INT_MAX, Field, lazy_dtypes, struct_of, table
 from rmqstore.codec.javahash import index_key_hash
 from rmqstore.errors import CorruptData
 from rmqstore.rules import rules_for
@@ -45,7 +45,6 @@ _ENTRY = struct_of(ENTRY_FIELDS)
 ENTRY_SIZE = _ENTRY.size  # 20
 DEFAULT_SLOTS = 5_000_000
 DEFAULT_ENTRIES = 20_000_000
-_INT_MAX = 0x7FFFFFFF
 
 
 def file_size(slots: int, entries: int) -> int:
@@ -175,8 +174,8 @@ class IndexFile:
         diff = int(diff / 1000) if diff >= 0 else -((-diff) // 1000)  # Java truncation toward zero
         if h.begin_timestamp_ms <= 0:
             diff = 0
-        elif diff > _INT_MAX:
-            diff = _INT_MAX
+        elif diff > INT_MAX:
+            diff = INT_MAX
         elif diff < 0:
             diff = 0
         _ENTRY.pack_into(self.buf, self._entries_pos + index_count * ENTRY_SIZE, key_hash, phy_offset, diff, old)

@@ -22,10 +22,10 @@ from rmqstore.codec.commitlog import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from rmqstore.codec.fields import INT_MAX
 from rmqstore.errors import InputError
 from rmqstore.timeparse import parse_time_ms
 
-_INT_MAX = 0x7FFFFFFF
 _LONG_MAX = (1 << 63) - 1
 
 
@@ -98,7 +98,7 @@ class MessageBatch:
             if column is not None and not set(map(type, column)) <= allowed:
                 i = next(i for i, v in enumerate(column) if type(v) not in allowed)
                 raise InputError(f"message {i} of the batch: {name} is a {type(column[i]).__name__}")
-        bad_q = [i for i, q in enumerate(self.queue_id) if q is not None and not 0 <= q <= _INT_MAX]
+        bad_q = [i for i, q in enumerate(self.queue_id) if q is not None and not 0 <= q <= INT_MAX]
         if bad_q:
             raise InputError(f"message {bad_q[0]} of the batch: queueId {self.queue_id[bad_q[0]]} is out of range")
 
@@ -215,7 +215,7 @@ def _simple_message(obj: Any) -> tuple[str, bytes, int | None, str | None, str |
         type(topic) is str
         and topic
         and (text is None or type(text) is str)
-        and (queue_id is None or (type(queue_id) is int and 0 <= queue_id <= _INT_MAX))
+        and (queue_id is None or (type(queue_id) is int and 0 <= queue_id <= INT_MAX))
         and (tags is None or type(tags) is str)
         and (keys is None or type(keys) is str)
     ):
@@ -253,19 +253,19 @@ def message_from_json(obj: Any, *, origin: str = "message") -> Message:
     msg = Message(
         topic=topic,
         body=body,
-        queue_id=_json_int(obj, "queueId", origin, 0, _INT_MAX, None),
+        queue_id=_json_int(obj, "queueId", origin, 0, INT_MAX, None),
         tags=_json_str(obj, "tags", origin),
         keys=keys,
         properties=props,
-        flag=_json_int(obj, "flag", origin, -(1 << 31), _INT_MAX, 0) or 0,
+        flag=_json_int(obj, "flag", origin, -(1 << 31), INT_MAX, 0) or 0,
         sys_flag=sys_flag,
         born_timestamp_ms=_json_time(obj, "bornTimestamp", origin),
         born_host=_json_str(obj, "bornHost", origin),
         store_host=_json_str(obj, "storeHost", origin),
         store_timestamp_ms=_json_time(obj, "storeTimestamp", origin),
         uniq_key=_json_str(obj, "uniqKey", origin),
-        delay_level=_json_int(obj, "delayTimeLevel", origin, -(1 << 31), _INT_MAX, 0) or 0,
-        reconsume_times=_json_int(obj, "reconsumeTimes", origin, -(1 << 31), _INT_MAX, 0) or 0,
+        delay_level=_json_int(obj, "delayTimeLevel", origin, -(1 << 31), INT_MAX, 0) or 0,
+        reconsume_times=_json_int(obj, "reconsumeTimes", origin, -(1 << 31), INT_MAX, 0) or 0,
         prepared_transaction_offset=_json_int(obj, "preparedTransactionOffset", origin, -(1 << 63), _LONG_MAX, 0) or 0,
         wait=wait,
         raw=raw,
@@ -337,7 +337,7 @@ def _json_properties(obj: dict[str, Any], origin: str) -> tuple[tuple[str, str],
 
 def _json_sys_flag(obj: dict[str, Any], origin: str) -> int:
     """``sysFlag`` with the bits of ``transactionType`` (which must not contradict it)."""
-    sys_flag = _json_int(obj, "sysFlag", origin, -(1 << 31), _INT_MAX, 0) or 0
+    sys_flag = _json_int(obj, "sysFlag", origin, -(1 << 31), INT_MAX, 0) or 0
     tx = obj.get("transactionType")
     if tx is not None:
         name = str(tx).upper().removeprefix("TRANSACTION_").removesuffix("_TYPE")

@@ -28,13 +28,14 @@ from typing import Any
 import numpy as np
 
 from rmqstore.codec import indexfile as ix
+from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.errors import CorruptData
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.walk.chain import indexed, queued
-from rmqstore.walk.requests import _INT_MAX, DispatchRequest
+from rmqstore.walk.requests import DispatchRequest
 
 
 def index_file_name(now_ms: int, after: str | None) -> str:
@@ -159,13 +160,13 @@ class _IndexWriter:
             first_begin = begin
             begin = int(ts[0])
             d0 = int(ts[0]) - first_begin
-            d0 = 0 if first_begin <= 0 or d0 < 0 else min(d0 // 1000, _INT_MAX)
+            d0 = 0 if first_begin <= 0 or d0 < 0 else min(d0 // 1000, INT_MAX)
             diffs[0] = d0
             rest = ts[1:].astype(np.int64) - begin
-            diffs[1:] = np.where(rest < 0, 0, np.minimum(rest // 1000, _INT_MAX)) if begin > 0 else 0
+            diffs[1:] = np.where(rest < 0, 0, np.minimum(rest // 1000, INT_MAX)) if begin > 0 else 0
         else:
             d = ts.astype(np.int64) - begin
-            diffs[:] = np.where(d < 0, 0, np.minimum(d // 1000, _INT_MAX)) if begin > 0 else 0
+            diffs[:] = np.where(d < 0, 0, np.minimum(d // 1000, INT_MAX)) if begin > 0 else 0
         out = np.frombuffer(m, dtype=ix.ENTRY_DTYPE, count=k, offset=self.entries_pos + count * ix.ENTRY_SIZE)
         out["key_hash"] = hashes
         out["phy_offset"] = phy

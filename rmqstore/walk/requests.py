@@ -25,9 +25,6 @@ from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import Stop, StopKind
 
-_INT_MAX = 0x7FFFFFFF
-
-
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
 
 

@@ -58,6 +58,7 @@ from rmqstore.codec.commitlog import (
     prop_crc_check,
 )
 from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE, EXT_ADDR_MAX, FILLER_SIZE
+from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.framing import is_record_magic
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
@@ -80,7 +81,6 @@ from rmqstore.walk.lenient import BlankEnd, Damage, DataEnd, Item, Run, intact_r
 from rmqstore.walk.recovery import walk_start
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
-_INT_MAX = 0x7FFFFFFF
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
 _KEY_FLUSH = 1 << 16  # index keys hashed at a time
@@ -1200,7 +1200,7 @@ def _time_diff(ts: np.ndarray, begin_ms: int) -> np.ndarray:
         return np.zeros(len(ts), dtype=np.int64)
     d = ts - begin_ms
     d = np.where(d >= 0, d // 1000, -((-d) // 1000))
-    return np.clip(d, 0, _INT_MAX)
+    return np.clip(d, 0, INT_MAX)
 
 
 def _check_index_coverage(

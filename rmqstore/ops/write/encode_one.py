@@ -30,13 +30,13 @@ from rmqstore.codec.commitlog import (
     encode_prop_crc,
     encode_record,
 )
+from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.messages import Message
 from rmqstore.dispatch.multiqueue import PROP_MULTI_DISPATCH
 from rmqstore.errors import InputError
 from rmqstore.ops.write.append import Planner
 from rmqstore.ops.write.append_point import RECORD_SLACK as _RECORD_SLACK
 from rmqstore.ops.write.validate import (
-    _INT_MAX,
     _PROPS_MAX,
     _V1_TOPIC_MAX,
     PROP_CLUSTER,
@@ -260,7 +260,7 @@ def _encode(
     out = p.out
     chunk = out.chunk
     body = m.body
-    crc = zlib.crc32(body) & _INT_MAX
+    crc = zlib.crc32(body) & INT_MAX
     if len(born[0]) == 4 and len(store[0]) == 4 and len(tb) <= _V1_TOPIC_MAX:
         born_addr, born_port = born
         store_addr, store_port = store

@@ -23,6 +23,7 @@ import numpy as np
 
 from rmqstore.codec.columnar import HEAD_V4_DTYPE
 from rmqstore.codec.commitlog import MAGIC_V1, PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, PROP_WAIT
+from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.messages import Message, MessageBatch
 from rmqstore.errors import InputError
 from rmqstore.ops.write.append import Planner
@@ -30,7 +31,7 @@ from rmqstore.ops.write.append_point import RECORD_SLACK as _RECORD_SLACK
 from rmqstore.ops.write.columns import _keys_index, _merge_index_keys
 from rmqstore.ops.write.encode_one import put_one
 from rmqstore.ops.write.uniq import _hex4_bytes, _split_fixed, _string_hashes, _topic_prefix_hashes, _uniq_key_hashes
-from rmqstore.ops.write.validate import _INT_MAX, _PROPS_MAX, _V1_TOPIC_MAX, PROP_CLUSTER, _PropsFormat
+from rmqstore.ops.write.validate import _PROPS_MAX, _V1_TOPIC_MAX, PROP_CLUSTER, _PropsFormat
 from rmqstore.store import config as cfgmod
 from rmqstore.walk.columns import topic_key_hashes
 
@@ -248,7 +249,7 @@ class RunLane:
                 limit[n], can_pick[n], tlen[n] = -1, False, 0
                 continue
             tc, tb = info
-            limit[n] = _INT_MAX if tc is None else max(tc.write_queue_nums, tc.read_queue_nums)
+            limit[n] = INT_MAX if tc is None else max(tc.write_queue_nums, tc.read_queue_nums)
             can_pick[n] = tc is not None and tc.write_queue_nums > 0
             tlen[n] = len(tb)
             if t not in self.topic_prefix:
@@ -305,7 +306,7 @@ class RunLane:
         ts = self._store_times(len(qv))
         uniq_head, utime, uctr = self.p.keys_gen.many_parts(ts, self.born_addr)
         qoff = self._queue_offsets(run.tids, qv)
-        crc = np.fromiter(map(zlib.crc32, run.bodies), np.int64, len(qv)) & _INT_MAX
+        crc = np.fromiter(map(zlib.crc32, run.bodies), np.int64, len(qv)) & INT_MAX
         args = self._format_args(run, fmt, utime, uctr)
         phy = self._lay_out(run, self.record_format(fmt, uniq_head), args, qv, qoff, crc, ts)
         self._add_columns(run, qv, qoff, phy, ts, uniq_head, utime, uctr)

@@ -10,8 +10,8 @@ from itertools import chain
 
 import numpy as np
 
+from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import java_hash, java_hash_batch
-from rmqstore.ops.write.validate import _INT_MAX
 from rmqstore.walk.columns import range_hashes, topic_key_hashes
 
 
@@ -25,9 +25,9 @@ class UniqKeySource:
 
     def __init__(self, *, seed: int | None = None):
         if seed is None:
-            pid, class_loader_hash = os.getpid(), int.from_bytes(os.urandom(4), "big") & _INT_MAX
+            pid, class_loader_hash = os.getpid(), int.from_bytes(os.urandom(4), "big") & INT_MAX
         else:
-            pid, class_loader_hash = seed, zlib.crc32(str(seed).encode()) & _INT_MAX
+            pid, class_loader_hash = seed, zlib.crc32(str(seed).encode()) & INT_MAX
         self._tail = struct.pack(">Hi", pid & 0xFFFF, class_loader_hash)
         self._counter = 0
         self._month = (0, -1)  # [start, end) of the cached month, ms

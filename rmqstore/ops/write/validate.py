@@ -17,7 +17,6 @@ from rmqstore.store import config as cfgmod
 from rmqstore.store.layout import StoreConfig
 
 PROP_CLUSTER = "CLUSTER"
-_INT_MAX = 0x7FFFFFFF
 _PROPS_MAX = 32767  # Short.MAX_VALUE: PROPERTIES_SIZE_EXCEEDED above it
 _V1_TOPIC_MAX = 127  # TOPICLENGTH is a signed byte in V1
 
