@@ -307,7 +307,7 @@ def _commitlog_info(
     """Commit log summary, the number of queueable records after ``hint`` (the record of the
     furthest consume queue entry: phy offset, size), and problems."""
     cfg = st.config
-    dirs = tuple(str(d) for d in (cfg.commitlog_dirs or (cfg.commitlog_dir,)))
+    dirs = tuple(str(d) for d in cfg.log_dirs if d.is_dir() or not cfg.dledger)
     if not segs:
         return CommitLogInfo(dirs, cfg.commitlog_file_size, (), -1, -1, -1, None, None), 0, []
     start = len(segs) - 1
