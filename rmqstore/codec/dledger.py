@@ -84,9 +84,7 @@ class IndexUnit:
 def decode_header(buf: Any, pos: int, *, path: str | None = None) -> EntryHeader:
     """The entry header at ``pos`` (CorruptData when fewer than 48 bytes are left)."""
     if pos + HEADER_SIZE > len(buf):
-        raise CorruptData(
-            f"DLedger entry header needs {HEADER_SIZE} bytes, {len(buf) - pos} left", path=path, pos=pos
-        )
+        raise CorruptData(f"DLedger entry header needs {HEADER_SIZE} bytes, {len(buf) - pos} left", path=path, pos=pos)
     return EntryHeader(*_HEADER.unpack_from(buf, pos))
 
 
@@ -124,6 +122,7 @@ class DLedgerFraming(Framing):
     head = HEADER_SIZE
     blank_mark = (_SIZE.pack(BLANK_MAGIC, 0)[:4], 0)
     appendable = False  # entries written to one member of a Raft group make it diverge from its peers
+    blank_tells_version = False  # the DLedger library writes its blanks the same in every broker version
 
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
         if pos + 8 > end:

@@ -74,6 +74,7 @@ class Framing:
     head = 0  # bytes of a frame before its record
     blank_mark = (_BLANK_BYTES, 4)  # bytes found in every blank frame, and where in the frame
     appendable = True  # ``write`` lays out plain frames only: it refuses a store in any other framing
+    blank_tells_version = True  # the broker's CommitLog wrote the blank: its tail tells which version
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
         """Record positions of the frames chained from ``start``; returns (positions, stop, reason).

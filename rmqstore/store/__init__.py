@@ -42,8 +42,8 @@ from rmqstore.store.layout import (
     Segment,
     StoreConfig,
     find_broker_config,
-    list_segments,
     load_broker_config,
+    log_segments,
 )
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues
 from rmqstore.store.queue.consumequeue import FileConsumeQueues
@@ -120,16 +120,7 @@ class Store:
         return commitlog_framing(self.config)
 
     def commitlog_segments(self) -> tuple[list[Segment], list[Problem]]:
-        segs: list[Segment] = []
-        problems: list[Problem] = []
-        cfg, framing = self.config, self.framing
-        for d in cfg.log_dirs:
-            f = framing if cfg.dledger == (d in cfg.dledger_data_dirs) else PLAIN  # a migrated store's old part
-            s, p = list_segments(d, cfg.commitlog_file_size)
-            segs += s if f is PLAIN else [replace(x, framing=f) for x in s]
-            problems += p
-        segs.sort(key=lambda s: s.base_offset)
-        return segs, problems
+        return log_segments(self.config, self.framing, self.config.commitlog_file_size)
 
     def min_phy_offset(self) -> int:
         """The commit log's min offset: the first file's start (0 without files)."""

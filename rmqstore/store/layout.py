@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -430,6 +430,20 @@ class Segment:
     @property
     def end_offset(self) -> int:
         return self.base_offset + self.size
+
+
+def log_segments(cfg: StoreConfig, framing: Framing, expected_size: int | None) -> tuple[list[Segment], list[Problem]]:
+    """The files of the commit log chain in offset order, each with its framing: ``framing`` for the
+    store's own log, plain files for the part a DLedger store kept from before it was migrated."""
+    segs: list[Segment] = []
+    problems: list[Problem] = []
+    for d in cfg.log_dirs:
+        f = framing if cfg.dledger == (d in cfg.dledger_data_dirs) else PLAIN
+        s, p = list_segments(d, expected_size)
+        segs += s if f is PLAIN else [replace(x, framing=f) for x in s]
+        problems += p
+    segs.sort(key=lambda s: s.base_offset)
+    return segs, problems
 
 
 def list_segments(directory: Path, expected_size: int | None) -> tuple[list[Segment], list[Problem]]:
