@@ -640,6 +640,8 @@ def _plan_checkpoint(
     """
     before = _cp_dict(f.cp) if f.cp_bytes is not None else None
     after = _cp_dict(f.cp)
+    if cfg.dledger and 0 < f.end.last_ts < after["physicMsgTimestamp"]:
+        after["physicMsgTimestamp"] = f.end.last_ts  # records after it were cut: the last one kept is flushed
     if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
         after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
     index_pending = (dispatch is not None and dispatch.index) or rebuild_index
@@ -846,7 +848,8 @@ def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[L
         if lost:
             detail += f"; {lost} stay missing"
         out.append(Loss("cq-entries", lost, detail, "--rebuild-consumequeue" if lost else None, tuple(cq.examples)))
-    if path == "normal" and cfg.message_index_enable and not_indexed and not rules.normal_dispatch_beyond_cq:
+    dispatched = rules.normal_dispatch_beyond_cq or cfg.dledger
+    if path == "normal" and cfg.message_index_enable and not_indexed and not dispatched:
         if rules.start_catches_up:
             detail = (
                 f"records after the last indexed offset {last_index_end} are indexed only from the consume "
@@ -1298,7 +1301,8 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
                     qdir.parent.rmdir()
                 except OSError:
                     pass
-            fsync_dir(qdir.parent if qe is None else qdir)
+            # a topic directory the re-dispatch created went with its last queue
+            fsync_dir(qdir if qe is not None else qdir.parent if qdir.parent.exists() else qdir.parent.parent)
     if plan.dispatch is not None and plan.dispatch.consume_queue and journal.state.get("batchQueues") is not None:
         _rollback_batch_queues(st, journal.state["batchQueues"])
     if plan.dispatch is not None and plan.dispatch.index:

@@ -148,10 +148,11 @@ class KeptEntries:
 
     def place(self, i: int) -> tuple[Segment, int]:
         """(data file, byte position in it) of entry row ``i``."""
+        row = i
         for seg, n in self.files:
-            if i < n:
+            if row < n:
                 return seg, int(self.pos[i]) - seg.base_offset
-            i -= n
+            row -= n
         raise IndexError(i)
 
     def units(self) -> np.ndarray:

@@ -245,11 +245,13 @@ class RecoveryEnd:
     last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
     not_indexed: int = 0  # records past the last index file's end that the index would get
     last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
+    last_ts: int = 0  # store time of the last valid record
 
     def add(self, w: FileWalk, last_index_end: int, max_cq: int) -> None:
         self.records += len(w.pos)
         if len(w.pos):
             self.last_record = w.seg.base_offset + int(w.pos[-1])
+            self.last_ts = int(w.store_ts[-1])
         self.not_indexed += int(((w.phy > last_index_end) & indexed(w.sys_flag)).sum())
         ci = np.flatnonzero(queued(w.sys_flag))
         if ci.size:
