@@ -172,6 +172,31 @@ class DLedgerFraming(Framing):
             break
         return np.frombuffer(out, dtype=np.int64) if len(out) else np.zeros(0, np.int64), pos, reason
 
+    def record_candidates(self, buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
+        """Records whose 48 bytes before them are a sound entry header for them (magic, sizes, and the
+        position field saying where the record's PHYSICALOFFSET puts the entry)."""
+        import numpy as np
+
+        recs = super().record_candidates(buf, size, lo, hi)
+        recs = recs[recs >= HEADER_SIZE]
+        if not recs.size:
+            return recs
+        be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
+        be64 = np.ndarray((size - 7,), dtype=">i8", buffer=buf, strides=(1,))
+        frame = recs - HEADER_SIZE
+        ok = (be32[frame] == ENTRY_MAGIC) & (be32[frame + 4] == be32[recs] + HEADER_SIZE)
+        ok &= be32[frame + 44] == be32[recs]
+        fit = recs + 36 <= size
+        ok[fit] &= be64[frame[fit] + 24] == be64[recs[fit] + 28] - HEADER_SIZE
+        del be32, be64
+        return recs[ok]
+
+    def frame_problem(self, buf: Any, pos: int, end: int) -> str | None:
+        if pos + HEADER_SIZE > end:
+            return None
+        head = decode_header(buf, pos)
+        return header_problem(head, head.pos if head.magic == ENTRY_MAGIC else pos, end - pos)
+
     def _frames(self, u8: np.ndarray, frame: int, record: int, total: int) -> bool:
         if frame < 0:
             return False

@@ -181,6 +181,11 @@ class Framing:
             step *= 2
         return None
 
+    def frame_problem(self, buf: Any, pos: int, end: int) -> str | None:
+        """What is wrong with the frame head at ``pos`` (None: nothing the frame itself says; the record
+        decoder explains the rest)."""
+        return None
+
     def _frames(self, u8: np.ndarray, frame: int, record: int, total: int) -> bool:
         """Whether the frame at ``frame`` holds exactly the record at ``record`` of ``total`` bytes."""
         return True

@@ -104,6 +104,10 @@ def _not_intact(buf: Any, seg: Segment, at: int, size: int, broker: str) -> Corr
     return CorruptData(what, path=path, pos=at, phy_offset=base + at)
 
 
+def _bad_frame(seg: Segment, pos: int, why: str) -> CorruptData:
+    return CorruptData(why, path=str(seg.path), pos=pos, phy_offset=seg.base_offset + pos)
+
+
 def intact_record(buf: Any, pos: int, *, path: str, file_from: int, broker: str) -> Record:
     """The record at a position the walk found readable (in a Run)."""
     rec = decode_record(buf, pos, path=path, file_from=file_from, broker=broker)
@@ -188,7 +192,8 @@ def walk_file(
                 yield BlankEnd(pos, frame_end - pos, error)
                 return
         else:
-            error = _not_intact(buf, seg, at, size, broker)
+            why = framing.frame_problem(buf, pos, size)
+            error = _not_intact(buf, seg, at, size, broker) if why is None else _bad_frame(seg, pos, why)
             q = starts.resync(pos)
         if q is None:
             yield DataEnd(pos, garbage, zero_tail_start(buf, pos, size, path=seg.path), error)
