@@ -18,13 +18,14 @@ from conftest import (
     dledger_torn_tail,
     load_truth,
 )
-from test_recover import assert_serves
+from test_recover import assert_serves, served
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.codec.dledger import INDEX_UNIT_SIZE, parse_member_file
+from rmqstore.codec.dledger import DLEDGER, INDEX_UNIT_SIZE, parse_member_file
 from rmqstore.store import open_store
 from rmqstore.store.dledger import DLedgerIndex
+from rmqstore.store.layout import Segment
 from rmqstore.walk.dledger import entry_findings, iter_entries
 
 runner = CliRunner()
@@ -240,10 +241,7 @@ def migrated_store(tmp: Path) -> tuple[Path, dict[tuple[str, int], int], int]:
     return root, sizes, divided
 
 
-def _seg(p: Path):
-    from rmqstore.codec.dledger import DLEDGER
-    from rmqstore.store.layout import Segment
-
+def _seg(p: Path) -> Segment:
     return Segment(p, int(p.name), p.stat().st_size, DLEDGER)
 
 
@@ -281,8 +279,6 @@ def test_migrated_store_recovers_both_parts(tmp_path: Path) -> None:
     for r in (r for r in rows if "topic" in r):  # blanks are rows too
         got.setdefault((r["topic"], r["queueId"]), []).append(uniq(r))
     assert {k: v for k, v in got.items() if v} == {k: v for k, v in want.items() if v}
-    from test_recover import served
-
     for (topic, qid), (max_offset, msgs) in served(root).items():
         assert [uniq(m) for m in msgs] == want[(topic, qid)], (topic, qid)
         assert max_offset == len(want[(topic, qid)])
