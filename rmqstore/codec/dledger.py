@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2
+from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2, explain_invalid
 from rmqstore.codec.framing import BLANK, END, INVALID, RECORD, UNTIL, Framing
 from rmqstore.errors import CorruptData
 
@@ -131,6 +131,34 @@ class DLedgerFraming(Framing):
         _, size, index, term, pos = _FRAME.unpack_from(buf, record_pos - HEADER_SIZE)
         return index, term, pos, size
 
+    def sound_frames(self, buf: Any, size: int, file_from: int, records: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        frames = records - HEADER_SIZE
+        ok = frames >= 0
+        at = np.where(ok, frames, 0)
+        be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
+        be64 = np.ndarray((size - 7,), dtype=">i8", buffer=buf, strides=(1,))
+        try:
+            ok &= be32[at] == ENTRY_MAGIC
+            ok &= be32[at + 4] == ends - frames
+            ok &= be32[at + 44] == ends - records
+            ok &= be64[at + 24] == file_from + frames
+        finally:
+            del be32, be64
+        return ok
+
+    def explain(self, buf: Any, pos: int, **where: Any) -> CorruptData:
+        file_from = where.get("file_from", 0)
+        end = where.get("end") or len(buf)
+        if pos + HEADER_SIZE > end:
+            why = f"DLedger entry header needs {HEADER_SIZE} bytes, {end - pos} left"
+        else:
+            why = header_problem(decode_header(buf, pos), file_from + pos, end - pos)
+        if why is None:
+            return explain_invalid(buf, pos + HEADER_SIZE, **where)
+        return CorruptData(why, path=where.get("path", "<buffer>"), pos=pos, phy_offset=file_from + pos)
+
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
         if pos + 8 > end:
             return END, pos, pos
@@ -178,31 +206,6 @@ class DLedgerFraming(Framing):
                 reason = INVALID
             break
         return np.frombuffer(out, dtype=np.int64) if len(out) else np.zeros(0, np.int64), pos, reason
-
-    def record_candidates(self, buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
-        """Records whose 48 bytes before them are a sound entry header for them (magic, sizes, and the
-        position field saying where the record's PHYSICALOFFSET puts the entry)."""
-        import numpy as np
-
-        recs = super().record_candidates(buf, size, lo, hi)
-        recs = recs[recs >= HEADER_SIZE]
-        if not recs.size:
-            return recs
-        be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
-        be64 = np.ndarray((size - 7,), dtype=">i8", buffer=buf, strides=(1,))
-        frame = recs - HEADER_SIZE
-        ok = (be32[frame] == ENTRY_MAGIC) & (be32[frame + 4] == be32[recs] + HEADER_SIZE)
-        ok &= be32[frame + 44] == be32[recs]
-        fit = recs + 36 <= size
-        ok[fit] &= be64[frame[fit] + 24] == be64[recs[fit] + 28] - HEADER_SIZE
-        del be32, be64
-        return recs[ok]
-
-    def frame_problem(self, buf: Any, pos: int, end: int) -> str | None:
-        if pos + HEADER_SIZE > end:
-            return None
-        head = decode_header(buf, pos)
-        return header_problem(head, head.pos if head.magic == ENTRY_MAGIC else pos, end - pos)
 
     def _frames(self, u8: np.ndarray, frame: int, record: int, total: int) -> bool:
         if frame < 0:

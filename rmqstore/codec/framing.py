@@ -20,7 +20,8 @@ import struct
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from rmqstore.codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFFSETS_V4, read_head
+from rmqstore.codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFFSETS_V4, explain_invalid, read_head
+from rmqstore.errors import CorruptData
 
 if TYPE_CHECKING:
     import numpy as np
@@ -136,6 +137,19 @@ class Framing:
         """The MAGICCODE of the record in the frame at ``pos``."""
         return read_head(buf, pos + self.head)[1]
 
+    def sound_frames(
+        self, buf: Any, size: int, file_from: int, records: np.ndarray, ends: np.ndarray
+    ) -> np.ndarray | None:
+        """Which of the well-formed ``records`` (ending at ``ends``) sit in a sound frame of their own;
+        None when the record is the whole frame."""
+        return None
+
+    def explain(self, buf: Any, pos: int, **where: Any) -> CorruptData:
+        """Why the frame at ``pos`` stops a walk (``where``: ``decode_record``'s keyword arguments): what
+        the decoder says of the bytes where ``step`` places the frame's record."""
+        at = self.step(buf, pos, where.get("end") or len(buf))[1]
+        return explain_invalid(buf, at, **where)
+
     def frame_of(self, record_pos: np.ndarray | int) -> Any:
         """Frame positions of records at ``record_pos``."""
         return record_pos - self.head
@@ -185,11 +199,6 @@ class Framing:
                     return at + c
             at = stop
             step *= 2
-        return None
-
-    def frame_problem(self, buf: Any, pos: int, end: int) -> str | None:
-        """What is wrong with the frame head at ``pos`` (None: nothing the frame itself says; the record
-        decoder explains the rest)."""
         return None
 
     def _frames(self, u8: np.ndarray, frame: int, record: int, total: int) -> bool:
