@@ -1186,34 +1186,25 @@ def _step_extend(st: Store, plan: RecoverPlan) -> None:
 
 
 def _step_dledger_index(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
-    """Write the DLedger index units the kept entries need, zero the units past them, delete the index
-    files past them."""
+    """Zero the DLedger index units past the kept entries and delete the index files past them, then
+    write the units the kept entries need (a range planned for rewriting is zeroed first: no matter)."""
+    _step_remove(st, plan, "dledger-index", hook)
+    rewrites = [a for a in plan.actions if a.step == "dledger-index" and a.verb == "rewrite"]
+    if not rewrites:
+        return
     root = Path(st.root)
-    segs, _ = st.commitlog_segments()
-    kept = kept_entries(segs, plan.process_offset)
-    dirs: set[Path] = set()
-    for i, a in enumerate(x for x in plan.actions if x.step == "dledger-index"):
+    kept = kept_entries(st.commitlog_segments()[0], plan.process_offset)
+    for a in rewrites:
         p = _abs(root, a.path)
-        if a.verb == "delete":
-            if _unlink(p):
-                dirs.add(p.parent)
-        elif a.verb == "zero":
-            if p.exists():
-                _zero_range(p, a.from_pos, a.to_pos)
-        else:
-            if not p.exists():
-                _new_zero_file(root, p, st.config.dledger_index_file_size)
-                dirs.add(p.parent)
-            fd = os.open(p, os.O_WRONLY)
-            try:
-                os.pwrite(fd, unit_bytes(kept, int(p.name), a.from_pos, a.to_pos), a.from_pos)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        if i == 0:
-            hook("recover:dledger-index#1")
-    for d in dirs:
-        fsync_dir(d)
+        if not p.exists():
+            _new_zero_file(root, p, st.config.dledger_index_file_size)
+            fsync_dir(p.parent)
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            os.pwrite(fd, unit_bytes(kept, int(p.name), a.from_pos, a.to_pos), a.from_pos)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _new_zero_file(root: Path, path: Path, size: int) -> None:
