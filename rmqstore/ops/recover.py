@@ -62,7 +62,7 @@ from rmqstore.safety.files import (
 )
 from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, register
 from rmqstore.safety.plan import JsonModel
-from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
+from rmqstore.safety.quarantine import Quarantine, check_quarantine_dir, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig
@@ -341,13 +341,8 @@ def default_quarantine(root: Path, now_ms: int) -> Path:
 
 
 def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
-    q = Path(qdir).resolve()
-    for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR):
-        try:
-            q.relative_to(Path(d).resolve())
-        except ValueError:
-            continue
-        raise InputError(f"--quarantine {qdir} is inside {d}: choose a folder outside the store's data directories")
+    dirs = [cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR]
+    check_quarantine_dir(qdir, dirs)
 
 
 def _commitlog_cut_actions(
