@@ -265,6 +265,8 @@ def walk_tail(side: str, segs: Sequence[Segment], offset: int, broker: str) -> T
                     _add_run(t, index, buf, seg, item, broker)
                 elif isinstance(item, Damage):
                     _add_damage(t, side, seg, item.pos, item.resume, item.why)
+                elif isinstance(item, BlankEnd) and item.error is not None:  # a blank that does not fit the file
+                    _add_damage(t, side, seg, item.pos, seg.size, item.error.what)
                 elif isinstance(item, BlankEnd):
                     _add_blank(t, seg, item.pos, seg.size - item.pos)
                 elif item.garbage is not None:  # DataEnd with bytes after it
