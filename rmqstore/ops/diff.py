@@ -38,7 +38,7 @@ from rmqstore.store.layout import Segment
 from rmqstore.walk.chain import holds_data, queued
 from rmqstore.walk.lenient import BlankEnd, Damage, DataEnd, Run, boundaries, intact_record, walk_file
 
-BLOCK = 8 << 20  # bytes of each side compared at a time
+BLOCK = 128 << 10  # bytes of each side compared at a time: both blocks stay in the CPU cache
 
 IDENTICAL, A_BEHIND, B_BEHIND, DIVERGED = "identical", "a-behind", "b-behind", "diverged"
 
