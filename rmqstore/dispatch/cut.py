@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,18 +160,28 @@ def commitlog_cuts(
     return out
 
 
-def remove(root: Path, removals: Sequence[Removal]) -> None:
-    """Zero the ranges and delete the files of ``removals`` (again after a kill: the same end state)."""
+def _carry_out(root: Path, removals: Sequence[Removal], zero: Callable[[Path, Removal], bool]) -> None:
+    """Delete the files of ``removals`` and zero the others with ``zero`` (True: it deleted files beside)."""
     dirs: set[Path] = set()
     for a in removals:
         p = in_store(root, a.path)
         if a.verb == "delete":
             if unlink_if_present(p):
                 dirs.add(p.parent)
-        elif p.exists():
-            zero_range(p, a.from_pos, a.to_pos)
+        elif p.exists() and zero(p, a):
+            dirs.add(p.parent)
     for d in dirs:
         fsync_dir(d)
+
+
+def _zero_planned(p: Path, a: Removal) -> bool:
+    zero_range(p, a.from_pos, a.to_pos)
+    return False
+
+
+def remove(root: Path, removals: Sequence[Removal]) -> None:
+    """Zero the ranges and delete the files of ``removals`` (again after a kill: the same end state)."""
+    _carry_out(root, removals, _zero_planned)
 
 
 # -- consume queues ----------------------------------------------------------------------------
@@ -183,23 +193,16 @@ def queue_removal(root: Path, step: str, c: QueueCut, why: str) -> Removal:
     )
 
 
+def _zero_queue_tail(p: Path, a: Removal) -> bool:
+    zero_range(p, a.from_pos, data_end(p, a.from_pos))
+    later = [x for x in list_segments(p.parent, None)[0] if x.base_offset > int(p.name)]
+    return any([unlink_if_present(x.path) for x in later])
+
+
 def cut_queue_tails(root: Path, removals: Sequence[Removal]) -> None:
     """``truncateDirtyLogicFiles``: the planned queue files deleted, and in the file that stays every unit
     from the cut on zeroed with the files after it gone (whatever was appended after the plan too)."""
-    dirs: set[Path] = set()
-    for a in removals:
-        p = in_store(root, a.path)
-        if a.verb == "delete":
-            if unlink_if_present(p):
-                dirs.add(p.parent)
-        elif p.exists():
-            zero_range(p, a.from_pos, data_end(p, a.from_pos))
-            segs, _ = list_segments(p.parent, None)
-            for s in segs:
-                if s.base_offset > int(p.name) and unlink_if_present(s.path):
-                    dirs.add(p.parent)
-    for d in dirs:
-        fsync_dir(d)
+    _carry_out(root, removals, _zero_queue_tail)
 
 
 # -- index files (§5) --------------------------------------------------------------------------

@@ -128,3 +128,26 @@ def test_the_5x_checkpoint_offsets_come_back_to_the_cut(master: Path) -> None:
     assert runner.invoke(app, ["truncate", str(master), "--to-offset", str(CUT), "-q", "--no-quarantine"]).exit_code == 0  # fmt: skip
     cp = cpmod.decode(cp_path.read_bytes())
     assert (cp.master_flushed_offset, cp.confirm_phy_offset) == (CUT, CUT)
+
+
+def test_apply_is_asked_on_a_terminal(master: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmqstore.cli import _plan
+
+    class Tty:
+        stdin = stdout = type("T", (), {"isatty": staticmethod(lambda: True)})()
+
+    monkeypatch.setattr(_plan, "sys", Tty)
+    before = data_files(master)
+    r = runner.invoke(app, ["truncate", str(master), "--to-offset", str(CUT), "-f", "plain"], input="n\n")
+    assert r.exit_code == 0 and "Apply?" in r.output
+    assert data_files(master) == before
+    r = runner.invoke(app, ["truncate", str(master), "--to-offset", str(CUT), "-f", "plain", "-q"], input="y\n")
+    assert r.exit_code == 0 and data_files(master) != before
+
+
+@pytest.mark.parametrize("command", ["diff", "truncate"])
+def test_a_dledger_store_is_refused(master: Path, tmp_path: Path, command: str) -> None:
+    (master / "dledger-n0" / "data").mkdir(parents=True)
+    argv = [command, str(master)] + ([str(master)] if command == "diff" else ["--to-offset", str(CUT)])
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 7 and "DLedger" in r.output
