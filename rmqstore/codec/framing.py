@@ -74,6 +74,7 @@ class Framing:
     head = 0  # bytes of a frame before its record
     blank_mark = (_BLANK_BYTES, 4)  # bytes found in every blank frame, and where in the frame
     appendable = True  # ``write`` lays out plain frames only: it refuses a store in any other framing
+    blank_tells_version = True  # the broker's CommitLog wrote the blank: its tail tells which version
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
         """Record positions of the frames chained from ``start``; returns (positions, stop, reason).
@@ -124,6 +125,12 @@ class Framing:
         if total == 0 and magic == 0:
             return END, pos, pos
         return INVALID, pos, pos
+
+    frame_fields: tuple[str, ...] = ()  # what a frame says of its record besides the record (dump's extra fields)
+
+    def frame_values(self, buf: Any, record_pos: int) -> tuple[int, ...]:
+        """The values of ``frame_fields`` for the record at ``record_pos``."""
+        return ()
 
     def magic_at(self, buf: Any, pos: int) -> int:
         """The MAGICCODE of the record in the frame at ``pos``."""
