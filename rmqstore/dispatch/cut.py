@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from rmqstore.codec import checkpoint as cpmod
+from rmqstore.codec import dledger as dl
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import MIN_RECORD_SIZE_V1, Record, decode_record, offset_msg_id, torn_head
 from rmqstore.errors import CorruptData
-from rmqstore.safety.files import fsync_dir, scratch_dir, unlink_if_present, zero_range
+from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir, unlink_if_present, zero_range
 from rmqstore.safety.plan import JsonModel
+from rmqstore.store.dledger import read_member
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.store.queue.interface import QueueCut
@@ -268,6 +270,66 @@ def cut_index_file(path: Path, cfg: StoreConfig, offset: int, reader: CommitLogR
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+# -- the DLedger member (DLedger mode) --------------------------------------------------------
+
+
+def first_entry_at(cfg: StoreConfig, offset: int) -> int | None:
+    """The index of the first DLedger entry at or past data offset ``offset`` (from the index units),
+    None when every entry is before it."""
+    index_files, _ = list_segments(cfg.dledger_index_dir, None)
+    for seg in index_files:
+        with map_file(seg.path) as buf:
+            units = np.frombuffer(buf, dtype=_UNIT_DTYPE, count=len(buf) // dl.INDEX_UNIT_SIZE)
+            hit = np.flatnonzero((units["magic"] != 0) & (units["pos"] >= offset))
+            found = int(units["index"][hit[0]]) if hit.size else None
+            del units
+        if found is not None:
+            return found
+    return None
+
+
+_UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
+
+
+def dledger_cuts(
+    root: Path, cfg: StoreConfig, offset: int, *, step: str
+) -> tuple[list[Removal], dict[str, str] | None]:
+    """The DLedger index units of the entries at or past ``offset`` (files after the one holding the first
+    deleted, its tail zeroed), and the member checkpoint with ``endIndex`` and ``committedIndex`` no
+    later than the last kept entry (None when it needs no change)."""
+    first = first_entry_at(cfg, offset)
+    if first is None:
+        return [], None
+    out = []
+    cut_at = first * dl.INDEX_UNIT_SIZE
+    for seg in list_segments(cfg.dledger_index_dir, None)[0]:
+        rel = rel_path(root, seg.path)
+        if seg.base_offset >= cut_at:
+            why = f"index units of DLedger entries from {first} on (at or past {offset})"
+            out.append(Removal(step, "delete", "dledger-index", rel, 0, seg.size, why))
+        elif seg.base_offset + seg.size > cut_at:
+            end = data_end(seg.path, cut_at - seg.base_offset)
+            if end > cut_at - seg.base_offset:
+                why = f"index units of DLedger entries from {first} on (at or past {offset})"
+                out.append(Removal(step, "zero", "dledger-index", rel, cut_at - seg.base_offset, end, why))
+    member = read_member(cfg)
+    values = dict(member.checkpoint.values or {})
+    after = dict(values)
+    for key in ("endIndex", "committedIndex"):
+        n = member.checkpoint.number(key)
+        if n is not None and n > first - 1:
+            after[key] = str(first - 1)
+    return out, (after if after != values else None)
+
+
+def write_member_checkpoint(cfg: StoreConfig, values: dict[str, str], tmp_root: Path) -> None:
+    """The DLedger member checkpoint and its ``.bak`` (which DLedger reads when the file is missing)."""
+    data = dl.encode_member_file(values)
+    path = cfg.dledger_checkpoint_path
+    for p in (path.with_name(path.name + ".bak"), path):
+        atomic_write(p, data, tmp_dir=scratch_dir(tmp_root, "tmp"))
 
 
 # -- the checkpoint (§6) -----------------------------------------------------------------------

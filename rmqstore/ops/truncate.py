@@ -31,10 +31,12 @@ from rmqstore.dispatch.cut import (
     commitlog_cuts,
     cut_index_file,
     cut_queue_tails,
+    dledger_cuts,
     in_store,
     index_cuts,
     queue_removal,
     remove,
+    write_member_checkpoint,
 )
 from rmqstore.errors import CorruptData, InputError, UnsafePlan, UsageError
 from rmqstore.safety.actions import PlannedAction
@@ -53,7 +55,7 @@ from rmqstore.walk.recovery import read_checkpoint_bytes
 from rmqstore.walk.requests import ScanStop
 
 JOURNAL_FORMAT = 1
-STEPS = ("quarantine", "index-cut", "cq-truncate", "commitlog-truncate", "checkpoint")
+STEPS = ("quarantine", "index-cut", "cq-truncate", "commitlog-truncate", "dledger-cut", "checkpoint")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class TruncatePlan(JsonModel):
     json_keys = (
         "root=store broker=brokerVersion to_offset to_time data_end last_kept=lastKeptOffset "
         "last_kept_ts=lastKeptStoreTimestamp actions checkpoint_before checkpoint_after write_checkpoint "
-        "quarantine_dir=quarantine created_ms=createdAt notes"
+        "quarantine_dir=quarantine created_ms=createdAt notes dledger_checkpoint member_checkpoint"
     )
 
     root: str
@@ -81,9 +83,13 @@ class TruncatePlan(JsonModel):
     quarantine_dir: str | None
     created_ms: int
     notes: tuple[str, ...] = ()
+    dledger_checkpoint: dict[str, str] | None = None  # DLedger mode: the member checkpoint after the cut
+    member_checkpoint: str | None = None  # where that checkpoint is
 
     def steps(self) -> list[str]:
         have = {a.step for a in self.actions} | ({"checkpoint"} if self.write_checkpoint else set())
+        if self.dledger_checkpoint is not None:
+            have.add("dledger-cut")
         if have and self.quarantine_dir is not None:
             have.add("quarantine")
         return [s for s in STEPS if s in have]
@@ -106,6 +112,9 @@ class TruncatePlan(JsonModel):
         if self.write_checkpoint:
             why = "no timestamp after the last kept record, no offset past the cut"
             out.append(PlannedAction("truncate", "rewrite", root / "checkpoint", why, kept=kept))
+        if self.dledger_checkpoint is not None:
+            why = "endIndex and committedIndex back on the last kept entry (and its .bak)"
+            out.append(PlannedAction("truncate", "rewrite", Path(self.member_checkpoint or ""), why, kept=kept))
         return tuple(out)
 
     def summary(self) -> dict[str, Any]:
@@ -249,6 +258,23 @@ def _checkpoint(st: Store, offset: int, last_ts: int) -> tuple[dict[str, int] | 
     return before, after, checkpoint_bytes(raw, after) != raw
 
 
+def _removals(st: Store, offset: int, end: int) -> tuple[list[Removal], dict[str, str] | None]:
+    """What the cut at ``offset`` removes (nothing when the records end there and no file starts past it),
+    and in DLedger mode the member checkpoint after it."""
+    cfg, root = st.config, Path(st.root)
+    all_segs, _ = st.commitlog_segments()
+    if offset >= end and not any(s.base_offset >= offset for s in all_segs):
+        return [], None
+    index_files, _ = st.index_files()
+    actions = index_cuts(root, cfg, index_files, offset, step="index-cut") + _queue_cuts(st, offset)
+    actions += commitlog_cuts(root, all_segs, offset, cfg.broker, mark=f"--to-offset {offset}")
+    member = None
+    if cfg.dledger:
+        cuts, member = dledger_cuts(root, cfg, offset, step="dledger-cut")
+        actions += cuts
+    return actions, member
+
+
 def plan_truncate(
     st: Store,
     *,
@@ -278,14 +304,7 @@ def plan_truncate(
     end = check_boundary(segs, to_offset, cfg.broker)
     last = last_message_before(segs, to_offset, cfg.broker)
     last_ts = last.store_timestamp_ms if last is not None else 0
-    actions: list[Removal] = []
-    if to_offset < end or any(s.base_offset >= to_offset for s in st.commitlog_segments()[0]):
-        index_files, _ = st.index_files()
-        actions += index_cuts(root, cfg, index_files, to_offset, step="index-cut")
-        actions += _queue_cuts(st, to_offset)
-        actions += commitlog_cuts(
-            root, st.commitlog_segments()[0], to_offset, cfg.broker, mark=f"--to-offset {to_offset}"
-        )
+    actions, member = _removals(st, to_offset, end)
     before, after, write_cp = _checkpoint(st, to_offset, last_ts)
     qdir = None
     if use_quarantine:
@@ -307,6 +326,8 @@ def plan_truncate(
         qdir,
         now_ms,
         tuple(notes),
+        member,
+        str(cfg.dledger_checkpoint_path) if cfg.dledger else None,
     )
 
 
@@ -381,6 +402,10 @@ def _run_step(st: Store, plan: TruncatePlan, journal: Journal, step: str) -> Non
         cut_queue_tails(root, todo)
     elif step == "commitlog-truncate":
         remove(root, todo)
+    elif step == "dledger-cut":
+        remove(root, todo)
+        if plan.dledger_checkpoint is not None:
+            write_member_checkpoint(st.config, plan.dledger_checkpoint, root)
     elif step == "checkpoint":
         p = st.config.checkpoint_path
         page = checkpoint_bytes(read_checkpoint_bytes(p), plan.checkpoint_after)
@@ -405,6 +430,11 @@ def _step_quarantine(st: Store, plan: TruncatePlan, journal: Journal) -> None:
             q.save_file(src, a.why, link=True)
     if plan.write_checkpoint and st.config.checkpoint_path.exists():
         q.save_file(st.config.checkpoint_path, "rewritten inside the kept records")
+    if plan.dledger_checkpoint is not None:
+        cp = st.config.dledger_checkpoint_path
+        for p in (cp, cp.with_name(cp.name + ".bak")):
+            if p.exists():
+                q.save_file(p, "endIndex and committedIndex back on the last kept entry")
     q.write_manifest(toOffset=plan.to_offset)
 
 

@@ -73,6 +73,14 @@ def argv_truncate(root: Path, q: Path) -> list[str]:
     return ["truncate", str(root), "--to-offset", "76189", "-q", "--quarantine", str(q)]
 
 
+def prepare_truncate_dledger(tmp: Path) -> Path:
+    return copy_real_store("5.2.0/dledger-5x-clean", tmp)
+
+
+def argv_truncate_dledger(root: Path, q: Path) -> list[str]:
+    return ["truncate", str(root), "--to-offset", "120399", "-q", "--quarantine", str(q)]
+
+
 def prepare_write_lmq(tmp: Path) -> Path:
     return copy_real_store("5.2.0/lmq-multi-dispatch", tmp)
 
@@ -102,6 +110,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]]
     "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
     "recover-lmq": (prepare_recover_lmq, argv_recover, {0}),
     "recover-bcq": (crash_batch_store, argv_recover, {0}),
+    "truncate-dledger": (prepare_truncate_dledger, argv_truncate_dledger, {0}),
 }
 
 

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import copy_replica, data_files, hold_lock
+from conftest import copy_real_store, copy_replica, data_files, hold_lock
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -145,9 +145,23 @@ def test_apply_is_asked_on_a_terminal(master: Path, monkeypatch: pytest.MonkeyPa
     assert r.exit_code == 0 and data_files(master) != before
 
 
-@pytest.mark.parametrize("command", ["diff", "truncate"])
-def test_a_dledger_store_is_refused(master: Path, tmp_path: Path, command: str) -> None:
-    (master / "dledger-n0" / "data").mkdir(parents=True)
-    argv = [command, str(master)] + ([str(master)] if command == "diff" else ["--to-offset", str(CUT)])
-    r = runner.invoke(app, argv)
-    assert r.exit_code == 7 and "DLedger" in r.output
+def test_a_dledger_store_is_compared_by_entries_and_cut_with_its_ledger(tmp_path: Path) -> None:
+    """The real 5.2.0 DLedger store: its last three entries cut from one copy (data, the DLedger index
+    units, the member checkpoint and its .bak); diff then finds the other copy ahead by exactly them."""
+    full = copy_real_store("5.2.0/dledger-5x-clean", tmp_path / "full")
+    cut = copy_real_store("5.2.0/dledger-5x-clean", tmp_path / "cut")
+    entry = 120399  # the entry of the third record from the end (its record is at entry + 48)
+    r = runner.invoke(app, ["truncate", str(cut), "--to-offset", str(entry), "-f", "json", "--no-quarantine"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["summary"]["recordsRemoved"] == 3
+    member = dict(line.split("=") for line in (cut / "dledger-n0" / "checkpoint").read_text().split())
+    assert member == {"committedIndex": "396", "endIndex": "396"}
+    assert (cut / "dledger-n0" / "checkpoint.bak").read_text() == (cut / "dledger-n0" / "checkpoint").read_text()
+    info = json.loads(runner.invoke(app, ["info", str(cut), "-f", "json"]).stdout)
+    assert info["problems"] == [] and info["dledger"]["ledgerEndIndex"] == 396
+    assert info["dledger"]["indexWritePos"] == 397 * 32 and info["dledger"]["dataWritePos"] == entry
+    d = json.loads(runner.invoke(app, ["diff", str(full), str(cut), "-f", "json"]).stdout)
+    assert (d["relation"], d["commonEnd"], d["a"]["recordsAfterCommonEnd"]) == ("b-behind", entry, 3)
+    assert d["firstDifferenceA"]["offset"] == entry + 48
+    r = runner.invoke(app, ["truncate", str(full), "--to-offset", str(entry + 48)])
+    assert r.exit_code == 2 and f"{entry} and" in r.output  # inside the entry: the header is part of it
