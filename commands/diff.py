@@ -46,7 +46,8 @@ def diff_command(
     it: what each side holds alone (records, bytes, time span, topics), and per queue the queue offset
     where the common messages end with the messages only in A and only in B. For a diverged pair the
     rmqstore truncate command that cuts the old master back. Both stores are only read (a running
-    broker may hold either). Exit 0 when identical or one side is only behind, 3 when diverged.
+    broker may hold either). On DLedger stores entries are compared (header and record) and commonEnd
+    is an entry's start. Exit 0 when identical or one side is only behind, 3 when diverged.
     """
     out = default_format(fmt)
     version = None if broker_version == "auto" else broker_version

@@ -47,7 +47,9 @@ def truncate_command(
     deleted; consume queue, batch consume queue and LMQ units and index entries at or past the cut are
     removed (each index header's endPhyOffset and end time back on the last kept entry); the checkpoint
     keeps no timestamp after the last kept record. Every removed byte is first saved in a quarantine
-    folder with a manifest.json saying how to put it back; a killed run finishes when run again.
+    folder with a manifest.json saying how to put it back; a killed run finishes when run again. On a
+    DLedger store the cut is at an entry boundary, and the DLedger index units and the member checkpoint
+    (endIndex, committedIndex) are cut to match.
     """
     time_ms = parse_time_ms(to_time) if to_time is not None else None
     with changing.open(store, "truncate") as st:
