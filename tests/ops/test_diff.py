@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
-from conftest import copy_real_store, copy_replica, load_replica_expect
+from conftest import copy_real_store, copy_replica, hold_lock, load_replica_expect
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -133,3 +134,24 @@ def test_first_difference_of_files(tmp_path: Path) -> None:
     assert first_difference(x, y) == len(data) - 5
     y.write_bytes(data[: 9 << 20])
     assert first_difference(x, y) == 9 << 20
+
+
+def test_a_crashed_side_is_compared_from_its_commit_log_and_a_running_one_only_read(tmp_path: Path) -> None:
+    """abort present and no consume queue at all: the same figures, from the records; a broker holding
+    the other side's lock does not stop the comparison."""
+    a = copy_replica("replica-diverged-midfile", "a", tmp_path / "a")
+    b = copy_replica("replica-diverged-midfile", "b", tmp_path / "b")
+    with open_store(a) as sa, open_store(b) as sb:
+        want = diff_stores(sa, sb)
+    shutil.rmtree(b / "consumequeue")
+    (b / "abort").write_bytes(b"")
+    proc = hold_lock(a)
+    try:
+        r = runner.invoke(app, ["diff", str(a), str(b), "-f", "json"])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.exit_code == 3, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["relation"], doc["commonEnd"]) == (want.relation, want.common_end)
+    assert doc["queues"] == [q.to_json() for q in want.queues]
