@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shlex
 import zlib
-from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rmqstore.codec.commitlog import Record
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
@@ -221,23 +219,62 @@ def common_prefix(a: Sequence[Segment], b: Sequence[Segment], broker: str) -> Pr
         return Prefix(base + int(cut[-1]) if len(cut) else base, None, notes)
 
 
-# -- 3.: each side past commonEnd --------------------------------------------------------------
+# -- 3.: each side past commonEnd, both streamed in offset order -------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TailRecord:
+    """A record past ``commonEnd`` as the comparison needs it."""
+
+    phy: int
+    size: int
+    crc: int  # of all its bytes (-1 for a blank)
+    key: tuple[str, int] | None  # its queue when it gets a consume queue entry
+    queue_offset: int
+    store_ts: int  # -1 for a blank
 
 
 @dataclass
 class Tail:
-    """The records of one side from ``commonEnd`` on, as columns, and the damage met."""
+    """One side from ``commonEnd`` on: what its walk met besides records, and what the records add up to."""
 
-    phy: array = field(default_factory=lambda: array("q"))
-    size: array = field(default_factory=lambda: array("q"))
-    crc: array = field(default_factory=lambda: array("q"))
-    queue: array = field(default_factory=lambda: array("q"))  # index into ``keys``; -1: not queued or a blank
-    queue_offset: array = field(default_factory=lambda: array("q"))
-    store_ts: array = field(default_factory=lambda: array("q"))
-    keys: list[tuple[str, int]] = field(default_factory=list)
+    side: str
     damaged: list[Damaged] = field(default_factory=list)
     first: FirstRecord | None = None
     end: int = 0  # where the records end, a last blank's own offset
+    records: int = 0  # held alone (not matched by the other side)
+    messages: int = 0
+    bytes: int = 0
+    matching: int = 0
+    first_ts: int | None = None  # store time of the first message held alone
+    last_ts: int | None = None
+    min_ts: int | None = None
+    topics: set[str] = field(default_factory=set)
+    queues: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # [alone, first alone, max offset]
+
+    def count(self, r: TailRecord, matched: bool) -> None:
+        if r.key is not None:
+            q = self.queues.setdefault(r.key, [0, 1 << 62, -1])
+            q[2] = max(q[2], r.queue_offset + 1)
+            if not matched:
+                q[0] += 1
+                q[1] = min(q[1], r.queue_offset)
+        if matched:
+            self.matching += 1
+            return
+        self.records += 1
+        self.bytes += r.size
+        if r.store_ts >= 0:
+            self.messages += 1
+            self.first_ts = r.store_ts if self.first_ts is None else self.first_ts
+            self.min_ts = r.store_ts if self.min_ts is None else min(self.min_ts, r.store_ts)
+            self.last_ts = r.store_ts if self.last_ts is None else max(self.last_ts, r.store_ts)
+        if r.key is not None:
+            self.topics.add(r.key[0])
+
+    @property
+    def alone(self) -> bool:
+        return bool(self.records or self.damaged)
 
 
 def _segments_from(segs: Sequence[Segment], offset: int) -> Iterator[tuple[Segment, int]]:
@@ -252,128 +289,85 @@ def _segments_from(segs: Sequence[Segment], offset: int) -> Iterator[tuple[Segme
         expect = s.base_offset + s.size
 
 
-def walk_tail(side: str, segs: Sequence[Segment], offset: int, broker: str) -> Tail:
-    """Every record of one side from ``offset`` on, damage reported and walked past."""
-    t = Tail(end=offset)
-    index: dict[tuple[str, int], int] = {}
+def walk_tail(t: Tail, segs: Sequence[Segment], offset: int, broker: str) -> Iterator[TailRecord]:
+    """Every record of one side from ``offset`` on, in order; damage is noted in ``t`` and walked past."""
+    t.end = offset
     for seg, start in _segments_from(segs, offset):
         with map_file(seg.path) as buf:
             last = None
             for item in walk_file(buf, seg, broker=broker, start=start):
                 last = item
                 if isinstance(item, Run):
-                    _add_run(t, index, buf, seg, item, broker)
+                    yield from _run_records(t, buf, seg, item, broker)
                 elif isinstance(item, Damage):
-                    _add_damage(t, side, seg, item.pos, item.resume, item.why)
+                    _add_damage(t, seg, item.pos, item.resume, item.why)
                 elif isinstance(item, BlankEnd) and item.error is not None:  # a blank that does not fit the file
-                    _add_damage(t, side, seg, item.pos, seg.size, item.error.what)
+                    _add_damage(t, seg, item.pos, seg.size, item.error.what)
                 elif isinstance(item, BlankEnd):
-                    _add_blank(t, seg, item.pos, seg.size - item.pos)
+                    t.first = t.first or FirstRecord("blank", seg.base_offset + item.pos, seg.size - item.pos)
+                    yield TailRecord(seg.base_offset + item.pos, seg.size - item.pos, -1, None, -1, -1)
+                    t.end = seg.base_offset + item.pos  # the broker's end when no file follows
                 elif item.garbage is not None:  # DataEnd with bytes after it
-                    _add_damage(t, side, seg, item.pos, item.zeros, item.why)
+                    _add_damage(t, seg, item.pos, item.zeros, item.why)
             if not isinstance(last, BlankEnd):
-                break
-    return t
+                return
 
 
-def _add_run(t: Tail, index: dict[tuple[str, int], int], buf: Any, seg: Segment, run: Run, broker: str) -> None:
+def _run_records(t: Tail, buf: Any, seg: Segment, run: Run, broker: str) -> Iterator[TailRecord]:
     path, base = str(seg.path), seg.base_offset
     for pos in run.positions.tolist():
         rec = intact_record(buf, pos, path=path, file_from=base, broker=broker)
-        key = (rec.topic, rec.queue_id)
-        q = index.setdefault(key, len(index)) if queued(rec.sys_flag) else -1
-        if q == len(t.keys):
-            t.keys.append(key)
-        _append(t, base + pos, rec.total_size, zlib.crc32(buf[pos : pos + rec.total_size]), q, rec)
-    t.end = base + run.end_pos
+        if t.first is None:
+            t.first = FirstRecord("message", base + pos, rec.total_size, rec.topic, rec.queue_id, rec.queue_offset, rec.body_crc, rec.store_timestamp_ms)  # fmt: skip
+        key = (rec.topic, rec.queue_id) if queued(rec.sys_flag) else None
+        crc = zlib.crc32(buf[pos : pos + rec.total_size])
+        yield TailRecord(base + pos, rec.total_size, crc, key, rec.queue_offset, rec.store_timestamp_ms)
+        t.end = base + run.end_pos
 
 
-def _append(t: Tail, phy: int, size: int, crc: int, q: int, rec: Record | None) -> None:
-    t.phy.append(phy)
-    t.size.append(size)
-    t.crc.append(crc)
-    t.queue.append(q)
-    t.queue_offset.append(rec.queue_offset if rec is not None else -1)
-    t.store_ts.append(rec.store_timestamp_ms if rec is not None else -1)
-    if t.first is None:
-        t.first = (
-            FirstRecord("blank", phy, size)
-            if rec is None
-            else FirstRecord(
-                "message", phy, size, rec.topic, rec.queue_id, rec.queue_offset, rec.body_crc, rec.store_timestamp_ms
-            )
-        )
-
-
-def _add_blank(t: Tail, seg: Segment, pos: int, size: int) -> None:
-    _append(t, seg.base_offset + pos, size, -1, -1, None)
-    t.end = seg.base_offset + pos  # the broker's end when no file follows
-
-
-def _add_damage(t: Tail, side: str, seg: Segment, pos: int, resume: int, why: str) -> None:
-    t.damaged.append(Damaged(side, str(seg.path), pos, seg.base_offset + pos, resume, why))
+def _add_damage(t: Tail, seg: Segment, pos: int, resume: int, why: str) -> None:
+    t.damaged.append(Damaged(t.side, str(seg.path), pos, seg.base_offset + pos, resume, why))
     if t.first is None:
         t.first = FirstRecord("damage", seg.base_offset + pos, resume - pos)
+
+
+def compare_tails(ta: Tail, a: Iterator[TailRecord], tb: Tail, b: Iterator[TailRecord]) -> None:
+    """Both sides' records past ``commonEnd`` merged by offset: a record the other side holds at the same
+    offset with the same bytes matches, every other one is held alone (counted in its side's ``Tail``)."""
+    ra, rb = next(a, None), next(b, None)
+    while ra is not None or rb is not None:
+        if rb is None or (ra is not None and ra.phy < rb.phy):
+            ta.count(ra, False)  # type: ignore[arg-type]
+            ra = next(a, None)
+        elif ra is None or rb.phy < ra.phy:
+            tb.count(rb, False)
+            rb = next(b, None)
+        else:
+            same = ra.size == rb.size and ra.crc == rb.crc
+            ta.count(ra, same)
+            tb.count(rb, same)
+            ra, rb = next(a, None), next(b, None)
 
 
 # -- the report --------------------------------------------------------------------------------
 
 
-def _matching(ta: Tail, tb: Tail) -> tuple[np.ndarray, np.ndarray]:
-    """Which records of each tail the other side holds at the same offset with the same bytes."""
-    ka = np.frombuffer(ta.phy, np.int64) if ta.phy else np.zeros(0, np.int64)
-    kb = np.frombuffer(tb.phy, np.int64) if tb.phy else np.zeros(0, np.int64)
-    _, ia, ib = np.intersect1d(ka, kb, assume_unique=True, return_indices=True)
-    same = (np.asarray(ta.crc)[ia] == np.asarray(tb.crc)[ib]) & (np.asarray(ta.size)[ia] == np.asarray(tb.size)[ib])
-    ma, mb = np.zeros(len(ka), bool), np.zeros(len(kb), bool)
-    ma[ia[same]], mb[ib[same]] = True, True
-    return ma, mb
-
-
-def _side(st: Store, t: Tail, matched: np.ndarray) -> Side:
+def _side(st: Store, t: Tail) -> Side:
     segs, _ = st.commitlog_segments()
-    ts = np.asarray(t.store_ts, np.int64)[~matched] if t.store_ts else np.zeros(0, np.int64)
-    ts = ts[ts >= 0]
-    q = np.asarray(t.queue, np.int64)[~matched] if t.queue else np.zeros(0, np.int64)
-    topics = tuple(sorted({t.keys[i][0] for i in np.unique(q[q >= 0]).tolist()}))
-    size = np.asarray(t.size, np.int64)[~matched] if t.size else np.zeros(0, np.int64)
-    messages = int((np.asarray(t.store_ts, np.int64)[~matched] >= 0).sum()) if t.store_ts else 0
-    return Side(
-        str(st.root),
-        segs[0].base_offset if segs else 0,
-        t.end,
-        int((~matched).sum()),
-        messages,
-        int(size.sum()),
-        int(matched.sum()),
-        int(ts.min()) if ts.size else None,
-        int(ts.max()) if ts.size else None,
-        topics,
-    )
+    first = segs[0].base_offset if segs else 0
+    return Side(str(st.root), first, t.end, t.records, t.messages, t.bytes, t.matching, t.min_ts, t.last_ts, tuple(sorted(t.topics)))  # fmt: skip
 
 
-def _queue_counts(t: Tail, unmatched: np.ndarray) -> dict[tuple[str, int], tuple[int, int, int]]:
-    """Per queue: (messages held alone, the first such queue offset, the queue's max offset on this side)."""
-    out: dict[tuple[str, int], tuple[int, int, int]] = {}
-    q = np.asarray(t.queue, np.int64)
-    qo = np.asarray(t.queue_offset, np.int64)
-    for i, key in enumerate(t.keys):
-        mine = q == i
-        alone = mine & unmatched
-        first = int(qo[alone].min()) if alone.any() else int(qo[mine].max()) + 1
-        out[key] = (int(alone.sum()), first, int(qo[mine].max()) + 1)
-    return out
-
-
-def _queues(st_a: Store, st_b: Store, ta: Tail, tb: Tail, ma: np.ndarray, mb: np.ndarray) -> list[QueueDiff]:
-    ca, cb = _queue_counts(ta, ~ma), _queue_counts(tb, ~mb)
+def _queues(st_a: Store, st_b: Store, ta: Tail, tb: Tail) -> list[QueueDiff]:
     out = []
-    for key in sorted(set(ca) | set(cb)):
-        na, fa, xa = ca.get(key, (0, 1 << 62, -1))
-        nb, fb, xb = cb.get(key, (0, 1 << 62, -1))
+    for key in sorted(set(ta.queues) | set(tb.queues)):
+        na, fa, xa = ta.queues.get(key, (0, 1 << 62, -1))
+        nb, fb, xb = tb.queues.get(key, (0, 1 << 62, -1))
         common = min(fa, fb)
+        if common == 1 << 62:  # every record past commonEnd matched: the queue ends alike
+            common = max(xa, xb)
         out.append(QueueDiff(key[0], key[1], common, na, nb, xa if xa >= 0 else common, xb if xb >= 0 else common))
-    seen = set(ca) | set(cb)
+    seen = set(ta.queues) | set(tb.queues)
     rest: dict[tuple[str, int], int] = {}
     for st in (st_a, st_b):  # queues with no record past commonEnd: the same on both sides
         for cq in st.consume_queues.queues():
@@ -384,24 +378,16 @@ def _queues(st_a: Store, st_b: Store, ta: Tail, tb: Tail, ma: np.ndarray, mb: np
     return sorted(out, key=lambda r: (r.topic, r.queue_id))
 
 
-def _relation(ta: Tail, tb: Tail, ma: np.ndarray, mb: np.ndarray) -> str:
-    more_a = bool((~ma).any()) or bool(ta.damaged)
-    more_b = bool((~mb).any()) or bool(tb.damaged)
-    if more_a and more_b:
+def _relation(ta: Tail, tb: Tail) -> str:
+    if ta.alone and tb.alone:
         return DIVERGED
-    return A_BEHIND if more_b else B_BEHIND if more_a else IDENTICAL
+    return A_BEHIND if tb.alone else B_BEHIND if ta.alone else IDENTICAL
 
 
-def _cut_side(ta: Tail, tb: Tail, ma: np.ndarray, mb: np.ndarray) -> tuple[str, str]:
+def _cut_side(ta: Tail, tb: Tail) -> tuple[str, str]:
     """The side to cut back: the old master, whose records past commonEnd were stored before the other's
     (it wrote them before the failover; the promoted slave after). B when that does not tell."""
-
-    def first_ts(t: Tail, m: np.ndarray) -> int | None:
-        ts = np.asarray(t.store_ts, np.int64)[~m] if t.store_ts else np.zeros(0, np.int64)
-        ts = ts[ts >= 0]
-        return int(ts[0]) if ts.size else None
-
-    fa, fb = first_ts(ta, ma), first_ts(tb, mb)
+    fa, fb = ta.first_ts, tb.first_ts
     if fa is not None and fb is not None and fa < fb:
         return "a", "its first record past commonEnd was stored before B's: A is the old master"
     if fa is not None and fb is not None and fb < fa:
@@ -413,24 +399,23 @@ def diff_stores(st_a: Store, st_b: Store, *, config_a: Path | None = None, confi
     """Compare the commit logs of two stores (both only read; either may be in use by a broker)."""
     segs_a, _ = st_a.commitlog_segments()
     segs_b, _ = st_b.commitlog_segments()
-    broker = st_a.config.broker
-    prefix = common_prefix(segs_a, segs_b, broker)
+    prefix = common_prefix(segs_a, segs_b, st_a.config.broker)
     notes = list(prefix.notes)
     if st_a.config.broker != st_b.config.broker:
         notes.append(f"A follows broker {st_a.config.broker}'s rules, B {st_b.config.broker}'s")
-    ta = walk_tail("a", segs_a, prefix.end, st_a.config.broker)
-    tb = walk_tail("b", segs_b, prefix.end, st_b.config.broker)
+    ta, tb = Tail("a"), Tail("b")
+    recs_a = walk_tail(ta, segs_a, prefix.end, st_a.config.broker)
+    compare_tails(ta, recs_a, tb, walk_tail(tb, segs_b, prefix.end, st_b.config.broker))
     for t in (ta, tb):
-        if not t.phy and not t.damaged and prefix.blank is not None:
+        if t.first is None and prefix.blank is not None:
             t.end = prefix.blank  # the broker's end: the blank's own offset, no next file
-    ma, mb = _matching(ta, tb)
-    relation = _relation(ta, tb, ma, mb)
+    relation = _relation(ta, tb)
     first_segs = min((s.base_offset for s in segs_a[:1] + segs_b[:1]), default=0)
     if relation == DIVERGED and prefix.end <= first_segs:
         notes.append("no common first record: the two stores hold different histories (not replicas of one broker?)")
     cut_side = command = None
     if relation == DIVERGED:
-        cut_side, why = _cut_side(ta, tb, ma, mb)
+        cut_side, why = _cut_side(ta, tb)
         st, conf = (st_a, config_a) if cut_side == "a" else (st_b, config_b)
         conf_opt = f" --broker-config {shlex.quote(str(conf))}" if conf is not None else ""
         command = f"rmqstore truncate {shlex.quote(str(st.root))} --to-offset {prefix.end}{conf_opt}"
@@ -441,11 +426,11 @@ def diff_stores(st_a: Store, st_b: Store, *, config_a: Path | None = None, confi
         prefix.blank,
         cut_side,
         command,
-        _side(st_a, ta, ma),
-        _side(st_b, tb, mb),
+        _side(st_a, ta),
+        _side(st_b, tb),
         ta.first,
         tb.first,
-        tuple(_queues(st_a, st_b, ta, tb, ma, mb)),
+        tuple(_queues(st_a, st_b, ta, tb)),
         tuple(ta.damaged + tb.damaged),
         tuple(notes),
     )

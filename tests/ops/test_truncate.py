@@ -165,3 +165,18 @@ def test_a_dledger_store_is_compared_by_entries_and_cut_with_its_ledger(tmp_path
     assert d["firstDifferenceA"]["offset"] == entry + 48
     r = runner.invoke(app, ["truncate", str(full), "--to-offset", str(entry + 48)])
     assert r.exit_code == 2 and f"{entry} and" in r.output  # inside the entry: the header is part of it
+
+
+@pytest.mark.parametrize("case", ["5.2.0/lmq-multi-dispatch", "5.2.0/batch-cq"])
+def test_lmq_and_batch_queues_are_cut_too(tmp_path: Path, case: str) -> None:
+    root = copy_real_store(case, tmp_path / "s")
+    msgs = _messages(root)
+    cut = msgs[len(msgs) // 2].phy_offset
+    assert runner.invoke(app, ["truncate", str(root), "--to-offset", str(cut), "-q", "--no-quarantine"]).exit_code == 0  # fmt: skip
+    with open_store(root) as st:
+        queues = [*st.consume_queues.queues(), *st.batch_queues.queues()]
+        assert any(q.topic.startswith("%LMQ%") for q in queues) or st.batch_queues.queues()
+        for q in queues:
+            _, units = q.units()
+            assert (units["phy_offset"] < cut).all(), (q.topic, q.queue_id)
+    assert runner.invoke(app, ["check", str(root)]).exit_code == 0
