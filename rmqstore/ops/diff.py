@@ -318,7 +318,10 @@ def _run_records(t: Tail, buf: Any, seg: Segment, run: Run, broker: str) -> Iter
     for pos in run.positions.tolist():
         rec = intact_record(buf, pos, path=path, file_from=base, broker=broker)
         if t.first is None:
-            t.first = FirstRecord("message", base + pos, rec.total_size, rec.topic, rec.queue_id, rec.queue_offset, rec.body_crc, rec.store_timestamp_ms)  # fmt: skip
+            t.first = FirstRecord(
+                "message", base + pos, rec.total_size, rec.topic, rec.queue_id, rec.queue_offset, rec.body_crc,
+                rec.store_timestamp_ms,
+            )  # fmt: skip
         key = (rec.topic, rec.queue_id) if queued(rec.sys_flag) else None
         crc = zlib.crc32(buf[pos : pos + rec.total_size])
         yield TailRecord(base + pos, rec.total_size, crc, key, rec.queue_offset, rec.store_timestamp_ms)
@@ -355,7 +358,8 @@ def compare_tails(ta: Tail, a: Iterator[TailRecord], tb: Tail, b: Iterator[TailR
 def _side(st: Store, t: Tail) -> Side:
     segs, _ = st.commitlog_segments()
     first = segs[0].base_offset if segs else 0
-    return Side(str(st.root), first, t.end, t.records, t.messages, t.bytes, t.matching, t.min_ts, t.last_ts, tuple(sorted(t.topics)))  # fmt: skip
+    topics = tuple(sorted(t.topics))
+    return Side(str(st.root), first, t.end, t.records, t.messages, t.bytes, t.matching, t.min_ts, t.last_ts, topics)
 
 
 def _queues(st_a: Store, st_b: Store, ta: Tail, tb: Tail) -> list[QueueDiff]:
