@@ -38,6 +38,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "query-by-key": ("query", "Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does."),
     "query": ("query", "Find messages by key, unique key, message id, queue offset or time, from the store's files."),
+    "diff": ("diff", "Compare the commit logs of two replicas record by record and say where they diverged."),
+    "truncate": (
+        "truncate",
+        "Cut a store back at a commit log offset or time, with its consume queues, index and checkpoint.",
+    ),
     "expire": ("expire", "Delete expired commit log, consume queue and index files, as the broker's clean task does."),
     "check": ("check", "Check every file of a store for consistency and report all problems found."),
     "offsets": (
