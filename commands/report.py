@@ -16,6 +16,7 @@ from rmqstore.ops.check import check_store
 from rmqstore.ops.check.lostqueues import with_lost_queues
 from rmqstore.ops.report import StoreReport, Verdict, gather_report, summary_rows
 from rmqstore.safety.files import atomic_write
+from rmqstore.store import open_store
 
 from . import _stores as stores
 from ._common import BrokerConfigOpt, BrokerVersionOpt, QuietOpt, parse_time_ms, progress_bar
@@ -69,8 +70,6 @@ def verdict_of(st: Any, quick: bool, progress: Any = None) -> Verdict:
 def report_one(
     path: Path, broker_config: Path | None, broker_version: str, check: CheckMode, now_ms: int, quiet: bool
 ) -> StoreReport:
-    from rmqstore.store import open_store
-
     stores.refuse_parent_of_store(path)
     with open_store(path, broker_config=broker_config, broker=broker_version) as st:
         segs, _ = st.commitlog_segments()

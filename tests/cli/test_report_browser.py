@@ -94,8 +94,12 @@ class Browser:
 
     def errors(self) -> list[dict]:
         out = [e for e in self.events if e.get("method") == "Runtime.exceptionThrown"]
-        out += [e for e in self.events if e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error"]
-        out += [e for e in self.events if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"]
+        out += [
+            e for e in self.events if e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error"
+        ]
+        out += [
+            e for e in self.events if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"
+        ]
         return out
 
     def requests(self) -> list[str]:

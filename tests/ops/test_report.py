@@ -3,6 +3,7 @@ its page stands alone (no script, nothing fetched), with every chart drawn."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -10,11 +11,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import REAL_STORES, copy_real_store
+from conftest import REAL_STORES, case_dir, copy_real_store
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.ops.report import GroupLag, QueueLag, StoreReport, gather_report
+from rmqstore.cli._report_page import render_page
+from rmqstore.ops.report import GroupLag, QueueLag, gather_report
 from rmqstore.store import open_store
 from rmqstore.store.queue.summary import QueueInfo
 
@@ -37,8 +39,6 @@ def store_of(case_root: Path) -> Path:
 
 
 def test_numbers_equal_info(any_real_case):
-    from conftest import case_dir
-
     store = store_of(case_dir(any_real_case))
     rep = report_json(store)
     info = run_json("info", str(store), "-f", "json", "-q")
@@ -55,8 +55,6 @@ def test_numbers_equal_info(any_real_case):
 
 def test_messages_are_the_records_check_reads(real_case):
     """The one walk counts what check's full walk reads (records of every topic)."""
-    from conftest import case_dir
-
     store = store_of(case_dir(real_case))
     rep = report_json(store)
     r = runner.invoke(app, ["check", str(store), "-f", "json", "-q"])
@@ -66,7 +64,9 @@ def test_messages_are_the_records_check_reads(real_case):
     assert sum(f["records"] for f in rep["commitLogFiles"]) == counts["records"]
 
 
-OFFSETS = b'{\n\t"offsetTable":{\n\t\t"TopicA@GroupA":{0:10,1:63,2:0,3:30\n\t\t},\n\t\t"TopicB@GroupB":{1:5\n\t\t}\n\t}\n}'
+OFFSETS = (
+    b'{\n\t"offsetTable":{\n\t\t"TopicA@GroupA":{0:10,1:63,2:0,3:30\n\t\t},\n\t\t"TopicB@GroupB":{1:5\n\t\t}\n\t}\n}'
+)
 
 
 def test_lag_equals_offsets(tmp_path):
@@ -163,13 +163,13 @@ def test_several_stores_summary_first(tmp_path):
 
 def test_page_of_ten_thousand_queues_is_under_5_mb(tmp_path):
     """The page's tables are capped: a store of 10,000 queues (and 1,000 groups) stays small."""
-    from rmqstore.cli._report_page import render_page
-
-    with open_store(store_of(REAL_STORES / "clean-2topics") if REAL_STORES.is_dir() else Path("fixtures/stores/small/store")) as st:
+    with open_store(
+        store_of(REAL_STORES / "clean-2topics") if REAL_STORES.is_dir() else Path("fixtures/stores/small/store")
+    ) as st:
         base = gather_report(st, now_ms=int(time.time() * 1000))
     queues = tuple(QueueInfo(f"Topic{i // 8:04d}", i % 8, 1, 0, 1000, 0, 0) for i in range(10_000))
     lag = tuple(QueueLag(q.topic, q.queue_id, 1, 0, 1000, 999, 1) for q in queues[:100])
     groups = tuple(GroupLag(f"Group{i:04d}", 99_900, 1, lag) for i in range(1_000))
-    big = StoreReport(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, "queues": queues, "consumers": groups})
+    big = dataclasses.replace(base, queues=queues, consumers=groups)
     text = render_page([big], title="big", generated_ms=0)
     assert len(text.encode()) < 5_000_000
