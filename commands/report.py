@@ -20,7 +20,7 @@ from rmqstore.store import open_store
 
 from . import _stores as stores
 from ._common import BrokerConfigOpt, BrokerVersionOpt, QuietOpt, parse_time_ms, progress_bar
-from ._options import command
+from ._options import StoresArg, command
 from ._report_page import render_page
 
 app = typer.Typer()
@@ -108,12 +108,7 @@ def render(reports: list[StoreReport], errors: list[dict[str, Any]], fmt: Report
     "rmqstore report /var/lib/rocketmq/store -f json | jq '.stores[0].expiry.freedBytes'",
 )
 def report_command(
-    store: Annotated[
-        list[Path],
-        typer.Argument(
-            metavar="STORE...", help="Store root(s), or globs ('/data/broker-*/store').", show_default=False
-        ),
-    ],
+    store: StoresArg,
     output: OutputOpt = None,
     fmt: ReportFormatOpt = ReportFormat.html,
     check: CheckOpt = CheckMode.quick,
