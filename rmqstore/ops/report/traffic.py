@@ -33,6 +33,7 @@ BUCKET_LADDER = (100, SECOND_MS, 10 * SECOND_MS, MINUTE_MS, 5 * MINUTE_MS, 15 * 
 MAX_BUCKETS = 4000  # distinct buckets the walk keeps per topic at most
 CHART_BUCKETS = 240  # the chart's buckets at most: the finest width of the ladder that keeps to it
 _QID_BITS = 32
+_DENSE_LIMIT = 1 << 22  # pairs a run is counted over without sorting
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +90,14 @@ class Traffic:
         self.max_ts = hi if self.max_ts is None else max(self.max_ts, hi)
         while self.span_ms // self.bucket_ms > MAX_BUCKETS and self.bucket_ms < BUCKET_LADDER[-1]:
             self.coarsen(BUCKET_LADDER[BUCKET_LADDER.index(self.bucket_ms) + 1])
-        _fold(self.per_queue, (tid << _QID_BITS) | (qid & 0xFFFFFFFF), size)
-        bucket = ts // self.bucket_ms
-        keys, inv = np.unique(np.stack([tid, bucket], axis=1), axis=0, return_inverse=True)
-        counts = np.bincount(inv.ravel(), minlength=len(keys))
-        sums = np.bincount(inv.ravel(), weights=size, minlength=len(keys))
-        for (t, b), n, s in zip(keys.tolist(), counts.tolist(), sums.tolist(), strict=True):
-            got = self.per_bucket.setdefault((t, b), [0, 0])
+        for (t, q), n, z in _grouped(tid, qid & 0xFFFFFFFF, size):
+            got = self.per_queue.setdefault((t << _QID_BITS) | q, [0, 0])
             got[0] += n
-            got[1] += int(s)
+            got[1] += z
+        for key, n, z in _grouped(tid, ts // self.bucket_ms, size):
+            got = self.per_bucket.setdefault(key, [0, 0])
+            got[0] += n
+            got[1] += z
 
     def coarsen(self, bucket_ms: int) -> None:
         """Merge the time buckets into wider ones (a multiple of the current width)."""
@@ -126,14 +126,22 @@ class Traffic:
         return out
 
 
-def _fold(into: dict[int, list[int]], keys: np.ndarray, size: np.ndarray) -> None:
-    uniq, inv = np.unique(keys, return_inverse=True)
-    counts = np.bincount(inv, minlength=len(uniq))
-    sums = np.bincount(inv, weights=size, minlength=len(uniq))
-    for k, n, s in zip(uniq.tolist(), counts.tolist(), sums.tolist(), strict=True):
-        got = into.setdefault(k, [0, 0])
-        got[0] += n
-        got[1] += int(s)
+def _grouped(a: np.ndarray, b: np.ndarray, size: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
+    """((a, b), records, bytes) for each distinct pair: counted with ``bincount`` over the pairs' compact
+    range (no sort) when it is small, as a run's topics, queues and time buckets are; else by ``unique``."""
+    a0, b0 = int(a.min()), int(b.min())
+    wa, wb = int(a.max()) - a0 + 1, int(b.max()) - b0 + 1
+    if wa * wb <= _DENSE_LIMIT:
+        dense = (a - a0) * wb + (b - b0)
+        counts = np.bincount(dense, minlength=wa * wb)
+        sums = np.bincount(dense, weights=size, minlength=wa * wb)
+        hit = np.flatnonzero(counts)
+        pairs = zip((hit // wb + a0).tolist(), (hit % wb + b0).tolist(), strict=True)
+        return list(zip(pairs, counts[hit].tolist(), sums[hit].astype(np.int64).tolist(), strict=True))
+    keys, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+    counts = np.bincount(inv.ravel(), minlength=len(keys))
+    sums = np.bincount(inv.ravel(), weights=size, minlength=len(keys))
+    return list(zip(map(tuple, keys.tolist()), counts.tolist(), sums.astype(np.int64).tolist(), strict=True))
 
 
 def _run_columns(buf: Any, u8: np.ndarray, run: Run, names: TopicIds, broker: str) -> tuple[np.ndarray, ...]:
