@@ -49,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "offsets",
         "Show consumer progress: `rmqstore offsets STORE` (committed offset, queue min/max, lag).",
     ),
+    "report": (
+        "report",
+        "One HTML page with a store's state, disk, traffic, consumers and expiry, as charts with their numbers.",
+    ),
     "spark": (
         "spark",
         "Bulk jobs on Apache Spark over many stores: export to Parquet, statistics, find, redispatch.",
