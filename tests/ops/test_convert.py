@@ -80,7 +80,9 @@ def test_check_is_clean_and_config_is_copied(converted: tuple[str, Path, Path]) 
     _, src, new = converted
     res = runner.invoke(app, ["check", str(new)])
     assert res.exit_code == 0, res.output
-    assert (new / "config" / "consumerOffset.json").read_bytes() == (src / "config" / "consumerOffset.json").read_bytes()
+    assert (new / "config" / "consumerOffset.json").read_bytes() == (
+        src / "config" / "consumerOffset.json"
+    ).read_bytes()
     conf = (new.parent / "broker.conf").read_text()
     assert "enableDLegerCommitLog=false" in conf and f"storePathRootDir={new}" in conf and "dLegerPeers" not in conf
     assert not list(new.parent.glob(".*")) and not (new / ".rmqstore").exists()
@@ -125,7 +127,9 @@ def test_back_to_dledger_gives_the_engine_s_bytes(converted: tuple[str, Path, Pa
 def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     src = source_store(DLEDGER_CASES[0], tmp_path)
     before = data_files(src)
-    res = runner.invoke(app, ["convert", str(src), "--to", "commitlog", "-o", str(tmp_path / "new"), "-n", "-f", "json"])
+    res = runner.invoke(
+        app, ["convert", str(src), "--to", "commitlog", "-o", str(tmp_path / "new"), "-n", "-f", "json"]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["operation"] == "convert" and doc["summary"]["to"] == "commitlog"
@@ -189,3 +193,22 @@ def test_killed_at_every_step_then_rerun_gives_the_same_store(tmp_path: Path) ->
         assert again.exit_code == (8 if done else 0), (step, again.output)
         assert {**data_files(out / "store"), "map": (out / "msgid-map.ndjson").read_text()} == want, step
         assert sorted(p.name for p in out.iterdir()) == ["broker.conf", "msgid-map.ndjson", "store"], step
+
+
+def test_before_4_9_1_a_blank_carries_the_broker_s_record_buffer(tmp_path: Path) -> None:
+    """A 4.5-4.9.0 broker writes a blank from its reused record buffer: the last record's bytes show after
+    the 8-byte header, as version detection expects of that family."""
+    src = source_store(DLEDGER_CASES[0], tmp_path)
+    out = tmp_path / "n"
+    convert(src, "--to", "commitlog", "-o", out, "--broker-version", "4.8.0")
+    with open_store(out, broker="4.8.0") as st:
+        items = list(iter_commitlog(st))
+    blanks = [(i, b) for i, (_, b) in enumerate(items) if isinstance(b, Blank)]
+    assert len(blanks) == 3
+    for i, blank in blanks:
+        seg, last = items[i - 1]
+        data = seg.path.read_bytes()
+        rest = blank.total_size
+        assert rest - 8 <= last.total_size - 8
+        tail = data[blank.pos + 8 : blank.pos + rest]
+        assert tail == data[last.pos + 8 : last.pos + rest]
