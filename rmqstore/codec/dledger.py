@@ -39,6 +39,7 @@ _UNIT = struct.Struct(">iqiqq")
 # magic, size, index, term, pos (skip channel and both CRCs), body length, record TOTALSIZE, MAGICCODE
 _CHAIN = struct.Struct(">iiqqq12xiii")
 _SIZE = struct.Struct(">ii")
+_FRAME = struct.Struct(">iiqqq")
 # the same two layouts as numpy record types (big-endian), for headers and units made by the thousand
 _HEADER_DTYPE = [
     ("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
@@ -152,6 +153,12 @@ class DLedgerFraming(Framing):
     blank_mark = (_SIZE.pack(BLANK_MAGIC, 0)[:4], 0)
     appendable = False  # entries written to one member of a Raft group make it diverge from its peers
     blank_tells_version = False  # the DLedger library writes its blanks the same in every broker version
+
+    frame_fields = ("entryIndex", "entryTerm", "entryOffset", "entrySize")
+
+    def frame_values(self, buf: Any, record_pos: int) -> tuple[int, ...]:
+        _, size, index, term, pos = _FRAME.unpack_from(buf, record_pos - HEADER_SIZE)
+        return index, term, pos, size
 
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
         if pos + 8 > end:

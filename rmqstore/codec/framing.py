@@ -126,6 +126,12 @@ class Framing:
             return END, pos, pos
         return INVALID, pos, pos
 
+    frame_fields: tuple[str, ...] = ()  # what a frame says of its record besides the record (dump's extra fields)
+
+    def frame_values(self, buf: Any, record_pos: int) -> tuple[int, ...]:
+        """The values of ``frame_fields`` for the record at ``record_pos``."""
+        return ()
+
     def magic_at(self, buf: Any, pos: int) -> int:
         """The MAGICCODE of the record in the frame at ``pos``."""
         return read_head(buf, pos + self.head)[1]

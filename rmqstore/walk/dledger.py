@@ -19,7 +19,7 @@ from rmqstore.codec.dledger import (
     header_problem,
 )
 from rmqstore.errors import from_os_error
-from rmqstore.store.dledger import DLedgerIndex
+from rmqstore.store.dledger import DLedgerIndex, Member
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
 
@@ -107,3 +107,65 @@ def entry_findings(entries: Iterable[Entry], index: DLedgerIndex) -> Iterator[tu
                 ),
             )
         last = head
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """The DLedger member's ledger as its files give it, read cheaply: the first entry of the first
+    data file, the entries of the last file that holds any, and the index units of those two."""
+
+    begin: EntryHeader | None  # the ledger's first entry (ledgerBeginIndex)
+    last: Entry | None  # the last entry of the chain of the last file with entries
+    stop: Entry | None  # what ended that file's chain when it is not an entry, blank or zeros
+    data_files: tuple[Segment, ...]
+    divided_offset: int  # where the DLedger files start after a migrated store's plain part (0: none)
+    index_write_pos: int
+    member: Member
+
+    @property
+    def end_index(self) -> int:
+        return -1 if self.last is None or self.last.header is None else self.last.header.index
+
+    @property
+    def write_pos(self) -> int:
+        """Where the next entry goes (DLedger's ``dataWritePos``): the end of the last entry."""
+        if self.last is None:
+            return self.data_files[0].base_offset if self.data_files else self.divided_offset
+        return self.last.offset + self.last.size
+
+
+def _last_entries(segs: list[Segment]) -> tuple[Entry | None, Entry | None]:
+    """The last entry of the last file holding any, and the invalid frame that ended its chain."""
+    for seg in reversed(segs):
+        last = stop = None
+        for e in file_entries(seg):
+            if e.kind == ENTRY:
+                last = e
+            elif e.kind == INVALID:
+                stop = e
+        if last is not None or stop is not None:
+            return last, stop
+    return None, None
+
+
+def ledger_state(segs: list[Segment], index: DLedgerIndex, member: Member) -> LedgerState:
+    """The ledger of the DLedger data files among ``segs`` (the store's commit log segments)."""
+    data = [s for s in segs if s.framing.name == "dledger"]
+    plain = [s for s in segs if s.framing.name != "dledger"]
+    first = next((e for e in file_entries(data[0]) if e.kind == ENTRY), None) if data else None
+    last, stop = _last_entries([s for s in data if s.size > 0])
+    end = -1 if last is None or last.header is None else last.header.index
+    unit_after = index.unit(end + 1)
+    if unit_after is None or (unit_after.magic == 0 and unit_after.size == 0):
+        write_pos = (end + 1) * INDEX_UNIT_SIZE
+    else:
+        write_pos = index.write_pos()  # units past the last entry: where they really end
+    return LedgerState(
+        begin=None if first is None else first.header,
+        last=last,
+        stop=stop,
+        data_files=tuple(data),
+        divided_offset=data[0].base_offset if data and plain else 0,
+        index_write_pos=write_pos,
+        member=member,
+    )
