@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -19,13 +18,8 @@ from ._plan import plan_view, show_and_apply
 app = typer.Typer()
 
 
-class To(str, enum.Enum):
-    commitlog = "commitlog"
-    dledger = "dledger"
-
-
 ToOpt = Annotated[
-    To | None,
+    str | None,
     typer.Option("--to", help="commitlog: a DLedger store into a plain commit log; dledger: a plain one into DLedger."),
 ]
 OutputOpt = Annotated[
@@ -78,16 +72,16 @@ def convert_command(
     folder beside --output and renamed into place last, so a killed run leaves nothing that looks
     complete: run the same command again to finish it.
     """
-    if to is None or output is None:
-        raise typer.BadParameter("--to and --output are required", param_hint="--to/--output")
+    if to not in (op.COMMITLOG, op.DLEDGER) or output is None:
+        raise typer.BadParameter("--to commitlog|dledger and --output NEW_STORE are required", param_hint="--to")
     fmt, dry_run = changing.format, changing.dry_run
     with changing.open(store, "convert", writable=False) as st:
         member = None
-        if to is To.dledger:
+        if to == op.DLEDGER:
             group = dleger_group if dleger_group is not None else st.config.broker_name
             peers = dleger_peers if dleger_peers is not None else f"{dleger_self_id}-127.0.0.1:40911"
             member = op.Member(group, dleger_self_id, peers, term, dledger_index_file_size)
-        plan = op.plan_convert(st, output, to.value, member=member, write_broker_conf=write_broker_conf)
+        plan = op.plan_convert(st, output, to, member=member, write_broker_conf=write_broker_conf)
         view = plan_view(plan, _TABLES)
         if not dry_run and not yes and sys.stdin.isatty() and sys.stderr.isatty():
             show_and_apply(view, fmt, dry_run=True, apply=lambda: (None, None))

@@ -71,14 +71,14 @@ class ConvertPlan(JsonModel):
 
     operation: ClassVar[str] = "convert"
 
-    source: Path
-    output: Path
-    to: str
-    broker: str
-    file_size: int
+    source: Path  # the store read, never written
+    output: Path  # NEW_STORE: must not exist, or be empty
+    to: str  # the framing of the new commit log: COMMITLOG or DLEDGER
+    broker: str  # the version whose writer lays the records out
+    file_size: int  # mappedFileSizeCommitLog, the same in both stores
     source_files: int
     source_bytes: int
-    staging: Path
+    staging: Path  # where the new store is built before it is renamed onto ``output``
     msgid_map: Path
     broker_conf: str
     broker_conf_path: Path | None  # where --write-broker-conf puts it (None: printed only)
