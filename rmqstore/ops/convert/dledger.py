@@ -364,12 +364,12 @@ def _write_log(
     writer = _writer(st, plan, new, offsets)
     count, last_ts = 0, 0
     segs, _ = st.commitlog_segments()
-    with open(work / MSGID_MAP, "w", encoding="ascii") as ids:
+    with open(work / MSGID_MAP, "wb") as ids:
         for seg, buf, items in walk_files(segs, broker=st.config.broker):
             u8 = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
             for run in _runs(seg, items, count):
                 for placed in _place_run(writer, u8, run):
-                    ids.writelines(msgid_lines(placed))
+                    ids.write(msgid_lines(placed))
                     count += len(placed.sizes)
                     last_ts = store_timestamp_at(placed.out, int(placed.rec_at[-1]))
                 if progress:
@@ -417,7 +417,7 @@ def _place_run(writer: LogWriter, u8: np.ndarray, run: Run) -> Any:
         b = min(a + _BATCH, len(pos))
         lo = int(pos[a]) - head
         hi = int(pos[b]) - head if b < len(pos) else run.end_pos
-        data = records_of(u8[lo:hi], pos[a:b] - lo, head)
+        data = records_of(u8[lo:hi], pos[a:b] - lo, sizes[a:b], head)
         yield from writer.put(data, sizes[a:b], str(run.seg.path))
 
 

@@ -207,11 +207,10 @@ class LogWriter:
     def _write(self, data: np.ndarray, sizes: np.ndarray, end: int) -> Placed:
         frame_at = np.cumsum(sizes + self.head) - (sizes + self.head)
         rec_at = frame_at + self.head
+        pos = self.base + self.pos + frame_at
         if self.head:
-            out = np.zeros(end - self.pos, np.uint8)
-            body = np.ones(len(out), bool)
-            body[(frame_at[:, None] + np.arange(self.head)).ravel()] = False
-            out[body] = data
+            heads = entry_headers(sizes, self.next_index, self.term, pos).tobytes()
+            out = np.frombuffer(bytearray(_interleave(heads, self.head, data, sizes)), np.uint8)
         else:
             out = data.copy()
         old = read_be(out, rec_at + PHY_AT)
@@ -221,14 +220,9 @@ class LogWriter:
         self._rewrite_prepared(out, rec_at)
         _rewrite_prop_crc(out, rec_at, sizes)
         if self.head:
-            count = len(sizes)
-            pos = self.base + self.pos + frame_at
-            out[(frame_at[:, None] + np.arange(self.head)).ravel()] = entry_headers(
-                sizes, self.next_index, self.term, pos
-            ).ravel()
             if self.units is not None:
                 self.units.put(self.next_index, index_units(sizes, self.next_index, self.term, pos))
-            self.next_index += count
+            self.next_index += len(sizes)
         elif self.item is not None:
             self._fill_item(out, rec_at, sizes)
         os.pwrite(self._fd, out, self.pos)
@@ -271,32 +265,65 @@ def _rewrite_prop_crc(out: np.ndarray, rec_at: np.ndarray, sizes: np.ndarray) ->
             out[p + s - CRC32_RESERVED_LEN : p + s] = np.frombuffer(encode_prop_crc(computed), np.uint8)
 
 
-def msgid_lines(placed: Placed) -> list[str]:
+_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
+
+
+def _hex_rows(rows: np.ndarray) -> np.ndarray:
+    """Upper-case hex digits of each row of bytes: shape (n, 2 x width)."""
+    out = np.empty((len(rows), rows.shape[1] * 2), np.uint8)
+    out[:, 0::2], out[:, 1::2] = _HEX[rows >> 4], _HEX[rows & 15]
+    return out
+
+
+def msgid_lines(placed: Placed) -> bytes:
     """``{"oldMsgId", "newMsgId"}`` lines of the records placed: store host and port, then the offset (§3.10)."""
     out, rec_at = placed.out, placed.rec_at
     widths = (read_be(out, rec_at + SYS_FLAG_AT, 4) >> 4) & 3
-    lines: list[str] = [""] * len(rec_at)
+    lines: list[bytes] = []
+    order: list[np.ndarray] = []
     for v in np.unique(widths).tolist():
         sel = np.flatnonzero(widths == v)
         host = (16 if v & 2 else 4) + 4  # the store address (IPv6 with 0x20), then its port
         hosts = out[(rec_at[sel] + STORE_AT[v])[:, None] + np.arange(host)]
-        w = 2 * (host + 8)
         old, new = (
-            np.concatenate([hosts, phy[sel].astype(">i8").view(np.uint8).reshape(-1, 8)], axis=1)
-            .tobytes()
-            .hex()
-            .upper()
+            _hex_rows(np.concatenate([hosts, phy[sel].astype(">i8").view(np.uint8).reshape(-1, 8)], axis=1))
             for phy in (placed.old_phy, placed.new_phy)
         )
-        for r, j in enumerate(sel.tolist()):
-            lines[j] = f'{{"oldMsgId":"{old[r * w : (r + 1) * w]}","newMsgId":"{new[r * w : (r + 1) * w]}"}}\n'
-    return lines
+        parts = [b'{"oldMsgId":"', old, b'","newMsgId":"', new, b'"}\n']
+        mat = np.concatenate(
+            [
+                np.broadcast_to(np.frombuffer(p, np.uint8), (len(sel), len(p))) if isinstance(p, bytes) else p
+                for p in parts
+            ],
+            axis=1,
+        )
+        lines.append(mat.tobytes())
+        order.append(sel)
+    if len(order) == 1:
+        return lines[0]
+    width = [len(b) // len(o) for b, o in zip(lines, order, strict=True)]
+    rows = {
+        int(j): lines[k][r * width[k] : (r + 1) * width[k]] for k, sel in enumerate(order) for r, j in enumerate(sel)
+    }
+    return b"".join(rows[j] for j in range(len(rec_at)))
 
 
-def records_of(span: np.ndarray, rec_at: np.ndarray, head: int) -> np.ndarray:
+def records_of(span: np.ndarray, rec_at: np.ndarray, sizes: np.ndarray, head: int) -> np.ndarray:
     """The records' bytes one after another: ``span`` (frames one after another) without the frame heads."""
     if not head:
         return span
-    keep = np.ones(len(span), bool)
-    keep[((rec_at - head)[:, None] + np.arange(head)).ravel()] = False
-    return span[keep]
+    view = memoryview(span)
+    return np.frombuffer(
+        b"".join([view[p : p + n] for p, n in zip(rec_at.tolist(), sizes.tolist(), strict=True)]), np.uint8
+    )
+
+
+def _interleave(heads: bytes, head: int, data: np.ndarray, sizes: np.ndarray) -> bytes:
+    """Each record of ``data`` behind its ``head`` bytes of ``heads``: the frames one after another."""
+    hv, dv = memoryview(heads), memoryview(data)
+    parts: list[memoryview] = []
+    at = 0
+    for i, n in enumerate(sizes.tolist()):
+        parts += (hv[i * head : (i + 1) * head], dv[at : at + n])
+        at += n
+    return b"".join(parts)
