@@ -212,3 +212,59 @@ def test_before_4_9_1_a_blank_carries_the_broker_s_record_buffer(tmp_path: Path)
         assert rest - 8 <= last.total_size - 8
         tail = data[blank.pos + 8 : blank.pos + rest]
         assert tail == data[last.pos + 8 : last.pos + rest]
+
+
+def migrated_store(tmp: Path) -> Path:
+    """A store that ran as a plain commit log (the 4.9.4 clean-2topics files, the last one closed with a
+    blank) and then in DLedger mode: the records of dledger-clean in entries from the next file on."""
+    import numpy as np
+
+    from rmqstore.codec.commitlog import encode_blank
+    from rmqstore.codec.dledger import DLEDGER
+    from rmqstore.ops.convert.layout import IndexUnits, LogWriter, OffsetMap
+
+    root = copy_real_store("4.9.4/clean-2topics", tmp / "m")
+    last = sorted((root / "commitlog").iterdir())[-1]
+    data = bytearray(last.read_bytes())
+    end = len(data.rstrip(b"\0"))
+    data[end : end + 8] = encode_blank(len(data) - end)
+    last.write_bytes(bytes(data))
+    divided = int(last.name) + len(data)
+    member = root / "dledger-n0"
+    writer = LogWriter(member / "data", len(data), divided, DLEDGER, OffsetMap(tmp / "offsets.bin"),
+                       units=IndexUnits(member / "index", 8192))  # fmt: skip
+    src = iter_commitlog_of(case_store(DLEDGER_CASES[0]))
+    for seg_bytes, rec in src:
+        record = np.frombuffer(seg_bytes[rec.pos : rec.pos + rec.total_size], np.uint8)
+        list(writer.put(record, np.array([rec.total_size]), "test"))
+    writer.close()
+    conf = (root.parent / "broker.conf").read_text()
+    (root.parent / "broker.conf").write_text(conf + "enableDLegerCommitLog=true\ndLegerSelfId=n0\ndLegerGroup=g0\n")
+    return root
+
+
+def case_store(case: str) -> Path:
+    from conftest import case_dir
+
+    return case_dir(case) / "store"
+
+
+def iter_commitlog_of(root: Path) -> list[tuple[bytes, object]]:
+    with open_store(root) as st:
+        return [(seg.path.read_bytes(), r) for seg, r in iter_commitlog(st) if not isinstance(r, Blank)]
+
+
+def test_a_migrated_store_keeps_its_plain_part_and_follows_with_the_dledger_records(tmp_path: Path) -> None:
+    root = migrated_store(tmp_path)
+    with open_store(root) as st:
+        segs, _ = st.commitlog_segments()
+        assert [s.framing.name for s in segs] == ["plain"] * 4 + ["dledger"] * 4
+    before = messages(root)
+    assert len(before) == 900
+    out = tmp_path / "out"
+    out.mkdir()
+    convert(root, "--to", "commitlog", "-o", out / "store")
+    after = messages(out / "store")
+    assert [m[:7] for m in after] == [m[:7] for m in before]
+    assert [m[8] for m in after[:500]] == [m[8] for m in before[:500]]  # the plain part stays where it was
+    assert [m[8] for m in after[500:]] != [m[8] for m in before[500:]]
