@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2
+from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2, explain_invalid
 from rmqstore.codec.framing import BLANK, END, INVALID, RECORD, UNTIL, Framing
 from rmqstore.errors import CorruptData
 
@@ -159,6 +159,34 @@ class DLedgerFraming(Framing):
     def frame_values(self, buf: Any, record_pos: int) -> tuple[int, ...]:
         _, size, index, term, pos = _FRAME.unpack_from(buf, record_pos - HEADER_SIZE)
         return index, term, pos, size
+
+    def sound_frames(self, buf: Any, size: int, file_from: int, records: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        frames = records - HEADER_SIZE
+        ok = frames >= 0
+        at = np.where(ok, frames, 0)
+        be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
+        be64 = np.ndarray((size - 7,), dtype=">i8", buffer=buf, strides=(1,))
+        try:
+            ok &= be32[at] == ENTRY_MAGIC
+            ok &= be32[at + 4] == ends - frames
+            ok &= be32[at + 44] == ends - records
+            ok &= be64[at + 24] == file_from + frames
+        finally:
+            del be32, be64
+        return ok
+
+    def explain(self, buf: Any, pos: int, **where: Any) -> CorruptData:
+        file_from = where.get("file_from", 0)
+        end = where.get("end") or len(buf)
+        if pos + HEADER_SIZE > end:
+            why = f"DLedger entry header needs {HEADER_SIZE} bytes, {end - pos} left"
+        else:
+            why = header_problem(decode_header(buf, pos), file_from + pos, end - pos)
+        if why is None:
+            return explain_invalid(buf, pos + HEADER_SIZE, **where)
+        return CorruptData(why, path=where.get("path", "<buffer>"), pos=pos, phy_offset=file_from + pos)
 
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
         if pos + 8 > end:

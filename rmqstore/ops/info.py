@@ -37,7 +37,6 @@ from rmqstore.codec.commitlog import (
 )
 from rmqstore.codec.consumequeue import ENTRY_SIZE, valid_prefix
 from rmqstore.codec.describe import index_header_json
-from rmqstore.codec.dledger import INDEX_UNIT_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
 from rmqstore.errors import CorruptData, RmqstoreError
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
@@ -49,7 +48,7 @@ from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.walk.chain import Stop, StopKind, first_record, frames, holds_data, walk_chain
-from rmqstore.walk.dledger import LedgerState, ledger_state
+from rmqstore.walk.dledger import ledger_problems, ledger_state
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -660,7 +659,7 @@ def _dledger_info(st: Store, segs: list[Segment], queued_end: int) -> tuple[dict
         return None, []
     with DLedgerIndex(cfg) as index:
         state = ledger_state(segs, index, read_member(cfg))
-        problems = list(index.problems) + _ledger_problems(cfg.dledger_dir, state, index)
+        problems = list(index.problems) + ledger_problems(state, index)
         member = state.member
         committed = member.committed_index
         unit = None if committed is None or committed < 0 else index.unit(committed)
@@ -686,32 +685,3 @@ def _dledger_info(st: Store, segs: list[Segment], queued_end: int) -> tuple[dict
 
 def _file_json(seg: Segment) -> dict[str, Any]:
     return {"name": seg.path.name, "fileFromOffset": seg.base_offset, "fileSize": seg.size}
-
-
-def _ledger_problems(where: Path, state: LedgerState, index: DLedgerIndex) -> list[Problem]:
-    out: list[Problem] = []
-    if state.stop is not None:
-        e = state.stop
-        out.append(Problem(e.seg.path, e.pos, f"{e.problem}: the DLedger chain ends here", ERROR, e.offset))
-    member, end = state.member, state.end_index
-    if member.checkpoint.values is None:
-        out.append(Problem(member.checkpoint.path, None, "the DLedger member checkpoint is missing", WARNING))
-    elif member.end_index != end:
-        out.append(
-            Problem(member.checkpoint.path, None, f"endIndex {member.end_index}, the last entry is {end}", WARNING)
-        )
-    if member.committed_index is not None and member.committed_index > end:
-        out.append(Problem(member.checkpoint.path, None,
-                           f"committedIndex {member.committed_index} is past the last entry {end}", WARNING))  # fmt: skip
-    for head in (state.begin, None if state.last is None else state.last.header):
-        if head is None:
-            continue
-        unit = index.unit(head.index)
-        if unit is None or not unit.matches(head):
-            said = "none" if unit is None else f"position {unit.pos}, size {unit.size}, index {unit.index}"
-            out.append(Problem(index.dir, None, f"the index unit of entry {head.index} does not match it ({said}): "
-                               "the engine rewrites the index from there when it starts", WARNING, head.pos))  # fmt: skip
-    if state.index_write_pos > (end + 1) * INDEX_UNIT_SIZE:
-        out.append(Problem(index.dir, None, f"index units up to {state.index_write_pos} reach past the last entry "
-                           f"{end} (the engine truncates them at start)", WARNING))  # fmt: skip
-    return out

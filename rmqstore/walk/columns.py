@@ -44,6 +44,7 @@ from rmqstore.codec.javahash import index_key_hash, java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, segment_ranges
+from rmqstore.walk.chain import frame_start
 from rmqstore.walk.requests import DispatchRequest, ScanStop, request_from_record
 from rmqstore.walk.workers import close_pool, worker_pool
 
@@ -187,7 +188,7 @@ def scan_columns(
     positions, stop_pos, reason = seg.framing.chain(buf, start_pos, end)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
-        stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
+        stop.error = seg.framing.explain(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     chunks = [positions[i : i + BATCH] for i in range(0, len(positions), BATCH)]
     if workers > 1 and len(chunks) > 1:
         with worker_pool(min(workers, len(chunks))) as pool:
@@ -588,6 +589,7 @@ def iter_columns(
     pool = None
     try:
         for seg, start, end in segment_ranges(segments, from_phy, to_phy):
+            start = frame_start(seg, start)
             done = start
             if workers > 1 and end - start > part_size:
                 if pool is None:

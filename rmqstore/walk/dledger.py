@@ -15,10 +15,12 @@ from rmqstore.codec.dledger import (
     HEADER_SIZE,
     INDEX_UNIT_SIZE,
     EntryHeader,
+    IndexUnit,
     decode_header,
     header_problem,
 )
 from rmqstore.errors import from_os_error
+from rmqstore.problems import ERROR, WARNING, Problem
 from rmqstore.store.dledger import DLedgerIndex, Member
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
@@ -84,29 +86,35 @@ def iter_entries(segs: Iterable[Segment]) -> Iterator[Entry]:
             yield from file_entries(seg)
 
 
-def entry_findings(entries: Iterable[Entry], index: DLedgerIndex) -> Iterator[tuple[Entry, str]]:
-    """What is wrong between consecutive entries and between each entry and its index unit."""
+def entry_findings(entries: Iterable[Entry], index: DLedgerIndex) -> Iterator[Problem]:
+    """What is wrong between consecutive entries (index sequence, term order), and between each entry
+    and its index unit (reported at the unit's place in its index file)."""
     last: EntryHeader | None = None
     for e in entries:
         if e.kind != ENTRY or e.header is None:
+            last = None if e.kind == INVALID else last  # what follows damage cannot be placed in sequence
             continue
         head = e.header
         if last is not None and head.index != last.index + 1:
-            yield e, f"entry index {head.index}, expected {last.index + 1} (the one after the previous entry)"
+            yield Problem(e.seg.path, e.pos, f"entry index {head.index}, expected {last.index + 1}", ERROR, e.offset)
         if last is not None and head.term < last.term:
-            yield e, f"entry term {head.term} is lower than the previous entry's {last.term}"
-        unit = index.unit(head.index)
-        if unit is None:
-            yield e, f"no DLedger index unit for entry {head.index} (index offset {head.index * INDEX_UNIT_SIZE})"
-        elif not unit.matches(head):
-            yield (
-                e,
-                (
-                    f"DLedger index unit of entry {head.index} says position {unit.pos}, size {unit.size}, "
-                    f"index {unit.index}, term {unit.term}, magic {unit.magic}"
-                ),
-            )
+            yield Problem(e.seg.path, e.pos, f"entry term {head.term} is lower than the previous entry's {last.term}",
+                          ERROR, e.offset)  # fmt: skip
         last = head
+        at = head.index * INDEX_UNIT_SIZE
+        seg = index.segment_of(head.index)
+        unit = index.unit(head.index)
+        if seg is None or unit is None:
+            yield Problem(index.dir, None, f"no DLedger index unit for entry {head.index} (index offset {at})", ERROR)
+        elif not unit.matches(head):
+            yield Problem(seg.path, at - seg.base_offset, _unit_mismatch(unit, head), ERROR)
+
+
+def _unit_mismatch(unit: IndexUnit, head: EntryHeader) -> str:
+    said = {"magic": unit.magic, "position": unit.pos, "size": unit.size, "index": unit.index, "term": unit.term}
+    want = {"magic": head.magic, "position": head.pos, "size": head.size, "index": head.index, "term": head.term}
+    wrong = ", ".join(f"{k} {said[k]}, expected {want[k]}" for k in said if said[k] != want[k])
+    return f"DLedger index unit of entry {head.index}: {wrong} (as its entry says)"
 
 
 @dataclass(frozen=True)
@@ -169,3 +177,33 @@ def ledger_state(segs: list[Segment], index: DLedgerIndex, member: Member) -> Le
         index_write_pos=write_pos,
         member=member,
     )
+
+
+def ledger_problems(state: LedgerState, index: DLedgerIndex) -> list[Problem]:
+    """Where the ledger's ends, the member checkpoint and the index disagree (read cheaply, as ``info`` does)."""
+    out: list[Problem] = []
+    if state.stop is not None:
+        e = state.stop
+        out.append(Problem(e.seg.path, e.pos, f"{e.problem}: the DLedger chain ends here", ERROR, e.offset))
+    member, end = state.member, state.end_index
+    if member.checkpoint.values is None:
+        out.append(Problem(member.checkpoint.path, None, "the DLedger member checkpoint is missing", WARNING))
+    elif member.end_index != end:
+        out.append(
+            Problem(member.checkpoint.path, None, f"endIndex {member.end_index}, the last entry is {end}", WARNING)
+        )
+    if member.committed_index is not None and member.committed_index > end:
+        out.append(Problem(member.checkpoint.path, None,
+                           f"committedIndex {member.committed_index} is past the last entry {end}", WARNING))  # fmt: skip
+    for head in (state.begin, None if state.last is None else state.last.header):
+        if head is None:
+            continue
+        unit = index.unit(head.index)
+        if unit is None or not unit.matches(head):
+            said = "none" if unit is None else f"position {unit.pos}, size {unit.size}, index {unit.index}"
+            out.append(Problem(index.dir, None, f"the index unit of entry {head.index} does not match it ({said}): "
+                               "the engine rewrites the index from there when it starts", WARNING, head.pos))  # fmt: skip
+    if state.index_write_pos > (end + 1) * INDEX_UNIT_SIZE:
+        out.append(Problem(index.dir, None, f"index units up to {state.index_write_pos} reach past the last entry "
+                           f"{end} (the engine truncates them at start)", WARNING))  # fmt: skip
+    return out

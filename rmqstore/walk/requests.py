@@ -15,7 +15,6 @@ from rmqstore.codec.commitlog import (
     SCHEDULE_TOPIC,
     Record,
     decode_record,
-    explain_invalid,
     parse_properties,
 )
 from rmqstore.codec.framing import BLANK, END, RECORD
@@ -23,7 +22,7 @@ from rmqstore.codec.javahash import java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
-from rmqstore.walk.chain import Stop, StopKind
+from rmqstore.walk.chain import Stop, StopKind, frame_start
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
 
@@ -154,7 +153,7 @@ def scan_requests(
                 buf, at, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
             )
             if kind != RECORD or not isinstance(rec, Record):
-                raise explain_invalid(buf, at, path=path, file_from=seg.base_offset, end=size, broker=cfg.broker)
+                raise seg.framing.explain(buf, pos, path=path, file_from=seg.base_offset, end=size, broker=cfg.broker)
             append(request_from_record(rec, cfg, path=path))
         except RecordSizeMismatch as e:
             if not skip_size_mismatch or kind != RECORD:
@@ -179,7 +178,7 @@ def iter_requests(
             continue
         if to_phy is not None and seg.base_offset >= to_phy:
             break
-        start = max(0, from_phy - seg.base_offset)
+        start = frame_start(seg, max(0, from_phy - seg.base_offset))
         end = None if to_phy is None else min(seg.size, to_phy - seg.base_offset)
         with map_file(seg.path) as buf:
             reqs, stop = scan_requests(buf, seg, cfg, start_pos=start, end_pos=end)
