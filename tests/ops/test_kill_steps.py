@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import copy_real_store, crash_batch_store, data_files, run_with_hook
+from conftest import copy_real_store, crash_batch_store, data_files, dledger_crashed, run_with_hook
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
@@ -57,6 +57,10 @@ def argv_recover(root: Path, q: Path) -> list[str]:
     return ["recover", str(root), "-q", "--quarantine", str(q)]
 
 
+def argv_recover_dledger(root: Path, q: Path) -> list[str]:
+    return [*argv_recover(root, q), "--broker-version", "5.2.0"]  # the queues left do not tell the version
+
+
 def argv_redispatch(root: Path, q: Path) -> list[str]:
     return ["redispatch", str(root), "-q", "--quarantine", str(q)]
 
@@ -93,6 +97,8 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]]
     "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
     "recover-lmq": (prepare_recover_lmq, argv_recover, {0}),
     "recover-bcq": (crash_batch_store, argv_recover, {0}),
+    # a DLedger store: the torn entry, the member's index and checkpoint, the queue rebuilt
+    "recover-dledger": (dledger_crashed, argv_recover_dledger, {0}),
 }
 
 
