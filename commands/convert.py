@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rmqstore.codec.dledger import DEFAULT_INDEX_FILE_SIZE
+from rmqstore.errors import UsageError
 from rmqstore.ops.convert import dledger as op
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
@@ -73,7 +74,7 @@ def convert_command(
     complete: run the same command again to finish it.
     """
     if to not in (op.COMMITLOG, op.DLEDGER) or output is None:
-        raise typer.BadParameter("--to commitlog|dledger and --output NEW_STORE are required", param_hint="--to")
+        raise UsageError("convert needs --to commitlog|dledger and --output NEW_STORE")
     fmt, dry_run = changing.format, changing.dry_run
     with changing.open(store, "convert", writable=False) as st:
         member = None

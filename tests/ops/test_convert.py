@@ -145,6 +145,8 @@ def test_refusals(tmp_path: Path) -> None:
     assert res.exit_code == 8 and "must not exist or be empty" in res.output
     res = runner.invoke(app, ["convert", str(src), "--to", "dledger", "-o", str(tmp_path / "n")])
     assert res.exit_code == 1 and "DLedger mode already" in res.output
+    res = runner.invoke(app, ["convert", str(src), "--to", "plain", "-o", str(tmp_path / "n")])
+    assert res.exit_code == 2 and "--to commitlog|dledger" in res.output
     holder = hold_lock(src)
     try:
         res = runner.invoke(app, ["convert", str(src), "--to", "commitlog", "-o", str(tmp_path / "n")])
