@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "redispatch",
         "Rebuild consume queues and index files from the commit log and swap them in atomically.",
     ),
+    "convert": (
+        "convert",
+        "Write a new store holding every record of STORE with the commit log in another framing.",
+    ),
     "query-by-key": ("query", "Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does."),
     "query": ("query", "Find messages by key, unique key, message id, queue offset or time, from the store's files."),
     "diff": ("diff", "Compare the commit logs of two replicas record by record and say where they diverged."),
