@@ -199,8 +199,10 @@ def report_command(
     targets = store_paths.expand([Path(p) for p in _stores(stores)])
     several = len(targets) > 1
     listed, errors = local.each_store(targets, functools.partial(_store_files, reporting=reporting), several=several)
-    with spark.session(quiet, [f.root for f in listed]) as session:
-        counted = count_traffic(session, listed, split_size=size)
+    counted: dict[str, Any] = {}
+    if listed:  # no Spark for a list of stores none of which reads
+        with spark.session(quiet, [f.root for f in listed]) as session:
+            counted = count_traffic(session, listed, split_size=size)
     reports, failed = local.each_store(
         [Path(f.root) for f in listed],
         lambda path: local.report_one(path, reporting, now_ms, quiet, traffic=counted[str(path)]),
