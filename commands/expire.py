@@ -201,7 +201,15 @@ def expire_command(
         resumed = resume_interrupted(st, "expire", dry_run=dry_run)
         if resumed is not None:
             err.print(escape(resumed.message))
-        plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk, quarantine=quarantine)
+        measured = disk_used_ratio is None  # measured: each clean service computes the ratio its own way
+        plan = op.plan_expire(
+            st,
+            now_ms=now_ms,
+            settings=settings,
+            force=force,
+            disk_usage=None if measured else disk,
+            quarantine=quarantine,
+        )
         _notes(plan, st.root, verbose)
         if dry_run:
             ratio, over = op.over_forced_ratio(plan, st.config, disk)
@@ -230,7 +238,7 @@ def _notes(plan: op.ExpirePlan, root: Path, verbose: bool) -> None:
 
 def _view(plan: op.ExpirePlan, ratio: float, over: bool, code: int) -> PlanView:
     """The files to delete and the facts the actions do not carry: the new min offset, the disk, the exit status."""
-    kinds = {k: sum(a.kind == k for a in plan.actions) for k in ("commitlog", "consumequeue", "index")}
+    kinds = {k: sum(a.kind == k for a in plan.actions) for k in ("commitlog", "dledger-index", "consumequeue", "index")}
     summary = {
         "store": str(plan.store_root),
         "now": format_time_ms(plan.now_ms),
