@@ -35,6 +35,14 @@ first file kept and after deleteFileBatchMax files. Then go every consume queue 
 entry is below the new commit log min offset and every index file whose endPhyOffset is below
 it, never a queue's or the index's last file.
 
+On a DLedger store (enableDLegerCommitLog) the data files follow the DLedger member's own clean
+service: it runs in a deleteWhen hour or when a disk is above diskMaxUsedSpaceRatio (never for
+--force, which the broker's manual deletion does not pass on), keeps a data file fileReservedTime
++ 1 hours (any age above DLedger's forced-clean level 0.85 with cleanFileForciblyEnable), never the
+last one, at most 10 per run, and drops the DLedger index files before the new first entry. A
+migrated store's old commitlog/ files go first, by the broker's rules; while any is left DLedger
+deletes nothing younger than 10 years. The member's checkpoint is left as it is.
+
 Settings come from broker.conf (--broker-config), read as the --broker-version reads it; the
 options override it. Disk usage is measured on the file systems of the commit log and consume
 queue directories. A store a running broker holds is refused: the broker cleans it itself.
@@ -221,7 +229,7 @@ def expire_command(
     if over:
         err.warning(
             f"commit log disk {op.percent(ratio)} used after the run, above the forced-clean level "
-            f"{op.percent(plan.settings.disk_space_clean_forcibly_ratio)}"
+            f"{op.percent(op.forced_clean_level(plan))}"
         )
     if code:
         raise typer.Exit(code)

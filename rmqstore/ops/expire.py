@@ -715,6 +715,10 @@ def _plan_dledger(
     if cleaning.disabled:
         stop += f" (deletion disabled while the old commit log part exists: fileReservedHours {cleaning.file_reserved_hours})"
     notes = [checkpoint_note(read_member(st.config))]
+    if cleaning.disk_full:
+        notes.append(
+            f"a data disk above DLedger's full level {cleaning.full_ratio:.2f}: the member refuses appends (DISK_FULL)"
+        )
     if cleaning.manual and not cleaning.triggered:
         notes.append("--force is the broker's manual deletion: it never reaches the DLedger files")
     actions = [_file_action(st, "commitlog", e.path, e.why, "dledger-data") for e in expired]
@@ -1013,9 +1017,18 @@ def _run(
 
 
 def over_forced_ratio(plan: ExpirePlan, config: StoreConfig, disk_usage: DiskUsage) -> tuple[float, bool]:
-    """The commit log partition's used ratio now, and whether it is above the forced-clean level."""
-    ratio = commitlog_used_ratio(config, disk_usage)
-    return ratio, ratio > plan.settings.disk_space_clean_forcibly_ratio
+    """The commit log partition's used ratio now, and whether it is above the forced-clean level
+    (on a DLedger store: the data directories' and DLedger's level)."""
+    if plan.dledger is not None:
+        ratio = min(disk_usage(d) for d in config.dledger_data_dirs)
+    else:
+        ratio = commitlog_used_ratio(config, disk_usage)
+    return ratio, ratio > forced_clean_level(plan)
+
+
+def forced_clean_level(plan: ExpirePlan) -> float:
+    """The level above which files go whatever their age: DLedger's own on a DLedger store."""
+    return plan.dledger.force_clean_ratio if plan.dledger is not None else plan.settings.disk_space_clean_forcibly_ratio
 
 
 def exit_code(plan: ExpirePlan, *, over_forced: bool, detailed: bool = False) -> int:
@@ -1105,6 +1118,7 @@ __all__ = [
     "EXIT_LOCKED",
     "EXIT_NOTHING_TO_DO",
     "EXIT_OVER_FORCED_RATIO",
+    "DLedgerCleaning",
     "ExpirePlan",
     "ExpireResult",
     "ExpireRunning",
@@ -1113,9 +1127,11 @@ __all__ = [
     "Triggers",
     "apply_expire",
     "describe",
+    "dledger_cleaning",
     "evaluate_triggers",
     "exit_code",
     "expire_lock",
+    "forced_clean_level",
     "expire_settings",
     "local_hour",
     "measured_disk_usage",
