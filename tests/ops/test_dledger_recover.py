@@ -97,7 +97,7 @@ def test_torn_last_entry_is_cut_and_everything_else_served(tmp_path: Path, versi
 def test_deleted_consume_queue_with_abort_is_rebuilt(tmp_path: Path, version: str) -> None:
     root = dledger_crashed(tmp_path / "s", version)
     last = load_truth(dledger_case(version))["dledger"]["entries"][-1]
-    out = recover_checked(root, tmp_path / "q", version)  # the queues left do not tell the version
+    out = recover_checked(root, tmp_path / "q")
     assert "abnormal" in out
     assert not (root / "abort").exists()
     assert_serves(root, load_truth(dledger_case(version)), without={last["pos"] + 48})

@@ -1,0 +1,1 @@
+"""Conversions of a store into a new store: each in its own module."""
