@@ -176,6 +176,17 @@ class DLedgerFraming(Framing):
             del be64
         return ok
 
+    def explain(self, buf: Any, pos: int, **where: Any) -> CorruptData:
+        file_from = where.get("file_from", 0)
+        end = where.get("end") or len(buf)
+        if pos + HEADER_SIZE > end:
+            why = f"DLedger entry header needs {HEADER_SIZE} bytes, {end - pos} left"
+        else:
+            why = header_problem(decode_header(buf, pos), file_from + pos, end - pos)
+        if why is None:
+            return explain_invalid(buf, pos + HEADER_SIZE, **where)
+        return CorruptData(why, path=where.get("path", "<buffer>"), pos=pos, phy_offset=file_from + pos)
+
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
         if pos + 8 > end:
             return END, pos, pos
