@@ -166,12 +166,10 @@ class DLedgerFraming(Framing):
         frames = records - HEADER_SIZE
         ok = frames >= 0
         at = np.where(ok, frames, 0)
-        total = ends - records
         be64 = np.ndarray((size - 7,), dtype=">i8", buffer=buf, strides=(1,))
-        try:  # three 8-byte reads per entry: magic and size, the position field, body length and TOTALSIZE
+        try:  # two 8-byte reads per entry: magic and size, and the position field (the body length: check)
             ok &= be64[at] == (ENTRY_MAGIC << 32) + (ends - frames)
             ok &= be64[at + 24] == file_from + frames
-            ok &= be64[at + 44] == (total << 32) + total
         finally:
             del be64
         return ok
