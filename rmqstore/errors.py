@@ -88,6 +88,10 @@ class UsageError(RmqstoreError, exit_code=2):
     """An option value is not one rmqstore accepts (e.g. an unknown --broker-version)."""
 
 
+class MissingExtra(RmqstoreError, exit_code=1):
+    """The store needs an optional dependency that is not installed (the message names the extra)."""
+
+
 class UnsupportedStore(RmqstoreError, exit_code=7):
     """A store layout rmqstore refuses to touch (DLedger, RocksDB consume queue, ...)."""
 
@@ -151,7 +155,7 @@ EXIT_CODES: dict[int, str] = {
     5: "not a store: the path is missing or is not a RocketMQ store root",
     6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
     "(a directory where a file belongs, a symlink loop)",
-    7: "unsupported store (DLedger commit log, RocksDB consume queue, batch consume queue)",
+    7: "unsupported store (DLedger commit log, a layout this version cannot read)",
     8: "unsafe plan refused: the operation would lose data, or write the same input twice; see --force "
     "(write: --again)",
     9: "expire `--detailed-exitcode` only: files were deleted (a dry run: would be); without the option a successful run exits 0",

@@ -45,8 +45,8 @@ from rmqstore.store.layout import (
     load_broker_config,
 )
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues
-from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueueStore
+from rmqstore.store.queue.kinds import consume_queue_store
 
 
 def lock_holder_pid(lock_path: Path) -> int | None:
@@ -86,7 +86,7 @@ class Store:
     batch_queues: BatchConsumeQueues = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.consume_queues = FileConsumeQueues(self.config, self.config.store_root)
+        self.consume_queues = consume_queue_store(self.config, self.config.store_root)
         self.batch_queues = BatchConsumeQueues(self.config, self.config.store_root)
 
     @property
@@ -152,6 +152,7 @@ class Store:
 
     # -- reading -----------------------------------------------------------------
     def close(self) -> None:
+        self.consume_queues.close()
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, 0)
@@ -164,9 +165,6 @@ def _detect_unsupported(root: Path) -> None:
         for p in root.glob(f"{entry}-*"):
             if p.is_dir():
                 raise UnsupportedStore(f"{root}: DLedger commit log ({p.name}) is not supported")
-    cq = root / "consumequeue"
-    if (cq / "CURRENT").exists() or any(cq.glob("*.sst")):
-        raise UnsupportedStore(f"{root}: the consume queue is a RocksDB database (storeType=defaultRocksDB)")
 
 
 def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -> StoreConfig:

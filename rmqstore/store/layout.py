@@ -77,6 +77,7 @@ class StoreConfig:
     enabled_append_prop_crc: bool = False
     force_verify_prop_crc: bool = False
     bcq_file_size: int = 13_800_000  # mapperFileSizeBatchConsumeQueue, 300000 units of 46 bytes
+    store_type: str = "default"  # storeType: defaultRocksDB keeps the consume queues in a RocksDB database
     broker: str = "4.4.0"  # behaviour of this broker version is emulated
     source: Path | None = None  # the broker.conf read, if any
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys set in broker.conf
@@ -151,6 +152,7 @@ _KEYS: dict[str, tuple[str, type]] = {
     "enabledAppendPropCRC": ("enabled_append_prop_crc", bool),
     "forceVerifyPropCRC": ("force_verify_prop_crc", bool),
     "mapperFileSizeBatchConsumeQueue": ("bcq_file_size", int),
+    "storeType": ("store_type", str),
 }
 # Broker keys that do not size or move the store: accepted, ignored.
 _OTHER_KNOWN = {
@@ -190,7 +192,6 @@ _OTHER_KNOWN = {
     "mappedFileSizeConsumeQueueExt",
     "bitMapLengthConsumeQueueExt",
     "enableCalcFilterBitMap",
-    "storeType",
     "timerWheelEnable",
     "enableCompaction",
     "fetchNamesrvAddrByAddressServer",
