@@ -88,10 +88,6 @@ class UsageError(RmqstoreError, exit_code=2):
     """An option value is not one rmqstore accepts (e.g. an unknown --broker-version)."""
 
 
-class MissingExtra(RmqstoreError, exit_code=1):
-    """The store needs an optional dependency that is not installed (the message names the extra)."""
-
-
 class UnsupportedStore(RmqstoreError, exit_code=7):
     """A store layout rmqstore refuses to touch (DLedger, RocksDB consume queue, ...)."""
 
@@ -142,7 +138,7 @@ def from_os_error(e: OSError, path: Path | str | None = None, *, doing: str | No
 
 
 class MissingExtra(RmqstoreError, exit_code=1):
-    """An optional dependency (the ``spark`` extra, Java) is not installed."""
+    """An optional dependency (the ``spark`` or ``rocksdb`` extra, Java) is not installed."""
 
 
 EXIT_CODES: dict[int, str] = {

@@ -103,10 +103,14 @@ class OffsetRow:
 def _topic(key: bytes, where: str) -> tuple[str, int]:
     """The topic of a key and the position after its trailing 0x01; CorruptData when the frame is wrong."""
     if len(key) < 6:
-        raise CorruptData(f"{len(key)}-byte key, expected at least 6 (topic length, 0x01, topic, 0x01)", path=where, pos=0)
+        raise CorruptData(
+            f"{len(key)}-byte key, expected at least 6 (topic length, 0x01, topic, 0x01)", path=where, pos=0
+        )
     n = _INT.unpack_from(key, 0)[0]
     if n < 0 or len(key) < 6 + n or key[4:5] != CTRL_1 or key[5 + n : 6 + n] != CTRL_1:
-        raise CorruptData(f"key {key.hex()}: topic length {n} does not frame the key with 0x01 bytes", path=where, pos=0)
+        raise CorruptData(
+            f"key {key.hex()}: topic length {n} does not frame the key with 0x01 bytes", path=where, pos=0
+        )
     try:
         return key[5 : 5 + n].decode("utf-8"), 6 + n
     except UnicodeDecodeError:

@@ -32,8 +32,8 @@ from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.errors import CorruptData
 from rmqstore.store.layout import StoreConfig, record_place
-from rmqstore.store.queue.kinds import consume_queue_store
 from rmqstore.store.queue.interface import QueueWriter
+from rmqstore.store.queue.kinds import consume_queue_store
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.requests import DispatchRequest
 

@@ -56,8 +56,9 @@ from rmqstore.store import Store
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
-from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueueStore, QueueCut, QueueRecovery
+from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
+from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 from rmqstore.walk.chain import StopKind, frames
 from rmqstore.walk.checked import keep_dispatch_columns, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
@@ -656,13 +657,24 @@ def plan_recover(
     root = Path(st.root)
     _check_plannable(st, rebuild_index)
     f = recovery_facts(st, check_crc=check_crc, progress=progress)
+    in_place_cq = True
+    if keeps_rocksdb(cfg):
+        # the engine serves what the database says and re-dispatches from its checkpoint row: a database out
+        # of line with the commit log is rebuilt whole beside the store (the old one to the quarantine)
+        in_place_cq = False
+        why = None if rebuild_consume_queue else _database_out_of_line(st, f.process_offset)
+        if why is not None:
+            rebuild_consume_queue = True
+            f.notes.append(f"the consume queue database {why}: it is rebuilt from the valid commit log and the "
+                           "old database goes to the quarantine whole")  # fmt: skip
     actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
     queue_ends = _queue_ends(f)
     if f.truncate_logic and not rebuild_consume_queue:
         for _key, q in sorted(f.queues.items()):
             actions += _cq_truncate_actions(root, q, f.process_offset)
         actions += _batch_cut_actions(root, f)
-    dispatch = _plan_dispatch(f, cfg, not rebuild_consume_queue, cfg.message_index_enable and not rebuild_index)
+    want_cq = in_place_cq and not rebuild_consume_queue
+    dispatch = _plan_dispatch(f, cfg, want_cq, cfg.message_index_enable and not rebuild_index)
     if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
         keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
     tail = (
@@ -708,6 +720,11 @@ def plan_recover(
         quarantine_dir=qdir,
         created_ms=now_ms,
     )
+
+
+def _database_out_of_line(st: Store, end: int) -> str | None:
+    queues = st.consume_queues
+    return queues.out_of_line(end) if isinstance(queues, RocksDBConsumeQueues) else None
 
 
 def _batch_cut_actions(root: Path, f: RecoveryFacts) -> list[Action]:
@@ -1280,7 +1297,7 @@ def _step_rebuild(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, 
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
-    _fsync_dispatch_dirs(FileConsumeQueues(cfg, build), build / "index", stats)
+    _fsync_dispatch_dirs(consume_queue_store(cfg, build), build / "index", stats)
     state: dict[str, Any] = {"rebuild": stats.to_json()}
     if plan.rebuild_consume_queue:
         state["logicsMsgTimestamp"] = stats.logics_msg_timestamp_ms

@@ -37,8 +37,8 @@ from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
-from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
+from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop
 
@@ -177,6 +177,14 @@ def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[s
     return diffs
 
 
+def _diff_built(st: Store, build_root: Path, topics: tuple[str, ...] | None) -> list[QueueDiff]:
+    built = consume_queue_store(st.config, build_root)
+    try:
+        return _diff_queues(st.consume_queues, built, topics)
+    finally:
+        built.close()
+
+
 def _index_summary(root: Path) -> list[dict[str, Any]]:
     out = []
     d = root / "index"
@@ -233,6 +241,8 @@ def build(
                 shutil.copytree(src, build_root / src.name, dirs_exist_ok=True)
         start = from_phy
     if engine != "local":
+        if consume_queue and keeps_rocksdb(cfg):
+            raise UnsupportedStore(f"{st.root}: engine {engine!r} writes no RocksDB consume queue; use --engine local")
         if consume_queue and (cfg.enable_multi_dispatch or batch_cq_topics(cfg)):
             raise UnsupportedStore(
                 f"{st.root}: engine {engine!r} writes neither %LMQ% (multi-dispatch) nor batch consume queues; "
@@ -347,6 +357,8 @@ def plan_redispatch(
     if topics and only == "index":
         raise InputError("--topic selects consume queues; index files hold every topic and cannot be filtered")
     build_cq = only in (None, "consumequeue")
+    if topics and build_cq and keeps_rocksdb(st.config):
+        raise InputError("--topic: the consume queues are one RocksDB database, rebuilt and swapped in whole")
     build_ix = only in (None, "index") and not topics and st.config.message_index_enable
     notes = []
     if topics and only is None:
@@ -364,7 +376,7 @@ def plan_redispatch(
             progress=progress,
             spark_master=spark_master,
         )
-        diffs = _diff_queues(st.consume_queues, FileConsumeQueues(st.config, build_root), topics) if build_cq else []
+        diffs = _diff_built(st, build_root, topics) if build_cq else []
         sj = stats.to_json()
         if build_ix:
             sj["indexChanged"] = not _index_identical(st.root, build_root)

@@ -87,11 +87,36 @@ class RocksDBConsumeQueues:
 
     def checkpoint(self) -> int | None:
         """The dispatch checkpoint row: where the engine's dispatch stands in the commit log (None without one)."""
+        if not self.writable and not self.exists():
+            return None
         v = self.database().get(codec.CHECKPOINT_KEY, offset=True)
         return None if v is None else codec.decode_offset_row(codec.CHECKPOINT_KEY, v, str(self.directory)).phy_offset
 
     def queue(self, topic: str, queue_id: int) -> RocksDBConsumeQueue:
         return RocksDBConsumeQueue(self, topic, int(queue_id))
+
+    def out_of_line(self, end: int) -> str | None:
+        """Why the database does not serve the commit log up to ``end`` (where the valid records end) as
+        the engine left it after a clean shutdown, None when it does: the checkpoint row at ``end`` and no
+        unit, ``max`` or ``min`` row pointing at or past it."""
+        if not self.directory.is_dir():
+            return "is missing"
+        cp = self.checkpoint()
+        if cp is None:
+            return "holds no dispatch checkpoint row (nothing was flushed before a crash)"
+        if cp != end:
+            return f"was dispatched up to commit log offset {cp}, the valid records end at {end}"
+        for q in self.queues():
+            last = q.last_key()
+            u = None if last is None else q.get(last)
+            mx = q.max_row()
+            if u is not None and int(u["phy_offset"]) >= end:
+                return f"has units of {q.topic} queue {q.queue_id} pointing at or past {end}"
+            if mx is None and last is not None:
+                return f"has units of {q.topic} queue {q.queue_id} without a max row"
+            if mx is not None and (mx.queue_offset != last or mx.phy_offset >= end):
+                return f"has a max row of {q.topic} queue {q.queue_id} that is not its last unit"
+        return None
 
     def close(self, sync: bool = True) -> None:
         if self._db is None:
@@ -106,7 +131,9 @@ class RocksDBConsumeQueues:
         assert self._db is not None
         for (topic, qid), (first_q, first_phy, last_q, last_phy) in sorted(self._ends.items()):
             self._db.put(codec.offset_key(topic, qid, codec.MAX), codec.encode_offset(last_phy, last_q), offset=True)
-            self._db.put(codec.offset_key(topic, qid, codec.MIN), codec.encode_offset(first_phy, first_q), offset=True)
+            min_key = codec.offset_key(topic, qid, codec.MIN)
+            if self._db.get(min_key, offset=True) is None:  # a continued queue keeps its min row
+                self._db.put(min_key, codec.encode_offset(first_phy, first_q), offset=True)
         if self._ends or self.dispatched:
             self._db.put(codec.CHECKPOINT_KEY, codec.encode_checkpoint(self.dispatched), offset=True)
         self._db.write()
@@ -143,6 +170,8 @@ class RocksDBConsumeQueue:
         return str(self.directory)
 
     def _row(self, kind: bytes) -> codec.OffsetRow | None:
+        if not self.store.exists():
+            return None
         key = codec.offset_key(self.topic, self.queue_id, kind)
         v = self.store.database().get(key, offset=True)
         return None if v is None else codec.decode_offset_row(key, v, self._where())
@@ -158,11 +187,15 @@ class RocksDBConsumeQueue:
 
     def first_key(self) -> int | None:
         """The queue offset of the first unit row, None without units."""
+        if not self.store.exists():
+            return None
         p = self._prefix()
         row = next(iter(self.store.database().scan(p, _after(p))), None)
         return None if row is None else codec.decode_unit_key(row[0], self._where()).queue_offset
 
     def last_key(self) -> int | None:
+        if not self.store.exists():
+            return None
         p = self._prefix()
         row = self.store.database().last_before(_after(p), p)
         return None if row is None else codec.decode_unit_key(row[0], self._where()).queue_offset
@@ -213,6 +246,8 @@ class RocksDBConsumeQueue:
         return first, arr[: valid_prefix(arr)]
 
     def get(self, queue_offset: int) -> np.void | None:
+        if not self.store.exists():
+            return None
         v = self.store.database().get(codec.unit_key(self.topic, self.queue_id, queue_offset))
         if v is None:
             return None
