@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "redispatch",
         "Rebuild consume queues and index files from the commit log and swap them in atomically.",
     ),
+    "convert": ("convert", "Write the same store in another layout as a new store; the store itself is not changed."),
     "query-by-key": ("query", "Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does."),
     "query": ("query", "Find messages by key, unique key, message id, queue offset or time, from the store's files."),
     "expire": ("expire", "Delete expired commit log, consume queue and index files, as the broker's clean task does."),

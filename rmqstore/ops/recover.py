@@ -683,7 +683,7 @@ def plan_recover(
         else None
     )
     actions += [tail] if tail is not None else []
-    losses = _losses(f, cfg, actions)
+    losses = [x for x in _losses(f, cfg, actions) if not (rebuild_consume_queue and x.what == "cq-entries")]
     before, after, index_pending, write_cp = _plan_checkpoint(f, cfg, dispatch, rebuild_index, rebuild_consume_queue)
     qdir: str | None = None
     if use_quarantine:

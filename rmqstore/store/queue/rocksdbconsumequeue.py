@@ -118,6 +118,12 @@ class RocksDBConsumeQueues:
                 return f"has a max row of {q.topic} queue {q.queue_id} that is not its last unit"
         return None
 
+    def mark_min(self, topic: str, queue_id: int, queue_offset: int, phy_offset: int) -> None:
+        """The ``min`` row a written queue gets (default: its first unit written), for a queue whose min
+        offset is past its first unit (a converted queue whose first messages have expired)."""
+        ends = self._ends[(topic, queue_id)]
+        ends[0], ends[1] = queue_offset, phy_offset
+
     def close(self, sync: bool = True) -> None:
         if self._db is None:
             return
