@@ -15,6 +15,7 @@ import typer
 from rmqstore.errors import InputError, ProblemsFound
 from rmqstore.ops import dump as lib
 from rmqstore.problems import ERROR, Problem
+from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 
 from . import _fields as fields
 from . import _stores as stores
@@ -342,6 +343,7 @@ def consumequeue_command(
             render_rows((r.to_json() for r in batch.scan()), fmt, title=f"{topic} queue {queue}")
             return
         segs, _ = st.consume_queues.queue(topic, queue).files()
+        stamped = isinstance(st.consume_queues, RocksDBConsumeQueues)  # its units hold their store times
         with progress_bar(sum(s.size for s in segs), "reading the consume queue", quiet=quiet) as advance:
             rows = lib.scan_consume_queue(st, topic, queue, resolve=resolve, problems=problems, progress=advance)
             if from_index is not None or count is not None:
@@ -351,14 +353,21 @@ def consumequeue_command(
                 if fmt is Format.json:
                     _write_json_array(data)
                 else:
-                    cols = ["kind", *_CQ_COLUMNS[1:]] + (
-                        [c for c in _CQ_RESOLVE_COLUMNS if c != "storeTime"] + ["storeTimestamp", "keys", "mismatch"]
-                        if resolve
-                        else ["mismatch"]
+                    cols = (
+                        ["kind", *_CQ_COLUMNS[1:]]
+                        + (["storeTimestamp"] if stamped and not resolve else [])
+                        + (
+                            [c for c in _CQ_RESOLVE_COLUMNS if c != "storeTime"]
+                            + ["storeTimestamp", "keys", "mismatch"]
+                            if resolve
+                            else ["mismatch"]
+                        )
                     )
                     render_rows(data, fmt, columns=cols if fmt is Format.csv else None)
             else:
-                cols = _CQ_COLUMNS + (_CQ_RESOLVE_COLUMNS if resolve else []) + ["mismatch"]
+                cols = (
+                    _CQ_COLUMNS + (_CQ_RESOLVE_COLUMNS if resolve else ["storeTime"] if stamped else []) + ["mismatch"]
+                )
                 render_rows(map(_cq_text_row, rows), fmt, columns=cols, title=f"{topic} queue {queue}")
     _finish(problems, quiet)
 
