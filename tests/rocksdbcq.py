@@ -35,7 +35,11 @@ def engine_rows() -> dict:
     """The database as the engine left it (truth.json beforeOpen), without the raw value lengths."""
     db = truth()["beforeOpen"]["rocksdb"]
     strip = lambda rows: [{k: v for k, v in r.items() if k != "valueLength"} for r in rows]  # noqa: E731
-    return {"cq": strip(db["cq"]), "offsets": strip(db["offsets"]), "maxPhyOffsetCheckpoint": db["maxPhyOffsetCheckpoint"]}
+    return {
+        "cq": strip(db["cq"]),
+        "offsets": strip(db["offsets"]),
+        "maxPhyOffsetCheckpoint": db["maxPhyOffsetCheckpoint"],
+    }
 
 
 def rebuilt_rows() -> dict:
@@ -56,8 +60,13 @@ def decoded(root: Path) -> dict:
                 cq.append({"topic": key.topic, "queueId": key.queue_id, "queueOffset": key.queue_offset,
                            "commitLogOffset": phy, "size": size, "tagsCode": tags, "storeTimestamp": ts})  # fmt: skip
         offsets = [
-            {"topic": r.topic, "kind": r.kind, "queueId": r.queue_id, "commitLogOffset": r.phy_offset,
-             "queueOffset": r.queue_offset}  # fmt: skip
+            {
+                "topic": r.topic,
+                "kind": r.kind,
+                "queueId": r.queue_id,
+                "commitLogOffset": r.phy_offset,
+                "queueOffset": r.queue_offset,
+            }  # fmt: skip
             for r in qs.offset_rows()
             if r.topic != codec.CHECKPOINT_TOPIC
         ]
@@ -69,6 +78,8 @@ def decoded(root: Path) -> dict:
 def open_rw(root: Path) -> Any:
     rd = need_rocksdict()
     o = rd.Options(raw_mode=True)
+    o.create_if_missing(True)
+    o.create_missing_column_families(True)
     return rd.Rdict(str(root / "consumequeue"), o, column_families={"offset": rd.Options(raw_mode=True)})
 
 

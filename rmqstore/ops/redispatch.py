@@ -39,6 +39,7 @@ from rmqstore.store.files import map_file
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
 from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
+from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop
 
@@ -94,8 +95,10 @@ class RedispatchPlan(JsonModel):
 
     @property
     def changed(self) -> bool:
-        return any(d.missing or d.extra or d.different for d in self.queue_diffs) or (
-            self.build_index and self.index_files_changed
+        return (
+            any(d.missing or d.extra or d.different for d in self.queue_diffs)
+            or (self.build_index and self.index_files_changed)
+            or self.stats.get("databaseRowsChanged", False)
         )
 
     @property
@@ -177,10 +180,17 @@ def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[s
     return diffs
 
 
-def _diff_built(st: Store, build_root: Path, topics: tuple[str, ...] | None) -> list[QueueDiff]:
+def _diff_built(st: Store, build_root: Path, topics: tuple[str, ...] | None) -> tuple[list[QueueDiff], bool]:
+    """The queues' differences, and whether a database's other rows (max/min, checkpoint) differ."""
     built = consume_queue_store(st.config, build_root)
     try:
-        return _diff_queues(st.consume_queues, built, topics)
+        diffs = _diff_queues(st.consume_queues, built, topics)
+        cur = st.consume_queues
+        if isinstance(built, RocksDBConsumeQueues) and isinstance(cur, RocksDBConsumeQueues):
+            if not cur.exists():
+                return diffs, True
+            return diffs, (cur.offset_rows(), cur.checkpoint()) != (built.offset_rows(), built.checkpoint())
+        return diffs, False
     finally:
         built.close()
 
@@ -376,8 +386,10 @@ def plan_redispatch(
             progress=progress,
             spark_master=spark_master,
         )
-        diffs = _diff_built(st, build_root, topics) if build_cq else []
+        diffs, rows_changed = _diff_built(st, build_root, topics) if build_cq else ([], False)
         sj = stats.to_json()
+        if rows_changed:
+            sj["databaseRowsChanged"] = True
         if build_ix:
             sj["indexChanged"] = not _index_identical(st.root, build_root)
         rebuilt_index = tuple(_index_summary(build_root))

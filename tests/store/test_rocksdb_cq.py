@@ -52,8 +52,13 @@ def test_queues_through_the_interface_as_the_engine_reports_them(tmp_path: Path)
             assert q.tail().max_physic_offset == tq["maxPhysicOffset"]  # the record's start, as the engine says
             first, units = q.units()
             got = [
-                {"queueOffset": first + i, "commitLogOffset": int(u["phy_offset"]), "size": int(u["size"]),
-                 "tagsCode": int(u["tags_code"]), "storeTimestamp": int(u["store_timestamp_ms"])}  # fmt: skip
+                {
+                    "queueOffset": first + i,
+                    "commitLogOffset": int(u["phy_offset"]),
+                    "size": int(u["size"]),
+                    "tagsCode": int(u["tags_code"]),
+                    "storeTimestamp": int(u["store_timestamp_ms"]),
+                }  # fmt: skip
                 for i, u in enumerate(units)
             ]
             assert got == tq["entries"]
