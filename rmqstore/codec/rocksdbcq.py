@@ -156,10 +156,20 @@ def units_array(values: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(values), dtype=__getattr__("UNIT_DTYPE"))
 
 
-def encode_units(phy: np.ndarray, size: np.ndarray, tags: np.ndarray, store_ts: np.ndarray) -> bytes:
-    """Values of many units back to back (28 bytes each), vectorised."""
+def unit_keys(prefix: bytes, queue_offsets: np.ndarray) -> list[bytes]:
+    """The unit keys of one queue (its :func:`queue_prefix`) for many queue offsets, vectorised."""
+    import numpy as np
+
+    keys = np.empty(len(queue_offsets), dtype=[("prefix", f"V{len(prefix)}"), ("queue_offset", ">i8")])
+    keys["prefix"] = np.frombuffer(prefix, dtype=f"V{len(prefix)}")[0]
+    keys["queue_offset"] = queue_offsets
+    return keys.view(f"V{len(prefix) + 8}").tolist()
+
+
+def unit_values(phy: np.ndarray, size: np.ndarray, tags: np.ndarray, store_ts: np.ndarray) -> list[bytes]:
+    """The values of many units (28 bytes each), vectorised."""
     import numpy as np
 
     out = np.empty(len(phy), dtype=__getattr__("UNIT_DTYPE"))
     out["phy_offset"], out["size"], out["tags_code"], out["store_timestamp_ms"] = phy, size, tags, store_ts
-    return out.tobytes()
+    return out.view(f"V{UNIT_VALUE_SIZE}").tolist()

@@ -22,7 +22,7 @@ from rmqstore.errors import CorruptData, MissingExtra, from_os_error
 EXTRA = "rocksdb"
 ROCKSDICT_CONFIG = "rocksdict-config.json"  # rocksdict's settings file, never part of the engine's database
 _NOT_LINKED = {"LOCK", ROCKSDICT_CONFIG}
-_BATCH_BYTES = 4 << 20  # a write batch is written once it holds this many bytes
+_BATCH_ROWS = 100_000  # a write batch is written once it holds this many rows
 
 
 def is_database(directory: Path) -> bool:
@@ -73,6 +73,7 @@ class Database:
         self.offset_cf = db.get_column_family(OFFSET_CF)
         self._wo: Any = None
         self._batch: Any = None
+        self._rows = 0
 
     @classmethod
     def open_read(cls, path: Path) -> Database:
@@ -134,14 +135,28 @@ class Database:
         return (it.key(), it.value()) if it.valid() and it.key() >= lo else None
 
     # -- writing -------------------------------------------------------------------------------
-    def put(self, key: bytes, value: bytes, *, offset: bool = False) -> None:
+    def _open_batch(self) -> Any:
         if self._batch is None:
             self._batch = self._rd.WriteBatch(raw_mode=True)
+            self._rows = 0
+        return self._batch
+
+    def put(self, key: bytes, value: bytes, *, offset: bool = False) -> None:
         if offset:
-            self._batch.put(key, value, self._db.get_column_family_handle(OFFSET_CF))
+            self._open_batch().put(key, value, self._db.get_column_family_handle(OFFSET_CF))
         else:
-            self._batch.put(key, value)
-        if self._batch.size_in_bytes() >= _BATCH_BYTES:
+            self._open_batch().put(key, value)
+        self._rows += 1
+        if self._rows >= _BATCH_ROWS:
+            self.write()
+
+    def put_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        """Rows of column family ``default``, in one loop (the dispatch of many units)."""
+        put = self._open_batch().put
+        for k, v in zip(keys, values, strict=True):
+            put(k, v)
+        self._rows += len(keys)
+        if self._rows >= _BATCH_ROWS:
             self.write()
 
     def write(self) -> None:

@@ -381,18 +381,14 @@ class RocksDBQueueWriter:
     def put(
         self, phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray, queue_offset: np.ndarray, store_ts: np.ndarray
     ) -> None:
-        import numpy as np
 
         n = len(phy)
         if not n:
             return
         store = self.queue.store
-        db = store.database()
-        values = codec.encode_units(phy, size, tags_code, store_ts)
-        offs = np.asarray(queue_offset, dtype=">i8").tobytes()
-        p = self._prefix
-        for i in range(n):
-            db.put(p + offs[i * 8 : i * 8 + 8], values[i * 28 : i * 28 + 28])
+        store.database().put_many(
+            codec.unit_keys(self._prefix, queue_offset), codec.unit_values(phy, size, tags_code, store_ts)
+        )
         key = (self.queue.topic, self.queue.queue_id)
         ends = store._ends.get(key)
         if ends is None:
