@@ -149,6 +149,24 @@ def decode_offset_row(key: bytes, value: bytes, where: str = "consumequeue") -> 
     return OffsetRow(topic, qid, kind.decode(), phy, qoff)
 
 
+def decode_units(prefix: bytes, keys: list[bytes], values: list[bytes], where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(queue offsets, units) of one queue's rows (keys starting with ``prefix``), vectorised; a key or value of
+    the wrong shape is named with CorruptData."""
+    import numpy as np
+
+    n, width = len(keys), len(prefix) + 8
+    kb, vb = b"".join(keys), b"".join(values)
+    if len(kb) != n * width or len(vb) != n * UNIT_VALUE_SIZE:
+        for k, v in zip(keys, values, strict=True):  # find the row to name
+            decode_unit_key(k, where)
+            decode_unit(v, where)
+    rows = np.frombuffer(kb, dtype=[("prefix", f"V{width - 8}"), ("queue_offset", ">i8")])
+    if not (rows["prefix"] == np.frombuffer(prefix, dtype=f"V{width - 8}")[0]).all():
+        bad = keys[int(np.flatnonzero(rows["prefix"] != np.frombuffer(prefix, dtype=f"V{width - 8}")[0])[0])]
+        raise CorruptData(f"unit key {bad.hex()} is not a key of the queue {prefix.hex()}", path=where, pos=0)
+    return rows["queue_offset"].astype(np.int64), np.frombuffer(vb, dtype=__getattr__("UNIT_DTYPE"))
+
+
 def units_array(values: list[bytes]) -> np.ndarray:
     """Unit values (28 bytes each, already checked) as one structured array of :data:`UNIT_DTYPE`."""
     import numpy as np

@@ -225,14 +225,14 @@ class RocksDBConsumeQueue:
         out = np.zeros(max(0, hi - lo), dtype=codec.UNIT_DTYPE)
         if hi <= lo:
             return out
-        keys, values, where = [], [], self._where()
+        keys, values = [], []
         for k, v in self.store.database().scan(codec.unit_key(self.topic, self.queue_id, lo),
                                                codec.unit_key(self.topic, self.queue_id, hi)):  # fmt: skip
-            keys.append(codec.decode_unit_key(k, where).queue_offset)
-            codec.decode_unit(v, where)  # checks the length
+            keys.append(k)
             values.append(v)
         if keys:
-            out[np.asarray(keys, dtype=np.int64) - lo] = codec.units_array(values)
+            qoffs, units = codec.decode_units(self._prefix(), keys, values, self._where())
+            out[qoffs - lo] = units
         return out
 
     def read(self, seg: Segment, start: int = 0, stop: int | None = None) -> np.ndarray:
