@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import Annotated
 
@@ -20,14 +19,11 @@ from ._render import Format
 app = typer.Typer()
 
 
-class CqLayout(str, enum.Enum):
-    rocksdb = "rocksdb"
-    file = "file"
-
-
 CqOpt = Annotated[
-    CqLayout | None,
-    typer.Option("--cq", help="Consume queues in this layout: rocksdb (storeType=defaultRocksDB) or file."),
+    str | None,
+    typer.Option(
+        "--cq", help="Consume queues in this layout: rocksdb (storeType=defaultRocksDB) or file.", show_default=False
+    ),  # fmt: skip
 ]
 OutputOpt = Annotated[
     Path | None, typer.Option("--output", help="The new store's root directory (absent or empty).", show_default=False)
@@ -59,7 +55,7 @@ def convert_command(
     # read-only: the store is not changed; refused like a modifying run while a broker holds its lock
     with open_store(store, broker_config=changing.broker_config, broker=changing.broker_version,
                     dry_run=True) as st:  # fmt: skip
-        plan = cq_op.plan_convert_cq(st, cq.value, output)
+        plan = cq_op.plan_convert_cq(st, cq, output)
         view = plan_view(plan, _TABLES)
         if fmt is not Format.json:
             err.note("broker.conf of the new store (written as OUTPUT/broker.conf):")

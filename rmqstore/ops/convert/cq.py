@@ -44,11 +44,14 @@ _PATH_KEYS = ("storePathRootDir", "storePathCommitLog", "storeType")
 
 @dataclass(frozen=True, slots=True)
 class QueueCopy(JsonModel):
+    """One queue written in the new layout: its bounds as the store serves them and its units."""
+
     topic: str
     queue_id: int
-    min_offset: int
-    max_offset: int
+    bounds: tuple[int, int]  # min and max offset
     units: int
+
+    json_keys = "topic queue_id bounds=minMaxOffset units"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +59,25 @@ class ConvertPlan(JsonModel):
     """The new store: what is copied, which queues are written in the target layout, its broker.conf."""
 
     operation: ClassVar[str] = "convert"
+    json_keys = "stores=storeAndOutput layouts=fromTo copied queues broker_conf=brokerConf"
 
-    store_root: Path
-    output: Path
-    source_layout: str
-    target_layout: str
-    copied: tuple[str, ...]  # paths under the store root, copied as they are
+    layouts: tuple[str, str]  # the consume queue layout of the store, and of the new store
+    stores: tuple[Path, Path]  # the store, and the new store's root
     queues: tuple[QueueCopy, ...]
+    copied: tuple[str, ...]  # paths under the store root, copied as they are
     broker_conf: str  # the new store's broker.conf (written as <output>/broker.conf)
-    notes: tuple[str, ...] = ()
 
-    json_keys = "store_root=store output source_layout=from target_layout=to copied queues broker_conf=brokerConf notes"
+    @property
+    def store_root(self) -> Path:
+        return self.stores[0]
+
+    @property
+    def output(self) -> Path:
+        return self.stores[1]
+
+    @property
+    def target_layout(self) -> str:
+        return self.layouts[1]
 
     def planned_actions(self) -> tuple[PlannedAction, ...]:
         out = [
@@ -83,7 +94,7 @@ class ConvertPlan(JsonModel):
         return {
             "store": str(self.store_root),
             "output": str(self.output),
-            "consumeQueues": f"{self.source_layout} -> {self.target_layout}",
+            "consumeQueues": " -> ".join(self.layouts),
             "queues": len(self.queues),
             "units": sum(q.units for q in self.queues),
             "storeType": LAYOUTS[self.target_layout],
@@ -111,28 +122,28 @@ def plan_convert_cq(st: Store, target: str, output: Path) -> ConvertPlan:
         raise UsageError(f"{output}: the output must lie outside the store")
     if st.abort_exists():
         raise UnsafePlan(f"{st.root}: abort exists (the last shutdown was not clean): run `rmqstore recover` first")
-    queues, notes = _queues(st, target)
+    queues = _queues(st, target)
     copied = tuple(sorted(n for n in os.listdir(st.root) if n not in _NOT_COPIED))
     conf = broker_conf_text(st.config, output, target)
-    return ConvertPlan(st.root, output, source, target, copied, tuple(queues), conf, tuple(notes))
+    return ConvertPlan((source, target), (st.root, output), tuple(queues), copied, conf)
 
 
-def _queues(st: Store, target: str) -> tuple[list[QueueCopy], list[str]]:
+def _queues(st: Store, target: str) -> list[QueueCopy]:
     min_phy = st.min_phy_offset()
-    out, notes, lmq = [], [], []
+    out, lmq = [], []
     for q in st.consume_queues.queues():
         if target == "rocksdb" and q.topic.startswith("%LMQ%"):
             lmq.append(q.topic)
             continue
         first, units = q.units()
         rng = q.queue_range(min_phy)
-        out.append(QueueCopy(q.topic, q.queue_id, rng.min_offset, rng.max_offset, len(units)))
+        out.append(QueueCopy(q.topic, q.queue_id, (rng.min_offset, rng.max_offset), len(units)))
     if lmq:
         raise UnsafePlan(
             f"{st.root}: %LMQ% queues ({', '.join(sorted(set(lmq)))}) cannot be kept: the 5.2.0 RocksDB consume "
             "queue dispatches no LMQ queue; nothing was written"
         )
-    return out, notes
+    return out
 
 
 def broker_conf_text(cfg: StoreConfig, output: Path, target: str) -> str:
@@ -216,8 +227,9 @@ def _write_queue(src: ConsumeQueue, target: Any, qc: QueueCopy, stamps: _StoreTi
     qoff = np.arange(first, first + len(units), dtype=np.int64)
     w.put(phy, size, units["tags_code"].astype(np.int64), qoff, ts)
     w.close(True)
-    if isinstance(target, RocksDBConsumeQueues) and first <= qc.min_offset < first + len(units):
-        target.mark_min(qc.topic, qc.queue_id, qc.min_offset, int(phy[qc.min_offset - first]))
+    min_offset = qc.bounds[0]
+    if isinstance(target, RocksDBConsumeQueues) and first <= min_offset < first + len(units):
+        target.mark_min(qc.topic, qc.queue_id, min_offset, int(phy[min_offset - first]))
 
 
 class _StoreTimes:
