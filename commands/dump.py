@@ -264,6 +264,14 @@ _CQ_RESOLVE_COLUMNS = [
 ]  # fmt: skip
 
 
+def _cq_data_columns(resolve: bool, stamped: bool) -> list[str]:
+    """The csv columns of consume queue rows; ``stamped``: the units hold their store time (RocksDB)."""
+    if resolve:
+        return ["kind", *_CQ_COLUMNS[1:], *[c for c in _CQ_RESOLVE_COLUMNS if c != "storeTime"], "storeTimestamp",
+                "keys", "mismatch"]  # fmt: skip
+    return ["kind", *_CQ_COLUMNS[1:], *(["storeTimestamp"] if stamped else []), "mismatch"]
+
+
 def _cq_text_row(row: lib.CqRow) -> dict[str, Any]:
     out = {"kind": row.kind, **row.to_json()}
     if row.kind in ("entry", "filler"):
@@ -353,16 +361,7 @@ def consumequeue_command(
                 if fmt is Format.json:
                     _write_json_array(data)
                 else:
-                    cols = (
-                        ["kind", *_CQ_COLUMNS[1:]]
-                        + (["storeTimestamp"] if stamped and not resolve else [])
-                        + (
-                            [c for c in _CQ_RESOLVE_COLUMNS if c != "storeTime"]
-                            + ["storeTimestamp", "keys", "mismatch"]
-                            if resolve
-                            else ["mismatch"]
-                        )
-                    )
+                    cols = _cq_data_columns(resolve, stamped)
                     render_rows(data, fmt, columns=cols if fmt is Format.csv else None)
             else:
                 cols = (

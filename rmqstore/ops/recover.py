@@ -57,7 +57,7 @@ from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueueStore, QueueCut, QueueRecovery
-from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
+from rmqstore.store.queue.kinds import consume_queue_store
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 from rmqstore.walk.chain import StopKind, frames
 from rmqstore.walk.checked import keep_dispatch_columns, take_dispatch_columns
@@ -657,16 +657,7 @@ def plan_recover(
     root = Path(st.root)
     _check_plannable(st, rebuild_index)
     f = recovery_facts(st, check_crc=check_crc, progress=progress)
-    in_place_cq = True
-    if keeps_rocksdb(cfg):
-        # the engine serves what the database says and re-dispatches from its checkpoint row: a database out
-        # of line with the commit log is rebuilt whole beside the store (the old one to the quarantine)
-        in_place_cq = False
-        why = None if rebuild_consume_queue else _database_out_of_line(st, f.process_offset)
-        if why is not None:
-            rebuild_consume_queue = True
-            f.notes.append(f"the consume queue database {why}: it is rebuilt from the valid commit log and the "
-                           "old database goes to the quarantine whole")  # fmt: skip
+    rebuild_consume_queue, in_place_cq = _database_rebuild(st, f, rebuild_consume_queue)
     actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
     queue_ends = _queue_ends(f)
     if f.truncate_logic and not rebuild_consume_queue:
@@ -722,9 +713,18 @@ def plan_recover(
     )
 
 
-def _database_out_of_line(st: Store, end: int) -> str | None:
+def _database_rebuild(st: Store, f: RecoveryFacts, rebuild: bool) -> tuple[bool, bool]:
+    """(rebuild the consume queues, re-dispatch into them in place). The engine serves what a RocksDB database
+    says and re-dispatches from its checkpoint row: a database out of line with the commit log is rebuilt
+    whole beside the store (the old one to the quarantine), never changed in place."""
     queues = st.consume_queues
-    return queues.out_of_line(end) if isinstance(queues, RocksDBConsumeQueues) else None
+    if not isinstance(queues, RocksDBConsumeQueues):
+        return rebuild, True
+    why = None if rebuild else queues.out_of_line(f.process_offset)
+    if why is not None:
+        f.notes.append(f"the consume queue database {why}: it is rebuilt from the valid commit log and the old "
+                       "database goes to the quarantine whole")  # fmt: skip
+    return rebuild or why is not None, False
 
 
 def _batch_cut_actions(root: Path, f: RecoveryFacts) -> list[Action]:

@@ -344,6 +344,15 @@ def _shrink_refusal(diffs: list[QueueDiff]) -> str | None:
     return None
 
 
+def _check_scope(st: Store, topics: tuple[str, ...] | None, only: str | None) -> None:
+    if only not in (None, "consumequeue", "index"):
+        raise InputError(f"--only takes consumequeue or index, not {only!r}")
+    if topics and only == "index":
+        raise InputError("--topic selects consume queues; index files hold every topic and cannot be filtered")
+    if topics and keeps_rocksdb(st.config):
+        raise InputError("--topic: the consume queues are one RocksDB database, rebuilt and swapped in whole")
+
+
 def plan_redispatch(
     st: Store,
     *,
@@ -362,13 +371,8 @@ def plan_redispatch(
 
     ``keep_old``: the swap moves the replaced files to a fresh folder inside ``quarantine`` (default:
     beside the store) instead of deleting them."""
-    if only not in (None, "consumequeue", "index"):
-        raise InputError(f"--only takes consumequeue or index, not {only!r}")
-    if topics and only == "index":
-        raise InputError("--topic selects consume queues; index files hold every topic and cannot be filtered")
+    _check_scope(st, topics, only)
     build_cq = only in (None, "consumequeue")
-    if topics and build_cq and keeps_rocksdb(st.config):
-        raise InputError("--topic: the consume queues are one RocksDB database, rebuilt and swapped in whole")
     build_ix = only in (None, "index") and not topics and st.config.message_index_enable
     notes = []
     if topics and only is None:
