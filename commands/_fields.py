@@ -26,6 +26,15 @@ COMMITLOG_TABLE = (
     "why",
 )  # fmt: skip
 
+# `dump dledger-entries`: a DLedger data file's frames: entry headers (DLedger's field names), blanks, damage.
+DLEDGER_ENTRY = (
+    "kind", "offset", "file", "filePos", "index", "term", "pos", "size", "magic", "channel", "chainCrc", "bodyCrc",
+    "bodyLength", "committed", "why",
+)  # fmt: skip
+DLEDGER_ENTRY_TABLE = ("kind", "offset", "file", "index", "term", "pos", "size", "bodyLength", "committed", "why")
+# `dump dledger-index`: a DLedger index unit (one per entry, at entry index x 32).
+DLEDGER_INDEX = ("file", "filePos", "indexOffset", "index", "term", "pos", "size", "magic")
+
 # `query ...`: the messages found, with a readable store time.
 QUERY = (
     "commitLogOffset", "topic", "queueId", "queueOffset", "storeTime", "storeTimestamp", "msgId", "uniqKey", "keys",

@@ -72,6 +72,11 @@ def segment_file(path: Path) -> SegmentFile | None:
     name = path.name
     size = path.stat().st_size
     parent = path.parent
+    if parent.parent.name.startswith("dledger-") and name.isdigit() and len(name) == 20:
+        if parent.name == "data":  # a DLedger member's data file: a file of the store's commit log
+            return SegmentFile(path, parent.parent.parent, "commitlog", int(name), size)
+        if parent.name == "index":
+            raise InputError(f"{path}: a DLedger index file; use rmqstore dump dledger-index {parent.parent.parent}")
     if parent.name == "index" and name.isdigit():  # yyyyMMddHHmmssSSS
         return SegmentFile(path, parent.parent, "index", 0, size)
     if not (name.isdigit() and len(name) == 20):
@@ -84,5 +89,5 @@ def segment_file(path: Path) -> SegmentFile | None:
         )
     raise InputError(
         f"{path}: cannot tell which store this file belongs to (expected STORE/commitlog/FILE, "
-        "STORE/consumequeue/TOPIC/QUEUE/FILE or STORE/index/FILE)"
+        "STORE/dledger-ID/data/FILE, STORE/consumequeue/TOPIC/QUEUE/FILE or STORE/index/FILE)"
     )

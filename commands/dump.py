@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import os
 import sys
@@ -223,17 +224,26 @@ def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, 
 def _show_messages(scans: Scans, fmt: Format, *, multi: bool, limit: int | None) -> None:
     labelled = _labelled(multi)
     row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
+    first = next(scans, None)
+    if first is None:
+        return
     rows = (
         labelled(label, row_of(item))
-        for label, scan, opts in scans
+        for label, scan, opts in itertools.chain([first], scans)
         for item in lib.iter_messages(scan, opts, limit=limit)
     )
     if fmt is Format.json:
         _write_json_array(rows)
     else:
         cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
+        extra = list(dict.fromkeys(f for seg in first[1].segs for f in seg.framing.frame_fields))
+        if fmt is Format.table:
+            extra = extra[:1]  # a narrow screen: the entry index only
         render_rows(
-            rows, fmt, columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols), title="commit log"
+            rows,
+            fmt,
+            columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols) + extra,
+            title="commit log",
         )
 
 
@@ -482,6 +492,37 @@ def compaction_cq_command(
     with reading.open(store) as st:
         rows = tc.compaction_cq_rows(st, topic, queue)
         render_rows(rows, fmt, columns=fields.COMPACTION_CQ, title=f"{topic} {queue}")
+
+
+# ------------------------------------------------------------------------------------ dledger
+
+
+@command(app, "dledger-entries", Reading, epilog="Example: rmqstore dump dledger-entries STORE --format csv")
+def dledger_entries_command(store: StorePath, *, reading: Reading) -> None:
+    """List the frames of a DLedger commit log: every entry header, the blanks, and damage.
+
+    Entry index, term, position (the offset of the entry; its record starts 48 bytes later), size,
+    magic, channel, the two CRC fields, body length, and whether the member checkpoint counts the
+    entry as committed. A file's chain stops at the first bytes that are not an entry (a row with
+    kind "invalid" and why); the next file is read on. Exit 7 on a store that is not in DLedger mode.
+    """
+    fmt = reading.format
+    with reading.open(store) as st:
+        cols = fields.DLEDGER_ENTRY_TABLE if fmt is Format.table else fields.DLEDGER_ENTRY
+        render_rows(lib.dledger_entries(st), fmt, columns=list(cols), title="DLedger entries")
+
+
+@command(app, "dledger-index", Reading, epilog="Example: rmqstore dump dledger-index STORE --format ndjson")
+def dledger_index_command(store: StorePath, *, reading: Reading) -> None:
+    """List the units of the DLedger index files: per entry index, the entry's position, size and term.
+
+    Units are read in order up to the first unit of zeros (the index's write position). Exit 7 on a
+    store that is not in DLedger mode.
+    """
+    with reading.open(store) as st:
+        render_rows(
+            lib.dledger_index_units(st), reading.format, columns=list(fields.DLEDGER_INDEX), title="DLedger index"
+        )
 
 
 # ------------------------------------------------------------------------------------- index

@@ -204,6 +204,22 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
     return out
 
 
+def _dledger_summary(d: dict[str, Any]) -> dict[str, Any]:
+    files = d["dataFiles"]
+    return {
+        "group / self id": f"{d['group'] or '(not set)'} / {d['selfId']}",
+        "peers": d["peers"] or "(not set)",
+        "term / vote": f"{d['currTerm']} / {d['voteLeader']}",
+        "ledger index": f"{d['ledgerBeginIndex']} .. {d['ledgerEndIndex']} (term {d['ledgerEndTerm']})",
+        "committed": f"index {d['committedIndex']}, position {d['committedPos']} (checkpoint endIndex {d['checkpointEndIndex']})",
+        "data": f"{len(files)} file(s) from {d['dataMinOffset']}, written to {d['dataWritePos']} in {', '.join(d['dataDirs'])}",
+        "index": f"{len(d['indexFiles'])} file(s), written to {d['indexWritePos']} in {d['indexDir']}",
+        "migrated from commitlog/": f"DLedger data from {d['dividedCommitlogOffset']}"
+        if d["dividedCommitlogOffset"]
+        else "no",
+    }
+
+
 def _section(title: str, fmt: Format) -> str | None:
     """Tables carry their title; plain text gets a heading line of its own."""
     if fmt is Format.table:
@@ -252,6 +268,9 @@ def _render_text(info: StoreInfo, fmt: Format) -> None:
     if fmt is not Format.table:
         sys.stdout.write("[Store]\n")
     render_mapping(_summary(info), fmt, title="Store" if fmt is Format.table else None)
+    if info.dledger is not None:
+        title = _section("DLedger", fmt)
+        render_mapping(_dledger_summary(info.dledger), fmt, title=title)
     sections = (
         ("Consume queues", info.queues, _queue_row),
         ("Index files", info.index_files, _index_row),

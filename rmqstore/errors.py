@@ -151,7 +151,7 @@ EXIT_CODES: dict[int, str] = {
     5: "not a store: the path is missing or is not a RocketMQ store root",
     6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
     "(a directory where a file belongs, a symlink loop)",
-    7: "unsupported store (DLedger commit log, a layout this version cannot read)",
+    7: "unsupported store or operation (write to a DLedger commit log or a batch consume queue topic)",
     8: "unsafe plan refused: the operation would lose data, or write the same input twice; see --force "
     "(write: --again)",
     9: "expire `--detailed-exitcode` only: files were deleted (a dry run: would be); without the option a successful run exits 0",

@@ -29,7 +29,9 @@ NEWER_CASES = tuple(f"4.9.4/{c}" for c in ("clean-2topics", "crash-midwrite", "d
     f"5.2.0/{c}"
     for c in ("clean-5x-mixed", "crash-5x-midwrite", "long-topic-v2", "crc-property", "lmq-multi-dispatch", "batch-cq")
 )
-ALL_REAL_CASES = REAL_CASES + NEWER_CASES
+# stores in DLedger commit log mode (no commitlog/: the records are in DLedger entries)
+DLEDGER_CASES = ("4.9.4/dledger-clean", "5.2.0/dledger-5x-clean")
+ALL_REAL_CASES = REAL_CASES + NEWER_CASES + DLEDGER_CASES
 FIXTURES = REPO / "fixtures" / "stores"
 # the index file header fields truth.json lists for every index file
 INDEX_HEADER_FIELDS = (

@@ -20,7 +20,8 @@ import struct
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from rmqstore.codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFFSETS_V4, read_head
+from rmqstore.codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFFSETS_V4, explain_invalid, read_head
+from rmqstore.errors import CorruptData
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,6 +75,7 @@ class Framing:
     head = 0  # bytes of a frame before its record
     blank_mark = (_BLANK_BYTES, 4)  # bytes found in every blank frame, and where in the frame
     appendable = True  # ``write`` lays out plain frames only: it refuses a store in any other framing
+    blank_tells_version = True  # the broker's CommitLog wrote the blank: its tail tells which version
 
     def chain(self, buf: Any, start: int, end: int, until: int | None = None) -> tuple[np.ndarray, int, str]:
         """Record positions of the frames chained from ``start``; returns (positions, stop, reason).
@@ -125,9 +127,28 @@ class Framing:
             return END, pos, pos
         return INVALID, pos, pos
 
+    frame_fields: tuple[str, ...] = ()  # what a frame says of its record besides the record (dump's extra fields)
+
+    def frame_values(self, buf: Any, record_pos: int) -> tuple[int, ...]:
+        """The values of ``frame_fields`` for the record at ``record_pos``."""
+        return ()
+
     def magic_at(self, buf: Any, pos: int) -> int:
         """The MAGICCODE of the record in the frame at ``pos``."""
         return read_head(buf, pos + self.head)[1]
+
+    def sound_frames(
+        self, buf: Any, size: int, file_from: int, records: np.ndarray, ends: np.ndarray
+    ) -> np.ndarray | None:
+        """Which of the well-formed ``records`` (ending at ``ends``) sit in a sound frame of their own;
+        None when the record is the whole frame."""
+        return None
+
+    def explain(self, buf: Any, pos: int, **where: Any) -> CorruptData:
+        """Why the frame at ``pos`` stops a walk (``where``: ``decode_record``'s keyword arguments): what
+        the decoder says of the bytes where ``step`` places the frame's record."""
+        at = self.step(buf, pos, where.get("end") or len(buf))[1]
+        return explain_invalid(buf, at, **where)
 
     def frame_of(self, record_pos: np.ndarray | int) -> Any:
         """Frame positions of records at ``record_pos``."""

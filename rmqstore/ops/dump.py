@@ -53,16 +53,19 @@ from rmqstore.codec.consumequeue import (
     decode_ext_units,
 )
 from rmqstore.codec.describe import index_header_json
+from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
 from rmqstore.codec.topic import topic_name_problem
-from rmqstore.errors import CorruptData, InputError
+from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
+from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import map_file, names_in
 from rmqstore.store.layout import Segment, list_segments
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader
+from rmqstore.walk.dledger import ENTRY, iter_entries
 from rmqstore.walk.lenient import BlankEnd, Damage, Item, Run, intact_record, records_end, walk_files
 from rmqstore.walk.requests import request_from_record
 
@@ -395,11 +398,30 @@ class NdjsonFormatter:
         return True
 
     def format(
-        self, buf: Any, path: str, file_from: int, positions: np.ndarray | Sequence[int], limit: int | None = None
+        self,
+        buf: Any,
+        path: str,
+        file_from: int,
+        positions: np.ndarray | Sequence[int],
+        limit: int | None = None,
+        framing: Framing = PLAIN,
     ) -> tuple[list[bytes], list[CrcMismatch]]:
-        """Lines (UTF-8, without newline) of the records at ``positions`` that pass the filter."""
+        """Lines (UTF-8, without newline) of the records at ``positions`` that pass the filter, with
+        the fields of their frame (a DLedger entry's index, term, offset and size) after the record's."""
+        lines, bad, at = self._format(buf, path, file_from, positions, limit)
+        if framing.frame_fields:
+            names = tuple(b',"%s":' % n.encode() for n in framing.frame_fields)
+            for i, pos in enumerate(at):
+                extra = b"".join(b"%s%d" % nv for nv in zip(names, framing.frame_values(buf, pos), strict=True))
+                lines[i] = lines[i][:-1] + extra + b"}"
+        return lines, bad
+
+    def _format(
+        self, buf: Any, path: str, file_from: int, positions: np.ndarray | Sequence[int], limit: int | None = None
+    ) -> tuple[list[bytes], list[CrcMismatch], list[int]]:
         opts, flt = self.opts, self.opts.filter
         lines: list[bytes] = []
+        at: list[int] = []  # the position of each line's record
         bad: list[CrcMismatch] = []
         unpack, v1_ipv4 = HEAD_V4.unpack_from, is_v1_ipv4
         hosts, topics = self._hosts, self._topics
@@ -421,6 +443,7 @@ class NdjsonFormatter:
                 slow = self._decoded_line(buf, pos, path, file_from, bad)
                 if slow is not None:
                     lines.append(slow)
+                    at.append(pos)
                     if limit is not None and len(lines) >= limit:
                         break
                 continue
@@ -464,9 +487,10 @@ class NdjsonFormatter:
                     store_ts, store_host, reconsume, prepared, pj, body_len, id_prefix, phy, tail,
                 )
             )  # fmt: skip
+            at.append(pos)
             if limit is not None and len(lines) >= limit:
                 break
-        return lines, bad
+        return lines, bad, at
 
 
 def span_visible(span: Span, flt: MessageFilter) -> bool:
@@ -487,12 +511,14 @@ def iter_messages(
             if span_visible(ev, flt):
                 yield ev
             continue
-        path, base = str(ev.seg.path), ev.seg.base_offset
+        path, base, framing = str(ev.seg.path), ev.seg.base_offset, ev.seg.framing
         for pos in ev.positions.tolist():
             rec = intact_record(buf, pos, path=path, file_from=base, broker=opts.broker)
             if flt.active and not flt.matches(rec):
                 continue
             row = rec.to_row(body=opts.body, verify_crc=opts.verify_crc, path=path)
+            if framing.frame_fields:
+                row.update(zip(framing.frame_fields, framing.frame_values(buf, pos), strict=True))
             if opts.verify_crc and not row["crcOk"]:
                 computed = zlib.crc32(rec.body) & 0x7FFFFFFF
                 scan.problems.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, computed).problem())
@@ -526,9 +552,9 @@ def _batches(run: Run) -> Iterator[np.ndarray]:
 
 
 def _worker_format(
-    task: tuple[int, str, int, np.ndarray, MessageOptions],
+    task: tuple[int, str, int, np.ndarray, MessageOptions, Framing],
 ) -> tuple[int, int, bytes, int, list[CrcMismatch]]:
-    slot, path, file_from, positions, opts = task
+    slot, path, file_from, positions, opts, framing = task
     maps: dict[str, mmap.mmap] = _WORKER.setdefault("maps", {})
     buf = maps.get(path)
     if buf is None:
@@ -540,7 +566,7 @@ def _worker_format(
     if fmt is None:
         fmt = _WORKER[opts] = NdjsonFormatter(opts)
     try:
-        lines, bad = fmt.format(buf, path, file_from, positions)
+        lines, bad = fmt.format(buf, path, file_from, positions, framing=framing)
     except CorruptData as e:  # the file changed under us; exceptions with keyword fields do not pickle
         return slot, -2, repr((e.what, str(e.path), e.pos, e.phy_offset)).encode(), 0, []
     data = _lines_bytes(lines)
@@ -587,7 +613,7 @@ def write_ndjson(
         path = str(ev.seg.path)
         for positions in _batches(ev):
             left = None if limit is None else limit - stats.messages
-            lines, bad = fmt.format(buf, path, ev.seg.base_offset, positions, left)
+            lines, bad = fmt.format(buf, path, ev.seg.base_offset, positions, left, ev.seg.framing)
             scan.problems.extend(b.problem() for b in bad)
             stats.messages += len(lines)
             if lines:
@@ -642,7 +668,7 @@ def _write_parallel(scan: CommitLogScan, opts: MessageOptions, write: Write, wor
                     for positions in _batches(ev):
                         while not free:
                             take_oldest()  # bounded: at most one task per slot in flight
-                        task = (free.pop(), path, ev.seg.base_offset, positions, opts)
+                        task = (free.pop(), path, ev.seg.base_offset, positions, opts, ev.seg.framing)
                         pending.append(pool.apply_async(_worker_format, (task,)))
                 while pending:
                     take_oldest()
@@ -1256,3 +1282,42 @@ def compaction_checkpoint(st: Store) -> cfgmod.ConfigFile:
     if not (d / "position-checkpoint").exists():
         raise InputError(f"{d / 'position-checkpoint'}: no compaction checkpoint")
     return cfgmod.read_config(d, "position-checkpoint")
+
+
+# -- DLedger entries and index units -------------------------------------------------------------
+
+
+def _refuse_plain(st: Store) -> None:
+    if not st.config.dledger:
+        raise UnsupportedStore(
+            f"{st.root}: not a DLedger store (enableDLegerCommitLog is not set and no dledger-*/data)"
+        )
+
+
+def dledger_entries(st: Store) -> Iterator[dict[str, Any]]:
+    """Every frame of the DLedger data files: entry headers (with ``committed`` from the member
+    checkpoint), the blanks that close files, and the first bytes of a file that are not an entry."""
+    _refuse_plain(st)
+    committed = read_member(st.config).committed_index
+    segs, _ = st.commitlog_segments()
+    for e in iter_entries(segs):
+        row: dict[str, Any] = {"kind": e.kind, "offset": e.offset, "file": e.seg.path.name, "filePos": e.pos}
+        if e.kind == ENTRY and e.header is not None:
+            h = e.header
+            row.update(index=h.index, magic=h.magic, size=h.size, term=h.term, pos=h.pos, channel=h.channel,
+                       chainCrc=h.chain_crc, bodyCrc=h.body_crc, bodyLength=h.body_length,
+                       committed=committed is not None and h.index <= committed)  # fmt: skip
+        else:
+            row["size"] = e.size
+            if e.problem:
+                row["why"] = e.problem
+        yield row
+
+
+def dledger_index_units(st: Store) -> Iterator[dict[str, Any]]:
+    """Every written unit of the DLedger index files, in entry index order."""
+    _refuse_plain(st)
+    with DLedgerIndex(st.config) as index:
+        for seg, pos, u in index.units():
+            yield {"file": seg.path.name, "filePos": pos, "indexOffset": seg.base_offset + pos, "index": u.index,
+                   "magic": u.magic, "pos": u.pos, "size": u.size, "term": u.term}  # fmt: skip

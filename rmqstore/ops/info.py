@@ -43,10 +43,12 @@ from rmqstore.problems import ERROR, INFO, WARNING, Problem
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as configjson
+from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.walk.chain import Stop, StopKind, first_record, frames, holds_data, walk_chain
+from rmqstore.walk.dledger import ledger_problems, ledger_state
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -161,6 +163,7 @@ class StoreInfo:
     problems: tuple[Problem, ...]
     version: dict[str, Any] | None = None  # detect.Detection.to_json(): the family and its evidence
     extra_parts: tuple[tuple[str, int], ...] = ()  # 5.x timer / compaction / ext files: (path, bytes)
+    dledger: dict[str, Any] | None = None  # DLedger mode: the member and its ledger
 
     @property
     def clean_shutdown(self) -> bool:
@@ -188,6 +191,7 @@ class StoreInfo:
             "lockHolderPid": self.lock_holder_pid,
             "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
             "commitLog": self.commitlog.to_json(),
+            **({"dledger": self.dledger} if self.dledger is not None else {}),
             "queues": [q.to_json() for q in self.queues],
             "indexFiles": [i.to_json() for i in self.index_files],
             "configFiles": [c.to_json() for c in self.config_files],
@@ -307,7 +311,7 @@ def _commitlog_info(
     """Commit log summary, the number of queueable records after ``hint`` (the record of the
     furthest consume queue entry: phy offset, size), and problems."""
     cfg = st.config
-    dirs = tuple(str(d) for d in (cfg.commitlog_dirs or (cfg.commitlog_dir,)))
+    dirs = tuple(str(d) for d in cfg.log_dirs if d.is_dir() or not cfg.dledger)
     if not segs:
         return CommitLogInfo(dirs, cfg.commitlog_file_size, (), -1, -1, -1, None, None), 0, []
     start = len(segs) - 1
@@ -590,6 +594,8 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
     clog, queued_after, clog_problems = _commitlog_info(st, segs, hint, progress)
     problems += clog_problems
     problems += _dispatch_problems(st, clog, queued_end, queued_after)
+    dledger, dledger_problems = _dledger_info(st, segs, queued_end)
+    problems += dledger_problems
     index_files, index_problems = _index_files_info(st, clog)
     problems += index_problems
     problems += _checkpoint_problems(st, cp, clog)
@@ -610,6 +616,7 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
         problems=tuple(problems),
         version=None if cfg.detection is None else cfg.detection.to_json(),
         extra_parts=_extra_parts(st.root),
+        dledger=dledger,
     )
 
 
@@ -640,3 +647,41 @@ def _dispatch_problems(st: Store, clog: CommitLogInfo, queued_end: int, queued_a
             )
         ]
     return []
+
+
+# ------------------------------------------------------------------------------------------ DLedger
+
+
+def _dledger_info(st: Store, segs: list[Segment], queued_end: int) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """The DLedger member and its ledger (DLedger mode only), and where they disagree."""
+    cfg = st.config
+    if not cfg.dledger:
+        return None, []
+    with DLedgerIndex(cfg) as index:
+        state = ledger_state(segs, index, read_member(cfg))
+        problems = list(index.problems) + ledger_problems(state, index)
+        member = state.member
+        committed = member.committed_index
+        unit = None if committed is None or committed < 0 else index.unit(committed)
+        committed_pos = unit.pos + unit.size if unit is not None and unit.magic != 0 else None
+        index_files = [_file_json(s) for s in index.segments]
+    if committed_pos is not None and queued_end > committed_pos:
+        problems.append(Problem(cfg.consumequeue_dir, None, f"consume queue entries reach {queued_end}, past the "
+                                f"committed position {committed_pos}: the member serves only committed entries",
+                                WARNING))  # fmt: skip
+    last = state.last.header if state.last is not None else None
+    return {
+        "group": cfg.dleger_group, "selfId": cfg.dleger_self_id, "peers": cfg.dleger_peers,
+        "currTerm": member.term, "voteLeader": member.vote,
+        "ledgerBeginIndex": -1 if state.begin is None else state.begin.index, "ledgerEndIndex": state.end_index,
+        "ledgerEndTerm": -1 if last is None else last.term,
+        "committedIndex": committed, "committedPos": committed_pos, "checkpointEndIndex": member.end_index,
+        "dataMinOffset": state.data_files[0].base_offset if state.data_files else 0, "dataWritePos": state.write_pos,
+        "indexWritePos": state.index_write_pos, "dividedCommitlogOffset": state.divided_offset,
+        "dataDirs": [str(d) for d in cfg.dledger_data_dirs], "indexDir": str(cfg.dledger_index_dir),
+        "dataFiles": [_file_json(s) for s in state.data_files], "indexFiles": index_files,
+    }, problems  # fmt: skip
+
+
+def _file_json(seg: Segment) -> dict[str, Any]:
+    return {"name": seg.path.name, "fileFromOffset": seg.base_offset, "fileSize": seg.size}

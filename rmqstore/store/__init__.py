@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rmqstore.codec import checkpoint as cpmod
+from rmqstore.codec.dledger import DLEDGER
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.errors import (
     CorruptData,
@@ -27,7 +28,6 @@ from rmqstore.errors import (
     StoreLocked,
     StoreNotFound,
     UnsafePlan,
-    UnsupportedStore,
     UsageError,
     from_os_error,
 )
@@ -41,8 +41,8 @@ from rmqstore.store.layout import (
     Segment,
     StoreConfig,
     find_broker_config,
-    list_segments,
     load_broker_config,
+    log_segments,
 )
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueueStore
@@ -70,8 +70,9 @@ def lock_holder_pid(lock_path: Path) -> int | None:
 
 
 def commitlog_framing(cfg: StoreConfig) -> Framing:
-    """How the commit log files of the store hold their records: one after another (plain files)."""
-    return PLAIN
+    """How the commit log files of the store hold their records: in DLedger entries (DLedger mode),
+    else one after another (plain files)."""
+    return DLEDGER if cfg.dledger else PLAIN
 
 
 @dataclass
@@ -118,15 +119,7 @@ class Store:
         return commitlog_framing(self.config)
 
     def commitlog_segments(self) -> tuple[list[Segment], list[Problem]]:
-        segs: list[Segment] = []
-        problems: list[Problem] = []
-        framing = self.framing
-        for d in self.config.commitlog_dirs or (self.config.commitlog_dir,):
-            s, p = list_segments(d, self.config.commitlog_file_size)
-            segs += s if framing is PLAIN else [replace(x, framing=framing) for x in s]
-            problems += p
-        segs.sort(key=lambda s: s.path.name)
-        return segs, problems
+        return log_segments(self.config, self.framing, self.config.commitlog_file_size)
 
     def min_phy_offset(self) -> int:
         """The commit log's min offset: the first file's start (0 without files)."""
@@ -160,13 +153,6 @@ class Store:
             self._lock_fd = None
 
 
-def _detect_unsupported(root: Path) -> None:
-    for entry in ("dledger",):
-        for p in root.glob(f"{entry}-*"):
-            if p.is_dir():
-                raise UnsupportedStore(f"{root}: DLedger commit log ({p.name}) is not supported")
-
-
 def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -> StoreConfig:
     """Settings for ``root``: from ``broker_config``, else a broker.conf found beside the store,
     else the broker defaults with file sizes taken from the files on disk."""
@@ -182,7 +168,7 @@ def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -
         cfg = load_broker_config(conf, store_root=root)
     else:
         cfg = StoreConfig(store_root=root)
-    cfg = _infer_sizes(cfg)
+    cfg = _infer_sizes(_infer_dledger(cfg))
     try:
         det = resolve_version(cfg, broker, commitlog_framing(cfg))
     except ValueError as e:
@@ -190,16 +176,41 @@ def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -
     return replace(cfg, broker=det.broker, detection=det)
 
 
+def _infer_dledger(cfg: StoreConfig) -> StoreConfig:
+    """Without a broker.conf that says, a store holding one DLedger member directory is in DLedger mode."""
+    if "enableDLegerCommitLog" in cfg.explicit:
+        return cfg
+    try:
+        members = sorted(p.name for p in cfg.store_root.glob("dledger-*") if any(_file_sizes(p / "data")))
+    except OSError:
+        return cfg
+    if len(members) != 1:
+        return cfg
+    self_id = members[0].removeprefix("dledger-")
+    if "dLegerSelfId" in cfg.explicit and cfg.dleger_self_id != self_id:
+        return cfg
+    return replace(cfg, enable_dleger_commit_log=True, dleger_self_id=self_id)
+
+
+def _file_sizes(d: Path) -> list[int]:
+    """The sizes of the non-empty numbered files in ``d`` (none if it cannot be listed)."""
+    with contextlib.suppress(OSError):
+        sizes = [os.path.getsize(d / n) for n in sorted(os.listdir(d)) if n.isdigit()]
+        return [s for s in sizes if s > 0]
+    return []
+
+
 def _infer_sizes(cfg: StoreConfig) -> StoreConfig:
     """Without explicit sizes, use what the files on disk say (all segments of a log have one size)."""
     updates: dict[str, object] = {}
     if not ({"mapedFileSizeCommitLog", "mappedFileSizeCommitLog"} & cfg.explicit):
-        d = cfg.commitlog_dir
-        with contextlib.suppress(OSError):
-            sizes = [os.path.getsize(d / n) for n in sorted(os.listdir(d)) if n.isdigit()]
-            sizes = [s for s in sizes if s > 0]
-            if sizes:
-                updates["commitlog_file_size"] = max(set(sizes), key=sizes.count)
+        sizes = [s for d in cfg.log_dirs for s in _file_sizes(d)]
+        if sizes:
+            updates["commitlog_file_size"] = max(set(sizes), key=sizes.count)
+    if cfg.dledger:
+        sizes = _file_sizes(cfg.dledger_index_dir)
+        if sizes:
+            updates["dledger_index_file_size"] = max(sizes)
     if not ({"mapedFileSizeConsumeQueue", "mappedFileSizeConsumeQueue"} & cfg.explicit):
         with contextlib.suppress(OSError):
             for tdir in sorted(cfg.consumequeue_dir.iterdir()):
@@ -237,7 +248,7 @@ def _guess_index_dims(size: int) -> tuple[int, int] | None:
 
 
 def looks_like_store(root: Path, cfg: StoreConfig) -> bool:
-    markers = [cfg.commitlog_dir, root / "consumequeue", root / "index", root / "checkpoint", root / "config"]
+    markers = [*cfg.log_dirs, root / "consumequeue", root / "index", root / "checkpoint", root / "config"]
     return any(p.exists() for p in markers)
 
 
@@ -266,7 +277,6 @@ def open_store(
     cfg = resolve_config(root, Path(broker_config) if broker_config else None, broker)
     if not create and not looks_like_store(root, cfg):
         raise StoreNotFound(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
-    _detect_unsupported(root)
     if writable or operation is not None:
         check_readable(cfg)
     if writable and not dry_run and operation is not None:

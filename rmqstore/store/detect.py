@@ -35,7 +35,7 @@ from rmqstore.codec.commitlog import (
 from rmqstore.codec.framing import BLANK, PLAIN, RECORD, Framing
 from rmqstore.errors import UnsafePlan
 from rmqstore.rules import EVIDENCE, FAMILIES, OPERATION_RULES, REPRESENTATIVE, differing_rules, families_for, family_of
-from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.store.layout import Segment, StoreConfig, log_segments
 
 P = TypeVar("P")
 
@@ -168,10 +168,7 @@ def _commitlog_facts(cfg: StoreConfig, framing: Framing) -> list[Fact]:
     """Facts of a bounded sample of the non-empty commit log files (a one-shot command stays fast on a
     store of many large files)."""
     out: list[Fact] = []
-    segs: list[Segment] = []
-    for d in cfg.commitlog_dirs or (cfg.commitlog_dir,):
-        segs += [dataclasses.replace(s, framing=framing) for s in list_segments(d, None)[0] if s.size > 0]
-    segs.sort(key=lambda s: s.base_offset)
+    segs = [s for s in log_segments(cfg, framing, None)[0] if s.size > 0]
     picked = sampled_files(segs)
     for seg in picked:
         with contextlib.suppress(OSError, ValueError):
@@ -256,6 +253,8 @@ def _phy_field(buf: Any, pos: int) -> int:
 
 
 def _blank_fact(buf: object, pos: int, end: int, seg: Segment) -> list[Fact]:
+    if not seg.framing.blank_tells_version:
+        return []
     tail = bytes(buf[pos + 8 : min(end, pos + 8 + 4096)])  # type: ignore[index]
     if not tail:
         return []

@@ -11,11 +11,12 @@ import difflib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rmqstore.codec.consumequeue import effective_file_size
+from rmqstore.codec.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.errors import ConfigError
@@ -78,6 +79,13 @@ class StoreConfig:
     force_verify_prop_crc: bool = False
     bcq_file_size: int = 13_800_000  # mapperFileSizeBatchConsumeQueue, 300000 units of 46 bytes
     store_type: str = "default"  # storeType: defaultRocksDB keeps the consume queues in a RocksDB database
+    # DLedger mode: the commit log is the data files of a DLedger member (dledger-<selfId>/)
+    enable_dleger_commit_log: bool = False
+    dleger_group: str = ""
+    dleger_self_id: str = "n0"  # DLedgerConfig's default
+    dleger_peers: str = ""
+    dledger_data_paths: tuple[Path, ...] = ()  # storePathDLedgerCommitLog: where the data files go instead
+    dledger_index_file_size: int = DEFAULT_INDEX_FILE_SIZE  # not a broker setting: taken from the files
     broker: str = "4.4.0"  # behaviour of this broker version is emulated
     source: Path | None = None  # the broker.conf read, if any
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys set in broker.conf
@@ -86,6 +94,44 @@ class StoreConfig:
     @property
     def commitlog_dir(self) -> Path:
         return self.commitlog_dirs[0] if self.commitlog_dirs else self.store_root / "commitlog"
+
+    @property
+    def plain_commitlog_dirs(self) -> tuple[Path, ...]:
+        """The directories of plain commit log files (in DLedger mode: the part written before it, if any)."""
+        return self.commitlog_dirs or (self.commitlog_dir,)
+
+    @property
+    def dledger(self) -> bool:
+        return self.enable_dleger_commit_log
+
+    @property
+    def dledger_dir(self) -> Path:
+        """The DLedger member's directory: DLedgerConfig's ``<storeBaseDir>/dledger-<selfId>``."""
+        return self.store_root / f"dledger-{self.dleger_self_id}"
+
+    @property
+    def dledger_data_dirs(self) -> tuple[Path, ...]:
+        return self.dledger_data_paths or (self.dledger_dir / "data",)
+
+    @property
+    def dledger_index_dir(self) -> Path:
+        return self.dledger_dir / "index"
+
+    @property
+    def dledger_checkpoint_path(self) -> Path:
+        return self.dledger_dir / "checkpoint"
+
+    @property
+    def dledger_currterm_path(self) -> Path:
+        return self.dledger_dir / "currterm"
+
+    @property
+    def log_dirs(self) -> tuple[Path, ...]:
+        """Every directory of commit log files, plain first: in DLedger mode the member's data files
+        follow a migrated store's old ``commitlog/`` (whose last file the engine closed with a blank)."""
+        if not self.dledger:
+            return self.plain_commitlog_dirs
+        return self.plain_commitlog_dirs + self.dledger_data_dirs
 
     # StorePathConfigHelper's layout under the store root
     consumequeue_dir = _UnderRoot("consumequeue")
@@ -153,6 +199,11 @@ _KEYS: dict[str, tuple[str, type]] = {
     "forceVerifyPropCRC": ("force_verify_prop_crc", bool),
     "mapperFileSizeBatchConsumeQueue": ("bcq_file_size", int),
     "storeType": ("store_type", str),
+    "enableDLegerCommitLog": ("enable_dleger_commit_log", bool),
+    "dLegerGroup": ("dleger_group", str),
+    "dLegerSelfId": ("dleger_self_id", str),
+    "dLegerPeers": ("dleger_peers", str),
+    "storePathDLedgerCommitLog": ("dledger_data_paths", Path),
 }
 # Broker keys that do not size or move the store: accepted, ignored.
 _OTHER_KNOWN = {
@@ -184,10 +235,6 @@ _OTHER_KNOWN = {
     "aclEnable",
     "storePathIndex",
     "storePathConsumeQueue",
-    "enableDLegerCommitLog",
-    "dLegerGroup",
-    "dLegerPeers",
-    "dLegerSelfId",
     "readOnlyCommitLogStorePaths",
     "mappedFileSizeConsumeQueueExt",
     "bitMapLengthConsumeQueueExt",
@@ -304,7 +351,7 @@ def load_broker_config(path: Path, *, store_root: Path | None = None, broker: st
             elif typ is bool:
                 value = raw.strip().lower() == "true"  # Boolean.parseBoolean
             elif typ is Path:
-                if attr == "commitlog_dirs":
+                if attr in ("commitlog_dirs", "dledger_data_paths"):
                     value = tuple(_resolve(base, p) for p in raw.split(",") if p.strip())
                 else:
                     value = _resolve(base, raw)
@@ -384,6 +431,20 @@ class Segment:
     @property
     def end_offset(self) -> int:
         return self.base_offset + self.size
+
+
+def log_segments(cfg: StoreConfig, framing: Framing, expected_size: int | None) -> tuple[list[Segment], list[Problem]]:
+    """The files of the commit log chain in offset order, each with its framing: ``framing`` for the
+    store's own log, plain files for the part a DLedger store kept from before it was migrated."""
+    segs: list[Segment] = []
+    problems: list[Problem] = []
+    for d in cfg.log_dirs:
+        f = framing if cfg.dledger == (d in cfg.dledger_data_dirs) else PLAIN
+        s, p = list_segments(d, expected_size)
+        segs += s if f is PLAIN else [replace(x, framing=f) for x in s]
+        problems += p
+    segs.sort(key=lambda s: s.base_offset)
+    return segs, problems
 
 
 def list_segments(directory: Path, expected_size: int | None) -> tuple[list[Segment], list[Problem]]:

@@ -21,7 +21,6 @@ from rmqstore.codec.commitlog import (
     Blank,
     Record,
     decode_record,
-    explain_invalid,
 )
 from rmqstore.codec.framing import BLANK, END, RECORD, UNTIL, is_record_magic
 from rmqstore.errors import CorruptData
@@ -79,7 +78,7 @@ def walk_segment(
             return
         rec = decode_record(buf, at, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=broker)
         if kind != RECORD or not isinstance(rec, Record):
-            raise explain_invalid(buf, at, path=path, file_from=seg.base_offset, end=size, broker=broker)
+            raise seg.framing.explain(buf, pos, path=path, file_from=seg.base_offset, end=size, broker=broker)
         yield rec
         pos = frame_end
         if release is not None and pos - released >= _RELEASE_EVERY:

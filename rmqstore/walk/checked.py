@@ -433,7 +433,7 @@ def walk_file_checked(
             break
     else:
         if reason == "invalid":  # the size chain itself ended on bytes that are neither a record, zeros nor a blank
-            error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, broker=cfg.broker)
+            error = seg.framing.explain(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, broker=cfg.broker)
     arrays = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in zip(*cols, strict=True)] if cols else None
     arrays = arrays or [np.zeros(0, np.int64) for _ in _WALK_COLUMNS]
     return FileWalk(seg, start_pos, *arrays, Stop(stop_pos, reason, error, seg.path, seg.base_offset))

@@ -187,7 +187,7 @@ def scan_columns(
     positions, stop_pos, reason = seg.framing.chain(buf, start_pos, end)
     stop = ScanStop(stop_pos, reason)
     if reason == "invalid":
-        stop.error = explain_invalid(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
+        stop.error = seg.framing.explain(buf, stop_pos, path=str(seg.path), file_from=seg.base_offset, end=end)
     chunks = [positions[i : i + BATCH] for i in range(0, len(positions), BATCH)]
     if workers > 1 and len(chunks) > 1:
         with worker_pool(min(workers, len(chunks))) as pool:

@@ -90,9 +90,13 @@ class DataEnd:
 Item = Run | Damage | BlankEnd | DataEnd
 
 
-def _not_intact(buf: Any, seg: Segment, at: int, size: int, broker: str) -> CorruptData:
-    """Why the record at ``at`` does not count as intact: the decoder's error, or where it says it is."""
+def _not_intact(buf: Any, seg: Segment, pos: int, at: int, size: int, broker: str) -> CorruptData:
+    """Why the frame at ``pos`` (its record at ``at``) does not count as intact: the framing's or the
+    decoder's error, or where the record says it is."""
     path, base = str(seg.path), seg.base_offset
+    error = seg.framing.explain(buf, pos, path=path, file_from=base, end=size, broker=broker)
+    if error.what != "invalid record":
+        return error
     try:
         rec = decode_record(buf, at, path=path, file_from=base, end=size, broker=broker)
     except CorruptData as e:
@@ -188,7 +192,7 @@ def walk_file(
                 yield BlankEnd(pos, frame_end - pos, error)
                 return
         else:
-            error = _not_intact(buf, seg, at, size, broker)
+            error = _not_intact(buf, seg, pos, at, size, broker)
             q = starts.resync(pos)
         if q is None:
             yield DataEnd(pos, garbage, zero_tail_start(buf, pos, size, path=seg.path), error)

@@ -15,7 +15,6 @@ from rmqstore.codec.commitlog import (
     SCHEDULE_TOPIC,
     Record,
     decode_record,
-    explain_invalid,
     parse_properties,
 )
 from rmqstore.codec.framing import BLANK, END, RECORD
@@ -154,7 +153,7 @@ def scan_requests(
                 buf, at, path=path, file_from=seg.base_offset, end=size, check_crc=check_crc, broker=cfg.broker
             )
             if kind != RECORD or not isinstance(rec, Record):
-                raise explain_invalid(buf, at, path=path, file_from=seg.base_offset, end=size, broker=cfg.broker)
+                raise seg.framing.explain(buf, pos, path=path, file_from=seg.base_offset, end=size, broker=cfg.broker)
             append(request_from_record(rec, cfg, path=path))
         except RecordSizeMismatch as e:
             if not skip_size_mismatch or kind != RECORD:

@@ -89,6 +89,9 @@ class RecordStarts:
                 records = records[be32[records + 4] != MAGIC_V2]
                 del be32
             records, ends = well_formed_records(self.buf, self.size, self.file_from, records)
+            sound = self.framing.sound_frames(self.buf, self.size, self.file_from, records, ends)
+            if sound is not None:
+                records, ends = records[sound], ends[sound]
             frames = self.framing.frame_of(records)
             breaks = np.flatnonzero(ends[:-1] != frames[1:])  # the chain does not go on after these
             got = self._windows[w] = (frames, records, ends, breaks)

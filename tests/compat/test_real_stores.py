@@ -20,6 +20,8 @@ from helpers import truth_message_head
 from rmqstore.codec.commitlog import PROP_DELAY, PROP_TAGS, SCHEDULE_TOPIC, Blank, Record, body_crc
 from rmqstore.codec.consumequeue import BCQ_UNIT_SIZE, ENTRY_SIZE, decode_bcq_entry, decode_entry
 from rmqstore.codec.describe import index_header_json
+from rmqstore.codec.dledger import HEADER_SIZE
+from rmqstore.codec.dledger import decode_header as decode_entry_header
 from rmqstore.codec.indexfile import IndexFile, decode_header
 from rmqstore.codec.javahash import java_hash
 from rmqstore.codec.msgid import decode_offset_msg_id
@@ -55,11 +57,23 @@ def walk_all(case: str) -> list[tuple[Segment, Record | Blank]]:
         return list(iter_commitlog(st, check_crc=True))
 
 
+def _entry_fields(seg: Segment, rec: Record) -> dict:
+    """A DLedger record's entry as truth.json gives it: where the entry is, its size and its header."""
+    with map_file(seg.path) as buf:
+        h = decode_entry_header(buf, rec.pos - HEADER_SIZE)
+    head = {"magic": h.magic, "size": h.size, "index": h.index, "term": h.term, "pos": h.pos, "channel": h.channel,
+            "chainCrc": h.chain_crc, "bodyCrc": h.body_crc, "bodyLength": h.body_length}  # fmt: skip
+    return {"entryOffset": seg.base_offset + rec.pos - HEADER_SIZE, "entrySize": h.size, "dledger": head}
+
+
 def as_truth_row(seg: Segment, rec: Record | Blank, cfg: StoreConfig) -> dict:
+    dledger = seg.framing.name == "dledger"
     if isinstance(rec, Blank):
-        return {"offset": rec.phy_offset, "kind": "blank", "size": seg.size - rec.pos}
+        row = {"offset": rec.phy_offset, "kind": "blank", "size": seg.size - rec.pos}
+        return {**row, "blankMagic": "ffffffff"} if dledger else row
     return {
         **truth_message_head(rec, seg.base_offset + rec.pos, expected_tags_code(rec, cfg)),
+        **(_entry_fields(seg, rec) if dledger else {}),
         "magic": f"{rec.magic & 0xFFFFFFFF:08x}",
         "keys": rec.keys,
         "uniqKey": rec.uniq_key,

@@ -71,6 +71,7 @@ from rmqstore.rules import rules_for
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
+from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from rmqstore.store.offsets import read_consumer_offsets
@@ -78,6 +79,7 @@ from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueue
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.checked import TopicIds
+from rmqstore.walk.dledger import ENTRY, INVALID, Entry, entry_findings, iter_entries, ledger_problems, ledger_state
 from rmqstore.walk.lenient import BlankEnd, Damage, DataEnd, Item, Run, intact_record, walk_files
 from rmqstore.walk.recovery import walk_start
 
@@ -1573,6 +1575,8 @@ def check_store(
     _check_markers(st, out)
     _check_config(st, out, counts)
     _check_offsets(st, out, counts)
+    if cfg.dledger:
+        _check_dledger(st, segs, out, counts, quick=quick)
     walker = _Walker(st, out, progress, light=quick)
     if quick:
         queues = _recover_queues(st, out, counts)
@@ -1598,16 +1602,44 @@ def check_store(
     _report_forecast(fc, st, out, segs, queues)
     ends = [q.last_end for q in queues if q.last_end >= 0]
     horizon = max(ends) if ends else (segs[0].base_offset if segs else 0)
+    log_dir = segs[-1].path.parent if segs else cfg.commitlog_dir
     if not quick:
-        _check_coverage(scan, queues, out, horizon, cfg.commitlog_dir, fc)
+        _check_coverage(scan, queues, out, horizon, log_dir, fc)
     elif scan.count:
-        _quick_dispatch(scan, out, horizon, cfg.commitlog_dir, fc)
+        _quick_dispatch(scan, out, horizon, log_dir, fc)
     counts["minPhyOffset"] = segs[0].base_offset if segs else 0
     counts["maxPhyOffset"] = scan.data_end
     problems = out.finish()
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     problems = tuple(sorted(problems, key=lambda p: order.get(p.severity, 3)))
     return CheckReport(st.root, quick, cfg.broker, dict(counts), fc, problems, dict(out.found))
+
+
+def _check_dledger(st: Store, segs: Sequence[Segment], out: _Problems, counts: Counter[str], *, quick: bool) -> None:
+    """The DLedger entries (headers, sequence, terms, each against its index unit), the member's
+    checkpoint and index against the ledger; ``quick`` reads only the ledger's ends, as ``info``."""
+    cfg = st.config
+    with DLedgerIndex(cfg) as index:
+        out.extend(index.problems)
+        state = ledger_state(list(segs), index, read_member(cfg))
+        out.extend(p for p in ledger_problems(state, index) if quick or p.severity != ERROR)
+        if quick:
+            return
+        entries = 0
+
+        def walked() -> Iterator[Entry]:
+            nonlocal entries
+            for e in iter_entries(segs):
+                if e.kind == INVALID:
+                    out.add(
+                        e.seg.path, e.pos, f"{e.problem}; the DLedger chain of this file ends here", ERROR, e.offset
+                    )
+                entries += e.kind == ENTRY
+                yield e
+
+        for p in entry_findings(walked(), index):
+            out.add(p.path, p.pos, p.what, p.severity, p.phy_offset, group="DLedger entry")
+    counts["dledgerEntries"] = entries
 
 
 def _read_checkpoint_quietly(st: Store) -> Any:
