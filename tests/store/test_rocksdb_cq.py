@@ -109,3 +109,40 @@ def test_rocksdict_is_imported_only_where_the_database_is_opened() -> None:
     code = "import sys, rmqstore.store, rmqstore.ops.check, rmqstore.ops.redispatch; print('rocksdict' in sys.modules)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert p.stdout.strip() == "False", p.stderr
+
+
+def test_offsets_lag_against_the_database_and_write_refused(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rmqstore.cli import app
+
+    root = rocksdb_store(tmp_path)
+    (root / "config" / "consumerOffset.json").write_text('{"offsetTable":{"TopicA@G":{0:7,1:50}}}')
+    r = CliRunner().invoke(app, ["offsets", str(root), "--format", "ndjson"])
+    assert r.exit_code == 0, r.output
+    rows = [line for line in r.output.splitlines() if '"queueId"' in line]
+    assert '"consumerOffset":7' in rows[0] and '"maxOffset":50' in rows[0] and '"lag":43' in rows[0], rows
+    r = CliRunner().invoke(app, ["write", str(root), "--topic", "TopicA", "--body", "x"])
+    assert r.exit_code == 7 and "RocksDB database" in r.output
+
+
+def test_query_offset_and_time_through_the_units_as_the_engine_answers(tmp_path: Path) -> None:
+    from rmqstore.store import lookup
+
+    root = rocksdb_store(tmp_path)
+    with open_store(root) as st:
+        for tq in truth()["queues"][:2]:
+            topic, qid, entries = tq["topic"], tq["queueId"], tq["entries"]
+            for e in entries:
+                hit = lookup.query_queue_offset(st, topic, qid, e["queueOffset"])
+                assert hit.entry is not None and hit.entry.phy_offset == e["commitLogOffset"]
+                assert hit.record is not None and hit.record.store_timestamp_ms == e["storeTimestamp"]
+                # binarySearchInCQByTime: an exact store time answers a unit holding it
+                at = lookup.offset_by_time(st, topic, qid, e["storeTimestamp"]).queue_offset
+                assert entries[at]["storeTimestamp"] == e["storeTimestamp"]
+            assert lookup.offset_by_time(st, topic, qid, entries[0]["storeTimestamp"] - 10_000).queue_offset == 0
+            assert lookup.offset_by_time(st, topic, qid, entries[-1]["storeTimestamp"] + 10_000).queue_offset == 49
+            a, b = entries[10]["storeTimestamp"], entries[11]["storeTimestamp"]
+            if b - a >= 2:  # between two units: the nearer one, the earlier on a tie
+                want = 10 if (b - a) % 2 == 0 else 11
+                assert lookup.offset_by_time(st, topic, qid, a + (b - a + 1) // 2).queue_offset == want

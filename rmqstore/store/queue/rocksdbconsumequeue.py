@@ -318,6 +318,41 @@ class RocksDBConsumeQueue:
                 low = mid + 1
         return found
 
+    def offset_by_time(self, timestamp_ms: int, min_phy: int) -> int:
+        """``getOffsetInQueueByTime`` (``binarySearchInCQByTime``) from the ``min`` to the ``max`` row, by the
+        units' own store timestamps: an exact match, else the nearer of the last unit before and the first
+        after (the earlier on a tie); units below ``min_phy`` count as earlier; 0 for a queue without a ``max``
+        row or when a unit's store time is negative."""
+        mx = self.max_row()
+        if mx is None:
+            return 0
+        low, high = self._min_offset(min_phy, mx), mx.queue_offset
+        left = right = -1
+        left_ts = right_ts = -1
+        while high >= low:
+            mid = low + (high - low) // 2
+            u = self.get(mid)
+            if u is None:
+                low = mid + 1
+                continue
+            if int(u["phy_offset"]) < min_phy:
+                low, left = mid + 1, mid
+                continue
+            ts = int(u["store_timestamp_ms"])
+            if ts < 0:
+                return 0
+            if ts == timestamp_ms:
+                return mid
+            if ts > timestamp_ms:
+                high, right, right_ts = mid - 1, mid, ts
+            else:
+                low, left, left_ts = mid + 1, mid, ts
+        if left_ts == -1:
+            return right
+        if right_ts == -1:
+            return left
+        return right if abs(timestamp_ms - left_ts) > abs(timestamp_ms - right_ts) else left
+
     def recover(self) -> QueueRecovery:
         """The database has no per-queue recovery: every queue loads as its rows say."""
         segs, problems = self.files()
