@@ -22,7 +22,7 @@ from rmqstore.codec.commitlog import (
     Record,
     decode_record,
 )
-from rmqstore.codec.framing import BLANK, END, RECORD, UNTIL, is_record_magic
+from rmqstore.codec.framing import BLANK, END, INVALID, RECORD, UNTIL, is_record_magic
 from rmqstore.errors import CorruptData
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
@@ -87,6 +87,19 @@ def walk_segment(
             released = upto
 
 
+def frame_start(seg: Segment, pos: int) -> int:
+    """Where a walk from file position ``pos`` starts: ``pos`` itself, or the frame around it when ``pos``
+    is where a framed record starts (a commit log offset as the broker serves it names the record)."""
+    if not seg.framing.head or pos < seg.framing.head:
+        return pos
+    with map_file(seg.path) as buf:
+        size = len(buf)
+        if seg.framing.step(buf, pos, size)[0] != INVALID:
+            return pos
+        kind, at, _ = seg.framing.step(buf, pos - seg.framing.head, size)
+    return pos - seg.framing.head if kind == RECORD and at == pos else pos
+
+
 def iter_commitlog(
     st: Store, *, from_phy: int | None = None, check_crc: bool = False
 ) -> Iterator[tuple[Segment, Record | Blank]]:
@@ -95,7 +108,7 @@ def iter_commitlog(
     for seg in segs:
         if from_phy is not None and seg.base_offset + seg.size <= from_phy:
             continue
-        start = 0 if from_phy is None or from_phy < seg.base_offset else from_phy - seg.base_offset
+        start = 0 if from_phy is None or from_phy < seg.base_offset else frame_start(seg, from_phy - seg.base_offset)
         with map_file(seg.path) as buf:
             ended = False
             for rec in walk_segment(buf, seg, start_pos=start, check_crc=check_crc, broker=st.config.broker):

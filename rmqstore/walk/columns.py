@@ -44,6 +44,7 @@ from rmqstore.codec.javahash import index_key_hash, java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, segment_ranges
+from rmqstore.walk.chain import frame_start
 from rmqstore.walk.requests import DispatchRequest, ScanStop, request_from_record
 from rmqstore.walk.workers import close_pool, worker_pool
 
@@ -588,6 +589,7 @@ def iter_columns(
     pool = None
     try:
         for seg, start, end in segment_ranges(segments, from_phy, to_phy):
+            start = frame_start(seg, start)
             done = start
             if workers > 1 and end - start > part_size:
                 if pool is None:

@@ -22,7 +22,7 @@ from rmqstore.codec.javahash import java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
-from rmqstore.walk.chain import Stop, StopKind
+from rmqstore.walk.chain import Stop, StopKind, frame_start
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
 
@@ -178,7 +178,7 @@ def iter_requests(
             continue
         if to_phy is not None and seg.base_offset >= to_phy:
             break
-        start = max(0, from_phy - seg.base_offset)
+        start = frame_start(seg, max(0, from_phy - seg.base_offset))
         end = None if to_phy is None else min(seg.size, to_phy - seg.base_offset)
         with map_file(seg.path) as buf:
             reqs, stop = scan_requests(buf, seg, cfg, start_pos=start, end_pos=end)
