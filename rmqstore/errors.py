@@ -89,7 +89,7 @@ class UsageError(RmqstoreError, exit_code=2):
 
 
 class UnsupportedStore(RmqstoreError, exit_code=7):
-    """A store layout rmqstore refuses to touch (DLedger, RocksDB consume queue, ...)."""
+    """A store layout, or an operation on it, that rmqstore refuses (RocksDB consume queue, writing to DLedger, ...)."""
 
 
 class UnsafePlan(RmqstoreError, exit_code=8):
@@ -151,7 +151,7 @@ EXIT_CODES: dict[int, str] = {
     5: "not a store: the path is missing or is not a RocketMQ store root",
     6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
     "(a directory where a file belongs, a symlink loop)",
-    7: "unsupported store or operation (write to a DLedger commit log or a batch consume queue topic)",
+    7: "unsupported store or operation (`write` to a DLedger commit log, a RocksDB consume queue store or a batch consume queue topic)",
     8: "unsafe plan refused: the operation would lose data, or write the same input twice; see --force "
     "(write: --again)",
     9: "expire `--detailed-exitcode` only: files were deleted (a dry run: would be); without the option a successful run exits 0",

@@ -206,3 +206,37 @@ def kill_at_every_step(tmp: Path, prepare, argv, state, rerun_codes: set[int], f
         assert "internal error" not in again.output
         assert state(root) == want, f"killed at {step} (#{seen[step]}), then re-run"
     return steps
+
+
+# -- DLedger stores crashed and damaged on purpose (copies of the real DLedger stores) -------------
+
+DLEDGER_CASES = ("4.9.4/dledger-clean", "5.2.0/dledger-5x-clean")
+
+
+def dledger_case(version: str) -> str:
+    return next(c for c in DLEDGER_CASES if c.startswith(version))
+
+
+def dledger_torn_tail(tmp: Path, version: str = "4.9.4") -> tuple[Path, dict]:
+    """A DLedger store whose last entry was cut short by a crash: its header written, its record half
+    zeros. Returns the store root and the last entry (as truth.json lists it)."""
+    case = dledger_case(version)
+    root = copy_real_store(case, tmp)
+    last = load_truth(case)["dledger"]["entries"][-1]
+    data = root / "dledger-n0" / "data"
+    seg = max(p for p in data.iterdir())
+    buf = bytearray(seg.read_bytes())
+    at = last["pos"] - int(seg.name)
+    buf[at + 48 + 80 : at + last["size"]] = bytes(last["size"] - 48 - 80)
+    seg.write_bytes(bytes(buf))
+    return root, last
+
+
+def dledger_crashed(tmp: Path, version: str = "5.2.0") -> Path:
+    """A DLedger store that died mid-write: torn last entry, a consume queue directory never written,
+    ``abort`` left behind."""
+    root, _ = dledger_torn_tail(tmp, version)
+    shutil.rmtree(root / "consumequeue" / "TopicA")
+    # as each engine leaves it: 5.x writes its process id into abort, 4.x leaves it empty
+    (root / "abort").write_text("4242" if version.startswith("5.") else "")
+    return root

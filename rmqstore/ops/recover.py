@@ -43,6 +43,7 @@ from rmqstore.codec.commitlog import (
     offset_msg_id,
     torn_head,
 )
+from rmqstore.codec.dledger import HEADER_SIZE, INDEX_UNIT_SIZE, decode_header, header_problem
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, from_os_error
@@ -53,6 +54,7 @@ from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, re
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
+from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
@@ -62,6 +64,7 @@ from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 from rmqstore.walk.chain import StopKind, frames
 from rmqstore.walk.checked import keep_dispatch_columns, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
+from rmqstore.walk.dledger import ENTRY, index_repair, iter_entries, kept_entries, member_checkpoint, unit_bytes
 from rmqstore.walk.recovery import (
     LostRecord,
     RecoveryFacts,
@@ -69,6 +72,7 @@ from rmqstore.walk.recovery import (
     recovery_facts,
     refuse_unrecoverable,
     rel_path,
+    short_last_file,
 )
 from rmqstore.walk.requests import ScanStop, iter_requests
 
@@ -104,9 +108,9 @@ class Action(JsonModel):
         "undecodable_size=undecodableBytes records"
     )
 
-    step: str  # "cq-recover" | "index-delete" | "commitlog-truncate" | "cq-truncate"
-    verb: str  # "zero" | "delete"
-    kind: str  # "commitlog" | "consumequeue" | "index"
+    step: str  # "cq-recover" | "index-delete" | "extend" | "commitlog-truncate" | "cq-truncate" | "dledger-index"
+    verb: str  # "zero" | "delete" | "extend" (zeros up to ``to_pos``) | "rewrite" (DLedger index units)
+    kind: str  # "commitlog" | "consumequeue" | "index" | "dledger-index"
     path: str  # relative to the store root when inside it, else absolute
     from_pos: int  # first byte removed (0 for a delete)
     to_pos: int  # end of the non-zero bytes removed (the file size for a delete)
@@ -168,6 +172,18 @@ class QueueEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberRepair(JsonModel):
+    """A DLedger store's member after recovery: the entries kept, and its checkpoint file."""
+
+    checkpoint: str  # the member checkpoint file, relative to the store root when inside it
+    begin_index: int  # ledgerBeginIndex: the first entry kept
+    end_index: int  # ledgerEndIndex: the last entry kept (-1: none)
+    checkpoint_before: str | None  # dledger-<id>/checkpoint as found (None: no file)
+    checkpoint_after: str | None  # what it becomes (None: it is right already)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RecoverPlan(JsonModel):
     """Everything ``recover`` will do to one store, decided before anything is written."""
 
@@ -177,7 +193,8 @@ class RecoverPlan(JsonModel):
         "min_phy=minPhyOffset process_offset stop max_phy_offset_cq=maxPhyOffsetOfConsumeQueue truncate_logic_files "
         "actions dispatch=redispatch rebuild_consume_queue rebuild_index queue_ends index_files_kept "
         "checkpoint_before checkpoint_after checkpoint_index_from_dispatch=checkpointIndexFromRedispatch "
-        "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt"
+        "write_checkpoint remove_abort losses=brokerLosses notes quarantine_dir=quarantine created_ms=createdAt "
+        "member=dledgerMember"
     )
 
     root: str
@@ -207,26 +224,30 @@ class RecoverPlan(JsonModel):
     notes: tuple[str, ...]
     quarantine_dir: str | None
     created_ms: int
+    member: MemberRepair | None = None  # DLedger mode: the member's index and checkpoint
 
     # -- derived -------------------------------------------------------------------------
     def steps(self) -> list[str]:
         """The steps apply_recover runs, in order (numbered from 1 by the kill hooks)."""
         out: list[str] = []
         have = {a.step for a in self.actions}
-        if self.quarantine_dir is not None and (self.actions or self.write_checkpoint or self._rebuilds()):
+        member_cp = self.member is not None and self.member.checkpoint_after is not None
+        if self.quarantine_dir is not None and (self.actions or self.write_checkpoint or self._rebuilds() or member_cp):
             out.append("quarantine")
-        for s in ("cq-recover", "index-delete"):
+        for s in ("cq-recover", "index-delete", "extend"):
             if s in have:
                 out.append(s)
         if self.dispatch is not None:
             out.append("dispatch")
-        for s in ("commitlog-truncate", "cq-truncate"):
+        for s in ("commitlog-truncate", "cq-truncate", "dledger-index"):
             if s in have:
                 out.append(s)
         if self._rebuilds():
             out += ["rebuild", "swap"]
         if self.write_checkpoint:
             out.append("checkpoint")
+        if member_cp:
+            out.append("member-checkpoint")
         if self.remove_abort:
             out.append("abort")
         return out
@@ -249,13 +270,13 @@ class RecoverPlan(JsonModel):
         out = [
             PlannedAction(
                 "recover",
-                "delete" if a.verb == "delete" else "zero",
+                a.verb,
                 _abs(root, a.path),
                 a.why,
                 None if a.verb == "delete" else a.from_pos,
                 None if a.verb == "delete" else a.to_pos,
                 a.size,
-                kept,
+                kept and a.verb != "extend",
             )
             for a in self.actions
         ]
@@ -266,6 +287,9 @@ class RecoverPlan(JsonModel):
             out.append(
                 PlannedAction("recover", "rewrite", root / "checkpoint", "the values the broker writes", kept=kept)
             )
+        if self.member is not None and self.member.checkpoint_after is not None:
+            why = f"endIndex and committedIndex at the last entry kept ({self.member.end_index})"
+            out.append(PlannedAction("recover", "rewrite", _abs(root, self.member.checkpoint), why, kept=kept))
         if self.remove_abort:
             out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
         return tuple(out)
@@ -284,10 +308,19 @@ class RecoverPlan(JsonModel):
             "redispatchRange": f"phy {d.from_phy}..{d.to_phy}" if d else "none",
             "checkpoint": self._checkpoint_line(),
             "recordsLost": self.records_lost,
+            **({"dledgerEntries": self._member_line()} if self.member is not None else {}),
             "quarantine": self.quarantine_dir or "none: removed bytes are not kept",
             "steps": self.steps(),
             "createdAt": self.created_ms,
         }
+
+    def _member_line(self) -> str:
+        m = self.member
+        assert m is not None
+        kept = "none kept" if m.end_index < 0 else f"{m.begin_index}..{m.end_index} kept"
+        units = sum(1 for a in self.actions if a.kind == "dledger-index")
+        cp = "checkpoint unchanged" if m.checkpoint_after is None else "checkpoint endIndex/committedIndex set"
+        return f"{kept}; {units} index change(s); {cp}"
 
     def _checkpoint_line(self) -> str:
         keys = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp")
@@ -563,11 +596,14 @@ def _queue_ends(f: RecoveryFacts) -> list[QueueEnd]:
 
 
 def _plan_dispatch(f: RecoveryFacts, cfg: StoreConfig, want_cq: bool, want_ix: bool) -> Redispatch | None:
-    """The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum)."""
+    """The re-dispatch of the abnormal walk (5.3.2+: of the normal walk past the CQ maximum); in DLedger
+    mode, of every record whose consume queue entry or index keys are missing (the engines dispatch
+    only from the consume queues' end, 5.x only past the committed position)."""
     po, start, e = f.process_offset, f.start_phy, f.end
     if not f.segs or po <= start or not (want_cq or want_ix):
         return None
-    if f.abort:
+    missing = (want_cq and f.cq_check.missing > 0) or (want_ix and (e.not_indexed > 0 or f.reindex))
+    if f.abort or (cfg.dledger and missing):
         return Redispatch(start, po, e.records, want_cq, want_ix, None, e.last_cq_ts)
     if f.rules.normal_dispatch_beyond_cq and f.max_cq < po:  # nothing past the CQ maximum: no-op
         return Redispatch(start, po, e.records, want_cq, want_ix, f.max_cq, e.last_cq_ts_after_cq)
@@ -605,6 +641,8 @@ def _plan_checkpoint(
     """
     before = _cp_dict(f.cp) if f.cp_bytes is not None else None
     after = _cp_dict(f.cp)
+    if cfg.dledger and 0 < f.end.last_ts < after["physicMsgTimestamp"]:
+        after["physicMsgTimestamp"] = f.end.last_ts  # records after it were cut: the last one kept is flushed
     if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
         after["logicsMsgTimestamp"] = dispatch.last_cq_timestamp_ms
     index_pending = (dispatch is not None and dispatch.index) or rebuild_index
@@ -674,6 +712,8 @@ def plan_recover(
         else None
     )
     actions += [tail] if tail is not None else []
+    member_actions, member = _plan_member(root, st, f)
+    actions += member_actions
     losses = [x for x in _losses(f, cfg, actions) if not (rebuild_consume_queue and x.what == "cq-entries")]
     before, after, index_pending, write_cp = _plan_checkpoint(f, cfg, dispatch, rebuild_index, rebuild_consume_queue)
     qdir: str | None = None
@@ -710,6 +750,7 @@ def plan_recover(
         notes=tuple(f.notes),
         quarantine_dir=qdir,
         created_ms=now_ms,
+        member=member,
     )
 
 
@@ -725,6 +766,77 @@ def _database_rebuild(st: Store, f: RecoveryFacts, rebuild: bool) -> tuple[bool,
         f.notes.append(f"the consume queue database {why}: it is rebuilt from the valid commit log and the old "
                        "database goes to the quarantine whole")  # fmt: skip
     return rebuild or why is not None, False
+
+
+def _refuse_cut_entries(st: Store, f: RecoveryFacts) -> None:
+    """A damaged DLedger entry is cut only as the log's torn tail: intact entries in a later data file
+    mean the damage is inside the log, and cutting there would drop them all."""
+    if f.end.reason != "invalid":
+        return
+    po = f.process_offset
+    here = next((s for s in f.segs if s.base_offset <= po < s.end_offset), None)
+    if here is None or here.framing.name != "dledger":
+        return
+    later = next((e for s in f.segs if s.base_offset > po for e in iter_entries([s]) if e.kind == ENTRY), None)
+    if later is None:
+        return
+    why = f.end.stop
+    with map_file(here.path) as buf:
+        if po - here.base_offset + HEADER_SIZE <= len(buf):
+            head = decode_header(buf, po - here.base_offset)
+            why = header_problem(head, po, here.end_offset - po) or why
+    raise CorruptData(
+        f"{why}; intact DLedger entries follow (entry {later.header.index if later.header else '?'} in "
+        f"{later.seg.path.name}): this is not a torn tail, and recover does not cut intact entries",
+        path=here.path,
+        pos=po - here.base_offset,
+        phy_offset=po,
+    )
+
+
+def _plan_member(root: Path, st: Store, f: RecoveryFacts) -> tuple[list[Action], MemberRepair | None]:
+    """DLedger mode: a short last data file filled up, the member's index holding one unit per entry
+    kept and none after (DLedger's own recovery rewrites units that disagree and truncates the rest),
+    and its checkpoint's endIndex and committedIndex at the last entry kept, so that the engine
+    serves every kept entry (it serves none past the committed index)."""
+    cfg = st.config
+    if not cfg.dledger:
+        return [], None
+    _refuse_cut_entries(st, f)
+    out: list[Action] = []
+    short = short_last_file(st, f.segs)
+    if short is not None:
+        why = f"{short.size} bytes, not mappedFileSizeCommitLog {cfg.commitlog_file_size}: DLedger does not load it"
+        out.append(Action("extend", "extend", "commitlog", rel_path(root, short.path), short.size,
+                          cfg.commitlog_file_size, why))  # fmt: skip
+    kept = kept_entries(f.segs, f.process_offset)
+    with DLedgerIndex(cfg) as index:
+        for seg in index.segments:
+            if 0 < seg.size < index.file_size:
+                why = f"{seg.size} bytes, not the {index.file_size} bytes of the other index files"
+                out.append(Action("extend", "extend", "dledger-index", rel_path(root, seg.path), seg.size,
+                                  index.file_size, why))  # fmt: skip
+        write, zero, drop = index_repair(index, kept)
+    for u in write:
+        why = "units that disagree with their entries" if u.exists else "units missing (no index file)"
+        out.append(Action("dledger-index", "rewrite", "dledger-index", rel_path(root, u.path), u.start, u.end, why,
+                          entries_total=(u.end - u.start) // INDEX_UNIT_SIZE))  # fmt: skip
+    after = f"after the last entry kept ({kept.last_index})"
+    for u in zero:
+        out.append(Action("dledger-index", "zero", "dledger-index", rel_path(root, u.path), u.start, u.end,
+                          f"units {after}", entries_total=(u.end - u.start) // INDEX_UNIT_SIZE))  # fmt: skip
+    for p in drop:
+        out.append(Action("dledger-index", "delete", "dledger-index", rel_path(root, p), 0, p.stat().st_size,
+                          f"index file {after}"))  # fmt: skip
+    before, cp_after = member_checkpoint(read_member(cfg), kept.last_index)
+    peers = [p for p in cfg.dleger_peers.split(";") if p.strip()]
+    notes = (
+        (f"dLegerPeers names {len(peers)} members: the leader's log decides what the group keeps",)
+        if len(peers) > 1
+        else ()
+    )
+    cp = rel_path(root, cfg.dledger_checkpoint_path)
+    return out, MemberRepair(cp, kept.begin_index, kept.last_index, before, cp_after, notes)
 
 
 def _batch_cut_actions(root: Path, f: RecoveryFacts) -> list[Action]:
@@ -744,7 +856,7 @@ def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[L
     walked = f"records between phy offsets {start_phy} and {process_offset}"
     if cq.missing:
         lost = cq.missing - cq.fixed
-        if path == "abnormal":
+        if path == "abnormal" or cfg.dledger:
             detail = f"{cq.missing} {walked} have no consume queue entry: the re-dispatch adds {cq.fixed}"
         elif rules.start_catches_up:
             detail = f"{cq.missing} {walked} have no consume queue entry: the broker re-dispatches {cq.fixed} at start"
@@ -753,7 +865,8 @@ def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[L
         if lost:
             detail += f"; {lost} stay missing"
         out.append(Loss("cq-entries", lost, detail, "--rebuild-consumequeue" if lost else None, tuple(cq.examples)))
-    if path == "normal" and cfg.message_index_enable and not_indexed and not rules.normal_dispatch_beyond_cq:
+    dispatched = rules.normal_dispatch_beyond_cq or cfg.dledger
+    if path == "normal" and cfg.message_index_enable and not_indexed and not dispatched:
         if rules.start_catches_up:
             detail = (
                 f"records after the last indexed offset {last_index_end} are indexed only from the consume "
@@ -939,6 +1052,12 @@ def _run_step(
         _step_remove(st, plan, step, journal.hook)
     elif step == "cq-truncate":
         _step_cq_truncate(st, plan, journal.hook)
+    elif step == "extend":
+        _step_extend(st, plan)
+    elif step == "dledger-index":
+        _step_dledger_index(st, plan, journal.hook)
+    elif step == "member-checkpoint":
+        _step_member_checkpoint(st, plan)
     elif step == "dispatch":
         _step_dispatch(st, plan, journal, clock, progress)
     elif step == "rebuild":
@@ -1024,10 +1143,17 @@ def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
                 # Commit log and index files are never written before their deletion step: a hard
                 # link is enough. Consume queue files may be, by the re-dispatch: copy them.
                 q.save_file(src, a.why, link=a.kind != "consumequeue")
+        elif a.verb == "extend" or not src.exists():
+            _note_grown(q, src, a)
         else:
             q.save_range(src, a.from_pos, a.to_pos, a.why)
         if i == 0:
             journal.hook("recover:quarantine#1")
+    if plan.member is not None and plan.member.checkpoint_after is not None:
+        member_cp = _abs(root, plan.member.checkpoint)
+        for p in (member_cp, _bak(member_cp)):
+            if p.exists():
+                q.save_file(p, "rewritten: endIndex and committedIndex at the last entry kept")
     cp_path = st.config.checkpoint_path
     if plan.write_checkpoint and cp_path.exists():
         q.save_file(cp_path, "rewritten with the values the broker writes at shutdown")
@@ -1049,6 +1175,75 @@ def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
         ab = st.config.abort_path.absolute()
         q.note(ab, "removed: the store is consistent again", f"touch {shlex.quote(str(ab))}")
     q.write_manifest(processOffset=plan.process_offset)
+
+
+def _note_grown(q: Quarantine, src: Path, a: Action) -> None:
+    """A file that grows or is created holds no bytes to keep: the manifest says how to undo it."""
+    p = shlex.quote(str(src.absolute()))
+    undo = f"truncate -s {a.from_pos} {p}" if a.verb == "extend" else f"rm -f {p}"
+    kind = "extended" if a.verb == "extend" else "created"
+    q.add({"kind": kind, "path": str(src.absolute()), "from": a.from_pos, "why": a.why, "restore": undo})
+
+
+def _bak(path: Path) -> Path:
+    return path.with_name(path.name + ".bak")
+
+
+def _step_extend(st: Store, plan: RecoverPlan) -> None:
+    """Fill up files shorter than their configured size with zeros (DLedger loads full-size files only)."""
+    for a in (x for x in plan.actions if x.step == "extend"):
+        p = _abs(Path(st.root), a.path)
+        if p.exists() and p.stat().st_size < a.to_pos:
+            os.truncate(p, a.to_pos)
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _step_dledger_index(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
+    """Zero the DLedger index units past the kept entries and delete the index files past them, then
+    write the units the kept entries need (a range planned for rewriting is zeroed first: no matter)."""
+    _step_remove(st, plan, "dledger-index", hook)
+    rewrites = [a for a in plan.actions if a.step == "dledger-index" and a.verb == "rewrite"]
+    if not rewrites:
+        return
+    root = Path(st.root)
+    kept = kept_entries(st.commitlog_segments()[0], plan.process_offset)
+    for a in rewrites:
+        p = _abs(root, a.path)
+        if not p.exists():
+            _new_zero_file(root, p, st.config.dledger_index_file_size)
+            fsync_dir(p.parent)
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            os.pwrite(fd, unit_bytes(kept, int(p.name), a.from_pos, a.to_pos), a.from_pos)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _new_zero_file(root: Path, path: Path, size: int) -> None:
+    """A file of ``size`` zero bytes (sparse), in place at once by rename."""
+    tmp = scratch_dir(root, "tmp") / path.name
+    with open(tmp, "wb") as f:
+        f.truncate(size)
+        f.flush()
+        os.fsync(f.fileno())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, path)
+
+
+def _step_member_checkpoint(st: Store, plan: RecoverPlan) -> None:
+    """The member checkpoint as DLedger writes it: the previous text to ``.bak``, then the new one."""
+    m = plan.member
+    assert m is not None and m.checkpoint_after is not None
+    path = _abs(Path(st.root), m.checkpoint)
+    tmp = scratch_dir(Path(st.root), "tmp")
+    if m.checkpoint_before is not None:
+        atomic_write(_bak(path), m.checkpoint_before.encode("latin-1"), tmp_dir=tmp)
+    atomic_write(path, m.checkpoint_after.encode("latin-1"), tmp_dir=tmp)
 
 
 def _step_remove(st: Store, plan: RecoverPlan, step: str, hook: StepHook) -> None:
@@ -1114,7 +1309,8 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
                     qdir.parent.rmdir()
                 except OSError:
                     pass
-            fsync_dir(qdir.parent if qe is None else qdir)
+            # a topic directory the re-dispatch created went with its last queue
+            fsync_dir(qdir if qe is not None else qdir.parent if qdir.parent.exists() else qdir.parent.parent)
     if plan.dispatch is not None and plan.dispatch.consume_queue and journal.state.get("batchQueues") is not None:
         _rollback_batch_queues(st, journal.state["batchQueues"])
     if plan.dispatch is not None and plan.dispatch.index:

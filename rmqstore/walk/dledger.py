@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from rmqstore.codec.dledger import (
     BLANK_MAGIC,
@@ -17,12 +20,13 @@ from rmqstore.codec.dledger import (
     EntryHeader,
     IndexUnit,
     decode_header,
+    encode_member_file,
     header_problem,
 )
-from rmqstore.errors import from_os_error
+from rmqstore.errors import CorruptData, from_os_error
 from rmqstore.problems import ERROR, WARNING, Problem
 from rmqstore.store.dledger import DLedgerIndex, Member
-from rmqstore.store.files import map_file
+from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment
 
 ENTRY = "entry"
@@ -115,6 +119,188 @@ def _unit_mismatch(unit: IndexUnit, head: EntryHeader) -> str:
     want = {"magic": head.magic, "position": head.pos, "size": head.size, "index": head.index, "term": head.term}
     wrong = ", ".join(f"{k} {said[k]}, expected {want[k]}" for k in said if said[k] != want[k])
     return f"DLedger index unit of entry {head.index}: {wrong} (as its entry says)"
+
+
+# -- the entries a recovery keeps, and what their index and member checkpoint must say ----------
+
+_HEAD = np.dtype(
+    [("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
+     ("channel", ">i4"), ("chain_crc", ">i4"), ("body_crc", ">i4"), ("body_length", ">i4")]
+)  # fmt: skip
+_UNIT = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
+_UNIT_FIELDS = ("magic", "pos", "size", "index", "term")
+
+
+@dataclass(frozen=True)
+class KeptEntries:
+    """The headers of the entries before a recovered end, in log order (one numpy column per field)."""
+
+    index: np.ndarray
+    term: np.ndarray
+    pos: np.ndarray
+    size: np.ndarray
+    magic: np.ndarray
+    files: tuple[tuple[Segment, int], ...]  # each data file read, with the number of its entries
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def last_index(self) -> int:
+        """The entry index of the last entry kept (DLedger's ledgerEndIndex), -1 when none."""
+        return int(self.index[-1]) if len(self.index) else -1
+
+    @property
+    def begin_index(self) -> int:
+        return int(self.index[0]) if len(self.index) else -1
+
+    def place(self, i: int) -> tuple[Segment, int]:
+        """(data file, byte position in it) of entry row ``i``."""
+        row = i
+        for seg, n in self.files:
+            if row < n:
+                return seg, int(self.pos[i]) - seg.base_offset
+            row -= n
+        raise IndexError(i)
+
+    def units(self) -> np.ndarray:
+        """The index unit each entry must have, in entry index order."""
+        out = np.zeros(len(self.index), _UNIT)
+        for name in _UNIT_FIELDS:
+            out[name] = getattr(self, name)
+        return out
+
+
+def kept_entries(segs: Iterable[Segment], end: int) -> KeptEntries:
+    """The header of every DLedger entry that lies wholly before commit log offset ``end`` (where
+    recovery's record walk ended, on an entry boundary); CorruptData names the first entry whose
+    index is not the one after the previous entry, or whose term goes down (DLedger's own recovery
+    stops there and truncates every entry after it)."""
+    cols: dict[str, list[np.ndarray]] = {f: [] for f in _UNIT_FIELDS}
+    files: list[tuple[Segment, int]] = []
+    for seg in segs:
+        if seg.framing.name != "dledger" or seg.size == 0 or seg.base_offset >= end:
+            continue
+        try:
+            with map_file(seg.path) as buf:
+                records, _, _ = seg.framing.chain(buf, 0, len(buf), end - seg.base_offset)
+                starts = records - HEADER_SIZE
+                u8 = np.frombuffer(buf, np.uint8)
+                heads = u8[starts[:, None] + np.arange(HEADER_SIZE)].view(_HEAD).ravel()
+                del u8
+        except OSError as e:
+            raise from_os_error(e, seg.path, doing="read a DLedger data file") from None
+        for f in _UNIT_FIELDS:
+            cols[f].append(heads[f].astype(np.int64))
+        files.append((seg, len(heads)))
+    arrays = {f: np.concatenate(v) if v else np.zeros(0, np.int64) for f, v in cols.items()}
+    kept = KeptEntries(**arrays, files=tuple(files))
+    _check_sequence(kept)
+    return kept
+
+
+def _check_sequence(k: KeptEntries) -> None:
+    if len(k) < 2:
+        return
+    jumps = np.flatnonzero(np.diff(k.index) != 1)
+    downs = np.flatnonzero(np.diff(k.term) < 0)
+    if not jumps.size and not downs.size:
+        return
+    i = int(min(jumps[0] if jumps.size else len(k), downs[0] if downs.size else len(k))) + 1
+    seg, at = k.place(i)
+    if jumps.size and jumps[0] + 1 == i:
+        what = f"entry index {k.index[i]}, expected {k.index[i - 1] + 1} (the one after the previous entry)"
+    else:
+        what = f"entry term {k.term[i]} is lower than the previous entry's {k.term[i - 1]}"
+    raise CorruptData(
+        f"{what}; DLedger's recovery would truncate the log here and every entry after it: "
+        "recover does not cut intact entries, repair the entry first",
+        path=seg.path,
+        pos=at,
+        phy_offset=int(k.pos[i]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSpan:
+    """A byte range of one DLedger index file (``exists`` False: the file is to be created)."""
+
+    path: Path
+    start: int
+    end: int
+    exists: bool = True
+
+
+def index_repair(index: DLedgerIndex, kept: KeptEntries) -> tuple[list[UnitSpan], list[UnitSpan], list[Path]]:
+    """What the member's index must change to hold one unit per kept entry, as DLedger's recovery
+    leaves it: (units to write, because they are missing or disagree with their entry; units past
+    the last entry kept, to zero; index files wholly past it, to delete)."""
+    size = index.file_size
+    want = kept.units()
+    first, cut = kept.begin_index, (kept.last_index + 1) * INDEX_UNIT_SIZE
+    write: list[UnitSpan] = []
+    known = {seg.base_offset: seg for seg in index.segments}
+    if len(want):
+        for base in range(first * INDEX_UNIT_SIZE // size * size, cut, size):
+            seg = known.get(base)
+            lo, hi = max(base, first * INDEX_UNIT_SIZE), min(base + size, cut)
+            write += _unit_runs(index, seg, base, lo, hi, want[(lo // INDEX_UNIT_SIZE - first) :], size)
+    zero: list[UnitSpan] = []
+    drop: list[Path] = []
+    for seg in index.segments:
+        if seg.base_offset >= cut:
+            drop.append(seg.path)
+        elif seg.end_offset > cut:
+            end = data_end(seg.path, cut - seg.base_offset)
+            if end > cut - seg.base_offset:
+                zero.append(UnitSpan(seg.path, cut - seg.base_offset, end))
+    return write, zero, drop
+
+
+def _unit_runs(
+    index: DLedgerIndex, seg: Segment | None, base: int, lo: int, hi: int, want: np.ndarray, size: int
+) -> list[UnitSpan]:
+    """The runs of units in ``[lo, hi)`` (index offsets) of the file at ``base`` that differ from ``want``."""
+    n = (hi - lo) // INDEX_UNIT_SIZE
+    if seg is None:
+        return [UnitSpan(index.dir / f"{base:020d}", lo - base, hi - base, exists=False)]
+    have = np.zeros(n, _UNIT)
+    room = max(0, min(hi, seg.end_offset) - lo) // INDEX_UNIT_SIZE
+    if room:
+        with map_file(seg.path) as buf:
+            have[:room] = np.frombuffer(buf, _UNIT, count=room, offset=lo - base)
+    bad = np.zeros(n, bool)
+    for f in _UNIT_FIELDS:
+        bad |= have[f] != want[f][:n]
+    idx = np.flatnonzero(bad)
+    if not idx.size:
+        return []
+    breaks = np.flatnonzero(np.diff(idx) != 1)
+    starts = np.concatenate([[idx[0]], idx[breaks + 1]])
+    ends = np.concatenate([idx[breaks], [idx[-1]]]) + 1
+    return [
+        UnitSpan(seg.path, lo - base + int(a) * INDEX_UNIT_SIZE, lo - base + int(b) * INDEX_UNIT_SIZE)
+        for a, b in zip(starts, ends, strict=True)
+    ]
+
+
+def unit_bytes(kept: KeptEntries, file_base: int, start: int, end: int) -> bytes:
+    """The units of bytes ``[start, end)`` of the index file at ``file_base``, from the kept entries."""
+    first = (file_base + start) // INDEX_UNIT_SIZE - kept.begin_index
+    units = kept.units()[first : first + (end - start) // INDEX_UNIT_SIZE]
+    return units.tobytes()
+
+
+def member_checkpoint(member: Member, end_index: int) -> tuple[str | None, str | None]:
+    """The member checkpoint as found, and what it must say so that the member serves every kept
+    entry (None: it says so already): ``endIndex`` and ``committedIndex`` at the last entry kept."""
+    path = member.checkpoint.path
+    before = path.read_text(encoding="latin-1") if member.checkpoint.values is not None else None
+    values = dict(member.checkpoint.values or {"committedIndex": "", "endIndex": ""})
+    values.update(committedIndex=str(end_index), endIndex=str(end_index))
+    if member.committed_index == end_index and member.end_index == end_index:
+        return before, None
+    return before, encode_member_file(values).decode("latin-1")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import BORNHOST_V6_FLAG, HEAD_OFFSETS, OFFSETS_V4
 from rmqstore.errors import CorruptData, UnsupportedStore
-from rmqstore.problems import LOAD_FAILURES, Problem
+from rmqstore.problems import LOAD_FAILURES, Problem, ProblemKind
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
@@ -223,6 +223,8 @@ def walk_start(
     """The commit log file recovery walks from, and why (§8.2, §8.3)."""
     if not segs:
         return 0, "no commit log file"
+    if cfg.dledger:  # DLedger's own recovery checks entry headers only: every record is checked here
+        return 0, "the first file: every DLedger entry's record is checked"
     if abort:
         return _abnormal_start(segs, cp, cfg, rules)
     if rules.normal_start_from_cq_max:
@@ -243,11 +245,13 @@ class RecoveryEnd:
     last_cq_ts_after_cq: int = 0  # the same, among records past the consume queues' maximum
     not_indexed: int = 0  # records past the last index file's end that the index would get
     last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
+    last_ts: int = 0  # store time of the last valid record
 
     def add(self, w: FileWalk, last_index_end: int, max_cq: int) -> None:
         self.records += len(w.pos)
         if len(w.pos):
             self.last_record = w.seg.base_offset + int(w.pos[-1])
+            self.last_ts = int(w.store_ts[-1])
         self.not_indexed += int(((w.phy > last_index_end) & indexed(w.sys_flag)).sum())
         ci = np.flatnonzero(queued(w.sys_flag))
         if ci.size:
@@ -296,6 +300,7 @@ class RecoveryFacts:
     fused_columns: list[Any]
     cp_file: bytes | None = None  # the checkpoint file as it is
     batch_queues: list[QueueRecovery] = field(default_factory=list)  # the batch consume queues' own recovery
+    reindex: bool = False  # index files that hold keys of records past the end were dropped (DLedger)
 
     @property
     def stop(self) -> str:
@@ -322,13 +327,26 @@ class RecoveryFacts:
         return not self.segs and (self.abort or self.rules.normal_destroys_logics)
 
 
+def short_last_file(st: Store, segs: list[Segment]) -> Segment | None:
+    """A DLedger store's last data file when it is shorter than the configured size (cut by a copy or a
+    full disk): DLedger refuses to load it, recover fills it up with zeros to its size."""
+    last = segs[-1] if segs else None
+    if last is None or last.framing.name != "dledger" or not 0 < last.size < st.config.commitlog_file_size:
+        return None
+    return last
+
+
 def _loaded_commitlog(st: Store, root: Path) -> tuple[list[Segment], Segment | None, list[str]]:
     """The commit log files as the broker loads them (§2.4), the empty last file, and notes."""
     segs, problems = st.commitlog_segments()
     empty_last = segs[-1] if segs and segs[-1].size == 0 else None
+    short = short_last_file(st, segs)
     notes = []
     for p in problems:
         if empty_last is not None and p.path == empty_last.path:
+            continue
+        if short is not None and p.path == short.path and p.kind is ProblemKind.WRONG_SIZE:
+            notes.append(f"{rel_path(root, p.path)}: {p.what}; filled up with zeros to its size")
             continue
         refuse_load_failure(
             p,
@@ -382,5 +400,25 @@ def recovery_facts(
     topics = TopicIds()
     for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
         facts.end.add(w, last_index_end, max_cq)
-        facts.cq_check.add(w, topics, queues, rules, abort, max_cq)
+        facts.cq_check.add(w, topics, queues, rules, abort or cfg.dledger, max_cq)  # DLedger: re-dispatched
+    if cfg.dledger:
+        _drop_stale_index(facts)
     return facts
+
+
+def _drop_stale_index(f: RecoveryFacts) -> None:
+    """DLedger mode: index files holding keys of records at or past the recovered end are dropped and
+    their records indexed again (an index file's keys cannot be removed one by one)."""
+    ends = []
+    for p in f.kept_index:
+        with map_file(p) as buf:
+            ends.append(ix.decode_header(buf).end_phy_offset)
+    first = next((i for i, e in enumerate(ends) if e >= f.process_offset), None)
+    if first is None:
+        return
+    for p in f.kept_index[first:]:
+        why = f"holds keys of records at or past the recovered end {f.process_offset}"
+        f.dropped_index.append((p, why, False))
+    f.kept_index = f.kept_index[:first]
+    f.last_index_end = ends[first - 1] if first else -1
+    f.reindex = True

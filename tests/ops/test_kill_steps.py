@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import copy_real_store, crash_batch_store, data_files, kill_at_every_step
+from conftest import copy_real_store, crash_batch_store, data_files, dledger_crashed, kill_at_every_step
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -54,6 +54,10 @@ def argv_recover(root: Path, q: Path) -> list[str]:
     return ["recover", str(root), "-q", "--quarantine", str(q)]
 
 
+def argv_recover_dledger(root: Path, q: Path) -> list[str]:
+    return [*argv_recover(root, q), "--broker-version", "5.2.0"]  # the queues left do not tell the version
+
+
 def argv_redispatch(root: Path, q: Path) -> list[str]:
     return ["redispatch", str(root), "-q", "--quarantine", str(q)]
 
@@ -90,6 +94,8 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]]
     "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
     "recover-lmq": (prepare_recover_lmq, argv_recover, {0}),
     "recover-bcq": (crash_batch_store, argv_recover, {0}),
+    # a DLedger store: the torn entry, the member's index and checkpoint, the queue rebuilt
+    "recover-dledger": (dledger_crashed, argv_recover_dledger, {0}),
 }
 
 
