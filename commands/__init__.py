@@ -36,14 +36,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "redispatch",
         "Rebuild consume queues and index files from the commit log and swap them in atomically.",
     ),
-    "convert": ("convert", "Write the same store in another layout as a new store; the store itself is not changed."),
+    "convert": (
+        "convert",
+        "Write STORE again as a new store in another layout: the commit log's framing, or the consume queues'.",
+    ),
     "query-by-key": ("query", "Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does."),
     "query": ("query", "Find messages by key, unique key, message id, queue offset or time, from the store's files."),
+    "diff": ("diff", "Compare the commit logs of two replicas record by record and say where they diverged."),
+    "truncate": (
+        "truncate",
+        "Cut a store back at a commit log offset or time, with its consume queues, index and checkpoint.",
+    ),
     "expire": ("expire", "Delete expired commit log, consume queue and index files, as the broker's clean task does."),
     "check": ("check", "Check every file of a store for consistency and report all problems found."),
     "offsets": (
         "offsets",
         "Show consumer progress: `rmqstore offsets STORE` (committed offset, queue min/max, lag).",
+    ),
+    "report": (
+        "report",
+        "One HTML page with a store's state, disk, traffic, consumers and expiry, as charts with their numbers.",
     ),
     "spark": (
         "spark",

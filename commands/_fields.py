@@ -74,3 +74,12 @@ COMPACTION_CQ = (
     "kind", "file", "pos", "compactionLogOffset", "size", "tagsCode", "storeTimestamp", "queueOffset", "batchSize",
     "compactedOffset",
 )  # fmt: skip
+
+# `diff`: one row per queue with a message on either side (rmqstore.ops.diff.QueueDiff), and each side's
+# commit log range and what it holds past commonEnd (rmqstore.ops.diff.Side).
+DIFF_QUEUE = ("topic", "queueId", "commonEnd", "onlyA", "onlyB", "maxOffsetA", "maxOffsetB")
+DIFF_SIDE = (
+    "side", "store", "minPhyOffset", "maxPhyOffset", "recordsAfterCommonEnd", "messagesAfterCommonEnd",
+    "bytesAfterCommonEnd", "matchingAfterCommonEnd", "firstStoreTimestamp", "lastStoreTimestamp", "topics",
+)  # fmt: skip
+DIFF_DAMAGED = ("side", "file", "pos", "commitLogOffset", "resume", "why")

@@ -30,6 +30,11 @@ QuarantineOpt = Annotated[
 NoQuarantineOpt = Annotated[
     bool, typer.Option("--no-quarantine", help="Do not keep the removed bytes and replaced files.")
 ]
+StoresArg = Annotated[
+    list[Path],
+    typer.Argument(metavar="STORE...", help="Store root(s), or globs ('/data/broker-*/store').", show_default=False),
+]
+
 TopicFilterOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
 SinceOpt = Annotated[str | None, typer.Option("--since", help=f"Store time from ({TIME_FORMS}).")]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="Store time up to, inclusive (same forms as --since).")]

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import typer
+
 from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.safety.journal import Progress, Resumed, resume
 from rmqstore.safety.plan import Plan
@@ -105,16 +107,24 @@ def _text(v: Any) -> Any:
 
 
 def show_and_apply(
-    view: PlanView, fmt: Format, *, dry_run: bool, apply: Callable[[], tuple[T, dict[str, Any] | None]]
+    view: PlanView,
+    fmt: Format,
+    *,
+    dry_run: bool,
+    apply: Callable[[], tuple[T, dict[str, Any] | None]],
+    ask: bool = False,
 ) -> T | None:
     """Show the plan, then (unless a dry run) call ``apply()`` -> (outcome, its JSON or None).
 
     table, plain, ndjson and csv show the plan before anything is changed; json prints one document
-    after applying, with the outcome under ``result``. Returns the outcome (None for a dry run).
+    after applying, with the outcome under ``result``. Returns the outcome (None for a dry run). With
+    ``ask``, on a terminal, ``Apply?`` is asked first (no: nothing is changed, exit 0).
     """
     if dry_run or fmt is not Format.json:
         render_plan(view, fmt)
     if dry_run:
+        return None
+    if ask and sys.stdin.isatty() and sys.stdout.isatty() and not typer.confirm("Apply?", default=False):
         return None
     outcome, result = apply()
     if fmt is Format.json:

@@ -17,14 +17,9 @@ from rmqstore.safety import journal
 
 from . import _stores as stores
 from ._common import Format, QuietOpt, progress_bar, render_mapping, render_rows
-from ._options import Reading, command
+from ._options import Reading, StoresArg, command
 
 app = typer.Typer()
-
-StoresArg = Annotated[
-    list[Path],
-    typer.Argument(metavar="STORE...", help="Store root(s), or globs ('/data/broker-*/store').", show_default=False),
-]
 
 COLUMNS = ["severity", "path", "pos", "phyOffset", "what"]
 

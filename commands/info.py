@@ -30,7 +30,7 @@ from ._common import (
     render_mapping,
     render_rows,
 )
-from ._options import command
+from ._options import StoresArg, command
 
 app = typer.Typer()
 
@@ -48,12 +48,7 @@ class InfoFormat(enum.StrEnum):
     "rmqstore info /var/lib/rocketmq/store --format json | jq .commitLog.maxPhyOffset",
 )
 def info_command(
-    store: Annotated[
-        list[Path],
-        typer.Argument(
-            metavar="STORE...", help="Store root(s), or globs ('/data/broker-*/store').", show_default=False
-        ),
-    ],
+    store: StoresArg,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = "auto",
     fmt: Annotated[

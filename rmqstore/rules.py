@@ -47,6 +47,8 @@ class BrokerRules:
     deletes_empty_last_file: bool  # 5.1.3+: an empty last commit log file is deleted at load
     loads_prefix_only: bool  # 4.4.0 and 4.9.2 stop loading at a file of the wrong size; others refuse
     props_trailing_separator: bool  # the property string ends with 0x02 (not 4.9.1-4.9.x)
+    mapped_keys: bool  # 4.5.2+: broker.conf spells mappedFileSize* (mapedFileSize* before)
+    blank_stale_tail: bool  # before 4.9.1 an end-of-file blank is written with the reused record buffer's bytes
     multi_dispatch: bool  # 4.9.3+: enableMultiDispatch / enableLmq (INNER_MULTI_DISPATCH)
     lmq_reserves_crc_bytes: bool  # 5.2.0+: an LMQ record's re-encoded properties keep 20 CRC bytes reserved
     prop_crc: bool  # 5.2.0+: the __CRC32# property (enabledAppendPropCRC, forceVerifyPropCRC)
@@ -90,6 +92,8 @@ def rules_for(broker: str) -> BrokerRules:
         checkpoint_confirm_offset=v >= (5, 1, 1),
         prop_crc=v >= (5, 2, 0),
         props_trailing_separator=not (4, 9, 1) <= v < (5,),
+        mapped_keys=v >= (4, 5, 2),
+        blank_stale_tail=v < (4, 9, 1),
         multi_dispatch=v >= (4, 9, 3),
         lmq_reserves_crc_bytes=v >= (5, 2, 0),
         five=five,

@@ -32,6 +32,9 @@ NEWER_CASES = tuple(f"4.9.4/{c}" for c in ("clean-2topics", "crash-midwrite", "d
 # stores in DLedger commit log mode (no commitlog/: the records are in DLedger entries)
 DLEDGER_CASES = ("4.9.4/dledger-clean", "5.2.0/dledger-5x-clean")
 ALL_REAL_CASES = REAL_CASES + NEWER_CASES + DLEDGER_CASES
+# pairs of 4.9.4 stores after a failover: <pair>/a/store (the promoted slave), <pair>/b/store (the old master)
+REPLICAS = SHARED / "replicas-4.9.4"
+REPLICA_PAIRS = ("replica-diverged-midfile", "replica-slave-behind")
 FIXTURES = REPO / "fixtures" / "stores"
 # the index file header fields truth.json lists for every index file
 INDEX_HEADER_FIELDS = (
@@ -129,6 +132,26 @@ def copy_real_store(case: str, dest: Path) -> Path:
     src = case_dir(case)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copytree(src / "store", dest / "store", copy_function=shutil.copy2)
+    shutil.copy2(src / "broker.conf", dest / "broker.conf")
+    for p in (dest / "store").rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (dest / "store").chmod(0o755)
+    return dest / "store"
+
+
+def load_replica_expect(pair: str) -> dict:
+    if not (REPLICAS / pair).is_dir():
+        pytest.skip(f"replica pairs not found at {REPLICAS / pair}")
+    return json.loads((REPLICAS / pair / "expect.json").read_text())
+
+
+def copy_replica(pair: str, side: str, dest: Path) -> Path:
+    """A private writable copy of one side (``a`` or ``b``) of a replica pair, its broker.conf beside it."""
+    src = REPLICAS / pair
+    if not src.is_dir():
+        pytest.skip(f"replica pairs not found at {src}")
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src / side / "store", dest / "store", copy_function=shutil.copy2)
     shutil.copy2(src / "broker.conf", dest / "broker.conf")
     for p in (dest / "store").rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)

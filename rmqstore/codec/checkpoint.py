@@ -76,3 +76,13 @@ def with_confirm_offset(page: bytes, confirm_phy_offset: int) -> bytes:
     out = bytearray(page)
     struct_of(FIELDS[4:5]).pack_into(out, _CONFIRM_AT, confirm_phy_offset)
     return bytes(out)
+
+
+_MASTER_FLUSHED_AT = sum(_f.size for _f in (struct_of((f,)) for f in FIELDS[:3]))  # byte 24
+
+
+def with_master_flushed_offset(page: bytes, master_flushed_offset: int) -> bytes:
+    """``page`` with masterFlushedOffset (5.0.0+) set, everything else kept."""
+    out = bytearray(page)
+    struct_of(FIELDS[3:4]).pack_into(out, _MASTER_FLUSHED_AT, master_flushed_offset)
+    return bytes(out)

@@ -40,6 +40,12 @@ _UNIT = struct.Struct(">iqiqq")
 _CHAIN = struct.Struct(">iiqqq12xiii")
 _SIZE = struct.Struct(">ii")
 _FRAME = struct.Struct(">iiqqq")
+# the same two layouts as numpy record types (big-endian), for headers and units made by the thousand
+_HEADER_DTYPE = [
+    ("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
+    ("channel", ">i4"), ("chain_crc", ">i4"), ("body_crc", ">i4"), ("body_length", ">i4"),
+]  # fmt: skip
+_UNIT_DTYPE = [("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,29 @@ def decode_unit(buf: Any, pos: int) -> IndexUnit:
 def header_for(record_size: int, index: int, term: int, pos: int) -> EntryHeader:
     """The header DLedger writes before a record of ``record_size`` bytes (CRC fields 0, as the broker leaves them)."""
     return EntryHeader(ENTRY_MAGIC, record_size + HEADER_SIZE, index, term, pos, 0, 0, 0, record_size)
+
+
+def entry_headers(record_sizes: np.ndarray, first_index: int, term: int, positions: np.ndarray) -> np.ndarray:
+    """The headers (one row of 48 bytes each) of entries numbered from ``first_index`` holding records of
+    ``record_sizes`` at data offsets ``positions``, as :func:`header_for` writes one."""
+    import numpy as np  # as in the chain: loaded by the callers that lay entries out only
+
+    n = len(record_sizes)
+    heads = np.zeros(n, _HEADER_DTYPE)
+    heads["magic"], heads["size"], heads["body_length"] = ENTRY_MAGIC, record_sizes + HEADER_SIZE, record_sizes
+    heads["index"], heads["term"], heads["pos"] = np.arange(first_index, first_index + n), term, positions
+    return heads.view(np.uint8).reshape(n, HEADER_SIZE)
+
+
+def index_units(record_sizes: np.ndarray, first_index: int, term: int, positions: np.ndarray) -> np.ndarray:
+    """The index units (rows of 32 bytes) of the entries :func:`entry_headers` describes."""
+    import numpy as np
+
+    n = len(record_sizes)
+    units = np.zeros(n, _UNIT_DTYPE)
+    units["magic"], units["pos"], units["size"] = ENTRY_MAGIC, positions, record_sizes + HEADER_SIZE
+    units["index"], units["term"] = np.arange(first_index, first_index + n), term
+    return units.view(np.uint8).reshape(n, INDEX_UNIT_SIZE)
 
 
 def blank_bytes(remaining: int) -> bytes:

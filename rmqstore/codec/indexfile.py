@@ -189,6 +189,46 @@ class IndexFile:
         self.write_header(IndexHeader(begin_ts, store_timestamp_ms, begin_phy, phy_offset, slot_count, index_count + 1))
         return True
 
+    def remove_entries_from(self, first: int, end_timestamp_ms: int) -> None:
+        """Undo ``putKey`` for entries ``first`` .. indexCount-1, newest first (``first`` >= 2): each slot
+        gets back the entry it held before (the removed entry's prevIndex), hashSlotCount loses what those
+        puts added, the entries are zeroed, and the header ends at entry ``first - 1`` stored at
+        ``end_timestamp_ms`` (the entries keep only seconds since the begin time)."""
+        import numpy as np
+
+        h = self.header()
+        count = max(h.index_count, 1)
+        if not 2 <= first < count:
+            return
+        entries = self.entries_array()
+        gone = entries[first:count]
+        slots = self.slots_array()
+        slot = gone["key_hash"].astype(np.int64) % self.slots
+        # the oldest removed entry of a slot holds what the slot held before any of them
+        uniq, oldest = np.unique(slot, return_index=True)
+        restored = gone["prev"][oldest].astype(np.int64)
+        added = len(gone) if not counts_new_slots_only(self.broker) else int((gone["prev"] == 0).sum())
+        end_phy = int(entries["phy_offset"][first - 1])
+        del entries, gone, slots
+        view = np.frombuffer(self.buf, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
+        view[uniq] = restored
+        del view
+        tail = np.frombuffer(
+            self.buf, np.uint8, count=(count - first) * ENTRY_SIZE, offset=self._entries_pos + first * ENTRY_SIZE
+        )
+        tail[:] = 0
+        del tail
+        self.write_header(
+            IndexHeader(
+                h.begin_timestamp_ms,
+                end_timestamp_ms,
+                h.begin_phy_offset,
+                end_phy,
+                max(0, h.hash_slot_count - added),
+                first,
+            )
+        )
+
     def select_phy_offsets(
         self, key: str, *, max_num: int, begin_ms: int, end_ms: int, found: list[int] | None = None
     ) -> list[int]:

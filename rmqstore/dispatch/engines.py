@@ -1,6 +1,6 @@
 """The engines that rebuild consume queues and index files besides the local one (store-format.md §9).
 
-``rmqstore.ops.redispatch`` runs the local engine itself and looks any other up in :data:`ENGINES`;
+``rmqstore.dispatch.rebuild`` runs the local engine itself and looks any other up in :data:`ENGINES`;
 an engine's package registers it when imported (the library never imports the Spark package:
 ``rmqstore.spark.redispatch`` adds "spark"). Both sides share :class:`BuildScope`.
 """

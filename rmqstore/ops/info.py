@@ -1,6 +1,7 @@
 """The state of a store at a glance, read cheaply (store-format.md §2, §4.4, §5.1, §6, §7, §8.2, §11).
 
-``store_info`` never reads a whole commit log. It finds:
+``store_info`` never reads a whole commit log. It finds (the first two with :mod:`rmqstore.walk.extent`
+and :mod:`rmqstore.store.queue.summary`, which ``report`` reads too):
 
 * the commit log range: min = the first file's start offset; max = where the broker's normal
   recovery would stop (§8.2), found by walking only from the start of the last non-empty file,
@@ -17,99 +18,26 @@ would refuse or silently mis-read, warnings what it will repair or what needs at
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rmqstore.codec.checkpoint import Checkpoint
-from rmqstore.codec.commitlog import (
-    OFFSETS_V4,
-    TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    checked_size,
-    decode_record,
-    store_timestamp_at,
-)
-from rmqstore.codec.consumequeue import ENTRY_SIZE, valid_prefix
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
 from rmqstore.errors import CorruptData, RmqstoreError
-from rmqstore.problems import ERROR, INFO, WARNING, Problem
-from rmqstore.safety.plan import JsonModel
+from rmqstore.problems import ERROR, WARNING, Problem
 from rmqstore.store import Store
 from rmqstore.store import config as configjson
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
-from rmqstore.store.queue.interface import ConsumeQueue
-from rmqstore.walk.chain import Stop, StopKind, first_record, frames, holds_data, walk_chain
+from rmqstore.store.queue.summary import QueueInfo, queues_info
 from rmqstore.walk.dledger import ledger_problems, ledger_state
-
-_INT = struct.Struct(">i")
-_SHORT = struct.Struct(">h")
-_MIN_SCAN_CHUNK = 4096  # entries read at a time when looking for the first live CQ entry
-_STEP = 1 << 24  # every 16 MiB walked: report progress, release the pages walked
+from rmqstore.walk.extent import CommitLogInfo, commitlog_info
 
 # Tables whose size says how much a config file holds (§11.3-§11.7).
 _CONFIG_TABLES = ("topicConfigTable", "offsetTable", "subscriptionGroupTable", "filterDataByTopic")
-
-
-@dataclass(frozen=True, slots=True)
-class CommitLogFile:
-    name: str
-    base_offset: int
-    size: int
-    state: str  # "data", "empty" (preallocated, all-zero header), "after end" (past the data end)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "baseOffset": self.base_offset, "size": self.size, "state": self.state}
-
-
-@dataclass(frozen=True, slots=True)
-class CommitLogInfo:
-    dirs: tuple[str, ...]
-    file_size: int
-    files: tuple[CommitLogFile, ...]
-    min_phy_offset: int  # -1 when there is no commit log file, as the broker's getMinOffset
-    max_phy_offset: int  # where the next record would be written
-    walk_from_phy_offset: int  # the end was found by walking from here
-    first_store_timestamp_ms: int | None  # of the first record of the first file
-    last_store_timestamp_ms: int | None  # of the last valid record
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dirs": list(self.dirs),
-            "fileSize": self.file_size,
-            "files": [f.to_json() for f in self.files],
-            "minPhyOffset": self.min_phy_offset,
-            "maxPhyOffset": self.max_phy_offset,
-            "walkFromPhyOffset": self.walk_from_phy_offset,
-            "firstStoreTimestamp": self.first_store_timestamp_ms,
-            "lastStoreTimestamp": self.last_store_timestamp_ms,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo(JsonModel):
-    topic: str
-    queue_id: int
-    files: int
-    min_offset: int  # minOffsetInQueue
-    max_offset: int  # maxOffsetInQueue: the next queue offset to be written
-    max_physic_offset: int  # the broker's maxPhysicOffset (4.4.0: start of the last record; 4.5.1+: its end)
-    last_offset: int  # end (offset + size) of the record of the last entry; -1 when empty
-    last_size: int = 0  # size of that record
-
-    json_keys = "topic queue_id files min_offset max_offset message_total max_physic_offset last_offset"
-
-    @property
-    def message_total(self) -> int:
-        return self.max_offset - self.min_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,153 +127,6 @@ class StoreInfo:
         }
 
 
-# ------------------------------------------------------------------------------------------ commit log
-
-
-@dataclass(slots=True)
-class _Walk:
-    end_phy: int
-    last_store_ts: int | None = None
-    queued_after: int = 0  # NOT/COMMIT records at or after the given phy offset
-    stop: Problem | None = None
-
-
-@dataclass(slots=True)
-class _FileEnd:
-    stop: Stop
-    last_store_ts: int | None
-    queued_after: int
-    problem: Problem | None
-
-
-def _structure_ok(buf: Any, records: np.ndarray, size: int, base: int, count_from_phy: int) -> tuple[int, int]:
-    """How many of ``records`` pass the structure check (up to the first that fails), and how many of
-    those at or after ``count_from_phy`` a consume queue gets."""
-    queued = 0
-    for i, at in enumerate(records.tolist()):
-        if checked_size(buf, at, size) is None:
-            return i, queued
-        if base + at >= count_from_phy:
-            (sys_flag,) = _INT.unpack_from(buf, at + OFFSETS_V4["sys_flag"])
-            queued += sys_flag & TRANSACTION_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-    return len(records), queued
-
-
-def _walk_one_file(
-    seg: Segment, pos: int, broker: str, count_from_phy: int, progress: Callable[[int], None] | None
-) -> _FileEnd:
-    """One file walked frame by frame with the structure check of each record; its pages released behind the walk."""
-    with map_file(seg.path) as buf:
-        size = len(buf)
-        last, queued, problem, kind = -1, 0, None, StopKind.END
-        for run in frames(buf, seg, pos, part=_STEP):
-            good, n = _structure_ok(buf, run.records, size, seg.base_offset, count_from_phy)
-            queued += n
-            if good:
-                last = int(run.records[good - 1])
-            if progress is not None:
-                progress(run.frame(good) - pos)
-            pos = run.frame(good)
-            if good < len(run.records):
-                kind, problem = StopKind.INVALID, _explain(buf, int(run.records[good]), seg, size, broker)
-                break
-            if run.stop is not None:
-                kind = run.stop.kind
-                if kind is StopKind.INVALID:  # bytes that are neither a frame, zeros nor a blank
-                    problem = _explain(buf, pos + seg.framing.head, seg, size, broker)
-        last_ts = store_timestamp_at(buf, last) if last >= 0 else None
-    return _FileEnd(Stop(pos, kind, None, seg.path, seg.base_offset), last_ts, queued, problem)
-
-
-def _walk_to_end(
-    segs: list[Segment],
-    start: int,
-    broker: str,
-    count_from_phy: int,
-    progress: Callable[[int], None] | None,
-) -> _Walk:
-    """Walk from the start of ``segs[start]`` like ``recoverNormally`` (§8.2), CRC not checked.
-
-    A BLANK moves on to the next file; with no next file the write position stays at the blank.
-    """
-    walk = _Walk(end_phy=segs[start].base_offset)
-    for f in walk_chain(segs, start, lambda seg, pos: _walk_one_file(seg, pos, broker, count_from_phy, progress)):
-        walk.end_phy = f.stop.phy_offset
-        walk.queued_after += f.queued_after
-        walk.stop = f.problem
-        if f.last_store_ts is not None:
-            walk.last_store_ts = f.last_store_ts
-    return walk
-
-
-def _explain(buf: Any, pos: int, seg: Segment, size: int, broker: str) -> Problem:
-    phy = seg.base_offset + pos
-    try:
-        decode_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, end=size, broker=broker)
-        what = "record rejected by the structure check"
-    except CorruptData as e:
-        what = e.what
-    return Problem(
-        seg.path,
-        pos,
-        f"commit log data ends at an invalid record ({what}); a broker's recovery truncates here",
-        WARNING,
-        phy,
-    )
-
-
-def _first_store_timestamp(seg: Segment) -> int | None:
-    with map_file(seg.path) as buf:
-        at = first_record(buf, seg)
-        if at is not None and checked_size(buf, at, len(buf)) is not None:
-            return store_timestamp_at(buf, at)
-    return None
-
-
-def _commitlog_info(
-    st: Store,
-    segs: list[Segment],
-    hint: tuple[int, int] | None,
-    progress: Callable[[int], None] | None,
-) -> tuple[CommitLogInfo, int, list[Problem]]:
-    """Commit log summary, the number of queueable records after ``hint`` (the record of the
-    furthest consume queue entry: phy offset, size), and problems."""
-    cfg = st.config
-    dirs = tuple(str(d) for d in cfg.log_dirs if d.is_dir() or not cfg.dledger)
-    if not segs:
-        return CommitLogInfo(dirs, cfg.commitlog_file_size, (), -1, -1, -1, None, None), 0, []
-    start = len(segs) - 1
-    while start > 0 and not holds_data(segs[start]):
-        start -= 1
-    count_from = 0 if hint is None else hint[0] + hint[1]
-    walk = _walk_to_end(segs, start, cfg.broker, count_from, progress)
-    problems = [] if walk.stop is None else [walk.stop]
-    files = []
-    for seg in segs:
-        if seg.base_offset < walk.end_phy:
-            state = "data"
-        elif not holds_data(seg):
-            state = "empty"
-        else:
-            state = "after end"
-            if seg.base_offset > walk.end_phy:  # the file the walk stopped in is explained already
-                problems.append(
-                    Problem(seg.path, 0, "file lies after the end of the commit log data but is not empty", WARNING)
-                )
-        files.append(CommitLogFile(seg.path.name, seg.base_offset, seg.size, state))
-    info = CommitLogInfo(
-        dirs,
-        cfg.commitlog_file_size,
-        tuple(files),
-        segs[0].base_offset,
-        walk.end_phy,
-        segs[start].base_offset,
-        _first_store_timestamp(segs[0]),
-        walk.last_store_ts,
-    )
-    return info, walk.queued_after, problems
-
-
 # ---------------------------------------------------------------------------------------- consume queues
 
 
@@ -360,71 +141,6 @@ def _extra_parts(root: Path) -> tuple[tuple[str, int], ...]:
         files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
         out += [(f.relative_to(root).as_posix(), f.stat().st_size) for f in files]
     return tuple(out)
-
-
-def _batch_queue_info(q: ConsumeQueue) -> QueueInfo:
-    """A 5.x batch consume queue (§4.7): offsets count messages; maxPhysicOffset is the last unit's offset."""
-    segs, _ = q.files()
-    first = next((arr[0] for arr in map(q.read, segs) if valid_prefix(arr)), None)
-    tail = q.tail()
-    if first is None or tail.last is None:
-        return QueueInfo(q.topic, q.queue_id, len(segs), 0, 0, -1, -1)
-    phy, size = tail.last
-    base = int(first["base_offset"])
-    return QueueInfo(q.topic, q.queue_id, len(segs), base, tail.max_offset, tail.max_physic_offset, phy + size, size)
-
-
-def _queue_info(q: ConsumeQueue, commitlog_min: int, file_size: int) -> tuple[QueueInfo, list[Problem]]:
-    segs, problems = q.files()
-    if not segs:
-        return QueueInfo(q.topic, q.queue_id, 0, 0, 0, -1, -1), problems
-    # Max: the valid prefix of the last file (§8.4; earlier files are taken as complete).
-    last = segs[-1]
-    tail = q.tail()
-    # Min: the 4.x correctMinOffset scan of the first file (§4.4); minLogicOffset stays 0 if nothing matches.
-    first = segs[0]
-    scan_end = tail.end - last.base_offset if first is last else min(first.size, file_size)
-    min_logic = _first_live_entry(q, first, scan_end, commitlog_min)
-    if min_logic is None:
-        min_logic = 0
-        if scan_end:
-            problems.append(
-                Problem(
-                    first.path,
-                    None,
-                    f"no entry of the first file points at or after the commit log min offset {commitlog_min}: "
-                    "every message of this queue has expired",
-                    INFO,
-                )
-            )
-    last_size = 0
-    last_end = -1
-    if tail.last is not None:
-        last_size = tail.last[1]
-        last_end = tail.last[0] + tail.last[1]
-    return (
-        QueueInfo(
-            q.topic,
-            q.queue_id,
-            len(segs),
-            min_logic // ENTRY_SIZE,
-            tail.max_offset,
-            tail.max_physic_offset,
-            last_end,
-            last_size,
-        ),
-        problems,
-    )
-
-
-def _first_live_entry(q: ConsumeQueue, seg: Segment, scan_end: int, commitlog_min: int) -> int | None:
-    """Byte offset in the queue stream of the first entry pointing at or after ``commitlog_min``."""
-    count = max(0, scan_end) // ENTRY_SIZE
-    for start in range(0, count, _MIN_SCAN_CHUNK):
-        hits = np.flatnonzero(q.read(seg, start, start + _MIN_SCAN_CHUNK)["phy_offset"] >= commitlog_min)
-        if hits.size:
-            return seg.base_offset + (start + int(hits[0])) * ENTRY_SIZE
-    return None
 
 
 # ----------------------------------------------------------------------------------------- index files
@@ -524,18 +240,6 @@ def _checkpoint_info(st: Store) -> tuple[Checkpoint | None, list[Problem]]:
     return cp, [Problem(st.config.checkpoint_path, None, "no checkpoint file", WARNING)] if cp is None else []
 
 
-def _queues_info(st: Store, commitlog_min: int) -> tuple[list[QueueInfo], list[Problem]]:
-    queues: list[QueueInfo] = []
-    problems: list[Problem] = []
-    for q in st.consume_queues.queues():
-        info, qp = _queue_info(q, commitlog_min, st.config.cq_file_size)
-        queues.append(info)
-        problems += qp
-    queues += [_batch_queue_info(q) for q in st.batch_queues.queues()]
-    queues.sort(key=lambda q: (q.topic, q.queue_id))
-    return queues, problems
-
-
 def _index_files_info(st: Store, clog: CommitLogInfo) -> tuple[list[IndexFileInfo], list[Problem]]:
     index_paths, problems = st.index_files()
     index_files: list[IndexFileInfo] = []
@@ -586,12 +290,12 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
     problems += cp_problems
     segs, seg_problems = st.commitlog_segments()
     problems += seg_problems
-    queues, queue_problems = _queues_info(st, segs[0].base_offset if segs else -1)
+    queues, queue_problems = queues_info(st, segs[0].base_offset if segs else -1)
     problems += queue_problems
     furthest = max(queues, key=lambda q: q.last_offset, default=None)
     queued_end = -1 if furthest is None else furthest.last_offset
     hint = None if furthest is None or queued_end < 0 else (queued_end - furthest.last_size, furthest.last_size)
-    clog, queued_after, clog_problems = _commitlog_info(st, segs, hint, progress)
+    clog, queued_after, clog_problems = commitlog_info(st, segs, hint, progress)
     problems += clog_problems
     problems += _dispatch_problems(st, clog, queued_end, queued_after)
     dledger, dledger_problems = _dledger_info(st, segs, queued_end)

@@ -14,6 +14,12 @@ would report them after loading the store, and the lag (max - committed).
   (what ``mqadmin resetOffsetByTime`` uses): the entry stored at that time, else the nearer of
   its neighbours in the consume queue file picked for the time.
 
+Consumer progress itself (``consumer_progress``, ``last_consumed_ms``) is read in
+:mod:`rmqstore.store.offsets` and re-exported here.
+
+Consumer progress itself (``consumer_progress``, ``last_consumed_ms``) is read in
+:mod:`rmqstore.store.offsets` and re-exported here.
+
 Writing follows the broker's persist sequence for the chosen version (``.bak`` rotation, §11.1)
 through :func:`rmqstore.config.write_config`, and is a :func:`plan_reset_offsets` /
 :func:`apply_reset_offsets` pair.
@@ -34,76 +40,17 @@ from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
-from rmqstore.store.lookup import offset_by_time, query_queue_offset
-from rmqstore.store.offsets import LMQ_OFFSET_FILE, read_consumer_offsets, read_lmq_offsets
+from rmqstore.store.lookup import offset_by_time
+from rmqstore.store.offsets import (
+    LMQ_OFFSET_FILE,
+    ConsumerProgress,
+    consumer_progress,
+    last_consumed_ms,
+    progress_totals,
+    queue_ids_on_disk,
+    read_consumer_offsets,
+)
 from rmqstore.store.queue.interface import QueueRange
-
-# ------------------------------------------------------------------------- consumer progress
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerProgress(JsonModel):
-    """One row of consumer progress: a group's committed offset on one queue."""
-
-    group: str
-    topic: str
-    queue_id: int
-    consumer_offset: int | None  # None: the group has no committed offset for this queue
-    min_offset: int
-    max_offset: int
-
-    json_keys = "group topic queue_id consumer_offset min_offset max_offset lag"
-
-    @property
-    def lag(self) -> int | None:
-        """Messages not consumed yet (mqadmin's "Diff"); negative when committed is past the max."""
-        return None if self.consumer_offset is None else self.max_offset - self.consumer_offset
-
-
-def _queue_ids_on_disk(st: Store) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for q in st.consume_queues.queues():
-        out.setdefault(q.topic, []).append(q.queue_id)
-    return out
-
-
-def consumer_progress(st: Store, *, group: str | None = None, topic: str | None = None) -> list[ConsumerProgress]:
-    """Progress of every group in consumerOffset.json (optionally one group and/or topic).
-
-    Each ``topic@group`` gets one row per queue that has a committed offset or a consume queue
-    on disk; rows are sorted by group, topic and queue id.
-    """
-    _, table = read_consumer_offsets(st)
-    table = {**table, **read_lmq_offsets(st)}
-    on_disk = _queue_ids_on_disk(st)
-    min_phy = st.min_phy_offset()
-    ranges: dict[tuple[str, int], QueueRange] = {}
-    rows: list[ConsumerProgress] = []
-    for (t, g), committed in table.items():
-        if (group is not None and g != group) or (topic is not None and t != topic):
-            continue
-        for qid in sorted(set(committed) | set(on_disk.get(t, ()))):
-            rng = ranges.get((t, qid))
-            if rng is None:
-                rng = ranges[(t, qid)] = st.consume_queues.queue(t, qid).queue_range(min_phy)
-            rows.append(ConsumerProgress(g, t, qid, committed.get(qid), rng.min_offset, rng.max_offset))
-    rows.sort(key=lambda r: (r.group, r.topic, r.queue_id))
-    return rows
-
-
-def progress_totals(rows: Sequence[ConsumerProgress]) -> list[dict[str, Any]]:
-    """Lag totals per group and topic, then per group, like consumerProgress's "Diff Total"."""
-    per_pair: dict[tuple[str, str], int] = {}
-    per_group: dict[str, int] = {}
-    for r in rows:
-        lag = r.lag or 0
-        per_pair[(r.group, r.topic)] = per_pair.get((r.group, r.topic), 0) + lag
-        per_group[r.group] = per_group.get(r.group, 0) + lag
-    out = [{"group": g, "topic": t, "lag": v} for (g, t), v in per_pair.items()]
-    out += [{"group": g, "topic": None, "lag": v} for g, v in per_group.items()]
-    out.append({"group": None, "topic": None, "lag": sum(per_group.values())})
-    return out
-
 
 # --------------------------------------------------------------------------- setting offsets
 
@@ -222,17 +169,6 @@ def apply_reset_offsets(st: Store, plan: ResetOffsetsPlan) -> None:
 # ------------------------------------------------------- last consumed time, reset over many pairs
 
 
-def last_consumed_ms(st: Store, row: ConsumerProgress) -> int | None:
-    """Store time of the last consumed message (at committed - 1), as consumerProgress's LastTime
-    shows it; None when nothing before the committed offset is in the queue."""
-
-    committed = row.consumer_offset
-    if committed is None or committed <= row.min_offset or committed - 1 >= row.max_offset:
-        return None
-    hit = query_queue_offset(st, row.topic, row.queue_id, committed - 1)
-    return None if hit.record is None else hit.record.store_timestamp_ms
-
-
 RESET_MODES_ALL = (*RESET_MODES, "shift")
 
 
@@ -270,7 +206,7 @@ def plan_reset_offsets(
     if not pairs:
         raise InputError("no group and topic to set: consumerOffset.json has none that match")
     cf, table, data, lmq = _document_to_write(st)
-    on_disk = _queue_ids_on_disk(st)
+    on_disk = queue_ids_on_disk(st)
     min_phy = st.min_phy_offset()
     changes = []
     for topic, group in pairs:
@@ -306,3 +242,18 @@ def _reset_target(
         return min(max(start + shift_by, rng.min_offset), rng.max_offset)
     assert time_ms is not None
     return offset_by_time(st, rng.topic, rng.queue_id, time_ms).queue_offset
+
+
+# read in the store layer, re-exported for the command and library users
+__all__ = [
+    "RESET_MODES",
+    "RESET_MODES_ALL",
+    "ConsumerProgress",
+    "OffsetChange",
+    "ResetOffsetsPlan",
+    "apply_reset_offsets",
+    "consumer_progress",
+    "last_consumed_ms",
+    "plan_reset_offsets",
+    "progress_totals",
+]

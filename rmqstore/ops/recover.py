@@ -34,34 +34,44 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
-from rmqstore.codec.commitlog import (
-    MIN_RECORD_SIZE_V1,
-    Record,
-    decode_record,
-    offset_msg_id,
-    torn_head,
-)
 from rmqstore.codec.dledger import HEADER_SIZE, INDEX_UNIT_SIZE, decode_header, header_problem
+from rmqstore.dispatch.cut import (
+    Removal,
+    checkpoint_bytes,
+    checkpoint_values,
+    commitlog_cuts,
+    cut_queue_tails,
+    in_store,
+    queue_removal,
+    remove,
+)
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, from_os_error
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.actions import PlannedAction, StepFailed
-from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, move, scratch_dir, sha256_file
+from rmqstore.safety.files import (
+    SCRATCH_DIR,
+    atomic_write,
+    fsync_dir,
+    move,
+    scratch_dir,
+    sha256_file,
+    unlink_if_present,
+    zero_range,
+)
 from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, register
 from rmqstore.safety.plan import JsonModel
-from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
+from rmqstore.safety.quarantine import Quarantine, check_quarantine_dir, default_quarantine_base
 from rmqstore.store import Store
 from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import data_end, map_file
-from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
-from rmqstore.store.queue.interface import ConsumeQueueStore, QueueCut, QueueRecovery
+from rmqstore.store.queue.interface import ConsumeQueueStore, QueueRecovery
 from rmqstore.store.queue.kinds import consume_queue_store
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
-from rmqstore.walk.chain import StopKind, frames
 from rmqstore.walk.checked import keep_dispatch_columns, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.dledger import ENTRY, index_repair, iter_entries, kept_entries, member_checkpoint, unit_bytes
@@ -79,9 +89,6 @@ from rmqstore.walk.requests import ScanStop, iter_requests
 Clock = Callable[[], int] | None  # the store time in ms (default: the system clock)
 Progress = Callable[[int], None] | None  # called with the bytes done since the last call
 JOURNAL_FORMAT = 1
-LOST_LIST_LIMIT = 1000  # records listed per removed range; the rest are counted
-_CHUNK = 8 << 20
-_ZEROS = bytes(_CHUNK)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -97,32 +104,6 @@ def broker_rules(broker: str) -> BrokerRules:
 
 # ---------------------------------------------------------------------------------------------
 # Plan
-
-
-@dataclass(frozen=True, slots=True)
-class Action(JsonModel):
-    """One removal: zero a byte range of a file, or delete a whole file."""
-
-    json_keys = (
-        "step verb=action kind path from_pos=from to_pos=to size=bytes why records_total entries_total "
-        "undecodable_size=undecodableBytes records"
-    )
-
-    step: str  # "cq-recover" | "index-delete" | "extend" | "commitlog-truncate" | "cq-truncate" | "dledger-index"
-    verb: str  # "zero" | "delete" | "extend" (zeros up to ``to_pos``) | "rewrite" (DLedger index units)
-    kind: str  # "commitlog" | "consumequeue" | "index" | "dledger-index"
-    path: str  # relative to the store root when inside it, else absolute
-    from_pos: int  # first byte removed (0 for a delete)
-    to_pos: int  # end of the non-zero bytes removed (the file size for a delete)
-    why: str
-    records: tuple[LostRecord, ...] = ()  # commit log records removed (at most LOST_LIST_LIMIT)
-    records_total: int = 0
-    entries_total: int = 0  # consume queue or index entries removed
-    undecodable_size: int = 0  # bytes that are not whole records (torn, garbage)
-
-    @property
-    def size(self) -> int:
-        return self.to_pos - self.from_pos
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +190,7 @@ class RecoverPlan(JsonModel):
     stop: str  # why the walk ended there
     max_phy_offset_cq: int  # maxPhyOffsetOfConsumeQueue after the queues' own recovery
     truncate_logic_files: bool  # maxPhyOffsetOfConsumeQueue >= processOffset
-    actions: tuple[Action, ...]
+    actions: tuple[Removal, ...]
     dispatch: Redispatch | None
     rebuild_consume_queue: bool
     rebuild_index: bool
@@ -271,7 +252,7 @@ class RecoverPlan(JsonModel):
             PlannedAction(
                 "recover",
                 a.verb,
-                _abs(root, a.path),
+                in_store(root, a.path),
                 a.why,
                 None if a.verb == "delete" else a.from_pos,
                 None if a.verb == "delete" else a.to_pos,
@@ -289,7 +270,7 @@ class RecoverPlan(JsonModel):
             )
         if self.member is not None and self.member.checkpoint_after is not None:
             why = f"endIndex and committedIndex at the last entry kept ({self.member.end_index})"
-            out.append(PlannedAction("recover", "rewrite", _abs(root, self.member.checkpoint), why, kept=kept))
+            out.append(PlannedAction("recover", "rewrite", in_store(root, self.member.checkpoint), why, kept=kept))
         if self.remove_abort:
             out.append(PlannedAction("recover", "delete", root / "abort", "the store is consistent again"))
         return tuple(out)
@@ -347,120 +328,26 @@ class RecoverPlan(JsonModel):
 # Small file helpers
 
 
-def _abs(root: Path, rel: str) -> Path:
-    return Path(root) / rel  # an absolute ``rel`` stays absolute
-
-
-def _zero_range(path: Path, start: int, end: int) -> None:
-    if end <= start:
-        return
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        pos = start
-        zmv = memoryview(_ZEROS)
-        while pos < end:
-            n = min(_CHUNK, end - pos)
-            pos += os.pwrite(fd, zmv[:n], pos)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink(path: Path) -> bool:
-    try:
-        path.unlink()
-        return True
-    except FileNotFoundError:
-        return False
-
-
-# ---------------------------------------------------------------------------------------------
-# Decoding what a truncation removes
-
-
-def _partial_record(buf: Any, pos: int, end: int, base: int) -> LostRecord | None:
-    """Whatever a torn record's fixed header still says (queue, offsets, time, store host)."""
-    head = torn_head(buf, pos, end)
-    if head is None:
-        return None
-    total, qid, qoff, ts, addr, port = head
-    return LostRecord(base + pos, total, None, qid, qoff, None, None, offset_msg_id(addr, port, base + pos), ts, True)
-
-
-def _lost_record(rec: Record, base: int) -> LostRecord:
-    return LostRecord(
-        base + rec.pos,
-        rec.total_size,
-        rec.topic,
-        rec.queue_id,
-        rec.queue_offset,
-        rec.keys,
-        rec.uniq_key,
-        rec.msg_id,
-        rec.store_timestamp_ms,
-    )
-
-
-def _decode_removed(buf: Any, seg: Segment, start: int, end: int, broker: str) -> tuple[list[LostRecord], int, int]:
-    """Records in ``buf[start:end]`` (listed up to the limit, all counted), and undecodable bytes."""
-    out: list[LostRecord] = []
-    count = 0
-    for run in frames(buf, seg, start, end):
-        listed = min(len(run.records), LOST_LIST_LIMIT - len(out))
-        for i, at in enumerate(run.records[:listed].tolist()):
-            try:
-                rec = decode_record(buf, at, path=str(seg.path), file_from=seg.base_offset, end=end, broker=broker)
-            except CorruptData:
-                return *_with_torn(out, count, buf, at, end, seg.base_offset), end - run.frame(i)
-            if not isinstance(rec, Record):
-                return out, count, 0
-            out.append(_lost_record(rec, seg.base_offset))
-            count += 1
-        short = np.flatnonzero(run.ends[listed:] - run.records[listed:] < MIN_RECORD_SIZE_V1)
-        if short.size:  # too small to be a record: the rest cannot be read as records
-            return out, count + int(short[0]), end - run.frame(listed + int(short[0]))
-        count += len(run.records) - listed
-        if run.stop is not None and run.stop.kind is StopKind.INVALID:  # a frame cut short, or not a frame
-            if len(out) < LOST_LIST_LIMIT:
-                out, count = _with_torn(out, count, buf, run.stop.pos + seg.framing.head, end, seg.base_offset)
-            return out, count, end - run.stop.pos
-    return out, count, 0
-
-
-def _with_torn(
-    out: list[LostRecord], count: int, buf: Any, pos: int, end: int, base: int
-) -> tuple[list[LostRecord], int]:
-    """The removed records listed and counted so far, with the torn one at ``pos`` if its head is readable."""
-    part = _partial_record(buf, pos, end, base)
-    return (out + [part], count + 1) if part is not None else (out, count)
-
-
 # ---------------------------------------------------------------------------------------------
 # Consume queue recovery (§8.4) and truncateDirtyLogicFiles (§8.5)
 
 
-def _cut_action(root: Path, step: str, c: QueueCut, why: str) -> Action:
-    return Action(
-        step, c.verb, "consumequeue", rel_path(root, c.path), c.from_pos, c.to_pos, why, entries_total=c.units
-    )
-
-
-def _cq_recover_actions(root: Path, q: QueueRecovery) -> list[Action]:
+def _cq_recover_actions(root: Path, q: QueueRecovery) -> list[Removal]:
     """The queue's own ``truncateDirtyFiles`` after its recovery (§8.4)."""
     whys = {
         "zero": f"entries after the first invalid entry of {q.topic}/{q.queue_id} (§8.4)",
         "delete": f"past the last valid entry of {q.topic}/{q.queue_id} (§8.4)",
     }
-    return [_cut_action(root, "cq-recover", c, whys[c.verb]) for c in q.cuts]
+    return [queue_removal(root, "cq-recover", c, whys[c.verb]) for c in q.cuts]
 
 
-def _cq_truncate_actions(root: Path, q: QueueRecovery, process_offset: int) -> list[Action]:
+def _cq_truncate_actions(root: Path, q: QueueRecovery, process_offset: int) -> list[Removal]:
     """``truncateDirtyLogicFiles(processOffset)`` on one queue (§8.5), on the files its recovery left."""
     whys = {
         "delete": f"first entry of {q.topic}/{q.queue_id} points at or past processOffset {process_offset} (§8.5)",
         "zero": f"entries of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)",
     }
-    return [_cut_action(root, "cq-truncate", c, whys[c.verb]) for c in q.queue.truncate_dirty(process_offset, q)]
+    return [queue_removal(root, "cq-truncate", c, whys[c.verb]) for c in q.queue.truncate_dirty(process_offset, q)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,25 +365,6 @@ def _index_entries_phy(path: Path, cfg: StoreConfig) -> np.ndarray:
 # Checkpoint (§6)
 
 
-def _cp_dict(cp: cpmod.Checkpoint) -> dict[str, int]:
-    return {
-        "physicMsgTimestamp": cp.physic_msg_timestamp_ms,
-        "logicsMsgTimestamp": cp.logics_msg_timestamp_ms,
-        "indexMsgTimestamp": cp.index_msg_timestamp_ms,
-    }
-
-
-def checkpoint_bytes(before: bytes | None, after: dict[str, int]) -> bytes:
-    """What the broker's shutdown flush leaves: the three timestamps (5.1.1+: and the confirm offset)
-    over the old page (§6)."""
-    page = cpmod.encode_timestamps(
-        before, after["physicMsgTimestamp"], after["logicsMsgTimestamp"], after["indexMsgTimestamp"]
-    )
-    if "confirmPhyOffset" in after:
-        page = cpmod.with_confirm_offset(page, after["confirmPhyOffset"])
-    return page
-
-
 # ---------------------------------------------------------------------------------------------
 # Planning
 
@@ -507,65 +375,15 @@ def default_quarantine(root: Path, now_ms: int) -> Path:
 
 
 def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
-    q = Path(qdir).resolve()
-    for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR):
-        try:
-            q.relative_to(Path(d).resolve())
-        except ValueError:
-            continue
-        raise InputError(f"--quarantine {qdir} is inside {d}: choose a folder outside the store's data directories")
+    dirs = [cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR]
+    check_quarantine_dir(qdir, dirs)
 
 
 def _commitlog_cut_actions(
     root: Path, segs: list[Segment], process_offset: int, stop: str, broker: str
-) -> list[Action]:
+) -> list[Removal]:
     """``truncateDirtyFiles(processOffset)`` on the commit log (§8.5), with the records it drops."""
-    out = []
-    for s in segs:
-        if s.base_offset + s.size <= process_offset:
-            continue
-        rel = rel_path(root, s.path)
-        with map_file(s.path) as buf:
-            if process_offset >= s.base_offset:
-                cut = process_offset - s.base_offset
-                end = data_end(s.path, cut)
-                if end > cut:
-                    recs, count, undec = _decode_removed(buf, s, cut, end, broker)
-                    out.append(
-                        Action(
-                            "commitlog-truncate",
-                            "zero",
-                            "commitlog",
-                            rel,
-                            cut,
-                            end,
-                            f"after processOffset {process_offset} ({stop})",
-                            tuple(recs),
-                            count,
-                            0,
-                            undec,
-                        )
-                    )
-            else:
-                end = data_end(s.path, 0)
-                recs, count, undec = _decode_removed(buf, s, 0, end, broker) if end else ([], 0, 0)
-                why = "all zeros (pre-allocated), " if end == 0 else ""
-                out.append(
-                    Action(
-                        "commitlog-truncate",
-                        "delete",
-                        "commitlog",
-                        rel,
-                        0,
-                        s.size,
-                        f"{why}starts past processOffset {process_offset}",
-                        tuple(recs),
-                        count,
-                        0,
-                        undec,
-                    )
-                )
-    return out
+    return commitlog_cuts(root, segs, process_offset, broker, mark=f"processOffset {process_offset}", stop=stop)
 
 
 def _check_plannable(st: Store, rebuild_index: bool) -> None:
@@ -574,15 +392,15 @@ def _check_plannable(st: Store, rebuild_index: bool) -> None:
         raise InputError("--rebuild-index: messageIndexEnable is false in the broker config, nothing to rebuild")
 
 
-def _queue_actions(root: Path, f: RecoveryFacts) -> list[Action]:
+def _queue_actions(root: Path, f: RecoveryFacts) -> list[Removal]:
     """Each consume queue's own recovery (§8.4), or every queue destroyed when no commit log is left."""
-    out: list[Action] = []
+    out: list[Removal] = []
     for q in f.queues.values():
         if not f.destroy_logics:
             out += _cq_recover_actions(root, q)
             continue
         why = "no commit log file: the broker destroys every consume queue"
-        out += [_cut_action(root, "cq-truncate", c, why) for c in q.queue.destroy()]
+        out += [queue_removal(root, "cq-truncate", c, why) for c in q.queue.destroy()]
         q.kept = []
     return out
 
@@ -610,7 +428,7 @@ def _plan_dispatch(f: RecoveryFacts, cfg: StoreConfig, want_cq: bool, want_ix: b
     return None
 
 
-def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Action | None:
+def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Removal | None:
     """The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
     zero them first so that a re-dispatch killed half way can be rolled back exactly."""
     with map_file(last) as buf:
@@ -619,7 +437,7 @@ def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Action | Non
     end = data_end(last, used)
     if end <= used:
         return None
-    return Action(
+    return Removal(
         "index-delete",
         "zero",
         "index",
@@ -639,8 +457,8 @@ def _plan_checkpoint(
 
     Returns (before, after, index settled by the re-dispatch, whether to write it).
     """
-    before = _cp_dict(f.cp) if f.cp_bytes is not None else None
-    after = _cp_dict(f.cp)
+    before = checkpoint_values(f.cp) if f.cp_bytes is not None else None
+    after = checkpoint_values(f.cp)
     if cfg.dledger and 0 < f.end.last_ts < after["physicMsgTimestamp"]:
         after["physicMsgTimestamp"] = f.end.last_ts  # records after it were cut: the last one kept is flushed
     if dispatch is not None and dispatch.consume_queue and dispatch.last_cq_timestamp_ms:
@@ -656,19 +474,19 @@ def _plan_checkpoint(
 
 def _plan_actions(
     root: Path, f: RecoveryFacts, cfg: StoreConfig, rebuild_index: bool, rebuild_cq: bool
-) -> list[Action]:
+) -> list[Removal]:
     """The removals in the broker's order: empty last file, index files, consume queues' own recovery,
     then ``truncateDirtyFiles`` and ``truncateDirtyLogicFiles(processOffset)`` (§8.4, §8.5)."""
-    actions: list[Action] = []
+    actions: list[Removal] = []
     if f.empty_last is not None:
         actions.append(
-            Action(
+            Removal(
                 "commitlog-truncate", "delete", "commitlog", rel_path(root, f.empty_last.path), 0, 0, "empty last file"
             )
         )
     if not rebuild_index:
         for p, why, _garbage in f.dropped_index:
-            actions.append(Action("index-delete", "delete", "index", rel_path(root, p), 0, p.stat().st_size, why))
+            actions.append(Removal("index-delete", "delete", "index", rel_path(root, p), 0, p.stat().st_size, why))
     if not rebuild_cq:
         actions += _queue_actions(root, f)
     short = {"blank": "a blank ends the last file", "end": "end of data", "invalid": "invalid record"}
@@ -794,7 +612,7 @@ def _refuse_cut_entries(st: Store, f: RecoveryFacts) -> None:
     )
 
 
-def _plan_member(root: Path, st: Store, f: RecoveryFacts) -> tuple[list[Action], MemberRepair | None]:
+def _plan_member(root: Path, st: Store, f: RecoveryFacts) -> tuple[list[Removal], MemberRepair | None]:
     """DLedger mode: a short last data file filled up, the member's index holding one unit per entry
     kept and none after (DLedger's own recovery rewrites units that disagree and truncates the rest),
     and its checkpoint's endIndex and committedIndex at the last entry kept, so that the engine
@@ -803,30 +621,30 @@ def _plan_member(root: Path, st: Store, f: RecoveryFacts) -> tuple[list[Action],
     if not cfg.dledger:
         return [], None
     _refuse_cut_entries(st, f)
-    out: list[Action] = []
+    out: list[Removal] = []
     short = short_last_file(st, f.segs)
     if short is not None:
         why = f"{short.size} bytes, not mappedFileSizeCommitLog {cfg.commitlog_file_size}: DLedger does not load it"
-        out.append(Action("extend", "extend", "commitlog", rel_path(root, short.path), short.size,
+        out.append(Removal("extend", "extend", "commitlog", rel_path(root, short.path), short.size,
                           cfg.commitlog_file_size, why))  # fmt: skip
     kept = kept_entries(f.segs, f.process_offset)
     with DLedgerIndex(cfg) as index:
         for seg in index.segments:
             if 0 < seg.size < index.file_size:
                 why = f"{seg.size} bytes, not the {index.file_size} bytes of the other index files"
-                out.append(Action("extend", "extend", "dledger-index", rel_path(root, seg.path), seg.size,
+                out.append(Removal("extend", "extend", "dledger-index", rel_path(root, seg.path), seg.size,
                                   index.file_size, why))  # fmt: skip
         write, zero, drop = index_repair(index, kept)
     for u in write:
         why = "units that disagree with their entries" if u.exists else "units missing (no index file)"
-        out.append(Action("dledger-index", "rewrite", "dledger-index", rel_path(root, u.path), u.start, u.end, why,
+        out.append(Removal("dledger-index", "rewrite", "dledger-index", rel_path(root, u.path), u.start, u.end, why,
                           entries_total=(u.end - u.start) // INDEX_UNIT_SIZE))  # fmt: skip
     after = f"after the last entry kept ({kept.last_index})"
     for u in zero:
-        out.append(Action("dledger-index", "zero", "dledger-index", rel_path(root, u.path), u.start, u.end,
+        out.append(Removal("dledger-index", "zero", "dledger-index", rel_path(root, u.path), u.start, u.end,
                           f"units {after}", entries_total=(u.end - u.start) // INDEX_UNIT_SIZE))  # fmt: skip
     for p in drop:
-        out.append(Action("dledger-index", "delete", "dledger-index", rel_path(root, p), 0, p.stat().st_size,
+        out.append(Removal("dledger-index", "delete", "dledger-index", rel_path(root, p), 0, p.stat().st_size,
                           f"index file {after}"))  # fmt: skip
     before, cp_after = member_checkpoint(read_member(cfg), kept.last_index)
     peers = [p for p in cfg.dleger_peers.split(";") if p.strip()]
@@ -839,16 +657,16 @@ def _plan_member(root: Path, st: Store, f: RecoveryFacts) -> tuple[list[Action],
     return out, MemberRepair(cp, kept.begin_index, kept.last_index, before, cp_after, notes)
 
 
-def _batch_cut_actions(root: Path, f: RecoveryFacts) -> list[Action]:
+def _batch_cut_actions(root: Path, f: RecoveryFacts) -> list[Removal]:
     """BatchConsumeQueue.truncateDirtyLogicFiles: units at or past ``process_offset`` are cut (§8.5)."""
     process_offset, out = f.process_offset, []
     for q in f.batch_queues:
         why = f"batch units of {q.topic}/{q.queue_id} pointing at or past processOffset {process_offset} (§8.5)"
-        out += [_cut_action(root, "cq-truncate", c, why) for c in q.queue.truncate_dirty(process_offset, q)]
+        out += [queue_removal(root, "cq-truncate", c, why) for c in q.queue.truncate_dirty(process_offset, q)]
     return out
 
 
-def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Action]) -> list[Loss]:
+def _losses(f: RecoveryFacts, cfg: StoreConfig, actions: list[Removal]) -> list[Loss]:
     """What the broker's way loses (or leaves missing), and what repairs it."""
     rules, cq, start_phy, process_offset = f.rules, f.cq_check, f.start_phy, f.process_offset
     path, last_index_end, not_indexed = ("abnormal" if f.abort else "normal"), f.last_index_end, f.end.not_indexed
@@ -1067,7 +885,7 @@ def _run_step(
     elif step == "checkpoint":
         journal.set(checkpoint=_step_checkpoint(st, plan, journal))
     elif step == "abort":
-        if _unlink(st.config.abort_path):
+        if unlink_if_present(st.config.abort_path):
             fsync_dir(st.config.abort_path.parent)
 
 
@@ -1110,7 +928,7 @@ def _roll_back(st: Store, plan: RecoverPlan, journal: Journal) -> bool:
 def _finish(root: Path) -> None:
     jp = journal_file(root, "recover")
     shutil.rmtree(jp.parent / "recover", ignore_errors=True)
-    _unlink(jp)
+    unlink_if_present(jp)
     for d in (jp.parent / "tmp", jp.parent):
         try:
             d.rmdir()  # only when nothing else uses the scratch directory
@@ -1137,7 +955,7 @@ def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     q = _run_quarantine(st, plan, journal)
     assert q is not None
     for i, a in enumerate(plan.actions):
-        src = _abs(root, a.path)
+        src = in_store(root, a.path)
         if a.verb == "delete":
             if src.exists():
                 # Commit log and index files are never written before their deletion step: a hard
@@ -1150,7 +968,7 @@ def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
         if i == 0:
             journal.hook("recover:quarantine#1")
     if plan.member is not None and plan.member.checkpoint_after is not None:
-        member_cp = _abs(root, plan.member.checkpoint)
+        member_cp = in_store(root, plan.member.checkpoint)
         for p in (member_cp, _bak(member_cp)):
             if p.exists():
                 q.save_file(p, "rewritten: endIndex and committedIndex at the last entry kept")
@@ -1177,7 +995,7 @@ def _step_quarantine(st: Store, plan: RecoverPlan, journal: Journal) -> None:
     q.write_manifest(processOffset=plan.process_offset)
 
 
-def _note_grown(q: Quarantine, src: Path, a: Action) -> None:
+def _note_grown(q: Quarantine, src: Path, a: Removal) -> None:
     """A file that grows or is created holds no bytes to keep: the manifest says how to undo it."""
     p = shlex.quote(str(src.absolute()))
     undo = f"truncate -s {a.from_pos} {p}" if a.verb == "extend" else f"rm -f {p}"
@@ -1192,7 +1010,7 @@ def _bak(path: Path) -> Path:
 def _step_extend(st: Store, plan: RecoverPlan) -> None:
     """Fill up files shorter than their configured size with zeros (DLedger loads full-size files only)."""
     for a in (x for x in plan.actions if x.step == "extend"):
-        p = _abs(Path(st.root), a.path)
+        p = in_store(Path(st.root), a.path)
         if p.exists() and p.stat().st_size < a.to_pos:
             os.truncate(p, a.to_pos)
             fd = os.open(p, os.O_RDONLY)
@@ -1212,7 +1030,7 @@ def _step_dledger_index(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
     root = Path(st.root)
     kept = kept_entries(st.commitlog_segments()[0], plan.process_offset)
     for a in rewrites:
-        p = _abs(root, a.path)
+        p = in_store(root, a.path)
         if not p.exists():
             _new_zero_file(root, p, st.config.dledger_index_file_size)
             fsync_dir(p.parent)
@@ -1239,7 +1057,7 @@ def _step_member_checkpoint(st: Store, plan: RecoverPlan) -> None:
     """The member checkpoint as DLedger writes it: the previous text to ``.bak``, then the new one."""
     m = plan.member
     assert m is not None and m.checkpoint_after is not None
-    path = _abs(Path(st.root), m.checkpoint)
+    path = in_store(Path(st.root), m.checkpoint)
     tmp = scratch_dir(Path(st.root), "tmp")
     if m.checkpoint_before is not None:
         atomic_write(_bak(path), m.checkpoint_before.encode("latin-1"), tmp_dir=tmp)
@@ -1248,40 +1066,20 @@ def _step_member_checkpoint(st: Store, plan: RecoverPlan) -> None:
 
 def _step_remove(st: Store, plan: RecoverPlan, step: str, hook: StepHook) -> None:
     """Zero the planned ranges and delete the planned files of ``step``."""
-    root = Path(st.root)
-    dirs: set[Path] = set()
-    for i, a in enumerate(x for x in plan.actions if x.step == step):
-        p = _abs(root, a.path)
-        if a.verb == "delete":
-            if _unlink(p):
-                dirs.add(p.parent)
-        elif p.exists():
-            _zero_range(p, a.from_pos, a.to_pos)
-        if i == 0:
-            hook(f"recover:{step}#1")
-    for d in dirs:
-        fsync_dir(d)
+    todo = [x for x in plan.actions if x.step == step]
+    remove(Path(st.root), todo[:1])
+    if todo:
+        hook(f"recover:{step}#1")
+    remove(Path(st.root), todo[1:])
 
 
 def _step_cq_truncate(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
     """``truncateDirtyLogicFiles`` after the re-dispatch: whatever was appended after a cut goes too."""
-    root = Path(st.root)
-    dirs: set[Path] = set()
-    for i, a in enumerate(x for x in plan.actions if x.step == "cq-truncate"):
-        p = _abs(root, a.path)
-        if a.verb == "delete":
-            if _unlink(p):
-                dirs.add(p.parent)
-        elif p.exists():
-            _zero_range(p, a.from_pos, data_end(p, a.from_pos))
-            segs, _ = list_segments(p.parent, None)
-            for s in segs:
-                if s.base_offset > int(p.name) and _unlink(s.path):
-                    dirs.add(p.parent)
-        if i == 0:
-            hook("recover:cq-truncate#1")
-    for d in dirs:
-        fsync_dir(d)
+    todo = [x for x in plan.actions if x.step == "cq-truncate"]
+    cut_queue_tails(Path(st.root), todo[:1])
+    if todo:
+        hook("recover:cq-truncate#1")
+    cut_queue_tails(Path(st.root), todo[1:])
 
 
 def _snapshot_path(root: Path) -> Path:
@@ -1300,9 +1098,9 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
             keep_base = int(qe.last_file) if qe is not None and qe.last_file is not None else -1
             for s in segs:
                 if s.base_offset > keep_base:
-                    _unlink(s.path)
+                    unlink_if_present(s.path)
                 elif s.base_offset == keep_base:
-                    _zero_range(s.path, qe.end_pos, data_end(s.path, qe.end_pos))  # type: ignore[union-attr]
+                    zero_range(s.path, qe.end_pos, data_end(s.path, qe.end_pos))  # type: ignore[union-attr]
             if qe is None:  # a queue the re-dispatch created
                 shutil.rmtree(qdir, ignore_errors=True)
                 try:
@@ -1318,7 +1116,7 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
         idir = cfg.index_dir
         for name in sorted(os.listdir(idir)) if idir.is_dir() else []:
             if name.isdigit() and name not in kept:
-                _unlink(idir / name)
+                unlink_if_present(idir / name)
         snap = journal.state.get("snapshot")
         if snap:
             data = _snapshot_path(root).read_bytes()
@@ -1331,7 +1129,7 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
                 os.close(fd)
             h = ix.decode_header(data)
             used = ix.HEADER_SIZE + cfg.max_hash_slot_num * 4 + max(h.index_count, 1) * ix.ENTRY_SIZE
-            _zero_range(last, used, data_end(last, used))
+            zero_range(last, used, data_end(last, used))
         if idir.is_dir():
             fsync_dir(idir)
 
@@ -1463,9 +1261,9 @@ def _rollback_batch_queues(st: Store, state: list[dict[str, Any]]) -> None:
             continue
         for seg in bq.files()[0]:
             if seg.path.name not in q["files"]:
-                _unlink(seg.path)
+                unlink_if_present(seg.path)
             elif seg.path.name == q["last"]:
-                _zero_range(seg.path, q["end"], data_end(seg.path, q["end"]))
+                zero_range(seg.path, q["end"], data_end(seg.path, q["end"]))
         fsync_dir(qdir)
 
 

@@ -25,23 +25,17 @@ import numpy as np
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import decode_header
-from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
-from rmqstore.dispatch.engines import ENGINES, BuildScope
-from rmqstore.dispatch.multiqueue import ExtraDispatcher, iter_records
-from rmqstore.errors import InputError, UnsafePlan, UnsupportedStore
+from rmqstore.dispatch.rebuild import build
+from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, move, scratch_dir
 from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_journal, journal_file, register
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
-from rmqstore.store.files import map_file
-from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
 from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
-from rmqstore.walk.columns import iter_columns
-from rmqstore.walk.requests import ScanStop
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,94 +216,6 @@ def _index_identical(cur_root: Path, new_root: Path) -> bool:
                 if not bx:
                     break
     return True
-
-
-def build(
-    st: Store,
-    build_root: Path,
-    *,
-    from_phy: int | None = None,
-    topics: tuple[str, ...] | None = None,
-    consume_queue: bool = True,
-    index: bool = True,
-    engine: str = "local",
-    progress: Callable[[int], None] | None = None,
-    spark_master: str | None = None,
-) -> tuple[DispatchStats, int, str]:
-    """Dispatch the commit log into fresh files under ``build_root``; returns (stats, end phy, stop reason)."""
-    cfg = st.config
-    segs, _ = st.commitlog_segments()
-    start = segs[0].base_offset if segs else 0
-    if from_phy is not None and from_phy > start:
-        # Continue the existing files, as the broker's re-dispatch from an offset does.
-        for src, wanted in (
-            (st.consume_queues.directory, consume_queue),
-            (st.batch_queues.directory, consume_queue),
-            (cfg.index_dir, index),
-        ):
-            if wanted and src.is_dir():
-                shutil.copytree(src, build_root / src.name, dirs_exist_ok=True)
-        start = from_phy
-    if engine != "local":
-        if consume_queue and keeps_rocksdb(cfg):
-            raise UnsupportedStore(f"{st.root}: engine {engine!r} writes no RocksDB consume queue; use --engine local")
-        if consume_queue and (cfg.enable_multi_dispatch or batch_cq_topics(cfg)):
-            raise UnsupportedStore(
-                f"{st.root}: engine {engine!r} writes neither %LMQ% (multi-dispatch) nor batch consume queues; "
-                "use --engine local"
-            )
-        fn = ENGINES.get(engine)
-        if fn is None:
-            raise InputError(
-                f"engine {engine!r} is not loaded; use local, or import its package first "
-                "(rmqstore.spark.redispatch for spark, which the command does)"
-            )
-        return fn(st, build_root, BuildScope(start, topics, consume_queue, index), master=spark_master)
-    bcq = batch_cq_topics(cfg)
-    d = Dispatcher(
-        cfg,
-        root=build_root,
-        consume_queue=consume_queue,
-        index=index,
-        topics=set(topics) if topics else None,
-        cq_exclude=bcq,
-    )
-    end = start
-    reason = "end"
-    try:
-        for seg, item in iter_columns(segs, cfg, from_phy=start, progress=progress):
-            if not isinstance(item, ScanStop):
-                d.dispatch_columns(item)
-                continue
-            end = seg.base_offset + item.pos
-            reason = item.reason
-            if item.reason == "invalid" and item.error is not None:
-                reason = f"invalid record: {item.error}"
-    finally:
-        stats = d.close(sync=True)
-    if consume_queue:
-        _dispatch_extra(st, build_root, start, end, bcq, topics)
-    return stats, end, reason
-
-
-def _dispatch_extra(
-    st: Store, build_root: Path, start: int, end: int, bcq: frozenset[str], topics: tuple[str, ...] | None
-) -> None:
-    """LMQ multi-dispatch and batch consume queues: a second, per-record pass (only on stores that use them)."""
-    extra = ExtraDispatcher(st.config, build_root, bcq)
-    if not extra.needed:
-        return
-    try:
-        for seg in st.commitlog_segments()[0]:
-            lo, hi = max(start, seg.base_offset), min(end, seg.base_offset + seg.size)
-            if lo >= hi:
-                continue
-            with map_file(seg.path) as buf:
-                for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, st.config):
-                    if topics is None or rec.topic in topics:
-                        extra.put(rec)
-    finally:
-        extra.close()
 
 
 SHRINK_LIMIT = 0.5  # a rebuild keeping less than this share of the current entries is refused

@@ -54,6 +54,35 @@ def atomic_write(path: Path, data: bytes, *, tmp_dir: Path | None = None, mode: 
     fsync_dir(path.parent)
 
 
+_ZERO_CHUNK = 8 << 20
+_ZEROS = bytes(_ZERO_CHUNK)
+
+
+def zero_range(path: Path, start: int, end: int) -> None:
+    """Overwrite bytes ``[start, end)`` of ``path`` with zeros, durably (the file keeps its size)."""
+    if end <= start:
+        return
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        pos = start
+        zmv = memoryview(_ZEROS)
+        while pos < end:
+            n = min(_ZERO_CHUNK, end - pos)
+            pos += os.pwrite(fd, zmv[:n], pos)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unlink_if_present(path: Path) -> bool:
+    """Remove ``path``; False when it was already gone (a re-run)."""
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def fsync_file(path: Path) -> None:
     """Flush a file's data to disk."""
     fd = os.open(path, os.O_RDONLY)

@@ -27,7 +27,7 @@ JOURNAL_FORMAT = 1
 
 
 # The modifying operations that keep a journal, each at <root>/.rmqstore/<operation>.journal.json.
-JOURNALS = ("write", "recover", "redispatch", "expire")
+JOURNALS = ("write", "recover", "redispatch", "expire", "truncate")
 # Where earlier versions kept theirs: still found, and resumed the same way.
 _EARLIER_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
     "write": (("write.journal",),),

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rmqstore.errors import InputError
 from rmqstore.safety.files import atomic_write, fsync_dir, fsync_file, sha256_file
 
 MANIFEST_SCHEMA = "rmqstore-quarantine/1"
@@ -20,6 +21,17 @@ def default_quarantine_base(root: Path | str) -> Path:
     """``<store parent>/<store name>.quarantine``: each run gets a fresh folder inside."""
     r = Path(root).resolve()
     return r.parent / f"{r.name}.quarantine"
+
+
+def check_quarantine_dir(qdir: Path | str, data_dirs: list[Path]) -> None:
+    """A quarantine folder inside one of the store's data directories would be read as store files."""
+    q = Path(qdir).resolve()
+    for d in data_dirs:
+        try:
+            q.relative_to(Path(d).resolve())
+        except ValueError:
+            continue
+        raise InputError(f"--quarantine {qdir} is inside {d}: choose a folder outside the store's data directories")
 
 
 def _stamp(now_ms: int) -> str:

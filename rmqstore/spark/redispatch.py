@@ -1,6 +1,6 @@
 """The Spark engine of ``rmqstore redispatch`` (store-format.md §9): decode in parallel, write on the driver.
 
-The local engine (:func:`rmqstore.ops.redispatch.build`) walks each commit log file by TOTALSIZE
+The local engine (:func:`rmqstore.dispatch.rebuild.build`) walks each commit log file by TOTALSIZE
 (the framing's chain of the file), cuts the record positions into chunks of
 ``columnar.BATCH`` records, decodes every chunk into dispatch columns and hands them, in order,
 to :meth:`rmqstore.dispatch.Dispatcher.dispatch_columns`; the first chunk holding an invalid

@@ -243,7 +243,7 @@ def _field(head: np.ndarray, name: str) -> np.ndarray:
     return head_column(head, name)
 
 
-def _topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: TopicIds) -> np.ndarray:
+def topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: TopicIds) -> np.ndarray:
     """Topic id of each record from the topic's byte range, grouped by length and hashed."""
     out = np.empty(len(start), dtype=np.int64)
     for tl in np.unique(length).tolist():
@@ -366,7 +366,7 @@ def _batch_topics(buf: Any, u8: np.ndarray, b: _Batch, seg: Segment, cfg: StoreC
     tid = np.empty(b.limit, dtype=np.int64)
     s_idx = np.flatnonzero(b.simple[: b.limit])
     if s_idx.size:
-        tid[s_idx] = _topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + b.bl[s_idx], b.topic_len[s_idx], topics)
+        tid[s_idx] = topic_ids(u8, p[s_idx] + HEAD_V4_SIZE + 1 + b.bl[s_idx], b.topic_len[s_idx], topics)
     for i, rec in b.exact.items():
         if i < b.limit:
             tid[i] = topics.id(rec.topic)

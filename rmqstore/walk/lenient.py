@@ -145,7 +145,14 @@ def _misfit(seg: Segment, pos: int, total: int, size: int) -> CorruptData | None
 
 
 def walk_file(
-    buf: Any, seg: Segment, *, broker: str = "4.4.0", as_broker: bool = False, until: int | None = None
+    buf: Any,
+    seg: Segment,
+    *,
+    broker: str = "4.4.0",
+    as_broker: bool = False,
+    until: int | None = None,
+    start: int = 0,
+    starts: RecordStarts | None = None,
 ) -> Iterator[Item]:
     """Every byte of one commit log file in order: runs, damage, and one BlankEnd or DataEnd at the end.
 
@@ -153,13 +160,16 @@ def walk_file(
     fills the rest of it (every byte accounted for). ``as_broker`` reads as the broker does: any
     record the decoder accepts is one (its stored offset is the caller's business), any BLANK ends
     the file, and V2 records are resynchronised on only where the broker reads them. Nothing that
-    starts at or after ``until`` is yielded (and no end).
+    starts at or after ``until`` is yielded (and no end). ``start`` is a frame start to begin at
+    (the file's start, a verified start, or where an earlier walk stopped).
     """
     size = len(buf)
     stop = size if until is None else min(size, until)
     framing = seg.framing
-    starts = RecordStarts(buf, size, seg.base_offset, v2=not as_broker or rules_for(broker).v2_magic, framing=framing)
-    pos = 0
+    if starts is None:
+        v2 = not as_broker or rules_for(broker).v2_magic
+        starts = RecordStarts(buf, size, seg.base_offset, v2=v2, framing=framing)
+    pos = start
     while pos < stop:
         run = starts.run_at(pos) if size - pos >= MIN_RECORD_SIZE_V1 else None
         if run is not None:
@@ -201,6 +211,26 @@ def walk_file(
         pos = q
     if pos == stop == size:
         yield DataEnd(pos, None, pos, None)  # records fill the file
+
+
+def boundaries(buf: Any, seg: Segment, upto: int, *, broker: str = "4.4.0", back: int = 4 << 20) -> np.ndarray:
+    """Every frame boundary of the lenient walk of one file at or before ``upto`` (the file start, record
+    starts and ends, where damage starts and ends, the BLANK, the end of data), walked from the last
+    verified frame start at least ``back`` bytes before ``upto`` (from the file start when none is)."""
+    starts = RecordStarts(buf, len(buf), seg.base_offset, framing=seg.framing)
+    lo = max(0, upto - back)
+    first = starts.next_start(lo - 1) if lo else 0
+    first = 0 if first is None or first > upto else first
+    out = [np.array([first], np.int64)]
+    for item in walk_file(buf, seg, broker=broker, until=upto + 1, start=first, starts=starts):
+        if isinstance(item, Run):
+            out += [seg.framing.frame_of(item.positions), np.array([item.end_pos], np.int64)]
+        elif isinstance(item, Damage):
+            out.append(np.array([item.pos, item.resume], np.int64))
+        else:
+            out.append(np.array([item.pos], np.int64))
+    got = np.concatenate(out)
+    return np.unique(got[got <= upto])
 
 
 def walk_files(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import copy_real_store, crash_batch_store, data_files, dledger_crashed, kill_at_every_step
+from conftest import copy_real_store, copy_replica, crash_batch_store, data_files, dledger_crashed, kill_at_every_step
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -66,6 +66,22 @@ def argv_expire(root: Path, q: Path) -> list[str]:
     return ["expire", str(root), "--now", str(AT_04), "--disk-used-ratio", "0.1", "--quarantine", str(q)]
 
 
+def prepare_truncate(tmp: Path) -> Path:
+    return copy_replica("replica-diverged-midfile", "b", tmp)
+
+
+def argv_truncate(root: Path, q: Path) -> list[str]:
+    return ["truncate", str(root), "--to-offset", "76189", "-q", "--quarantine", str(q)]
+
+
+def prepare_truncate_dledger(tmp: Path) -> Path:
+    return copy_real_store("5.2.0/dledger-5x-clean", tmp)
+
+
+def argv_truncate_dledger(root: Path, q: Path) -> list[str]:
+    return ["truncate", str(root), "--to-offset", "120399", "-q", "--quarantine", str(q)]
+
+
 def prepare_write_lmq(tmp: Path) -> Path:
     return copy_real_store("5.2.0/lmq-multi-dispatch", tmp)
 
@@ -90,12 +106,14 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]]
     "recover": (prepare_recover, argv_recover, {0}),
     "redispatch": (prepare_redispatch, argv_redispatch, {0}),
     "expire": (prepare_expire, argv_expire, {0, 9}),  # 9: expire deleted files
+    "truncate": (prepare_truncate, argv_truncate, {0}),
     # 5.2.0 stores: %LMQ% queues and batch consume queues are rolled back with the rest
     "write-lmq": (prepare_write_lmq, argv_write_lmq, {0, 8}),
     "recover-lmq": (prepare_recover_lmq, argv_recover, {0}),
     "recover-bcq": (crash_batch_store, argv_recover, {0}),
     # a DLedger store: the torn entry, the member's index and checkpoint, the queue rebuilt
     "recover-dledger": (dledger_crashed, argv_recover_dledger, {0}),
+    "truncate-dledger": (prepare_truncate_dledger, argv_truncate_dledger, {0}),
 }
 
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
+from rmqstore.dispatch import cut
 from rmqstore.ops import expire, offsets, recover, redispatch, write
 from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.safety.plan import Plan
@@ -174,8 +175,8 @@ _paths = st.builds(Path, st.text(alphabet="ab/", min_size=1, max_size=6))
 _ratio = st.floats(allow_nan=False, allow_infinity=False)
 ROWS = {
     "recover.LostRecord": _lost,
-    "recover.Action": st.builds(
-        recover.Action,
+    "cut.Removal": st.builds(
+        cut.Removal,
         _text,
         _text,
         _text,

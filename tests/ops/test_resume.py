@@ -9,7 +9,7 @@ import pytest
 from conftest import data_files, run_with_hook
 from test_kill_steps import CASES
 
-from rmqstore.ops import expire, recover, redispatch, write  # noqa: F401  # each registers its resume
+from rmqstore.ops import expire, recover, redispatch, truncate, write  # noqa: F401  # each registers its resume
 from rmqstore.safety import journal
 from rmqstore.store import open_store
 
@@ -18,7 +18,7 @@ def test_every_operation_with_a_journal_is_registered() -> None:
     assert journal.registered() == journal.JOURNALS
 
 
-@pytest.mark.parametrize("operation", ["write", "recover", "redispatch", "expire"])
+@pytest.mark.parametrize("operation", ["write", "recover", "redispatch", "expire", "truncate"])
 def test_a_killed_run_is_finished_through_the_one_entry_point(tmp_path: Path, operation: str) -> None:
     prepare, argv, _codes = CASES[operation]
     ref = prepare(tmp_path / "ref")

@@ -1,2 +1,2 @@
-"""``convert``: the same store in another layout, written as a new store beside it (one module per kind of
-conversion: :mod:`.cq` for the consume queue layout)."""
+"""Conversions of a store into a new store, each in its own module: :mod:`.dledger` (the commit log's framing,
+``--to``) and :mod:`.cq` (the consume queue layout, ``--cq``)."""

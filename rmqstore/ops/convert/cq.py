@@ -9,7 +9,8 @@ a RocksDB ``min`` row names the queue's min offset as the source store serves it
 
 Nothing of the source store is changed. The new store is built in ``<output>.converting`` beside the
 output and renamed to it when complete, so a run killed at any step leaves no half store under the output's
-name; a re-run removes the unfinished build and starts again.
+name; a re-run removes the unfinished build and starts again. Its broker.conf (the source's with the new
+paths and ``storeType``) is shown, or written beside the new store with ``write_broker_conf``.
 """
 
 from __future__ import annotations
@@ -59,13 +60,14 @@ class ConvertPlan(JsonModel):
     """The new store: what is copied, which queues are written in the target layout, its broker.conf."""
 
     operation: ClassVar[str] = "convert"
-    json_keys = "stores=storeAndOutput layouts=fromTo copied queues broker_conf=brokerConf"
+    json_keys = "stores=storeAndOutput layouts=fromTo copied queues broker_conf=brokerConf broker_conf_path"
 
     layouts: tuple[str, str]  # the consume queue layout of the store, and of the new store
     stores: tuple[Path, Path]  # the store, and the new store's root
     queues: tuple[QueueCopy, ...]
     copied: tuple[str, ...]  # paths under the store root, copied as they are
-    broker_conf: str  # the new store's broker.conf (written as <output>/broker.conf)
+    broker_conf: str  # the new store's broker.conf
+    broker_conf_path: Path | None = None  # where it is written (None: shown only)
 
     @property
     def store_root(self) -> Path:
@@ -108,7 +110,7 @@ def layout_of(cfg: StoreConfig) -> str:
     return "rocksdb" if keeps_rocksdb(cfg) else "file"
 
 
-def plan_convert_cq(st: Store, target: str, output: Path) -> ConvertPlan:
+def plan_convert_cq(st: Store, target: str, output: Path, *, write_broker_conf: bool = False) -> ConvertPlan:
     """What converting ``st`` to the ``target`` consume queue layout writes into ``output`` (reads only)."""
     if target not in LAYOUTS:
         raise UsageError(f"--cq takes {' or '.join(LAYOUTS)}, not {target!r}")
@@ -125,7 +127,12 @@ def plan_convert_cq(st: Store, target: str, output: Path) -> ConvertPlan:
     queues = _queues(st, target)
     copied = tuple(sorted(n for n in os.listdir(st.root) if n not in _NOT_COPIED))
     conf = broker_conf_text(st.config, output, target)
-    return ConvertPlan((source, target), (st.root, output), tuple(queues), copied, conf)
+    conf_path = output.parent / "broker.conf" if write_broker_conf else None
+    if conf_path is not None and conf_path.exists() and conf_path.read_text("utf-8") != conf:
+        raise UnsafePlan(
+            f"{conf_path}: exists; the conversion writes the new store's broker.conf there (move it away first)"
+        )
+    return ConvertPlan((source, target), (st.root, output), tuple(queues), copied, conf, conf_path)
 
 
 def _queues(st: Store, target: str) -> list[QueueCopy]:
@@ -148,7 +155,7 @@ def _queues(st: Store, target: str) -> list[QueueCopy]:
 
 def broker_conf_text(cfg: StoreConfig, output: Path, target: str) -> str:
     """The source's broker.conf with the new store's paths and ``storeType``."""
-    lines = [f"# {output / 'broker.conf'}: written by rmqstore convert --cq {target}"]
+    lines = [f"# the broker.conf of {output}: written by rmqstore convert --cq {target}"]
     if cfg.source is not None:
         props = read_java_properties(cfg.source)
         lines += [f"{k}={v[0]}" for k, v in props.items() if k not in _PATH_KEYS]
@@ -174,7 +181,8 @@ def apply_convert_cq(plan: ConvertPlan, st: Store, *, on_step: StepHook | None =
                          explicit=st.config.explicit | {"storeType"})  # fmt: skip
     _write_queues(st, target_cfg, build, plan)
     hook("convert:queues")
-    atomic_write(build / "broker.conf", plan.broker_conf.encode("utf-8"))
+    if plan.broker_conf_path is not None:  # before the rename: a re-run finds the same text there
+        atomic_write(plan.broker_conf_path, plan.broker_conf.encode("utf-8"))
     fsync_dir(build)
     if plan.output.exists():
         plan.output.rmdir()  # an empty directory given as the output

@@ -47,10 +47,11 @@ def offsets_of(root: Path) -> dict:
 def test_both_ways_keep_queues_units_and_consumer_offsets(tmp_path: Path) -> None:
     src = with_offsets(rocksdb_store(tmp_path / "src"))
     before = data_files(src)
-    files, back = tmp_path / "as-files", tmp_path / "back"
-    r = runner.invoke(app, ["convert", str(src), "--cq", "file", "--output", str(files)])
+    files, back = tmp_path / "a" / "as-files", tmp_path / "b" / "back"
+    r = runner.invoke(app, ["convert", str(src), "--cq", "file", "--output", str(files), "--write-broker-conf"])
     assert r.exit_code == 0, r.output
-    assert "storeType=default" in r.output and (files / "broker.conf").read_text().endswith("storeType=default\n")
+    assert (files.parent / "broker.conf").read_text().endswith(f"storePathRootDir={files}\nstorePathCommitLog="
+                                                               f"{files}/commitlog\nstoreType=default\n")  # fmt: skip
     with open_store(files) as st:
         assert isinstance(st.consume_queues, FileConsumeQueues)
     assert queues_of(files) == queues_of(src)
@@ -59,7 +60,7 @@ def test_both_ways_keep_queues_units_and_consumer_offsets(tmp_path: Path) -> Non
     assert [q[:4] for q in queues_of(files)] == want
     r = runner.invoke(app, ["convert", str(files), "--cq", "rocksdb", "--output", str(back)])
     assert r.exit_code == 0, r.output
-    assert "storeType=defaultRocksDB" in (back / "broker.conf").read_text()
+    assert "storeType=defaultRocksDB" in r.output and not (back.parent / "broker.conf").exists()  # shown only
     assert decoded(back) == engine_rows()  # units with store times, max/min rows, checkpoint: as the engine wrote
     assert offsets_of(back) == offsets_of(src)
     for root in (files, back):
