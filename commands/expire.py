@@ -35,6 +35,14 @@ first file kept and after deleteFileBatchMax files. Then go every consume queue 
 entry is below the new commit log min offset and every index file whose endPhyOffset is below
 it, never a queue's or the index's last file.
 
+On a DLedger store (enableDLegerCommitLog) the data files follow the DLedger member's own clean
+service: it runs in a deleteWhen hour or when a disk is above diskMaxUsedSpaceRatio (never for
+--force, which the broker's manual deletion does not pass on), keeps a data file fileReservedTime
++ 1 hours (any age above DLedger's forced-clean level 0.85 with cleanFileForciblyEnable), never the
+last one, at most 10 per run, and drops the DLedger index files before the new first entry. A
+migrated store's old commitlog/ files go first, by the broker's rules; while any is left DLedger
+deletes nothing younger than 10 years. The member's checkpoint is left as it is.
+
 Settings come from broker.conf (--broker-config), read as the --broker-version reads it; the
 options override it. Disk usage is measured on the file systems of the commit log and consume
 queue directories. A store a running broker holds is refused: the broker cleans it itself.
@@ -201,7 +209,15 @@ def expire_command(
         resumed = resume_interrupted(st, "expire", dry_run=dry_run)
         if resumed is not None:
             err.print(escape(resumed.message))
-        plan = op.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk, quarantine=quarantine)
+        measured = disk_used_ratio is None  # measured: each clean service computes the ratio its own way
+        plan = op.plan_expire(
+            st,
+            now_ms=now_ms,
+            settings=settings,
+            force=force,
+            disk_usage=None if measured else disk,
+            quarantine=quarantine,
+        )
         _notes(plan, st.root, verbose)
         if dry_run:
             ratio, over = op.over_forced_ratio(plan, st.config, disk)
@@ -213,7 +229,7 @@ def expire_command(
     if over:
         err.warning(
             f"commit log disk {op.percent(ratio)} used after the run, above the forced-clean level "
-            f"{op.percent(plan.settings.disk_space_clean_forcibly_ratio)}"
+            f"{op.percent(op.forced_clean_level(plan))}"
         )
     if code:
         raise typer.Exit(code)
@@ -230,7 +246,7 @@ def _notes(plan: op.ExpirePlan, root: Path, verbose: bool) -> None:
 
 def _view(plan: op.ExpirePlan, ratio: float, over: bool, code: int) -> PlanView:
     """The files to delete and the facts the actions do not carry: the new min offset, the disk, the exit status."""
-    kinds = {k: sum(a.kind == k for a in plan.actions) for k in ("commitlog", "consumequeue", "index")}
+    kinds = {k: sum(a.kind == k for a in plan.actions) for k in ("commitlog", "dledger-index", "consumequeue", "index")}
     summary = {
         "store": str(plan.store_root),
         "now": format_time_ms(plan.now_ms),

@@ -60,6 +60,9 @@ class BrokerRules:
     expire_forced_level_triggers: bool  # 5.x: crossing the forced/warning level alone triggers deletion
     expire_levels_in_config: bool  # 5.x: diskSpace*Ratio are broker.conf keys
     expire_batch_max_in_config: bool  # 5.x: deleteFileBatchMax key; 4.x hard-codes 10
+    # DLedger mode: DLedgerCommitLog and the DLedger library the broker ships (4.9.4: 0.2.6, 5.2.0: 0.3.1.2)
+    dledger_check_ratio_from_broker: bool  # 4.9.4+: DLedger checks expiry above diskMaxUsedSpaceRatio, not its 0.70
+    dledger_ratio_rounds_up: bool  # dledger 0.2.6+: a disk's used ratio rounded up to a whole percent, like df
 
 
 @functools.lru_cache(maxsize=64)
@@ -102,6 +105,8 @@ def rules_for(broker: str) -> BrokerRules:
         expire_forced_level_triggers=five,
         expire_levels_in_config=five,
         expire_batch_max_in_config=five,
+        dledger_check_ratio_from_broker=v >= (4, 9, 4),  # apache/rocketmq#4212, April 2022
+        dledger_ratio_rounds_up=v >= (4, 9, 4),  # openmessaging/dledger#110, in the 0.2.6 that 4.9.4 ships
     )
 
 
@@ -205,6 +210,7 @@ OPERATION_RULES: dict[str, frozenset[str]] = {
         {
             "expire_ratio_rounds_up", "expire_forced_level_triggers", "expire_levels_in_config",
             "expire_batch_max_in_config", "empty_queue_min_is_max", "cq_max_includes_size",
+            "dledger_check_ratio_from_broker", "dledger_ratio_rounds_up",
         }
     ),
 }  # fmt: skip

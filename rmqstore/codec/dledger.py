@@ -166,15 +166,14 @@ class DLedgerFraming(Framing):
         frames = records - HEADER_SIZE
         ok = frames >= 0
         at = np.where(ok, frames, 0)
-        be32 = np.ndarray((size - 3,), dtype=">i4", buffer=buf, strides=(1,))
+        total = ends - records
         be64 = np.ndarray((size - 7,), dtype=">i8", buffer=buf, strides=(1,))
-        try:
-            ok &= be32[at] == ENTRY_MAGIC
-            ok &= be32[at + 4] == ends - frames
-            ok &= be32[at + 44] == ends - records
+        try:  # three 8-byte reads per entry: magic and size, the position field, body length and TOTALSIZE
+            ok &= be64[at] == (ENTRY_MAGIC << 32) + (ends - frames)
             ok &= be64[at + 24] == file_from + frames
+            ok &= be64[at + 44] == (total << 32) + total
         finally:
-            del be32, be64
+            del be64
         return ok
 
     def explain(self, buf: Any, pos: int, **where: Any) -> CorruptData:

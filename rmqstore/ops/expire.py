@@ -31,14 +31,17 @@ from rmqstore.timeparse import format_time_ms
 from rmqstore.walk.expiry import (
     HOUR_MS,
     DiskUsage,
+    DLedgerCleaning,
     ExpirePlan,
     ExpireSettings,
     FileAction,
     Triggers,
     commitlog_used_ratio,
     describe,
+    dledger_cleaning,
     evaluate_triggers,
     expire_settings,
+    forced_clean_level,
     local_hour,
     measured_disk_usage,
     parse_delete_when,
@@ -89,7 +92,7 @@ def _check_quarantine(plan: ExpirePlan, config: StoreConfig | None, qdir: Path) 
         if q == d or d in q.parents:
             raise InputError(f"--quarantine {qdir} is inside {d}: the broker would try to load files from it")
     if config is not None:
-        for d in (*(config.commitlog_dirs or (config.commitlog_dir,)), config.consumequeue_dir, config.index_dir):
+        for d in (*config.log_dirs, config.dledger_index_dir, config.consumequeue_dir, config.index_dir):
             d = Path(d).resolve()
             if q == d or d in q.parents:
                 raise InputError(f"--quarantine {qdir} is inside {d}: the broker would try to load files from it")
@@ -207,9 +210,13 @@ def _run(
 
 
 def over_forced_ratio(plan: ExpirePlan, config: StoreConfig, disk_usage: DiskUsage) -> tuple[float, bool]:
-    """The commit log partition's used ratio now, and whether it is above the forced-clean level."""
-    ratio = commitlog_used_ratio(config, disk_usage)
-    return ratio, ratio > plan.settings.disk_space_clean_forcibly_ratio
+    """The commit log partition's used ratio now, and whether it is above the forced-clean level
+    (on a DLedger store: the data directories' and DLedger's level)."""
+    if plan.dledger is not None:
+        ratio = min(disk_usage(d) for d in config.dledger_data_dirs)
+    else:
+        ratio = commitlog_used_ratio(config, disk_usage)
+    return ratio, ratio > forced_clean_level(plan)
 
 
 def exit_code(plan: ExpirePlan, *, over_forced: bool, detailed: bool = False) -> int:
@@ -301,6 +308,7 @@ __all__ = [
     "EXIT_OVER_FORCED_RATIO",
     "HOUR_MS",
     "DiskUsage",
+    "DLedgerCleaning",
     "commitlog_used_ratio",
     "ExpirePlan",
     "ExpireResult",
@@ -310,10 +318,12 @@ __all__ = [
     "Triggers",
     "apply_expire",
     "describe",
+    "dledger_cleaning",
     "evaluate_triggers",
     "exit_code",
     "expire_lock",
     "expire_settings",
+    "forced_clean_level",
     "local_hour",
     "measured_disk_usage",
     "open_for_expire",

@@ -14,6 +14,12 @@ One :func:`plan_expire` is one pass of ``CleanCommitLogService`` followed by one
 * index (§5.5): when the first file's endPhyOffset is below the min offset, every file but the
   last with endPhyOffset below it, stopping at the first that is not.
 
+On a DLedger store the data and index files of the DLedger member follow the member's own clean
+service instead (its part below): the broker's pass deletes only a migrated store's old
+``commitlog/`` part, and the DLedger pass, disabled while that part exists, deletes data files by
+DLedger's rules and the index files before the ledger's new begin index; the consume queue and index
+passes then follow the new min offset as on a plain store.
+
 The plan sits below the operations (it asks the walk which commit log file holds data) so that every reader of a store's expiry (``expire``, which
 applies it, and ``report``, which shows it) plans it the same way.
 """
@@ -22,22 +28,26 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rmqstore.codec.dledger import INDEX_UNIT_SIZE
 from rmqstore.codec.indexfile import HEADER as INDEX_HEADER
 from rmqstore.errors import ConfigError, CorruptData
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
+from rmqstore.store.dledger import DLedgerIndex, Member, read_member
 from rmqstore.store.files import read_at
-from rmqstore.store.layout import StoreConfig
+from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.timeparse import format_time_ms
 from rmqstore.walk.chain import holds_data
+from rmqstore.walk.dledger import ENTRY, file_entries
 
 HOUR_MS = 3_600_000
 
@@ -178,8 +188,9 @@ def expire_settings(
 # -- disk usage and triggers ----------------------------------------------------------------
 
 
-def partition_used_ratio(path: Path, broker: str) -> float:
-    """``UtilAll.getDiskPartitionSpaceUsedPercent`` of the file system holding ``path``; -1 if missing."""
+def partition_used_ratio(path: Path, broker: str, *, rounds_up: bool | None = None) -> float:
+    """``UtilAll.getDiskPartitionSpaceUsedPercent`` of the file system holding ``path``; -1 if missing.
+    ``rounds_up``: df's rounding to a whole percent (default: as ``broker`` computes it)."""
     try:
         sv = os.statvfs(path)
     except OSError:
@@ -188,7 +199,7 @@ def partition_used_ratio(path: Path, broker: str) -> float:
     if total <= 0:
         return -1.0
     used = total - sv.f_bfree * sv.f_frsize
-    if not rules_for(broker).expire_ratio_rounds_up:
+    if not (rules_for(broker).expire_ratio_rounds_up if rounds_up is None else rounds_up):
         return used / total
     entire = used + sv.f_bavail * sv.f_frsize
     if entire <= 0:
@@ -199,9 +210,9 @@ def partition_used_ratio(path: Path, broker: str) -> float:
 DiskUsage = Callable[[Path], float]
 
 
-def measured_disk_usage(broker: str) -> DiskUsage:
-    """The real file-system usage, computed as ``broker`` computes it."""
-    return lambda path: partition_used_ratio(path, broker)
+def measured_disk_usage(broker: str, *, rounds_up: bool | None = None) -> DiskUsage:
+    """The real file-system usage, computed as ``broker`` computes it (``rounds_up``: as DLedger does)."""
+    return lambda path: partition_used_ratio(path, broker, rounds_up=rounds_up)
 
 
 def commitlog_used_ratio(cfg: StoreConfig, disk_usage: DiskUsage) -> float:
@@ -282,6 +293,198 @@ def evaluate_triggers(
     )
 
 
+# -- the DLedger member's clean service -------------------------------------------------------
+#
+# What the DLedger member's own clean service deletes in one pass (``DLedgerMmapFileStore.CleanSpaceService``).
+#
+# In DLedger mode the broker's clean task leaves the DLedger files to DLedger.
+# ``DLedgerCommitLog.deleteExpiredFile`` deletes only a migrated store's old ``commitlog/`` part, by the
+# broker's own rules, and its last file too once it is the only one left; while that part exists it
+# disables DLedger's deletion (``disableDeleteDledger``: fileReservedHours 87600, no forced clean).
+# Without it, ``refreshConfig`` hands DLedger the broker's settings: fileReservedTime + 1 hours,
+# deleteWhen, cleanFileForciblyEnable, and (4.9.4+) diskMaxUsedSpaceRatio as the check-expired level.
+# A manual deletion (``mqadmin deleteExpiredCommitLog``) does not reach DLedger: only the clean
+# service deletes its files. It:
+#
+# * runs when the local hour is a deleteWhen hour, or when the store root's disk or every data
+#   directory's disk is above the check-expired level (a missing directory counts as -1);
+# * deletes data files oldest first, never the last, stopping at the first whose mtime +
+#   fileReservedHours (at least one hour) is after now, and after 10 files (``MmapFileList``'s batch);
+#   above DLedger's forced-clean level with forced clean on, whatever their age;
+# * after a deletion reads the ledger's new begin index from the first data file's first entry
+#   (``reviseLedgerBeginIndex``) and drops the index files that end at or before its unit
+#   (``MmapFileList.resetOffset``).
+#
+# The begin index is not kept on disk: a deletion writes neither the member's checkpoint
+# (``endIndex``, ``committedIndex``) nor anything else, and the engine reads the begin index again
+# from the first data file when it starts.
+#
+# The levels are DLedgerConfig's: the JVM properties ``dledger.disk.ratio.check`` (0.70, replaced by
+# diskMaxUsedSpaceRatio on 4.9.4+) and ``dledger.disk.ratio.clean`` (0.85, at least 0.50), the disk
+# full level 0.05 above it (at most 0.95). They are the same in dledger 0.2.6 (4.9.4) and 0.3.1.2
+# (5.2.0); what differs by broker version is in ``rmqstore.rules``.
+
+DISABLED_RESERVED_HOURS = 24 * 365 * 10  # DLedgerCommitLog.disableDeleteDledger
+CHECK_EXPIRED_RATIO = 0.70  # DLedgerConfig.diskSpaceRatioToCheckExpired before 4.9.4
+FORCE_CLEAN_RATIO = 0.85  # DLedgerConfig.diskSpaceRatioToForceClean (-Ddledger.disk.ratio.clean)
+DELETE_FILES_BATCH_MAX = 10  # MmapFileList.DELETE_FILES_BATCH_MAX: not a setting
+
+
+def java_float(v: float) -> float:
+    """``v`` as a Java float, as DLedgerConfig keeps its levels (0.85f is 0.8500000238...)."""
+    return float(struct.unpack(">f", struct.pack(">f", v))[0])
+
+
+@dataclass(frozen=True, slots=True)
+class DLedgerCleaning(JsonModel):
+    """The clean service's settings as the broker hands them over, and what triggers this pass."""
+
+    file_reserved_hours: int
+    disabled: bool  # a migrated store's old commitlog/ part exists
+    enable_force_clean: bool
+    check_expired_ratio: float
+    force_clean_ratio: float
+    full_ratio: float
+    store_base_ratio: float
+    data_ratio: float
+    time_up: bool
+    manual: bool  # --force: the broker's manual deletion, which DLedger does not see
+
+    @property
+    def check_expired(self) -> bool:
+        return self.store_base_ratio > self.check_expired_ratio or self.data_ratio > self.check_expired_ratio
+
+    @property
+    def force_clean(self) -> bool:
+        return self.store_base_ratio > self.force_clean_ratio or self.data_ratio > self.force_clean_ratio
+
+    @property
+    def disk_full(self) -> bool:
+        return self.store_base_ratio > self.full_ratio or self.data_ratio > self.full_ratio
+
+    @property
+    def triggered(self) -> bool:
+        return self.time_up or self.check_expired
+
+    @property
+    def clean_immediately(self) -> bool:
+        return self.force_clean and self.enable_force_clean
+
+    def shown(self) -> dict[str, object]:
+        return {
+            **self.json_view("file_reserved_hours disabled=deletionDisabled enable_force_clean=enableDiskForceClean"),
+            "diskSpaceRatioToCheckExpired": round(self.check_expired_ratio, 4),
+            "diskSpaceRatioToForceClean": round(self.force_clean_ratio, 4),
+            "diskFullRatio": round(self.full_ratio, 4),
+            "storeBaseRatio": round(self.store_base_ratio, 4),
+            "dataRatio": round(self.data_ratio, 4),
+            "timeUp": self.time_up,
+            "checkExpired": self.check_expired,
+            "forceClean": self.force_clean,
+            "diskFull": self.disk_full,
+        }
+
+
+def dledger_cleaning(
+    cfg: StoreConfig,
+    *,
+    broker: str,
+    file_reserved_time_h: int,
+    disk_max_used_space_ratio: int,
+    clean_file_forcibly_enable: bool,
+    time_up: bool,
+    manual: bool,
+    disabled: bool,
+    disk_usage: DiskUsage,
+) -> DLedgerCleaning:
+    """The clean service's state for one pass, from the broker's (already clamped) settings."""
+    rules = rules_for(broker)
+    check = (
+        java_float(disk_max_used_space_ratio / 100) if rules.dledger_check_ratio_from_broker else CHECK_EXPIRED_RATIO
+    )
+    force = java_float(FORCE_CLEAN_RATIO)
+    data = min([100.0, *(disk_usage(d) if d.exists() else -1.0 for d in cfg.dledger_data_dirs)])
+    return DLedgerCleaning(
+        file_reserved_hours=DISABLED_RESERVED_HOURS if disabled else file_reserved_time_h + 1,
+        disabled=disabled,
+        enable_force_clean=clean_file_forcibly_enable and not disabled,
+        check_expired_ratio=java_float(check),
+        force_clean_ratio=max(force, 0.50),
+        full_ratio=min(java_float(force + java_float(0.05)), 0.95),
+        store_base_ratio=disk_usage(cfg.store_root),
+        data_ratio=data,
+        time_up=time_up,
+        manual=manual,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """A DLedger file the pass deletes, and why."""
+
+    path: Path
+    why: str
+
+
+def expired_data_files(
+    segs: list[Segment], cleaning: DLedgerCleaning, now_ms: int, mtime_ms: Callable[[Path], int]
+) -> tuple[list[Expired], str]:
+    """``MmapFileList.deleteExpiredFileByTime`` over the data files: the files deleted and why no more."""
+    if not cleaning.triggered:
+        return [], "DLedger: not triggered (no deleteWhen hour, no disk above diskSpaceRatioToCheckExpired)"
+    reserved_ms = max(cleaning.file_reserved_hours * HOUR_MS, HOUR_MS)
+    out: list[Expired] = []
+    for seg in segs[:-1]:
+        mtime = mtime_ms(seg.path)
+        expired = now_ms >= mtime + reserved_ms
+        if not (expired or cleaning.clean_immediately):
+            hours = (mtime + reserved_ms - now_ms) / HOUR_MS
+            return out, (
+                f"DLedger: kept {seg.path.name}: mtime + {cleaning.file_reserved_hours}h is after now (expires in "
+                f"{hours:.1f}h); later files are never deleted before it"
+            )
+        why = (
+            f"DLedger: mtime + fileReservedHours {cleaning.file_reserved_hours}h <= now (age {(now_ms - mtime) / HOUR_MS:.1f}h)"
+            if expired
+            else f"DLedger: disk above diskSpaceRatioToForceClean {cleaning.force_clean_ratio:.2f} (forced clean)"
+        )
+        out.append(Expired(seg.path, why))
+        if len(out) >= DELETE_FILES_BATCH_MAX:
+            return out, f"DLedger: batch limit: {DELETE_FILES_BATCH_MAX} data files per pass"
+    last = "only the last data file is left" if len(segs) <= 1 else "every data file but the last"
+    return out, f"DLedger: {last}"
+
+
+def begin_index(seg: Segment) -> int | None:
+    """``reviseLedgerBeginIndex``: the entry index of the data file's first entry (None: it starts with none)."""
+    first = next(file_entries(seg), None)
+    return first.header.index if first is not None and first.kind == ENTRY and first.header is not None else None
+
+
+def expired_index_files(index_segs: list[Segment], begin: int) -> list[Expired]:
+    """``MmapFileList.resetOffset(begin x 32)``: every index file that ends at or before the begin unit."""
+    at = begin * INDEX_UNIT_SIZE
+    return [
+        Expired(
+            s.path,
+            f"DLedger index: ends at {s.end_offset}, at or before the unit of the new begin index {begin} ({at})",
+        )
+        for s in index_segs
+        if s.end_offset <= at
+    ]
+
+
+def checkpoint_note(member: Member) -> str:
+    """What the pass leaves in the member checkpoint (nothing: the engine does not write it on deletion)."""
+    path = member.checkpoint.path
+    if member.checkpoint.values is None:
+        return f"{path} is missing; a deletion does not write it"
+    return (
+        f"{path} is not changed (endIndex {member.end_index}, committedIndex {member.committed_index}): "
+        "a deletion moves only the ledger's begin index, which the engine reads from the first data file"
+    )
+
+
 # -- the plan ---------------------------------------------------------------------------------
 
 
@@ -289,7 +492,7 @@ def evaluate_triggers(
 class FileAction(JsonModel):
     """One file to delete."""
 
-    kind: str  # "commitlog" | "consumequeue" | "index"
+    kind: str  # "commitlog" | "dledger-index" | "consumequeue" | "index"
     path: Path
     rel_path: str  # as shown, and where it goes under a quarantine folder
     size: int
@@ -332,10 +535,12 @@ class ExpirePlan(JsonModel):
     notes: tuple[str, ...] = ()  # informational
     warnings: tuple[str, ...] = ()  # parts skipped; need attention
     quarantine: Path | None = None  # move the files to a fresh folder inside it instead of deleting them
+    dledger_index: tuple[FileAction, ...] = ()  # the DLedger member's index files before its new begin index
+    dledger: DLedgerCleaning | None = None  # the DLedger member's clean service in this pass (DLedger stores)
 
     @property
     def actions(self) -> tuple[FileAction, ...]:
-        return self.commitlog + self.consumequeue + self.index
+        return self.commitlog + self.dledger_index + self.consumequeue + self.index
 
     @property
     def freed_size(self) -> int:
@@ -362,6 +567,7 @@ class ExpirePlan(JsonModel):
             "minPhyOffset": self.min_phy_offset,
             "newMinPhyOffset": self.new_min_phy_offset,
             "commitLogStop": self.commitlog_stop,
+            **({"dledger": self.dledger.shown()} if self.dledger is not None else {}),
             "actions": [a.shown() for a in self.actions],
             "freedBytes": self.freed_size,
             "notes": list(self.notes),
@@ -388,16 +594,20 @@ def _hours(ms: int) -> str:
     return f"{ms / HOUR_MS:.1f}h"
 
 
-def _plan_commitlog(
-    st: Store, settings: ExpireSettings, triggers: Triggers, now_ms: int
-) -> tuple[list[FileAction], int, int, str]:
+def _segments(st: Store) -> list[Segment]:
     segs, problems = st.commitlog_segments()
     if problems:
         p = problems[0]
         raise CorruptData(f"{p.what} (a broker would not load this commit log; see rmqstore check)", path=p.path, pos=0)
-    min_phy = segs[0].base_offset if segs else -1
+    return segs
+
+
+def _plan_commitlog(
+    st: Store, segs: list[Segment], settings: ExpireSettings, triggers: Triggers, now_ms: int
+) -> tuple[list[FileAction], str]:
+    """``CommitLog.deleteExpiredFile`` on the plain commit log files (a DLedger store's old part)."""
     if not triggers.triggered:
-        return [], min_phy, min_phy, "not triggered"
+        return [], "not triggered"
     # The newest file is the one a broker writes to: trailing pre-allocated (all-zero) files are
     # not in its file list (recovery deletes them), so they do not count as the newest.
     last = len(segs) - 1
@@ -428,8 +638,79 @@ def _plan_commitlog(
     else:
         if last > 0:
             stop = "every file before the newest is deleted"
-    new_min = segs[len(actions)].base_offset if segs else -1
-    return actions, min_phy, new_min, stop
+    if st.config.dledger and len(segs) == 1 and not actions:
+        return _last_old_file(st, segs[0], settings, triggers, now_ms)
+    return actions, stop
+
+
+def _last_old_file(
+    st: Store, seg: Segment, settings: ExpireSettings, triggers: Triggers, now_ms: int
+) -> tuple[list[FileAction], str]:
+    """``DLedgerCommitLog.deleteExpiredFile``: the old part's last file goes too once it is the only one."""
+    mtime, size = _mtime_ms(seg.path)
+    reserved_ms = settings.file_reserved_time_h * HOUR_MS
+    if not (now_ms >= mtime + reserved_ms or triggers.clean_immediately):
+        return (
+            [],
+            f"kept the old commit log's last file {seg.path.name} (expires in {_hours(mtime + reserved_ms - now_ms)})",
+        )
+    why = f"the old commit log's last file, mtime + {settings.file_reserved_time_h}h <= now (age {_hours(now_ms - mtime)})"
+    if now_ms < mtime + reserved_ms:
+        why = f"the old commit log's last file, disk above the forced-clean level {percent(settings.disk_space_clean_forcibly_ratio)}"
+    rel = _rel(st.root, seg.path, f"commitlog/{seg.path.name}")
+    return [FileAction("commitlog", seg.path, rel, size, mtime, why)], "the old commit log part is gone"
+
+
+@dataclass(frozen=True, slots=True)
+class _DLedgerPass:
+    cleaning: DLedgerCleaning
+    data: list[FileAction]
+    index: list[FileAction]
+    stop: str
+    notes: list[str]
+
+
+def _plan_dledger(
+    st: Store, segs: list[Segment], settings: ExpireSettings, triggers: Triggers, now_ms: int, disk_usage: DiskUsage
+) -> _DLedgerPass:
+    """The DLedger member's clean service: its data files, then its index files before the new begin index."""
+    data = [s for s in segs if s.framing.name == "dledger"]
+    cleaning = dledger_cleaning(
+        st.config, broker=settings.broker, file_reserved_time_h=settings.file_reserved_time_h,
+        disk_max_used_space_ratio=settings.disk_max_used_space_ratio,
+        clean_file_forcibly_enable=settings.clean_file_forcibly_enable, time_up=triggers.time, manual=triggers.manual,
+        disabled=len(data) < len(segs), disk_usage=disk_usage,
+    )  # fmt: skip
+    expired, stop = expired_data_files(data, cleaning, now_ms, lambda p: _mtime_ms(p)[0])
+    if cleaning.disabled:
+        stop += f" (deletion disabled while the old commit log part exists: fileReservedHours {cleaning.file_reserved_hours})"
+    notes = [checkpoint_note(read_member(st.config))]
+    if cleaning.disk_full:
+        notes.append(
+            f"a data disk above DLedger's full level {cleaning.full_ratio:.2f}: the member refuses appends (DISK_FULL)"
+        )
+    if cleaning.manual and not cleaning.triggered:
+        notes.append("--force is the broker's manual deletion: it never reaches the DLedger files")
+    actions = [_file_action(st, "commitlog", e.path, e.why, "dledger-data") for e in expired]
+    index: list[FileAction] = []
+    if expired:
+        begin = begin_index(data[len(expired)])
+        with DLedgerIndex(st.config) as member_index:
+            index_segs = member_index.segments
+        if begin is None:
+            notes.append(f"{data[len(expired)].path} does not start with an entry: no DLedger index file is dropped")
+        else:
+            notes.append(f"the ledger's begin index moves to {begin}")
+            index = [
+                _file_action(st, "dledger-index", e.path, e.why, "dledger-index")
+                for e in expired_index_files(index_segs, begin)
+            ]
+    return _DLedgerPass(cleaning, actions, index, stop, notes)
+
+
+def _file_action(st: Store, kind: str, path: Path, why: str, where: str) -> FileAction:
+    mtime, size = _mtime_ms(path)
+    return FileAction(kind, path, _rel(st.root, path, f"{where}/{path.name}"), size, mtime, why)
 
 
 def _plan_consumequeues(st: Store, min_phy: int) -> tuple[list[FileAction], list[str]]:
@@ -495,18 +776,30 @@ def plan_expire(
     ``quarantine``: the files are moved to a fresh folder inside it instead of being deleted.
     """
     settings = settings or expire_settings(st.config)
+    rules = rules_for(settings.broker)
+    dledger_usage = disk_usage or measured_disk_usage(settings.broker, rounds_up=rules.dledger_ratio_rounds_up)
     disk_usage = disk_usage or measured_disk_usage(settings.broker)
     triggers = evaluate_triggers(st, settings, now_ms=now_ms, force=force, disk_usage=disk_usage)
-    commitlog, min_phy, new_min, stop = _plan_commitlog(st, settings, triggers, now_ms)
+    segs = _segments(st)
+    plain = [s for s in segs if s.framing.name != "dledger"]
+    commitlog, stop = _plan_commitlog(st, plain, settings, triggers, now_ms)
     if not triggers.triggered:
         stop = (
             f"not triggered: local hour {triggers.local_hour:02d} is not in deleteWhen {settings.delete_when!r}, "
             f"disk {percent(triggers.commitlog_used_ratio)} used (commit log) / {percent(triggers.consumequeue_used_ratio)} "
             f"(consume queue) is not above diskMaxUsedSpaceRatio {settings.disk_max_used_space_ratio}%, no --force"
         )
+    dl = _plan_dledger(st, segs, settings, triggers, now_ms, dledger_usage) if st.config.dledger else None
+    if dl is not None:
+        commitlog += dl.data
+        stop = f"{stop}; {dl.stop}" if plain else dl.stop
+    gone = {a.path for a in commitlog}
+    rest = [s for s in segs if s.path not in gone]
+    min_phy = segs[0].base_offset if segs else -1
+    new_min = rest[0].base_offset if rest else -1
     cq: list[FileAction] = []
     index: list[FileAction] = []
-    notes = list(settings.notes)
+    notes = list(settings.notes) + (dl.notes if dl is not None else [])
     warnings: list[str] = []
     if new_min > 0:  # CleanConsumeQueueService runs when the min offset moved past its start value 0
         cq, w = _plan_consumequeues(st, new_min)
@@ -533,6 +826,8 @@ def plan_expire(
         notes=tuple(notes),
         warnings=tuple(warnings),
         quarantine=quarantine,
+        dledger_index=tuple(dl.index) if dl is not None else (),
+        dledger=dl.cleaning if dl is not None else None,
     )
 
 
@@ -546,9 +841,16 @@ def describe(plan: ExpirePlan) -> str:
     if plan.nothing_to_do:
         return f"nothing to do: {plan.commitlog_stop}"
     parts = [f"{len(plan.commitlog)} commit log", f"{len(plan.consumequeue)} consume queue", f"{len(plan.index)} index"]
+    if plan.dledger is not None:
+        parts.insert(1, f"{len(plan.dledger_index)} DLedger index")
     moved = (
         f", min offset {plan.min_phy_offset} -> {plan.new_min_phy_offset}"
         if plan.new_min_phy_offset != plan.min_phy_offset
         else ""
     )
     return f"{', '.join(parts)} file(s), {plan.freed_size} bytes{moved}; commit log: {plan.commitlog_stop}"
+
+
+def forced_clean_level(plan: ExpirePlan) -> float:
+    """The level above which files go whatever their age: DLedger's own on a DLedger store."""
+    return plan.dledger.force_clean_ratio if plan.dledger is not None else plan.settings.disk_space_clean_forcibly_ratio

@@ -13,7 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import copy_real_store, copy_replica, crash_batch_store, data_files, dledger_crashed, kill_at_every_step
+from conftest import (
+    copy_real_store,
+    copy_replica,
+    crash_batch_store,
+    data_files,
+    dledger_case,
+    dledger_crashed,
+    kill_at_every_step,
+)
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -41,6 +49,14 @@ def prepare_expire(tmp: Path) -> Path:
     files = sorted((root / "commitlog").iterdir())
     for i, f in enumerate(files):
         ms = AT_04 - (100 if i < 2 else 1) * 3_600_000
+        os.utime(f, ns=(ms * 1_000_000, ms * 1_000_000))
+    return root
+
+
+def prepare_expire_dledger(tmp: Path) -> Path:
+    root = copy_real_store(dledger_case("5.2.0"), tmp)
+    for f in sorted((root / "dledger-n0" / "data").iterdir())[:3]:  # data, DLedger index, queue and index files go
+        ms = AT_04 - 100 * 3_600_000
         os.utime(f, ns=(ms * 1_000_000, ms * 1_000_000))
     return root
 
@@ -114,6 +130,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]]
     # a DLedger store: the torn entry, the member's index and checkpoint, the queue rebuilt
     "recover-dledger": (dledger_crashed, argv_recover_dledger, {0}),
     "truncate-dledger": (prepare_truncate_dledger, argv_truncate_dledger, {0}),
+    "expire-dledger": (prepare_expire_dledger, argv_expire, {0, 9}),
 }
 
 
