@@ -59,7 +59,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "spark": (
         "spark",
-        "Bulk jobs on Apache Spark over many stores: export to Parquet, statistics, find, redispatch.",
+        "Bulk jobs on Apache Spark over many stores: export to Parquet, statistics, find, redispatch, report.",
     ),
 }
 SUBCOMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 import typing
@@ -35,6 +36,35 @@ StoresArg = Annotated[
     typer.Argument(metavar="STORE...", help="Store root(s), or globs ('/data/broker-*/store').", show_default=False),
 ]
 
+
+class ReportFormat(enum.StrEnum):
+    html = "html"
+    json = "json"
+
+
+class CheckMode(enum.StrEnum):
+    quick = "quick"
+    full = "full"
+    none = "none"
+
+
+ReportOutputOpt = Annotated[
+    Path | None, typer.Option("--output", "-o", help="Write the page (or JSON) to this file; default: standard output.")
+]
+ReportFormatOpt = Annotated[
+    ReportFormat, typer.Option("--format", "-f", help="html: the page; json: the figures behind it.")
+]
+ReportCheckOpt = Annotated[
+    CheckMode,
+    typer.Option(
+        "--check", help="The verdict of check on the page: quick (what the broker concludes at start), full, none."
+    ),
+]
+ReportNowOpt = Annotated[
+    str | None,
+    typer.Option("--now", help="Evaluate expiry at this time instead of now (the forms of expire --now)."),
+]
+
 TopicFilterOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")]
 SinceOpt = Annotated[str | None, typer.Option("--since", help=f"Store time from ({TIME_FORMS}).")]
 UntilOpt = Annotated[str | None, typer.Option("--until", help="Store time up to, inclusive (same forms as --since).")]
@@ -57,6 +87,18 @@ class Reading:
         from rmqstore.store import open_store
 
         return open_store(store, broker_config=self.broker_config, broker=self.broker_version)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reporting:
+    """What a report page shows and where it goes: the options of ``report`` and ``spark report``."""
+
+    output: ReportOutputOpt = None
+    fmt: ReportFormatOpt = ReportFormat.html
+    check: ReportCheckOpt = CheckMode.quick
+    now: ReportNowOpt = None
+    broker_config: BrokerConfigOpt = None
+    broker_version: BrokerVersionOpt = "auto"
 
 
 @dataclasses.dataclass(frozen=True)

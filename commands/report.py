@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import enum
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any, TypeVar
 
 import typer
 
@@ -17,43 +17,16 @@ from rmqstore.ops.check.lostqueues import with_lost_queues
 from rmqstore.ops.report import StoreReport, Verdict, gather_report, summary_rows
 from rmqstore.safety.files import atomic_write
 from rmqstore.store import open_store
+from rmqstore.walk.traffic import Traffic
 
 from . import _stores as stores
-from ._common import BrokerConfigOpt, BrokerVersionOpt, QuietOpt, parse_time_ms, progress_bar
-from ._options import StoresArg, command
+from ._common import QuietOpt, parse_time_ms, progress_bar
+from ._options import CheckMode, ReportFormat, Reporting, StoresArg, command
 from ._report_page import render_page
 
 app = typer.Typer()
 FIRST_PROBLEMS = 10  # problems of check listed on the page
-
-
-class ReportFormat(enum.StrEnum):
-    html = "html"
-    json = "json"
-
-
-class CheckMode(enum.StrEnum):
-    quick = "quick"
-    full = "full"
-    none = "none"
-
-
-OutputOpt = Annotated[
-    Path | None, typer.Option("--output", "-o", help="Write the page (or JSON) to this file; default: standard output.")
-]
-ReportFormatOpt = Annotated[
-    ReportFormat, typer.Option("--format", "-f", help="html: the page; json: the figures behind it.")
-]
-CheckOpt = Annotated[
-    CheckMode,
-    typer.Option(
-        "--check", help="The verdict of check on the page: quick (what the broker concludes at start), full, none."
-    ),
-]
-NowOpt = Annotated[
-    str | None,
-    typer.Option("--now", help="Evaluate expiry at this time instead of now (the forms of expire --now)."),
-]
+T = TypeVar("T")
 
 
 def verdict_of(st: Any, quick: bool, progress: Any = None) -> Verdict:
@@ -67,17 +40,40 @@ def verdict_of(st: Any, quick: bool, progress: Any = None) -> Verdict:
     )
 
 
+def now_of(reporting: Reporting) -> int:
+    return parse_time_ms(reporting.now) if reporting.now is not None else int(time.time() * 1000)
+
+
 def report_one(
-    path: Path, broker_config: Path | None, broker_version: str, check: CheckMode, now_ms: int, quiet: bool
+    path: Path, reporting: Reporting, now_ms: int, quiet: bool, traffic: Traffic | None = None
 ) -> StoreReport:
+    """One store's figures and verdict; ``traffic``: its records already counted (else walked here)."""
     stores.refuse_parent_of_store(path)
-    with open_store(path, broker_config=broker_config, broker=broker_version) as st:
+    with open_store(path, broker_config=reporting.broker_config, broker=reporting.broker_version) as st:
         segs, _ = st.commitlog_segments()
-        with progress_bar(sum(s.size for s in segs), f"reading {path}", quiet=quiet) as advance:
-            report = gather_report(st, now_ms=now_ms, progress=advance)
-        if check is not CheckMode.none:
-            report = report.with_verdict(verdict_of(st, check is CheckMode.quick))
+        total = sum(s.size for s in segs) if traffic is None else 0
+        with progress_bar(total, f"reading {path}", quiet=quiet) as advance:
+            report = gather_report(st, now_ms=now_ms, progress=advance, traffic=traffic)
+        if reporting.check is not CheckMode.none:
+            report = report.with_verdict(verdict_of(st, reporting.check is CheckMode.quick))
         return report
+
+
+def each_store(
+    targets: list[Path], read: Callable[[Path], T], *, several: bool
+) -> tuple[list[T], list[dict[str, Any]]]:
+    """``read`` of each store; of several, one that cannot be read is listed with its error and exit
+    code and the others go on (of one, its error is the command's)."""
+    done: list[T] = []
+    errors: list[dict[str, Any]] = []
+    for path in targets:
+        try:
+            done.append(read(path))
+        except RmqstoreError as e:
+            if not several:
+                raise
+            errors.append({"store": str(path), "error": str(e), "exitCode": e.exit_code})
+    return done, errors
 
 
 def write_output(text: str, output: Path | None) -> None:
@@ -100,23 +96,24 @@ def render(reports: list[StoreReport], errors: list[dict[str, Any]], fmt: Report
     return render_page(reports, title=title, generated_ms=now_ms, errors=errors)
 
 
+def finish(reports: list[StoreReport], errors: list[dict[str, Any]], reporting: Reporting, now_ms: int) -> None:
+    """Write the page (or JSON) of the stores read; the exit status is the worst of the others'."""
+    worst = max((e["exitCode"] for e in errors), default=0)
+    if reports:
+        write_output(render(reports, errors, reporting.fmt, now_ms), reporting.output)
+    if worst:
+        raise typer.Exit(worst)
+
+
 @command(
     app,
     "report",
+    Reporting,
     epilog="rmqstore report /var/lib/rocketmq/store -o report.html\n"
     "rmqstore report '/data/broker-*/store' -o cluster.html\n"
     "rmqstore report /var/lib/rocketmq/store -f json | jq '.stores[0].expiry.freedBytes'",
 )
-def report_command(
-    store: StoresArg,
-    output: OutputOpt = None,
-    fmt: ReportFormatOpt = ReportFormat.html,
-    check: CheckOpt = CheckMode.quick,
-    now: NowOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = "auto",
-    quiet: QuietOpt = False,
-) -> None:
+def report_command(store: StoresArg, quiet: QuietOpt = False, *, reporting: Reporting) -> None:
     """One HTML page with a store's state, disk, traffic, consumers and expiry, as charts with their numbers.
 
     Reads only. The commit log is walked once (every record counted per topic, queue, time and file);
@@ -125,19 +122,9 @@ def report_command(
     comes from elsewhere. Several stores (or globs): a summary across them, then a section per store;
     a store that cannot be read is named on the page and the exit status is the worst of them.
     """
-    now_ms = parse_time_ms(now) if now is not None else int(time.time() * 1000)
+    now_ms = now_of(reporting)
     targets = stores.expand(store)
-    reports, errors, worst = [], [], 0
-    for path in targets:
-        try:
-            reports.append(report_one(path, broker_config, broker_version, check, now_ms, quiet))
-        except RmqstoreError as e:
-            if len(targets) == 1:
-                raise
-            errors.append({"store": str(path), "error": str(e), "exitCode": e.exit_code})
-            worst = max(worst, e.exit_code)
-    if not reports:
-        raise typer.Exit(worst)
-    write_output(render(reports, errors, fmt, now_ms), output)
-    if worst:
-        raise typer.Exit(worst)
+    reports, errors = each_store(
+        targets, lambda path: report_one(path, reporting, now_ms, quiet), several=len(targets) > 1
+    )
+    finish(reports, errors, reporting, now_ms)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,11 +11,11 @@ from typing import Annotated, Any
 import typer
 
 from ._common import Format, QuietOpt, default_format, err, format_time_ms, parse_time_ms, render_mapping, render_rows
-from ._options import Changing, FmtOpt, Keeping, command
+from ._options import Changing, FmtOpt, Keeping, Reporting, command
 
 app = typer.Typer(
     name="spark",
-    help="Bulk jobs on Apache Spark over many stores: export to Parquet, statistics, find, redispatch. "
+    help="Bulk jobs on Apache Spark over many stores: export to Parquet, statistics, find, redispatch, report. "
     "Needs the spark extra of rmqstore (pyspark, pyarrow) and Java 17+.",
     no_args_is_help=True,
 )
@@ -157,6 +158,70 @@ def stats_command(
         render_rows(rows, fmt, columns=_STATS_TABLE, title="messages per queue and hour")
     else:
         render_rows(rows, fmt, columns=list(jobs.STATS_COLUMNS))
+
+
+@command(
+    app,
+    "report",
+    Spark,
+    Reporting,
+    epilog="rmqstore spark report '/data/broker-*/store' -o cluster.html\n"
+    "rmqstore spark report /data/broker-a/store --master spark://spark-master:7077 -f json -o figures.json",
+)
+def report_command(
+    stores: StoresArg,
+    split_size: Annotated[
+        str | None,
+        typer.Option("--split-size", help="Commit log bytes per Spark task, whole files, e.g. 1g (default 128m)."),
+    ] = None,
+    quiet: QuietOpt = False,
+    *,
+    spark: Spark,
+    reporting: Reporting,
+) -> None:
+    """The page of rmqstore report (or its JSON figures), the records counted on Spark.
+
+    Spark tasks walk the commit log files as report does (whole files, small ones packed up to
+    --split-size) and count the records per topic, queue, time and file; only the counters come
+    back, merged per store. The rest is read on the driver by report's own code: info's ranges,
+    the disk listing, consumer lag, the expiry plan and check's verdict. The figures, page and
+    exit status are those of rmqstore report for the same stores. The stores must be visible to
+    every executor under the same path.
+    """
+    from rmqstore.spark.report import count_traffic
+    from rmqstore.spark.source import parse_size
+
+    from . import _stores as store_paths
+    from . import report as local
+
+    size = None if split_size is None else parse_size(split_size)  # a bad size before Spark starts
+    now_ms = local.now_of(reporting)
+    targets = store_paths.expand([Path(p) for p in _stores(stores)])
+    several = len(targets) > 1
+    listed, errors = local.each_store(targets, functools.partial(_store_files, reporting=reporting), several=several)
+    counted: dict[str, Any] = {}
+    if listed:  # no Spark for a list of stores none of which reads
+        with spark.session(quiet, [f.root for f in listed]) as session:
+            counted = count_traffic(session, listed, split_size=size)
+    reports, failed = local.each_store(
+        [Path(f.root) for f in listed],
+        lambda path: local.report_one(path, reporting, now_ms, quiet, traffic=counted[str(path)]),
+        several=several,
+    )
+    local.finish(reports, errors + failed, reporting, now_ms)
+
+
+def _store_files(path: Path, *, reporting: Reporting) -> Any:
+    """A store's commit log files, listed on the driver as report lists them."""
+    from rmqstore.spark.report import StoreFiles
+    from rmqstore.store import open_store
+
+    from . import _stores as store_paths
+
+    store_paths.refuse_parent_of_store(path)
+    with open_store(path, broker_config=reporting.broker_config, broker=reporting.broker_version) as st:
+        segs, _ = st.commitlog_segments()
+        return StoreFiles(str(path), st.config.broker, tuple(segs))
 
 
 class BodyMode(str, enum.Enum):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_real_store
+from conftest import FIXTURES, copy_real_store
 from typer.testing import CliRunner
 
 import rmqstore.cli.info
@@ -225,3 +225,16 @@ def test_errors_survive_pickling() -> None:
         assert str(back) == str(e)
         assert back.__dict__ == e.__dict__
         assert back.exit_code == e.exit_code
+
+
+def test_spark_report_without_pyspark_names_the_extra(monkeypatch, tmp_path):
+    """Without pyspark, spark report says which extra to install, in one line, before reading anything."""
+    for name in [m for m in sys.modules if m == "rmqstore.spark" or m.startswith("rmqstore.spark.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    r = runner.invoke(app, ["spark", "report", str(FIXTURES / "small" / "store"), "-o", str(tmp_path / "page.html")])
+    assert r.exit_code == 1
+    assert "Traceback" not in r.output
+    line = first_err(r)
+    assert line.startswith("error: the Spark commands need pyspark") and "pip install 'rmqstore[spark]'" in line
+    assert not (tmp_path / "page.html").exists()

@@ -10,6 +10,7 @@ import base64
 import datetime as dt
 import functools
 import hashlib
+import json
 import os
 import shutil
 import struct
@@ -643,3 +644,54 @@ def test_dledger_store_reads_and_rebuilds_on_spark(spark, tmp_path: Path) -> Non
     assert {p.relative_to(out): p.read_bytes() for p in (out / "consumequeue").rglob("*") if p.is_file()} == engine
     index = [p.read_bytes() for p in sorted((out / "index").iterdir())]
     assert index == [p.read_bytes() for p in sorted((root / "index").iterdir())]
+
+
+# -------------------------------------------------------------------------------------- report
+
+REPORT_NOW = "2026-01-01T00:00:00Z"  # expiry evaluated at one time for both commands
+
+
+def _without_disk_use(doc: object) -> object:
+    """The figures without the file system's used ratios, which change while the tests run."""
+    if isinstance(doc, dict):
+        return {k: _without_disk_use(v) for k, v in doc.items() if not k.endswith("DiskUsedRatio")}
+    if isinstance(doc, list):
+        return [_without_disk_use(v) for v in doc]
+    return doc
+
+
+def _both_reports(stores: list[str], *args: str, split_size: str = "128m") -> tuple[str, str]:
+    """The output of ``spark report`` and of ``report`` for the same stores and options."""
+    common = [*stores, "--now", REPORT_NOW, "-q", *args]
+    got = runner.invoke(app, ["spark", "report", "--split-size", split_size, *common])
+    assert got.exit_code == 0, got.output
+    want = runner.invoke(app, ["report", *common])
+    assert want.exit_code == 0, want.output
+    return got.stdout, want.stdout
+
+
+def test_spark_report_figures_equal_report(spark) -> None:
+    """One store: every figure of the JSON (full check's verdict included) is report's."""
+    got, want = _both_reports([str(store_of("clean-2topics"))], "-f", "json", "--check", "full")
+    doc = json.loads(got)
+    assert doc["stores"][0]["traffic"]["messages"] == 500
+    assert _without_disk_use(doc) == _without_disk_use(json.loads(want))
+
+
+def test_spark_report_of_several_stores_equals_report(spark) -> None:
+    """Stores of three engines (a crashed one and a DLedger one among them), files packed several to a
+    task and a store's files spread over tasks: the same figures and the same page as report."""
+    from rmqstore.spark.report import StoreFiles, plan_tasks
+
+    stores = [f"{REAL_STORES}/*/store", str(case_dir("4.9.4/dledger-clean") / "store")]
+    stores.append(str(case_dir("5.2.0/crc-property") / "store"))
+    got, want = _both_reports(stores, "-f", "json", split_size="9m")
+    doc = json.loads(got)
+    assert len(doc["stores"]) == 5 and not doc["errors"]
+    assert _without_disk_use(doc) == _without_disk_use(json.loads(want))
+    with open_store(store_of("clean-2topics")) as s:
+        files = StoreFiles(str(s.root), s.config.broker, tuple(s.commitlog_segments()[0]))
+    tasks = plan_tasks([files], 9 << 20)
+    assert len(tasks) > 1 and max(len(t) for t in tasks) > 1
+    page, local_page = _both_reports(stores, split_size="9m")
+    assert page == local_page and page.count('<section class="store"') == 5

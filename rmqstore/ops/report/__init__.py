@@ -1,6 +1,6 @@
 """The figures of ``rmqstore report``: one store's state, disk, traffic, consumers and expiry, read once.
 
-:func:`gather_report` reads a store in one pass over its commit log (``traffic.walk_traffic``, the
+:func:`gather_report` reads a store in one pass over its commit log (``walk.traffic.walk_traffic``, the
 lenient walk as the broker reads, folding every record into counters) and cheap reads of the rest:
 the commit log's extent and the queues' ranges as ``info`` finds them (``walk.extent``,
 ``store.queue.summary``), consumer progress as ``offsets`` shows it (``store.offsets``), the
@@ -29,12 +29,12 @@ from rmqstore.ops.report.figures import (
     TrafficFigures,
     Verdict,
 )
-from rmqstore.ops.report.traffic import Traffic, walk_traffic
 from rmqstore.problems import Problem
 from rmqstore.store import Store
 from rmqstore.store.offsets import consumer_progress, last_consumed_ms
 from rmqstore.store.queue.summary import QueueInfo, queues_info
 from rmqstore.walk.extent import CommitLogInfo, commitlog_info
+from rmqstore.walk.traffic import Traffic, walk_traffic
 
 TOP_TOPICS = 8  # topics drawn one by one in the traffic chart; the rest are summed
 TOP_QUEUES = 20
@@ -113,8 +113,14 @@ def _consumers(st: Store) -> tuple[GroupLag, ...]:
     return tuple(out)
 
 
-def gather_report(st: Store, *, now_ms: int, progress: Callable[[int], None] | None = None) -> StoreReport:
-    """Every figure of ``st``'s report (reads only); ``progress`` gets the commit log bytes walked."""
+def gather_report(
+    st: Store, *, now_ms: int, progress: Callable[[int], None] | None = None, traffic: Traffic | None = None
+) -> StoreReport:
+    """Every figure of ``st``'s report (reads only); ``progress`` gets the commit log bytes walked.
+
+    ``traffic``: the commit log's records already counted elsewhere (by the same walk, file by file,
+    as ``rmqstore spark report`` does); the walk is then left out.
+    """
     segs, problems = st.commitlog_segments()
     queues, queue_problems = queues_info(st, segs[0].base_offset if segs else -1)
     furthest = max(queues, key=lambda q: q.last_offset, default=None)
@@ -122,7 +128,8 @@ def gather_report(st: Store, *, now_ms: int, progress: Callable[[int], None] | N
     if furthest is not None and furthest.last_offset >= 0:
         hint = (furthest.last_offset - furthest.last_size, furthest.last_size)
     clog, _queued_after, clog_problems = commitlog_info(st, segs, hint, None)
-    traffic = walk_traffic(segs, st.config.broker, progress)
+    if traffic is None:
+        traffic = walk_traffic(segs, st.config.broker, progress)
     disk, cq_bytes = disk_figures(st.root, segs)
     per_queue = sorted(traffic.queues(), key=lambda q: (-q[2], q[0], q[1]))
     by_bytes: dict[int, int] = {}

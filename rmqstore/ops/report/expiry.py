@@ -14,9 +14,9 @@ import time
 
 from rmqstore.errors import RmqstoreError
 from rmqstore.ops.report.figures import ExpiryFigures, ForecastDay
-from rmqstore.ops.report.traffic import DAY_MS, HOUR_MS, FileFigures, Traffic
 from rmqstore.store import Store
 from rmqstore.walk.expiry import ExpireSettings, expire_settings, local_hour, plan_expire
+from rmqstore.walk.traffic import DAY_MS, HOUR_MS, FileFigures, Traffic
 
 FORECAST_DAYS = 14
 MIN_RATE_SPAN_MS = HOUR_MS  # a shorter span of store times tells no daily rate

@@ -8,6 +8,11 @@ once, so memory holds the counters and one run, never the records. Records off t
 Time buckets start at 100 ms and grow (:data:`BUCKET_LADDER`) whenever the store times seen
 span more than :data:`MAX_BUCKETS` of them, so a long-lived store never keeps more than that many
 buckets per topic.
+
+Each file is walked on its own, so the files of a store may be counted apart (``rmqstore spark
+report`` counts them in Spark tasks) and the parts merged (:meth:`Traffic.merge`): every width of
+the ladder is a multiple of the one before, so buckets widened early hold the same records as
+buckets widened late, and the merged counters draw the same chart as one walk of every file.
 """
 
 from __future__ import annotations
@@ -85,27 +90,42 @@ class Traffic:
         """Fold a batch of records into the counters."""
         if not len(tid):
             return
-        lo, hi = int(ts.min()), int(ts.max())
+        self._span(int(ts.min()), int(ts.max()))
+        for (t, q), n, z in _grouped(tid, qid & 0xFFFFFFFF, size):
+            _count(self.per_queue, (t << _QID_BITS) | q, n, z)
+        for key, n, z in _grouped(tid, ts // self.bucket_ms, size):
+            _count(self.per_bucket, key, n, z)
+
+    def _span(self, lo: int | None, hi: int | None) -> None:
+        """Widen the span of store times to ``[lo, hi]``, and the buckets with it past :data:`MAX_BUCKETS`."""
+        if lo is None or hi is None:
+            return
         self.min_ts = lo if self.min_ts is None else min(self.min_ts, lo)
         self.max_ts = hi if self.max_ts is None else max(self.max_ts, hi)
         while self.span_ms // self.bucket_ms > MAX_BUCKETS and self.bucket_ms < BUCKET_LADDER[-1]:
             self.coarsen(BUCKET_LADDER[BUCKET_LADDER.index(self.bucket_ms) + 1])
-        for (t, q), n, z in _grouped(tid, qid & 0xFFFFFFFF, size):
-            got = self.per_queue.setdefault((t << _QID_BITS) | q, [0, 0])
-            got[0] += n
-            got[1] += z
-        for key, n, z in _grouped(tid, ts // self.bucket_ms, size):
-            got = self.per_bucket.setdefault(key, [0, 0])
-            got[0] += n
-            got[1] += z
+
+    def merge(self, other: Traffic) -> Traffic:
+        """Add the counters of other files of the same store (topics matched by name, buckets at the
+        wider of the two widths); returns this one."""
+        width = max(self.bucket_ms, other.bucket_ms)
+        for part in (self, other):
+            if part.bucket_ms != width:
+                part.coarsen(width)
+        tids = [self.names.id(name) for name in other.names.names]
+        for key, (n, s) in other.per_queue.items():
+            _count(self.per_queue, (tids[key >> _QID_BITS] << _QID_BITS) | (key & 0xFFFFFFFF), n, s)
+        for (t, b), (n, s) in other.per_bucket.items():
+            _count(self.per_bucket, (tids[t], b), n, s)
+        self.files = sorted([*self.files, *other.files], key=lambda f: f.base_offset)
+        self._span(other.min_ts, other.max_ts)
+        return self
 
     def coarsen(self, bucket_ms: int) -> None:
         """Merge the time buckets into wider ones (a multiple of the current width)."""
         merged: dict[tuple[int, int], list[int]] = {}
         for (t, b), (n, s) in self.per_bucket.items():
-            got = merged.setdefault((t, b * self.bucket_ms // bucket_ms), [0, 0])
-            got[0] += n
-            got[1] += s
+            _count(merged, (t, b * self.bucket_ms // bucket_ms), n, s)
         self.per_bucket, self.bucket_ms = merged, bucket_ms
 
     def for_chart(self) -> None:
@@ -124,6 +144,12 @@ class Traffic:
             qid = key & 0xFFFFFFFF
             out.append((self.names.names[key >> _QID_BITS], qid - (1 << 32) if qid >= 1 << 31 else qid, n, s))
         return out
+
+
+def _count(counters: dict[Any, list[int]], key: Any, messages: int, size: int) -> None:
+    got = counters.setdefault(key, [0, 0])
+    got[0] += messages
+    got[1] += size
 
 
 def _grouped(a: np.ndarray, b: np.ndarray, size: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
