@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "convert": (
         "convert",
-        "Write a new store holding every record of STORE with the commit log in another framing.",
+        "Write STORE again as a new store in another layout: the commit log's framing, or the consume queues'.",
     ),
     "query-by-key": ("query", "Find the messages of TOPIC whose KEYS contain KEY, as mqadmin queryMsgByKey does."),
     "query": ("query", "Find messages by key, unique key, message id, queue offset or time, from the store's files."),

@@ -1,15 +1,17 @@
-"""`rmqstore convert`: a new store from a store's records, with its commit log in another framing."""
+"""`rmqstore convert`: a new store from a store, with its commit log in another framing (``--to``) or its
+consume queues in another layout (``--cq``)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from rmqstore.codec.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqstore.errors import UsageError
+from rmqstore.ops.convert import cq as cq_op
 from rmqstore.ops.convert import dledger as op
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
@@ -19,6 +21,12 @@ from ._plan import plan_view, show_and_apply
 app = typer.Typer()
 
 
+CqOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cq", help="rocksdb: the consume queues as a RocksDB database (storeType=defaultRocksDB); file: as files."
+    ),
+]
 ToOpt = Annotated[
     str | None,
     typer.Option("--to", help="commitlog: a DLedger store into a plain commit log; dledger: a plain one into DLedger."),
@@ -50,6 +58,7 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before con
 def convert_command(
     store: StorePath,
     to: ToOpt = None,
+    cq: CqOpt = None,
     output: OutputOpt = None,
     write_broker_conf: WriteConfOpt = False,
     term: TermOpt = 0,
@@ -62,7 +71,7 @@ def convert_command(
     *,
     changing: Changing,
 ) -> None:
-    """Write a new store holding every record of STORE with the commit log in another framing.
+    """Write STORE again as a new store in another layout: the commit log's framing, or the consume queues'.
 
     --to commitlog: a DLedger store (enableDLegerCommitLog=true, a migrated store's old commitlog/
     included) becomes a plain commit log; --to dledger: a plain store becomes a single DLedger member.
@@ -72,9 +81,19 @@ def convert_command(
     only read (refused while a broker holds its lock, exit 4); the new store is built in a hidden
     folder beside --output and renamed into place last, so a killed run leaves nothing that looks
     complete: run the same command again to finish it.
+
+    --cq rocksdb|file: the same records, offsets and message ids, with every consume queue unit at its
+    queue offset in the other layout (a RocksDB database, needing the rocksdb extra, or consume queue
+    files); the commit log, index files, checkpoint and config/ (consumer offsets) are copied as they
+    are. A store with abort is refused (exit 8): recover it first.
     """
-    if to not in (op.COMMITLOG, op.DLEDGER) or output is None:
-        raise UsageError("convert needs --to commitlog|dledger and --output NEW_STORE")
+    if (to is None) == (cq is None) or output is None:
+        raise UsageError("convert needs --to commitlog|dledger or --cq rocksdb|file, and --output NEW_STORE")
+    if cq is not None:
+        _convert_cq(store, cq, output, write_broker_conf, yes, changing)
+        return
+    if to not in (op.COMMITLOG, op.DLEDGER):
+        raise UsageError("convert needs --to commitlog|dledger or --cq rocksdb|file, and --output NEW_STORE")
     fmt, dry_run = changing.format, changing.dry_run
     with changing.open(store, "convert", writable=False) as st:
         member = None
@@ -84,12 +103,7 @@ def convert_command(
             member = op.Member(group, dleger_self_id, peers, term, dledger_index_file_size)
         plan = op.plan_convert(st, output, to, member=member, write_broker_conf=write_broker_conf)
         view = plan_view(plan, _TABLES)
-        if not dry_run and not yes and sys.stdin.isatty() and sys.stderr.isatty():
-            show_and_apply(view, fmt, dry_run=True, apply=lambda: (None, None))
-            typer.confirm("Apply?", abort=True, err=True)
-            fmt_shown = True
-        else:
-            fmt_shown = False
+        fmt_shown = _confirmed(view, fmt, dry_run, yes)
 
         def apply() -> tuple[op.ConvertResult, dict[str, object]]:
             with progress_bar(2 * plan.source_bytes, "converting", quiet=quiet) as advance:
@@ -101,9 +115,7 @@ def convert_command(
         else:
             res = show_and_apply(view, fmt, dry_run=dry_run, apply=apply)
     if not write_broker_conf:
-        err.print(f"broker.conf for the new store ({'--write-broker-conf writes it beside the store'}):")
-        for line in plan.broker_conf.splitlines():
-            err.print(f"  {line}")
+        _print_conf(plan.broker_conf)
     if res is None:
         return
     err.print(
@@ -118,4 +130,39 @@ def convert_command(
         err.print(f"broker.conf written to {res.broker_conf_path}")
 
 
+def _confirmed(view: Any, fmt: Any, dry_run: bool, yes: bool) -> bool:
+    """On a terminal (not a dry run, no --yes): the plan shown and ``Apply?`` answered yes; False elsewhere."""
+    if dry_run or yes or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    show_and_apply(view, fmt, dry_run=True, apply=lambda: (None, None))
+    typer.confirm("Apply?", abort=True, err=True)
+    return True
+
+
+def _print_conf(text: str) -> None:
+    err.print("broker.conf for the new store (--write-broker-conf writes it beside the store):")
+    for line in text.splitlines():
+        err.print(f"  {line}")
+
+
+def _convert_cq(store: Path, cq: str, output: Path, write_broker_conf: bool, yes: bool, changing: Changing) -> None:
+    """``--cq``: the consume queues in the other layout; the store is only read."""
+    fmt, dry_run = changing.format, changing.dry_run
+    with changing.open(store, "convert", writable=False) as st:
+        plan = cq_op.plan_convert_cq(st, cq, output, write_broker_conf=write_broker_conf)
+        view = plan_view(plan, _CQ_TABLES)
+        shown = _confirmed(view, fmt, dry_run, yes)
+
+        def apply() -> tuple[Path, dict[str, str]]:
+            out = cq_op.apply_convert_cq(plan, st, on_step=step_hook())
+            return out, {"output": str(out)}
+
+        done = apply()[0] if shown else show_and_apply(view, fmt, dry_run=dry_run, apply=apply)
+    if not write_broker_conf:
+        _print_conf(plan.broker_conf)
+    if done is not None:
+        err.print(f"converted: the new store is {done}; {st.root} was not changed")
+
+
 _TABLES = {"notes": (None, "notes")}
+_CQ_TABLES = {"queues": (None, "queues written in the new layout")}

@@ -16,6 +16,7 @@ import typer
 from rmqstore.errors import InputError, ProblemsFound
 from rmqstore.ops import dump as lib
 from rmqstore.problems import ERROR, Problem
+from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 
 from . import _fields as fields
 from . import _stores as stores
@@ -273,6 +274,14 @@ _CQ_RESOLVE_COLUMNS = [
 ]  # fmt: skip
 
 
+def _cq_data_columns(resolve: bool, stamped: bool) -> list[str]:
+    """The csv columns of consume queue rows; ``stamped``: the units hold their store time (RocksDB)."""
+    if resolve:
+        return ["kind", *_CQ_COLUMNS[1:], *[c for c in _CQ_RESOLVE_COLUMNS if c != "storeTime"], "storeTimestamp",
+                "keys", "mismatch"]  # fmt: skip
+    return ["kind", *_CQ_COLUMNS[1:], *(["storeTimestamp"] if stamped else []), "mismatch"]
+
+
 def _cq_text_row(row: lib.CqRow) -> dict[str, Any]:
     out = {"kind": row.kind, **row.to_json()}
     if row.kind in ("entry", "filler"):
@@ -352,6 +361,7 @@ def consumequeue_command(
             render_rows((r.to_json() for r in batch.scan()), fmt, title=f"{topic} queue {queue}")
             return
         segs, _ = st.consume_queues.queue(topic, queue).files()
+        stamped = isinstance(st.consume_queues, RocksDBConsumeQueues)  # its units hold their store times
         with progress_bar(sum(s.size for s in segs), "reading the consume queue", quiet=quiet) as advance:
             rows = lib.scan_consume_queue(st, topic, queue, resolve=resolve, problems=problems, progress=advance)
             if from_index is not None or count is not None:
@@ -361,14 +371,12 @@ def consumequeue_command(
                 if fmt is Format.json:
                     _write_json_array(data)
                 else:
-                    cols = ["kind", *_CQ_COLUMNS[1:]] + (
-                        [c for c in _CQ_RESOLVE_COLUMNS if c != "storeTime"] + ["storeTimestamp", "keys", "mismatch"]
-                        if resolve
-                        else ["mismatch"]
-                    )
+                    cols = _cq_data_columns(resolve, stamped)
                     render_rows(data, fmt, columns=cols if fmt is Format.csv else None)
             else:
-                cols = _CQ_COLUMNS + (_CQ_RESOLVE_COLUMNS if resolve else []) + ["mismatch"]
+                cols = (
+                    _CQ_COLUMNS + (_CQ_RESOLVE_COLUMNS if resolve else ["storeTime"] if stamped else []) + ["mismatch"]
+                )
                 render_rows(map(_cq_text_row, rows), fmt, columns=cols, title=f"{topic} queue {queue}")
     _finish(problems, quiet)
 

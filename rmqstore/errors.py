@@ -138,7 +138,7 @@ def from_os_error(e: OSError, path: Path | str | None = None, *, doing: str | No
 
 
 class MissingExtra(RmqstoreError, exit_code=1):
-    """An optional dependency (the ``spark`` extra, Java) is not installed."""
+    """An optional dependency (the ``spark`` or ``rocksdb`` extra, Java) is not installed."""
 
 
 EXIT_CODES: dict[int, str] = {
@@ -151,7 +151,7 @@ EXIT_CODES: dict[int, str] = {
     5: "not a store: the path is missing or is not a RocketMQ store root",
     6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
     "(a directory where a file belongs, a symlink loop)",
-    7: "unsupported store or operation (RocksDB consume queue, `write` to a DLedger commit log or a batch consume queue topic)",
+    7: "unsupported store or operation (`write` to a DLedger commit log, a RocksDB consume queue store or a batch consume queue topic)",
     8: "unsafe plan refused: the operation would lose data, or write the same input twice; see --force "
     "(write: --again)",
     9: "expire `--detailed-exitcode` only: files were deleted (a dry run: would be); without the option a successful run exits 0",

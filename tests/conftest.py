@@ -201,6 +201,36 @@ def run_with_hook(step: str, count: int, record: Path | None, argv: list[str]) -
     return subprocess.run(code, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
+def kill_at_every_step(tmp: Path, prepare, argv, state, rerun_codes: set[int], finished: str) -> list[str]:
+    """Run ``argv(prepare(dir), quarantine)`` once recording its steps, then once per step killed (SIGKILL) there
+    and run again in this process: each ends in the uninterrupted run's ``state(root)``. Returns the steps."""
+    from collections import Counter
+
+    from typer.testing import CliRunner
+
+    from rmqstore.cli import app
+
+    ref = prepare(tmp / "ref")
+    steps_file = tmp / "steps.txt"
+    p = run_with_hook("-", 1, steps_file, argv(ref, tmp / "q-ref"))
+    assert p.returncode in rerun_codes - {8}, p.stderr
+    steps = steps_file.read_text().split()
+    assert steps and steps[-1] == finished, steps
+    want = state(ref)
+    seen: Counter[str] = Counter()
+    for i, step in enumerate(steps):
+        seen[step] += 1
+        root = prepare(tmp / f"run{i}")
+        q = tmp / f"q{i}"
+        killed = run_with_hook(step, seen[step], None, argv(root, q))
+        assert killed.returncode == -9, (step, killed.returncode, killed.stderr)
+        again = CliRunner().invoke(app, argv(root, q))
+        assert again.exit_code in rerun_codes, (step, again.output)
+        assert "internal error" not in again.output
+        assert state(root) == want, f"killed at {step} (#{seen[step]}), then re-run"
+    return steps
+
+
 # -- DLedger stores crashed and damaged on purpose (copies of the real DLedger stores) -------------
 
 DLEDGER_CASES = ("4.9.4/dledger-clean", "5.2.0/dledger-5x-clean")

@@ -32,8 +32,8 @@ from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.errors import CorruptData
 from rmqstore.store.layout import StoreConfig, record_place
-from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import QueueWriter
+from rmqstore.store.queue.kinds import consume_queue_store
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.requests import DispatchRequest
 
@@ -266,7 +266,7 @@ class Dispatcher:
         self.build_cq = consume_queue
         self.build_index = cfg.message_index_enable if index is None else index
         self.topics = topics
-        self._cq = FileConsumeQueues(cfg, self.root)
+        self._cq = consume_queue_store(cfg, self.root, writable=True)
         self._queues: dict[tuple[str, int], QueueWriter] = {}
         self._clock = clock or (lambda: int(dt.datetime.now().timestamp() * 1000))
         self._index: _IndexWriter | None = None
@@ -410,6 +410,7 @@ class Dispatcher:
     def close(self, *, sync: bool = True) -> DispatchStats:
         for w in self._queues.values():
             w.close(sync)
+        self._cq.close(sync)
         if self._index is not None:
             self._index.close(sync)
             self.stats.index_files_created = list(self._index.created)

@@ -27,6 +27,7 @@ from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues, BatchConsumeQueueWriter
 from rmqstore.store.queue.consumequeue import ConsumeQueueWriter, FileConsumeQueues
+from rmqstore.store.queue.kinds import keeps_rocksdb
 from rmqstore.walk.chain import walk_segment
 from rmqstore.walk.requests import request_from_record
 
@@ -78,13 +79,15 @@ class ExtraDispatcher:
         self.cfg = cfg
         self.bcq_topics = bcq_topics
         self._queues = FileConsumeQueues(cfg, Path(root))
+        # 5.2.0's RocksDB consume queue dispatches no %LMQ% queue: its multi-dispatch lives in the file queue
+        self.lmq = cfg.enable_multi_dispatch and not keeps_rocksdb(cfg)
         self._batch_queues = BatchConsumeQueues(cfg, Path(root))
         self._cq: dict[tuple[str, int], ConsumeQueueWriter] = {}
         self._bcq: dict[tuple[str, int], BatchConsumeQueueWriter] = {}
 
     @property
     def needed(self) -> bool:
-        return bool(self.bcq_topics) or self.cfg.enable_multi_dispatch
+        return bool(self.bcq_topics) or self.lmq
 
     def put(self, rec: Record) -> None:
         tt = rec.sys_flag & TRANSACTION_MASK
@@ -94,7 +97,7 @@ class ExtraDispatcher:
         if rec.topic in self.bcq_topics:
             req = request_from_record(rec, self.cfg)
             self._put_unit(rec, req.tags_code)
-        for name, qid, offset in lmq_targets(rec, self.cfg):
+        for name, qid, offset in lmq_targets(rec, self.cfg) if self.lmq else ():
             if topic_name_problem(name) is not None:
                 raise CorruptData(f"INNER_MULTI_DISPATCH names a queue the broker refuses: {name!r}", pos=rec.pos)
             req = req or request_from_record(rec, self.cfg)

@@ -19,6 +19,7 @@ from rmqstore.errors import InputError, UnsupportedStore
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
+from rmqstore.store.queue.kinds import keeps_rocksdb
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.requests import ScanStop
 
@@ -50,6 +51,8 @@ def build(
                 shutil.copytree(src, build_root / src.name, dirs_exist_ok=True)
         start = from_phy
     if engine != "local":
+        if consume_queue and keeps_rocksdb(cfg):
+            raise UnsupportedStore(f"{st.root}: engine {engine!r} writes no RocksDB consume queue; use --engine local")
         if consume_queue and (cfg.enable_multi_dispatch or batch_cq_topics(cfg)):
             raise UnsupportedStore(
                 f"{st.root}: engine {engine!r} writes neither %LMQ% (multi-dispatch) nor batch consume queues; "

@@ -756,6 +756,7 @@ class CqRow:
     expected_tags_code: int | None = None
     mismatch: tuple[str, ...] = ()
     resolved: bool = False
+    store_timestamp: int | None = None  # the unit's own (a RocksDB unit holds its record's store time)
 
     def to_json(self) -> dict[str, Any]:
         if self.kind in ("hole", "end"):
@@ -773,6 +774,8 @@ class CqRow:
         }
         if self.kind != "entry":
             out = {"kind": self.kind, **out}
+        if self.store_timestamp is not None:
+            out["storeTimestamp"] = self.store_timestamp
         if self.resolved:
             rec = self.record
             out.update(
@@ -861,15 +864,19 @@ def _check_entry(
     return rec, expected, bad, ERROR if bad else INFO
 
 
-def _segment_entries(q: ConsumeQueue, seg: Segment, problems: list[Problem]) -> tuple[list[int], list[int], list[int]]:
-    """(commit log offsets, sizes, tags codes) of one consume queue file's slots; odd names and tails to ``problems``."""
+def _segment_entries(
+    q: ConsumeQueue, seg: Segment, problems: list[Problem]
+) -> tuple[list[int], list[int], list[int], list[int | None]]:
+    """(commit log offsets, sizes, tags codes, the units' store times where they hold one) of one consume queue
+    file's slots; odd names and tails to ``problems``."""
     if seg.base_offset % ENTRY_SIZE:
         problems.append(Problem(seg.path, None, f"file name {seg.base_offset} is not a multiple of 20"))
     arr = q.read(seg)
     tail = seg.size % ENTRY_SIZE
     if tail:
         problems.append(Problem(seg.path, seg.size - tail, f"{tail} trailing bytes, not a whole entry"))
-    return arr["phy_offset"].tolist(), arr["size"].tolist(), arr["tags_code"].tolist()
+    stamps = arr["store_timestamp_ms"].tolist() if "store_timestamp_ms" in arr.dtype.names else [None] * len(arr)
+    return arr["phy_offset"].tolist(), arr["size"].tolist(), arr["tags_code"].tolist(), stamps
 
 
 def _commitlog_join(st: Store) -> tuple[CommitLogReader, int | None, int | None]:
@@ -909,9 +916,9 @@ def scan_consume_queue(
     prev_phy = -1
     try:
         for seg in segs:
-            phys, sizes, tags = _segment_entries(q, seg, problems)
+            phys, sizes, tags, stamps = _segment_entries(q, seg, problems)
             first_q = seg.base_offset // ENTRY_SIZE
-            for i, (phy, size, tags_code) in enumerate(zip(phys, sizes, tags, strict=True)):
+            for i, (phy, size, tags_code, stamp) in enumerate(zip(phys, sizes, tags, stamps, strict=True)):
                 qo = first_q + i
                 if phy < 0 or size <= 0:
                     if empty_from is None:
@@ -941,6 +948,8 @@ def scan_consume_queue(
                     mism += more
                     if sev == ERROR:
                         severity = ERROR
+                    if rec is not None and stamp is not None and stamp != rec.store_timestamp_ms:
+                        mism.append(f"store timestamp {stamp}, the record's is {rec.store_timestamp_ms}")
                 if mism:
                     problems.append(
                         Problem(seg.path, i * ENTRY_SIZE, f"queue offset {qo}: " + "; ".join(mism), severity, phy)
@@ -948,7 +957,7 @@ def scan_consume_queue(
                 else:
                     prev_phy = phy  # a bad entry is no reference for the order of the next ones
                 yield CqRow("entry", qo, phy, size, tags_code, record=rec, expected_tags_code=expected,
-                            mismatch=tuple(mism), resolved=resolve)  # fmt: skip
+                            mismatch=tuple(mism), resolved=resolve, store_timestamp=stamp)  # fmt: skip
             if progress is not None:
                 progress(seg.size)
         if empty_from is not None and segs:

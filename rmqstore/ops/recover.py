@@ -69,8 +69,9 @@ from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
-from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueueStore, QueueRecovery
+from rmqstore.store.queue.kinds import consume_queue_store
+from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 from rmqstore.walk.checked import keep_dispatch_columns, take_dispatch_columns
 from rmqstore.walk.columns import iter_columns
 from rmqstore.walk.dledger import ENTRY, index_repair, iter_entries, kept_entries, member_checkpoint, unit_bytes
@@ -512,13 +513,15 @@ def plan_recover(
     root = Path(st.root)
     _check_plannable(st, rebuild_index)
     f = recovery_facts(st, check_crc=check_crc, progress=progress)
+    rebuild_consume_queue, in_place_cq = _database_rebuild(st, f, rebuild_consume_queue)
     actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
     queue_ends = _queue_ends(f)
     if f.truncate_logic and not rebuild_consume_queue:
         for _key, q in sorted(f.queues.items()):
             actions += _cq_truncate_actions(root, q, f.process_offset)
         actions += _batch_cut_actions(root, f)
-    dispatch = _plan_dispatch(f, cfg, not rebuild_consume_queue, cfg.message_index_enable and not rebuild_index)
+    want_cq = in_place_cq and not rebuild_consume_queue
+    dispatch = _plan_dispatch(f, cfg, want_cq, cfg.message_index_enable and not rebuild_index)
     if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
         keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
     tail = (
@@ -529,7 +532,7 @@ def plan_recover(
     actions += [tail] if tail is not None else []
     member_actions, member = _plan_member(root, st, f)
     actions += member_actions
-    losses = _losses(f, cfg, actions)
+    losses = [x for x in _losses(f, cfg, actions) if not (rebuild_consume_queue and x.what == "cq-entries")]
     before, after, index_pending, write_cp = _plan_checkpoint(f, cfg, dispatch, rebuild_index, rebuild_consume_queue)
     qdir: str | None = None
     if use_quarantine:
@@ -567,6 +570,20 @@ def plan_recover(
         created_ms=now_ms,
         member=member,
     )
+
+
+def _database_rebuild(st: Store, f: RecoveryFacts, rebuild: bool) -> tuple[bool, bool]:
+    """(rebuild the consume queues, re-dispatch into them in place). The engine serves what a RocksDB database
+    says and re-dispatches from its checkpoint row: a database out of line with the commit log is rebuilt
+    whole beside the store (the old one to the quarantine), never changed in place."""
+    queues = st.consume_queues
+    if not isinstance(queues, RocksDBConsumeQueues):
+        return rebuild, True
+    why = None if rebuild else queues.out_of_line(f.process_offset)
+    if why is not None:
+        f.notes.append(f"the consume queue database {why}: it is rebuilt from the valid commit log and the old "
+                       "database goes to the quarantine whole")  # fmt: skip
+    return rebuild or why is not None, False
 
 
 def _refuse_cut_entries(st: Store, f: RecoveryFacts) -> None:
@@ -1274,7 +1291,7 @@ def _step_rebuild(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, 
         ok = True
     finally:
         stats = dispatcher.close(sync=ok)
-    _fsync_dispatch_dirs(FileConsumeQueues(cfg, build), build / "index", stats)
+    _fsync_dispatch_dirs(consume_queue_store(cfg, build), build / "index", stats)
     state: dict[str, Any] = {"rebuild": stats.to_json()}
     if plan.rebuild_consume_queue:
         state["logicsMsgTimestamp"] = stats.logics_msg_timestamp_ms

@@ -33,8 +33,9 @@ from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
-from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
+from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
+from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,10 @@ class RedispatchPlan(JsonModel):
 
     @property
     def changed(self) -> bool:
-        return any(d.missing or d.extra or d.different for d in self.queue_diffs) or (
-            self.build_index and self.index_files_changed
+        return (
+            any(d.missing or d.extra or d.different for d in self.queue_diffs)
+            or (self.build_index and self.index_files_changed)
+            or self.stats.get("databaseRowsChanged", False)
         )
 
     @property
@@ -171,6 +174,21 @@ def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[s
     return diffs
 
 
+def _diff_built(st: Store, build_root: Path, topics: tuple[str, ...] | None) -> tuple[list[QueueDiff], bool]:
+    """The queues' differences, and whether a database's other rows (max/min, checkpoint) differ."""
+    built = consume_queue_store(st.config, build_root)
+    try:
+        diffs = _diff_queues(st.consume_queues, built, topics)
+        cur = st.consume_queues
+        if isinstance(built, RocksDBConsumeQueues) and isinstance(cur, RocksDBConsumeQueues):
+            if not cur.exists():
+                return diffs, True
+            return diffs, (cur.offset_rows(), cur.checkpoint()) != (built.offset_rows(), built.checkpoint())
+        return diffs, False
+    finally:
+        built.close()
+
+
 def _index_summary(root: Path) -> list[dict[str, Any]]:
     out = []
     d = root / "index"
@@ -232,6 +250,15 @@ def _shrink_refusal(diffs: list[QueueDiff]) -> str | None:
     return None
 
 
+def _check_scope(st: Store, topics: tuple[str, ...] | None, only: str | None) -> None:
+    if only not in (None, "consumequeue", "index"):
+        raise InputError(f"--only takes consumequeue or index, not {only!r}")
+    if topics and only == "index":
+        raise InputError("--topic selects consume queues; index files hold every topic and cannot be filtered")
+    if topics and keeps_rocksdb(st.config):
+        raise InputError("--topic: the consume queues are one RocksDB database, rebuilt and swapped in whole")
+
+
 def plan_redispatch(
     st: Store,
     *,
@@ -250,10 +277,7 @@ def plan_redispatch(
 
     ``keep_old``: the swap moves the replaced files to a fresh folder inside ``quarantine`` (default:
     beside the store) instead of deleting them."""
-    if only not in (None, "consumequeue", "index"):
-        raise InputError(f"--only takes consumequeue or index, not {only!r}")
-    if topics and only == "index":
-        raise InputError("--topic selects consume queues; index files hold every topic and cannot be filtered")
+    _check_scope(st, topics, only)
     build_cq = only in (None, "consumequeue")
     build_ix = only in (None, "index") and not topics and st.config.message_index_enable
     notes = []
@@ -272,8 +296,10 @@ def plan_redispatch(
             progress=progress,
             spark_master=spark_master,
         )
-        diffs = _diff_queues(st.consume_queues, FileConsumeQueues(st.config, build_root), topics) if build_cq else []
+        diffs, rows_changed = _diff_built(st, build_root, topics) if build_cq else ([], False)
         sj = stats.to_json()
+        if rows_changed:
+            sj["databaseRowsChanged"] = True
         if build_ix:
             sj["indexChanged"] = not _index_identical(st.root, build_root)
         rebuilt_index = tuple(_index_summary(build_root))

@@ -28,7 +28,6 @@ from rmqstore.errors import (
     StoreLocked,
     StoreNotFound,
     UnsafePlan,
-    UnsupportedStore,
     UsageError,
     from_os_error,
 )
@@ -46,8 +45,8 @@ from rmqstore.store.layout import (
     log_segments,
 )
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues
-from rmqstore.store.queue.consumequeue import FileConsumeQueues
 from rmqstore.store.queue.interface import ConsumeQueueStore
+from rmqstore.store.queue.kinds import consume_queue_store
 
 
 def lock_holder_pid(lock_path: Path) -> int | None:
@@ -88,7 +87,7 @@ class Store:
     batch_queues: BatchConsumeQueues = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.consume_queues = FileConsumeQueues(self.config, self.config.store_root)
+        self.consume_queues = consume_queue_store(self.config, self.config.store_root)
         self.batch_queues = BatchConsumeQueues(self.config, self.config.store_root)
 
     @property
@@ -146,17 +145,12 @@ class Store:
 
     # -- reading -----------------------------------------------------------------
     def close(self) -> None:
+        self.consume_queues.close()
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, 0)
             os.close(self._lock_fd)
             self._lock_fd = None
-
-
-def _detect_unsupported(root: Path) -> None:
-    cq = root / "consumequeue"
-    if (cq / "CURRENT").exists() or any(cq.glob("*.sst")):
-        raise UnsupportedStore(f"{root}: the consume queue is a RocksDB database (storeType=defaultRocksDB)")
 
 
 def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -> StoreConfig:
@@ -283,7 +277,6 @@ def open_store(
     cfg = resolve_config(root, Path(broker_config) if broker_config else None, broker)
     if not create and not looks_like_store(root, cfg):
         raise StoreNotFound(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
-    _detect_unsupported(root)
     if writable or operation is not None:
         check_readable(cfg)
     if writable and not dry_run and operation is not None:

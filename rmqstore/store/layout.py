@@ -78,6 +78,7 @@ class StoreConfig:
     enabled_append_prop_crc: bool = False
     force_verify_prop_crc: bool = False
     bcq_file_size: int = 13_800_000  # mapperFileSizeBatchConsumeQueue, 300000 units of 46 bytes
+    store_type: str = "default"  # storeType: defaultRocksDB keeps the consume queues in a RocksDB database
     # DLedger mode: the commit log is the data files of a DLedger member (dledger-<selfId>/)
     enable_dleger_commit_log: bool = False
     dleger_group: str = ""
@@ -197,6 +198,7 @@ _KEYS: dict[str, tuple[str, type]] = {
     "enabledAppendPropCRC": ("enabled_append_prop_crc", bool),
     "forceVerifyPropCRC": ("force_verify_prop_crc", bool),
     "mapperFileSizeBatchConsumeQueue": ("bcq_file_size", int),
+    "storeType": ("store_type", str),
     "enableDLegerCommitLog": ("enable_dleger_commit_log", bool),
     "dLegerGroup": ("dleger_group", str),
     "dLegerSelfId": ("dleger_self_id", str),
@@ -237,7 +239,6 @@ _OTHER_KNOWN = {
     "mappedFileSizeConsumeQueueExt",
     "bitMapLengthConsumeQueueExt",
     "enableCalcFilterBitMap",
-    "storeType",
     "timerWheelEnable",
     "enableCompaction",
     "fetchNamesrvAddrByAddressServer",

@@ -20,6 +20,7 @@ from rmqstore.errors import CorruptData
 from rmqstore.store import Store
 from rmqstore.store.layout import Segment
 from rmqstore.store.queue.interface import ConsumeQueue
+from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueue
 from rmqstore.store.reader import CommitLogReader, scan_records
 
 if TYPE_CHECKING:
@@ -207,7 +208,10 @@ def offset_by_time(st: Store, topic: str, queue_id: int, timestamp_ms: int, *, f
         if not q.segments:
             notices.append(f"no consume queue {topic}/{queue_id}: the broker answers 0")
             return QueueHit(topic, queue_id, 0, bounds, None, None, tuple(notices))
-        qo = _search_file(q, _pick_file(q, reader, timestamp_ms, file_by_mtime), reader, timestamp_ms, bounds)
+        if isinstance(q.queue, RocksDBConsumeQueue):  # the whole queue, by the units' own store times
+            qo: int | None = q.queue.offset_by_time(timestamp_ms, reader.min_phy_offset)
+        else:
+            qo = _search_file(q, _pick_file(q, reader, timestamp_ms, file_by_mtime), reader, timestamp_ms, bounds)
         if qo is None:
             notices.append("the search met an entry whose message cannot be read: the broker answers 0")
             qo = 0

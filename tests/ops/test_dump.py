@@ -72,7 +72,7 @@ DLEDGER_FRAME_FIELDS = DLEDGER.frame_fields
 
 def same_as_truth(row: dict, want: dict) -> bool:
     """Field for field; a body over 64 KiB is compared through its sha256, as truth.json gives it. The
-    fields of a DLedger record's entry are not a served message's (tests/compat/test_dledger.py checks them)."""
+    fields of a DLedger record's entry are not a served message's (tests/compat/test_dledger_stores.py checks them)."""
     row = {k: v for k, v in row.items() if k not in DLEDGER_FRAME_FIELDS}
     if "bodySha256" in want:
         got = dict(row)

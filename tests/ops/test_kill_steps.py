@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,11 +20,9 @@ from conftest import (
     data_files,
     dledger_case,
     dledger_crashed,
-    run_with_hook,
+    kill_at_every_step,
 )
 from typer.testing import CliRunner
-
-from rmqstore.cli import app
 
 runner = CliRunner()
 NOW_MS = 1_795_400_000_000
@@ -140,22 +137,7 @@ CASES: dict[str, tuple[Callable[[Path], Path], Callable[[Path, Path], list[str]]
 @pytest.mark.parametrize("command", list(CASES))
 def test_killed_at_every_step_then_rerun_is_byte_identical(tmp_path: Path, command: str) -> None:
     prepare, argv, rerun_codes = CASES[command]
-    ref = prepare(tmp_path / "ref")
-    steps_file = tmp_path / "steps.txt"
-    p = run_with_hook("-", 1, steps_file, argv(ref, tmp_path / "q-ref"))
-    assert p.returncode in rerun_codes - {8}, p.stderr
-    steps = steps_file.read_text().split()
-    assert steps and steps[-1] == f"{command.split('-')[0]}:finished", steps
-    want = data_files(ref)
-    seen: Counter[str] = Counter()
-    for i, step in enumerate(steps):
-        seen[step] += 1
-        root = prepare(tmp_path / f"run{i}")
-        q = tmp_path / f"q{i}"
-        killed = run_with_hook(step, seen[step], None, argv(root, q))
-        assert killed.returncode == -9, (step, killed.returncode, killed.stderr)
-        again = runner.invoke(app, argv(root, q))
-        assert again.exit_code in rerun_codes, (step, again.output)
-        assert "internal error" not in again.output
-        assert data_files(root) == want, f"killed at {step} (#{seen[step]}), then re-run"
-        assert not any((root / ".rmqstore").glob("*journal*")), step
+    finished = f"{command.split('-')[0]}:finished"
+    kill_at_every_step(tmp_path, prepare, argv, data_files, rerun_codes, finished)
+    for root in tmp_path.glob("run*/store"):
+        assert not any((root / ".rmqstore").glob("*journal*")), root

@@ -317,6 +317,9 @@ class MemoryQueues:
     def queues(self) -> list[MemoryQueue]:
         return [self.held[k] for k in sorted(self.held)]
 
+    def close(self, sync: bool = True) -> None:
+        """Nothing is held open."""
+
     def queue(self, topic: str, queue_id: int) -> MemoryQueue:
         empty = MemoryQueue(topic, queue_id, np.zeros(0, ENTRY_DTYPE), self.per_file, 0, self.max_includes_size)
         return self.held.get((topic, queue_id), empty)

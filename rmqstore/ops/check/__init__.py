@@ -65,6 +65,7 @@ from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
+from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
 from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from rmqstore.rules import rules_for
 from rmqstore.safety.plan import JsonModel
@@ -1436,6 +1437,7 @@ def _forecast(
     abort = st.abort_exists()
     ends = [q.last_end if rules.cq_max_includes_size else q.last_phy for q in queues if q.last_phy >= 0]
     cq_max = max(ends) if ends else -1
+    cq_max = dispatch_checkpoint(st, cq_max)
     segs = loaded_segments(segs, cfg.commitlog_file_size, cfg.broker)
     mode = "abnormal" if abort else "normal"
     if not segs:
@@ -1445,6 +1447,7 @@ def _forecast(
     stop = _forecast_stop(scan, segs, start_phy)
     beyond = scan.a_phy >= stop if scan.count else np.zeros(0, bool)
     dropped = int(beyond.sum())
+    from_db = database_dispatch_from(st, segs[0].base_offset, stop, cq_max)
     deleted_index: tuple[str, ...] = ()
     if abort:
         limit_ts = cp.index_msg_timestamp_ms if cp is not None else 0
@@ -1463,7 +1466,9 @@ def _forecast(
         deleted_index_files=deleted_index,
         cq_max_phy_offset=cq_max,
         truncated_queues=sum(1 for q in queues if q.last_phy >= stop) if cq_max >= stop else 0,
-        dispatch_from=_dispatch_from(rules, abort, segs[0].base_offset, start_phy, stop, cq_max),
+        dispatch_from=_dispatch_from(rules, abort, segs[0].base_offset, start_phy, stop, cq_max)
+        if from_db is None
+        else from_db,
     )
 
 
@@ -1592,6 +1597,7 @@ def check_store(
     if not quick:
         queues = _check_queues(st, scan, out, counts)
         index = _check_index(st, scan, out, counts)
+    check_rows(st, scan.data_end, segs[0].base_offset if segs else 0, out.add)
     fc = _forecast(st, segs, scan, queues, index, cp)
     _report_forecast(fc, st, out, segs, queues)
     ends = [q.last_end for q in queues if q.last_end >= 0]

@@ -14,6 +14,7 @@ from rmqstore.errors import CorruptData, UnsafePlan, UnsupportedStore
 from rmqstore.store import Store
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment
+from rmqstore.store.queue.kinds import keeps_rocksdb
 from rmqstore.walk.chain import Stop, StopKind, walk_chain
 from rmqstore.walk.requests import DispatchRequest, scan_requests
 
@@ -50,6 +51,11 @@ def check_supported(st: Store) -> None:
         )
     if len(cfg.commitlog_dirs) > 1:
         raise UnsupportedStore(f"{st.root}: a multi-path commit log is not supported for writing")
+    if keeps_rocksdb(cfg):
+        raise UnsupportedStore(
+            f"{st.root}: the consume queues are a RocksDB database (storeType=defaultRocksDB); writing to such a "
+            "store is not supported"
+        )
     if cfg.enable_consume_queue_ext:
         raise UnsupportedStore(f"{st.root}: enableConsumeQueueExt=true is not supported for writing")
     if cfg.duplication_enable:

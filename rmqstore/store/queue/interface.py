@@ -178,3 +178,7 @@ class ConsumeQueueStore(Protocol):
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """One queue, present or not."""
         ...
+
+    def close(self, sync: bool = True) -> None:
+        """Release what the store holds open (a database); a writable one is flushed first with ``sync``."""
+        ...

@@ -185,6 +185,9 @@ class QueueDirectories(Generic[Q]):
         out.sort(key=lambda q: (q.topic, q.queue_id))
         return out
 
+    def close(self, sync: bool = True) -> None:
+        """Files are opened per call: nothing is held."""
+
     def queue(self, topic: str, queue_id: int) -> Q:
         """A topic the broker would refuse never becomes a path: it gets a hidden name inside the kind's
         directory that holds no queue (its writer refuses it, naming the record)."""
