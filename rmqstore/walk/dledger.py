@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from rmqstore.problems import ERROR, WARNING, Problem
 from rmqstore.store.dledger import DLedgerIndex, Member
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment
+from rmqstore.walk.starts import RecordStarts
 
 ENTRY = "entry"
 BLANK = "blank"
@@ -171,6 +173,21 @@ class KeptEntries:
         return out
 
 
+def _entry_starts(buf: Any, seg: Segment, limit: int) -> np.ndarray:
+    """Where the entries of one data file start, up to file position ``limit`` (an entry boundary the
+    recovery walk reached): the chained sound entries, found with numpy a window at a time."""
+    starts = RecordStarts(buf, len(buf), seg.base_offset, framing=seg.framing)
+    runs: list[np.ndarray] = []
+    pos = 0
+    while pos < limit:
+        run = starts.run_at(pos)
+        if run is None:
+            break
+        records, pos = run
+        runs.append(records[records - HEADER_SIZE < limit] - HEADER_SIZE)
+    return np.concatenate(runs) if runs else np.zeros(0, np.int64)
+
+
 def kept_entries(segs: Iterable[Segment], end: int) -> KeptEntries:
     """The header of every DLedger entry that lies wholly before commit log offset ``end`` (where
     recovery's record walk ended, on an entry boundary); CorruptData names the first entry whose
@@ -183,11 +200,10 @@ def kept_entries(segs: Iterable[Segment], end: int) -> KeptEntries:
             continue
         try:
             with map_file(seg.path) as buf:
-                records, _, _ = seg.framing.chain(buf, 0, len(buf), end - seg.base_offset)
-                starts = records - HEADER_SIZE
-                u8 = np.frombuffer(buf, np.uint8)
-                heads = u8[starts[:, None] + np.arange(HEADER_SIZE)].view(_HEAD).ravel()
-                del u8
+                starts = _entry_starts(buf, seg, end - seg.base_offset)
+                view = np.ndarray((len(buf) - HEADER_SIZE + 1,), dtype=_HEAD, buffer=buf, strides=(1,))
+                heads = view[starts]  # one 48-byte header per entry, copied
+                del view
         except OSError as e:
             raise from_os_error(e, seg.path, doing="read a DLedger data file") from None
         for f in _UNIT_FIELDS:
