@@ -1,7 +1,7 @@
 """Benchmark: rebuild consume queues and index files of a large store with the local engine.
 
 Generates (or takes) a store, removes its consume queues and index files, and times
-``rmqstore.redispatch.build`` into a scratch directory, against ``cat`` of the same commit log
+``rmqstore.dispatch.rebuild.build`` into a scratch directory, against ``cat`` of the same commit log
 bytes. Anchor (issue): the real 4.4.0 engine rebuilds 1,000,000 messages of 200-byte bodies
 (379 MB, one key + UNIQ_KEY each) in about 3.9 s on this kind of machine, about 250 k msg/s.
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from rmqstore.ops import redispatch  # noqa: E402
+from rmqstore.dispatch import rebuild as redispatch  # noqa: E402
 from rmqstore.store import open_store  # noqa: E402
 
 

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from rmqstore.ops import redispatch  # noqa: E402
+from rmqstore.dispatch import rebuild as redispatch  # noqa: E402
 from rmqstore.ops.convert import cq as convert  # noqa: E402
 from rmqstore.store import Store, open_store  # noqa: E402
 from rmqstore.store.queue.rocksdbconsumequeue import ROCKSDB_STORE_TYPE  # noqa: E402

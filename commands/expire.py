@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from rmqstore.ops import expire as op
+from rmqstore.walk import expiry
 
 from ._common import Format, StorePath, err, escape, format_time_ms, parse_time_ms, render_rows, step_hook
 from ._options import Changing, command
@@ -86,11 +87,11 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _action_row(a: op.FileAction, verb: str, at_ms: int) -> dict[str, Any]:
+def _action_row(a: expiry.FileAction, verb: str, at_ms: int) -> dict[str, Any]:
     return {"time": format_time_ms(at_ms), "action": verb, **a.shown()}
 
 
-def _action_line(a: op.FileAction, verb: str, at_ms: int) -> str:
+def _action_line(a: expiry.FileAction, verb: str, at_ms: int) -> str:
     return f"{format_time_ms(at_ms)} {verb} {a.rel_path} ({a.size} bytes, mtime {format_time_ms(a.mtime_ms)}): {a.why}"
 
 
@@ -195,7 +196,7 @@ def expire_command(
     with op.open_for_expire(
         store, broker_config=changing.broker_config, broker=changing.broker_version, dry_run=dry_run
     ) as st:
-        settings = op.expire_settings(
+        settings = expiry.expire_settings(
             st.config,
             file_reserved_time_h=file_reserved_time,
             delete_when=delete_when,
@@ -205,12 +206,14 @@ def expire_command(
             disk_space_warning_level_ratio=disk_space_warning_level_ratio,
             disk_space_clean_forcibly_ratio=disk_space_clean_forcibly_ratio,
         )
-        disk = (lambda _p: disk_used_ratio) if disk_used_ratio is not None else op.measured_disk_usage(settings.broker)
+        disk = (
+            (lambda _p: disk_used_ratio) if disk_used_ratio is not None else expiry.measured_disk_usage(settings.broker)
+        )
         resumed = resume_interrupted(st, "expire", dry_run=dry_run)
         if resumed is not None:
             err.print(escape(resumed.message))
         measured = disk_used_ratio is None  # measured: each clean service computes the ratio its own way
-        plan = op.plan_expire(
+        plan = expiry.plan_expire(
             st,
             now_ms=now_ms,
             settings=settings,
@@ -228,23 +231,23 @@ def expire_command(
             code, ratio, over = _run(plan, st, disk, fmt, verbose=verbose, detailed=detailed_exitcode)
     if over:
         err.warning(
-            f"commit log disk {op.percent(ratio)} used after the run, above the forced-clean level "
-            f"{op.percent(op.forced_clean_level(plan))}"
+            f"commit log disk {expiry.percent(ratio)} used after the run, above the forced-clean level "
+            f"{expiry.percent(expiry.forced_clean_level(plan))}"
         )
     if code:
         raise typer.Exit(code)
 
 
-def _notes(plan: op.ExpirePlan, root: Path, verbose: bool) -> None:
+def _notes(plan: expiry.ExpirePlan, root: Path, verbose: bool) -> None:
     for w in plan.warnings:
         err.warning(w)
     if verbose:
-        err.print(f"{root}: {op.describe(plan)}")
+        err.print(f"{root}: {expiry.describe(plan)}")
         for n in plan.notes:
             err.print(f"note: {n}")
 
 
-def _view(plan: op.ExpirePlan, ratio: float, over: bool, code: int) -> PlanView:
+def _view(plan: expiry.ExpirePlan, ratio: float, over: bool, code: int) -> PlanView:
     """The files to delete and the facts the actions do not carry: the new min offset, the disk, the exit status."""
     kinds = {k: sum(a.kind == k for a in plan.actions) for k in ("commitlog", "dledger-index", "consumequeue", "index")}
     summary = {
@@ -265,13 +268,13 @@ def _view(plan: op.ExpirePlan, ratio: float, over: bool, code: int) -> PlanView:
 
 
 def _run(
-    plan: op.ExpirePlan, st: Any, disk: Any, fmt: Format, *, verbose: bool, detailed: bool
+    plan: expiry.ExpirePlan, st: Any, disk: Any, fmt: Format, *, verbose: bool, detailed: bool
 ) -> tuple[int, float, bool]:
     """Apply the plan with one log line per file as it goes (the cron log); returns (exit code, disk ratio, over)."""
     verb = "moved" if plan.quarantine else "deleted"
     rows: list[dict[str, Any]] = []
 
-    def on_action(a: op.FileAction) -> None:
+    def on_action(a: expiry.FileAction) -> None:
         at_ms = _wall_ms()
         rows.append(_action_row(a, verb, at_ms))
         if fmt is Format.plain:

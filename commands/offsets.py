@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from rmqstore.errors import InputError
 from rmqstore.ops import offsets as op
+from rmqstore.store import offsets as store_offsets
 from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.timeparse import parse_duration_ms
 
@@ -61,13 +62,13 @@ def show_command(
     """
     fmt = reading.format
     with reading.open(store) as st:
-        rows = op.consumer_progress(st, group=group, topic=topic)
+        rows = store_offsets.consumer_progress(st, group=group, topic=topic)
         data = []
         for r in rows:
-            last = op.last_consumed_ms(st, r)
+            last = store_offsets.last_consumed_ms(st, r)
             at = "" if last is None else format_time_ms(last)
             data.append({**r.to_json(), "lastConsumedTimestamp": last, "lastConsumedAt": at})
-    totals = op.progress_totals(rows)
+    totals = store_offsets.progress_totals(rows)
     if fmt is Format.json:
         sys.stdout.write(json.dumps({"offsets": data, "totals": totals}, indent=2) + "\n")
         return

@@ -1,7 +1,7 @@
 """Expire old files the way the broker's clean services do (store-format.md §10, §5.5, §1.2).
 
 What one run deletes is planned by :func:`rmqstore.walk.expiry.plan_expire` (one pass of the
-broker's ``CleanCommitLogService`` and ``CleanConsumeQueueService``; re-exported here); this module
+broker's ``CleanCommitLogService`` and ``CleanConsumeQueueService``); this module
 applies the plan under the store's lock and its own expire lock.
 
 Deleting oldest first leaves a consistent store after every single step (a broker is in the same
@@ -29,26 +29,11 @@ from rmqstore.store import Store, open_store
 from rmqstore.store.layout import StoreConfig
 from rmqstore.timeparse import format_time_ms
 from rmqstore.walk.expiry import (
-    HOUR_MS,
     DiskUsage,
-    DLedgerCleaning,
     ExpirePlan,
-    ExpireSettings,
     FileAction,
-    Triggers,
     commitlog_used_ratio,
-    describe,
-    dledger_cleaning,
-    evaluate_triggers,
-    expire_settings,
     forced_clean_level,
-    local_hour,
-    measured_disk_usage,
-    parse_delete_when,
-    partition_used_ratio,
-    percent,
-    plan_expire,
-    space_to_delete,
 )
 
 # Exit codes of `rmqstore expire` (the project-wide codes plus two of its own).
@@ -306,31 +291,11 @@ __all__ = [
     "EXIT_LOCKED",
     "EXIT_NOTHING_TO_DO",
     "EXIT_OVER_FORCED_RATIO",
-    "HOUR_MS",
-    "DiskUsage",
-    "DLedgerCleaning",
-    "commitlog_used_ratio",
-    "ExpirePlan",
     "ExpireResult",
     "ExpireRunning",
-    "ExpireSettings",
-    "FileAction",
-    "Triggers",
     "apply_expire",
-    "describe",
-    "dledger_cleaning",
-    "evaluate_triggers",
     "exit_code",
     "expire_lock",
-    "expire_settings",
-    "forced_clean_level",
-    "local_hour",
-    "measured_disk_usage",
     "open_for_expire",
     "over_forced_ratio",
-    "parse_delete_when",
-    "partition_used_ratio",
-    "percent",
-    "plan_expire",
-    "space_to_delete",
 ]

@@ -15,10 +15,7 @@ would report them after loading the store, and the lag (max - committed).
   its neighbours in the consume queue file picked for the time.
 
 Consumer progress itself (``consumer_progress``, ``last_consumed_ms``) is read in
-:mod:`rmqstore.store.offsets` and re-exported here.
-
-Consumer progress itself (``consumer_progress``, ``last_consumed_ms``) is read in
-:mod:`rmqstore.store.offsets` and re-exported here.
+:mod:`rmqstore.store.offsets`.
 
 Writing follows the broker's persist sequence for the chosen version (``.bak`` rotation, §11.1)
 through :func:`rmqstore.config.write_config`, and is a :func:`plan_reset_offsets` /
@@ -43,10 +40,6 @@ from rmqstore.store import config as cfgjson
 from rmqstore.store.lookup import offset_by_time
 from rmqstore.store.offsets import (
     LMQ_OFFSET_FILE,
-    ConsumerProgress,
-    consumer_progress,
-    last_consumed_ms,
-    progress_totals,
     queue_ids_on_disk,
     read_consumer_offsets,
 )
@@ -244,16 +237,11 @@ def _reset_target(
     return offset_by_time(st, rng.topic, rng.queue_id, time_ms).queue_offset
 
 
-# read in the store layer, re-exported for the command and library users
 __all__ = [
     "RESET_MODES",
     "RESET_MODES_ALL",
-    "ConsumerProgress",
     "OffsetChange",
     "ResetOffsetsPlan",
     "apply_reset_offsets",
-    "consumer_progress",
-    "last_consumed_ms",
     "plan_reset_offsets",
-    "progress_totals",
 ]

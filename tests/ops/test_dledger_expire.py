@@ -23,9 +23,9 @@ from test_expire import AT_04, HOUR_MS, expected_index, plan, set_mtime
 from typer.testing import CliRunner
 
 from rmqstore.cli import app
-from rmqstore.ops.expire import dledger_cleaning
 from rmqstore.ops.query import query_key, query_uniq
 from rmqstore.store import lookup, open_store
+from rmqstore.walk.expiry import dledger_cleaning
 
 runner = CliRunner()
 VERSIONS = ("4.9.4", "5.2.0")

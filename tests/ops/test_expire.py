@@ -34,6 +34,7 @@ from rmqstore.errors import ConfigError, InputError
 from rmqstore.ops import expire as ex
 from rmqstore.store import open_store
 from rmqstore.store.files import map_file
+from rmqstore.walk import expiry
 from rmqstore.walk.chain import iter_commitlog
 
 HOUR_MS = 3_600_000
@@ -68,8 +69,8 @@ def age_commitlog(root: Path, ages_h: list[float], now_ms: int) -> None:
 def plan(root: Path, now_ms: int, *, ratio: float = 0.10, broker: str | None = None, force: bool = False, **kw):
     disk = ratio if callable(ratio) else (lambda _p: ratio)
     with open_store(root, broker=broker) as st:
-        settings = ex.expire_settings(st.config, **kw)
-        return ex.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
+        settings = expiry.expire_settings(st.config, **kw)
+        return expiry.plan_expire(st, now_ms=now_ms, settings=settings, force=force, disk_usage=disk)
 
 
 def names(actions) -> list[str]:
@@ -274,14 +275,14 @@ def test_time_trigger_and_manual_mode(tmp_path):
 @pytest.mark.parametrize("value", [" 04", "4a", "", ";04", "04;;16x"])
 def test_delete_when_java_cannot_parse_is_refused(value):
     with pytest.raises(ConfigError):
-        ex.parse_delete_when(value)
+        expiry.parse_delete_when(value)
 
 
 def test_delete_when_parsing_matches_java_split():
-    assert ex.parse_delete_when("04") == (4,)
-    assert ex.parse_delete_when("04;16") == (4, 16)
-    assert ex.parse_delete_when("04;16;") == (4, 16)  # trailing empty strings are dropped by String.split
-    assert ex.parse_delete_when("+4") == (4,)
+    assert expiry.parse_delete_when("04") == (4,)
+    assert expiry.parse_delete_when("04;16") == (4, 16)
+    assert expiry.parse_delete_when("04;16;") == (4, 16)  # trailing empty strings are dropped by String.split
+    assert expiry.parse_delete_when("+4") == (4,)
 
 
 # Ages: file 0 expired, files 1-2 fresh, file 3 newest. At 05:30 (not a deleteWhen hour) unless noted.
@@ -324,11 +325,11 @@ def test_settings_follow_the_broker_version(tmp_path):
         + "diskMaxUsedSpaceRatio=5\ndeleteWhen=03;15\n"
     )
     with open_store(root, broker="5.3.3") as st:
-        s5 = ex.expire_settings(st.config)
+        s5 = expiry.expire_settings(st.config)
     assert (s5.disk_space_clean_forcibly_ratio, s5.disk_space_warning_level_ratio) == (0.70, 0.80)
     assert (s5.delete_file_batch_max, s5.disk_max_used_space_ratio, s5.delete_hours) == (2, 10, (3, 15))
     with open_store(root, broker="4.4.0") as st:
-        s4 = ex.expire_settings(st.config)
+        s4 = expiry.expire_settings(st.config)
     assert (s4.disk_space_clean_forcibly_ratio, s4.disk_space_warning_level_ratio, s4.delete_file_batch_max) == (
         0.85,
         0.90,
@@ -389,9 +390,9 @@ def test_partition_used_ratio_per_version(tmp_path):
     used = (sv.f_blocks - sv.f_bfree) * sv.f_frsize
     total = sv.f_blocks * sv.f_frsize
     entire = used + sv.f_bavail * sv.f_frsize
-    assert ex.partition_used_ratio(tmp_path, "4.4.0") == pytest.approx(used / total, abs=1e-4)
-    assert ex.partition_used_ratio(tmp_path, "5.3.3") == pytest.approx(-(-used * 100 // entire) / 100, abs=0.011)
-    assert ex.partition_used_ratio(tmp_path / "missing", "4.4.0") == -1
+    assert expiry.partition_used_ratio(tmp_path, "4.4.0") == pytest.approx(used / total, abs=1e-4)
+    assert expiry.partition_used_ratio(tmp_path, "5.3.3") == pytest.approx(-(-used * 100 // entire) / 100, abs=0.011)
+    assert expiry.partition_used_ratio(tmp_path / "missing", "4.4.0") == -1
 
 
 def test_quarantine_keeps_relative_paths_and_a_manifest(tmp_path):
@@ -540,7 +541,7 @@ def test_crontab_line_from_the_help_runs_as_cron_would(tmp_path):
     ).stdout
     assert CRONTAB_EXAMPLE in help_text
     minute, hour, *_, command = CRONTAB_EXAMPLE.split(None, 5)
-    assert int(hour) in ex.parse_delete_when("04")  # cron fires inside the broker's default deleteWhen hour
+    assert int(hour) in expiry.parse_delete_when("04")  # cron fires inside the broker's default deleteWhen hour
     sv = os.statvfs(tmp_path)
     if (sv.f_blocks - sv.f_bfree) / sv.f_blocks > 0.84:
         pytest.skip("this disk is above the forced-clean level: the run would delete more")

@@ -16,6 +16,7 @@ from rmqstore.cli import app
 from rmqstore.errors import UnsafePlan
 from rmqstore.ops import offsets as op
 from rmqstore.store import config as cfgjson
+from rmqstore.store import offsets as store_offsets
 from rmqstore.store import open_store
 
 runner = CliRunner()
@@ -130,7 +131,7 @@ def test_min_offset_after_the_first_commit_log_file_expired(store: Path):
 
 def test_consumer_progress(store: Path):
     with open_store(store) as st:
-        rows = op.consumer_progress(st)
+        rows = store_offsets.consumer_progress(st)
     got = {(r.group, r.topic, r.queue_id): r for r in rows}
     assert set(got) == {("GroupA", "TopicA", q) for q in range(4)} | {("GroupA", "%RETRY%GroupA", 0)}
     for qid, committed in {0: 10, 1: 63, 2: 0, 3: 5}.items():
@@ -140,7 +141,7 @@ def test_consumer_progress(store: Path):
         assert r.lag == q["maxOffset"] - committed
     retry = got[("GroupA", "%RETRY%GroupA", 0)]
     assert (retry.max_offset, retry.lag) == (0, 0)  # no such queue on disk: the broker answers 0
-    totals = op.progress_totals(rows)
+    totals = store_offsets.progress_totals(rows)
     assert totals[-1] == {"group": None, "topic": None, "lag": sum(r.lag for r in rows)}
 
 
@@ -359,7 +360,7 @@ def test_lmq_consumer_offsets_are_shown(tmp_path: Path):
         '{\n\t"offsetTable":{\n\t\t"%LMQ%room-1@GroupL":{0:12\n\t\t}\n\t}\n}'
     )
     with open_store(root) as st:
-        rows = op.consumer_progress(st)
+        rows = store_offsets.consumer_progress(st)
     room = next(q for q in load_truth(case)["queues"] if q["topic"] == "%LMQ%room-1")
     (r,) = [r for r in rows if r.topic == "%LMQ%room-1"]
     assert (r.group, r.queue_id, r.consumer_offset, r.max_offset) == ("GroupL", 0, 12, room["maxOffset"])

@@ -18,10 +18,11 @@ from typer.testing import CliRunner
 
 from rmqstore.cli import app
 from rmqstore.dispatch import cut
-from rmqstore.ops import expire, offsets, recover, redispatch, write
+from rmqstore.ops import offsets, recover, redispatch, write
 from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.safety.plan import Plan
 from rmqstore.store import open_store
+from rmqstore.walk import expiry
 
 KEYS = {"operation", "action", "path", "from", "to", "bytes", "kept", "why"}
 VERBS = {"append", "zero", "delete", "move", "replace", "rewrite"}
@@ -56,7 +57,7 @@ def test_every_plan_has_the_common_shape(tmp_path: Path) -> None:
         rplan = redispatch.plan_redispatch(st, dry_run=True)
         check(actions_of(rplan), clean, "redispatch")
         redispatch.discard(rplan)
-        eplan = expire.plan_expire(st, now_ms=4_102_444_800_000, force=True, disk_usage=lambda _p: 0.1)
+        eplan = expiry.plan_expire(st, now_ms=4_102_444_800_000, force=True, disk_usage=lambda _p: 0.1)
         check(actions_of(eplan), clean, "expire")
         oplan = offsets.plan_reset_offsets(st, pairs=[("TopicA", "G")], mode="earliest")
         check(actions_of(oplan), clean, "offsets")
@@ -86,7 +87,7 @@ def test_every_dry_run_shows_the_plans_actions_and_writes_nothing(tmp_path: Path
         planned = {
             "write": actions_of(wplan),
             "redispatch": actions_of(rplan),
-            "expire": actions_of(expire.plan_expire(st, now_ms=future, force=True, disk_usage=lambda _p: 0.1)),
+            "expire": actions_of(expiry.plan_expire(st, now_ms=future, force=True, disk_usage=lambda _p: 0.1)),
             "offsets": actions_of(offsets.plan_reset_offsets(st, pairs=[("TopicA", "G")], mode="earliest")),
         }
         redispatch.discard(rplan)
@@ -154,8 +155,8 @@ def test_every_plan_comes_back_from_its_json(tmp_path: Path) -> None:
         plans += [
             recover.plan_recover(st, now_ms=0, use_quarantine=False),
             rplan,
-            expire.plan_expire(st, now_ms=4_102_444_800_000, force=True, disk_usage=lambda _p: 0.1),
-            expire.plan_expire(st, now_ms=0, disk_usage=lambda _p: 0.99, quarantine=tmp_path / "q"),
+            expiry.plan_expire(st, now_ms=4_102_444_800_000, force=True, disk_usage=lambda _p: 0.1),
+            expiry.plan_expire(st, now_ms=0, disk_usage=lambda _p: 0.99, quarantine=tmp_path / "q"),
             offsets.plan_reset_offsets(st, pairs=[("TopicA", "G"), ("TopicB", "G")], mode="latest"),
         ]
         redispatch.discard(rplan)
@@ -195,10 +196,10 @@ ROWS = {
     "recover.Redispatch": st.builds(recover.Redispatch),
     "redispatch.QueueDiff": st.builds(redispatch.QueueDiff),
     "offsets.OffsetChange": st.builds(offsets.OffsetChange),
-    "expire.FileAction": st.builds(expire.FileAction, path=_paths),
-    "expire.Triggers": st.builds(expire.Triggers, commitlog_used_ratio=_ratio, consumequeue_used_ratio=_ratio),
-    "expire.ExpireSettings": st.builds(
-        expire.ExpireSettings, disk_space_warning_level_ratio=_ratio, disk_space_clean_forcibly_ratio=_ratio
+    "expiry.FileAction": st.builds(expiry.FileAction, path=_paths),
+    "expiry.Triggers": st.builds(expiry.Triggers, commitlog_used_ratio=_ratio, consumequeue_used_ratio=_ratio),
+    "expiry.ExpireSettings": st.builds(
+        expiry.ExpireSettings, disk_space_warning_level_ratio=_ratio, disk_space_clean_forcibly_ratio=_ratio
     ),
 }
 

@@ -32,8 +32,8 @@ from typer.testing import CliRunner  # noqa: E402
 import rmqstore.spark.redispatch  # noqa: E402, F401  # registers the spark engine
 from rmqstore.cli import app  # noqa: E402
 from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2, Record, decode_record  # noqa: E402
+from rmqstore.dispatch import rebuild as local_redispatch  # noqa: E402
 from rmqstore.errors import CorruptData, MissingExtra, UnsafePlan  # noqa: E402
-from rmqstore.ops import redispatch as local_redispatch  # noqa: E402
 from rmqstore.store import open_store
 from rmqstore.walk.chain import iter_commitlog
 

@@ -12,10 +12,10 @@ import pytest
 
 from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE, valid_prefix
 from rmqstore.ops import info as info_op
-from rmqstore.ops import offsets as offsets_op
 from rmqstore.problems import Problem
 from rmqstore.rules import rules_for
 from rmqstore.store import Store, lookup, open_store
+from rmqstore.store import offsets as store_offsets
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues
 from rmqstore.store.queue.consumequeue import FileConsumeQueue, FileConsumeQueues
@@ -352,17 +352,17 @@ def test_operations_read_queues_through_the_interface_alone(case: str, tmp_path:
     from a store whose queues are held in memory; changing what memory holds changes the answers."""
     root = copy_real_store(case, tmp_path)
     with open_store(root) as st:
-        files = (offsets_op.consumer_progress(st), info_op.store_info(st).queues)
+        files = (store_offsets.consumer_progress(st), info_op.store_info(st).queues)
         hit = lookup.query_queue_offset(st, "TopicA", 0, 3)
         st.consume_queues = MemoryQueues.copy_of(st.consume_queues, st.config)
-        assert (offsets_op.consumer_progress(st), info_op.store_info(st).queues) == files
+        assert (store_offsets.consumer_progress(st), info_op.store_info(st).queues) == files
         assert lookup.query_queue_offset(st, "TopicA", 0, 3) == hit
         # one more unit in memory (the record of the last one again): the queue's max offset and lag grow
         memory = st.consume_queues.queue("TopicA", 0)
         last = memory.entries[-1]
         memory.writer().put(*([last[f]] for f in ("phy_offset", "size", "tags_code")), [0], [0])
         before = {(r.group, r.queue_id): r for r in files[0] if r.topic == "TopicA"}
-        for r in offsets_op.consumer_progress(st, topic="TopicA"):
+        for r in store_offsets.consumer_progress(st, topic="TopicA"):
             grew = r.queue_id == 0
             assert r.max_offset == before[(r.group, r.queue_id)].max_offset + grew
         was = {(q.topic, q.queue_id): q.max_offset for q in files[1]}
