@@ -156,6 +156,9 @@ class DLedgerFraming(Framing):
 
     frame_fields = ("entryIndex", "entryTerm", "entryOffset", "entrySize")
 
+    def blank_head(self, remaining: int) -> bytes:
+        return _SIZE.pack(BLANK_MAGIC, remaining)
+
     def frame_values(self, buf: Any, record_pos: int) -> tuple[int, ...]:
         _, size, index, term, pos = _FRAME.unpack_from(buf, record_pos - HEADER_SIZE)
         return index, term, pos, size

@@ -20,7 +20,15 @@ import struct
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from rmqstore.codec.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, OFFSETS_V4, explain_invalid, read_head
+from rmqstore.codec.commitlog import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    OFFSETS_V4,
+    encode_blank,
+    explain_invalid,
+    read_head,
+)
 from rmqstore.errors import CorruptData
 
 if TYPE_CHECKING:
@@ -126,6 +134,10 @@ class Framing:
         if total == 0 and magic == 0:
             return END, pos, pos
         return INVALID, pos, pos
+
+    def blank_head(self, remaining: int) -> bytes:
+        """The first bytes of the blank frame that fills the last ``remaining`` bytes of a file (zeros follow)."""
+        return encode_blank(remaining)
 
     frame_fields: tuple[str, ...] = ()  # what a frame says of its record besides the record (dump's extra fields)
 

@@ -21,11 +21,10 @@ from rmqstore.codec.commitlog import (
     CRC32_RESERVED_LEN,
     HEAD_OFFSETS,
     OFFSETS_V4,
-    encode_blank,
     encode_prop_crc,
     prop_crc_check,
 )
-from rmqstore.codec.dledger import INDEX_UNIT_SIZE, blank_bytes, entry_headers, index_units
+from rmqstore.codec.dledger import INDEX_UNIT_SIZE, entry_headers, index_units
 from rmqstore.codec.framing import Framing
 from rmqstore.errors import InputError
 from rmqstore.safety.files import fsync_dir
@@ -163,13 +162,9 @@ class LogWriter:
     def _roll(self) -> None:
         """Close the file with the blank of the framing and go on at the start of the next one."""
         rest = self.fs - self.pos
-        if self.head:
-            blank = blank_bytes(rest)
-        elif self.item is not None:
-            tail = bytes(self.item[8:rest])
-            blank = encode_blank(rest) + tail + bytes(rest - 8 - len(tail))
-        else:
-            blank = encode_blank(rest)
+        blank = self.framing.blank_head(rest)  # the file was created full of zeros: they follow it
+        if self.item is not None:
+            blank += bytes(self.item[8:rest])
         os.pwrite(self._fd, blank, self.pos)
         self.close_file()
         self.base, self.pos = self.base + self.fs, 0
