@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rmqstore.codec import indexfile as ix
-from rmqstore.codec.dledger import HEADER_SIZE, INDEX_UNIT_SIZE, decode_header, header_problem
+from rmqstore.codec.dledger import DLEDGER, HEADER_SIZE, INDEX_UNIT_SIZE, decode_header, header_problem
 from rmqstore.dispatch.cut import (
     Removal,
     checkpoint_bytes,
@@ -593,7 +593,7 @@ def _refuse_cut_entries(st: Store, f: RecoveryFacts) -> None:
         return
     po = f.process_offset
     here = next((s for s in f.segs if s.base_offset <= po < s.end_offset), None)
-    if here is None or here.framing.name != "dledger":
+    if here is None or here.framing is not DLEDGER:
         return
     later = next((e for s in f.segs if s.base_offset > po for e in iter_entries([s]) if e.kind == ENTRY), None)
     if later is None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from rmqstore.codec.dledger import (
     BLANK_MAGIC,
+    DLEDGER,
     HEADER_SIZE,
     INDEX_UNIT_SIZE,
     EntryHeader,
@@ -88,7 +89,7 @@ def file_entries(seg: Segment) -> Iterator[Entry]:
 def iter_entries(segs: Iterable[Segment]) -> Iterator[Entry]:
     """The frames of every DLedger data file in ``segs`` (the plain files of a migrated store are skipped)."""
     for seg in segs:
-        if seg.framing.name == "dledger" and seg.size > 0:
+        if seg.framing is DLEDGER and seg.size > 0:
             yield from file_entries(seg)
 
 
@@ -196,7 +197,7 @@ def kept_entries(segs: Iterable[Segment], end: int) -> KeptEntries:
     cols: dict[str, list[np.ndarray]] = {f: [] for f in _UNIT_FIELDS}
     files: list[tuple[Segment, int]] = []
     for seg in segs:
-        if seg.framing.name != "dledger" or seg.size == 0 or seg.base_offset >= end:
+        if seg.framing is not DLEDGER or seg.size == 0 or seg.base_offset >= end:
             continue
         try:
             with map_file(seg.path) as buf:
@@ -360,8 +361,8 @@ def _last_entries(segs: list[Segment]) -> tuple[Entry | None, Entry | None]:
 
 def ledger_state(segs: list[Segment], index: DLedgerIndex, member: Member) -> LedgerState:
     """The ledger of the DLedger data files among ``segs`` (the store's commit log segments)."""
-    data = [s for s in segs if s.framing.name == "dledger"]
-    plain = [s for s in segs if s.framing.name != "dledger"]
+    data = [s for s in segs if s.framing is DLEDGER]
+    plain = [s for s in segs if s.framing is not DLEDGER]
     first = next((e for e in file_entries(data[0]) if e.kind == ENTRY), None) if data else None
     last, stop = _last_entries([s for s in data if s.size > 0])
     end = -1 if last is None or last.header is None else last.header.index

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rmqstore.codec.dledger import INDEX_UNIT_SIZE
+from rmqstore.codec.dledger import DLEDGER, INDEX_UNIT_SIZE
 from rmqstore.codec.indexfile import HEADER as INDEX_HEADER
 from rmqstore.errors import ConfigError, CorruptData
 from rmqstore.rules import rules_for
@@ -674,7 +674,7 @@ def _plan_dledger(
     st: Store, segs: list[Segment], settings: ExpireSettings, triggers: Triggers, now_ms: int, disk_usage: DiskUsage
 ) -> _DLedgerPass:
     """The DLedger member's clean service: its data files, then its index files before the new begin index."""
-    data = [s for s in segs if s.framing.name == "dledger"]
+    data = [s for s in segs if s.framing is DLEDGER]
     cleaning = dledger_cleaning(
         st.config, broker=settings.broker, file_reserved_time_h=settings.file_reserved_time_h,
         disk_max_used_space_ratio=settings.disk_max_used_space_ratio,
@@ -781,7 +781,7 @@ def plan_expire(
     disk_usage = disk_usage or measured_disk_usage(settings.broker)
     triggers = evaluate_triggers(st, settings, now_ms=now_ms, force=force, disk_usage=disk_usage)
     segs = _segments(st)
-    plain = [s for s in segs if s.framing.name != "dledger"]
+    plain = [s for s in segs if s.framing is not DLEDGER]
     commitlog, stop = _plan_commitlog(st, plain, settings, triggers, now_ms)
     if not triggers.triggered:
         stop = (

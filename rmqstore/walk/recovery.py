@@ -19,6 +19,7 @@ import numpy as np
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import BORNHOST_V6_FLAG, HEAD_OFFSETS, OFFSETS_V4
+from rmqstore.codec.dledger import DLEDGER
 from rmqstore.errors import CorruptData, UnsupportedStore
 from rmqstore.problems import LOAD_FAILURES, Problem, ProblemKind
 from rmqstore.rules import BrokerRules, rules_for
@@ -331,7 +332,7 @@ def short_last_file(st: Store, segs: list[Segment]) -> Segment | None:
     """A DLedger store's last data file when it is shorter than the configured size (cut by a copy or a
     full disk): DLedger refuses to load it, recover fills it up with zeros to its size."""
     last = segs[-1] if segs else None
-    if last is None or last.framing.name != "dledger" or not 0 < last.size < st.config.commitlog_file_size:
+    if last is None or last.framing is not DLEDGER or not 0 < last.size < st.config.commitlog_file_size:
         return None
     return last
 
