@@ -72,15 +72,15 @@ def _messages(
             raise InputError(f"--property {p!r} is not NAME=VALUE")
         pairs.append((k, v))
     message = op.Message(
-            topic=topic,
-            body=data,
-            queue_id=queue,
-            tags=tags,
-            keys=keys,
-            properties=tuple(pairs),
-            flag=flag,
-            delay_level=delay_level,
-            origin="message",
+        topic=topic,
+        body=data,
+        queue_id=queue,
+        tags=tags,
+        keys=keys,
+        properties=tuple(pairs),
+        flag=flag,
+        delay_level=delay_level,
+        origin="message",
     )
     return [message], None
 

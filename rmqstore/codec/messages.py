@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any, BinaryIO
 
 from rmqstore.codec.commitlog import (
@@ -608,15 +608,16 @@ def _block_columns(objs: list[Any]) -> list[list[Any]] | None:
         if None in bodies:
             return None
     else:
-        texts = [o.get("body") for o in objs]
+        texts = list(map(dict.get, objs, repeat("body", len(objs))))
         if not _types_in(texts, _STR_OR_NONE):
             return None
         try:
             bodies = [b"" if t is None else t.encode("utf-8") for t in texts]
         except UnicodeEncodeError:
             return None
+    n = len(objs)
     topic, queue_id, tags, keys, uniq, wait, props, flag, born_ts, born_host, store_host, store_ts = (
-        [o.get(name, default) for o in objs] for name, default in _JSON_COLUMNS
+        list(map(dict.get, objs, repeat(name, n), repeat(default, n))) for name, default in _JSON_COLUMNS
     )
     if not (
         _types_in(topic, {str})

@@ -201,7 +201,11 @@ class RunLane:
         if blk.producer_only:
             return codes
         n = len(codes)
-        uniq, wait, props = blk.uniq_key or repeat(None, n), blk.wait or repeat(True, n), blk.properties or repeat((), n)
+        uniq, wait, props = (
+            blk.uniq_key or repeat(None, n),
+            blk.wait or repeat(True, n),
+            blk.properties or repeat((), n),
+        )
         born = blk.born_host or repeat(None, n)
         born_ts, store_ts = blk.born_timestamp_ms or repeat(None, n), blk.store_timestamp_ms or repeat(None, n)
         names_id = self.names_id
@@ -335,7 +339,10 @@ class RunLane:
         """Born and store hosts as ip and port arrays (the run's defaults where none is given)."""
         k = hi - lo
         parsed: dict[str | None, tuple[bytes, int] | None] = {}
-        for text in {*(blk.born_host[lo:hi] if blk.born_host else ()), *(blk.store_host[lo:hi] if blk.store_host else ())}:
+        for text in {
+            *(blk.born_host[lo:hi] if blk.born_host else ()),
+            *(blk.store_host[lo:hi] if blk.store_host else ()),
+        }:
             try:
                 host = self.p.hosts.get_host(text, "message", "host") if text is not None else None
             except InputError:
@@ -351,9 +358,10 @@ class RunLane:
             columns.append(hosts)
         (born, store) = columns
         as_ip = {h: int.from_bytes(h[0], "big") for h in {*born, *store}}
-        g.hosts = tuple(np.array(v, dtype=np.int64) for v in (
-            [as_ip[h] for h in born], [h[1] for h in born], [as_ip[h] for h in store], [h[1] for h in store]
-        ))  # type: ignore[assignment]
+        g.hosts = tuple(
+            np.array(v, dtype=np.int64)
+            for v in ([as_ip[h] for h in born], [h[1] for h in born], [as_ip[h] for h in store], [h[1] for h in store])
+        )  # type: ignore[assignment]
         g.store_hosts = store
 
     def _topics(

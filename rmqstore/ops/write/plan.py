@@ -92,5 +92,7 @@ def _message_block(lane: RunLane, block: Sequence[Message]) -> tuple[list[int], 
     for get, default in _PLAIN_GETTERS:  # a field at a time: cheaper than a tuple per message
         values = list(map(get, block))
         if values.count(default) != k:
-            return [c if f == PLAIN_DEFAULTS else -1 for c, f in zip(codes, map(_PLAIN_VALUES, block), strict=True)], blk
+            return [
+                c if f == PLAIN_DEFAULTS else -1 for c, f in zip(codes, map(_PLAIN_VALUES, block), strict=True)
+            ], blk
     return codes, blk
