@@ -71,17 +71,7 @@ def _messages(
         if not sep:
             raise InputError(f"--property {p!r} is not NAME=VALUE")
         pairs.append((k, v))
-    message = op.Message(
-        topic=topic,
-        body=data,
-        queue_id=queue,
-        tags=tags,
-        keys=keys,
-        properties=tuple(pairs),
-        flag=flag,
-        delay_level=delay_level,
-        origin="message",
-    )
+    message = op.Message(topic, data, queue, tags, keys, tuple(pairs), flag, delay_level=delay_level)
     return [message], None
 
 

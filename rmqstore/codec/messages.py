@@ -274,27 +274,8 @@ def _json_str(obj: dict[str, Any], name: str, origin: str) -> str | None:
 
 
 # The NDJSON fields a MessageBatch holds (the dumped fields a write assigns itself are ignored).
-_BATCH_JSON_FIELDS = (
-    frozenset(
-        {
-            "topic",
-            "queueId",
-            "tags",
-            "keys",
-            "body",
-            "bodyBase64",
-            "uniqKey",
-            "wait",
-            "properties",
-            "flag",
-            "bornTimestamp",
-            "bornHost",
-            "storeHost",
-            "storeTimestamp",
-        }
-    )
-    | _JSON_IGNORED
-)
+_NOT_IN_BATCH = {"delayTimeLevel", "sysFlag", "transactionType", "reconsumeTimes", "preparedTransactionOffset", "raw"}
+_BATCH_JSON_FIELDS = (_JSON_FIELDS - _NOT_IN_BATCH) | _JSON_IGNORED
 
 
 def _batch_row(obj: Any) -> tuple[Any, ...] | None:

@@ -26,18 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from rmqstore.codec import commitlog as cl
 from rmqstore.codec.columnar import HEAD_V4_DTYPE
-from rmqstore.codec.commitlog import (
-    CRC32_PROPERTY,
-    MAGIC_V1,
-    PROP_DELAY,
-    PROP_KEYS,
-    PROP_REAL_QID,
-    PROP_REAL_TOPIC,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
-    PROP_WAIT,
-)
 from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch
 from rmqstore.dispatch.multiqueue import PROP_MULTI_DISPATCH, PROP_MULTI_QUEUE_OFFSET
@@ -60,17 +50,17 @@ _NAMES_SHIFT = 5
 # Property names the broker reads or adds itself: a message giving one goes through the reference lane.
 _BROKER_NAMES = frozenset(
     {
-        PROP_TAGS,
-        PROP_KEYS,
-        PROP_WAIT,
-        PROP_UNIQ_KEY,
-        PROP_DELAY,
-        PROP_REAL_TOPIC,
-        PROP_REAL_QID,
+        cl.PROP_TAGS,
+        cl.PROP_KEYS,
+        cl.PROP_WAIT,
+        cl.PROP_UNIQ_KEY,
+        cl.PROP_DELAY,
+        cl.PROP_REAL_TOPIC,
+        cl.PROP_REAL_QID,
         PROP_CLUSTER,
         PROP_MULTI_DISPATCH,
         PROP_MULTI_QUEUE_OFFSET,
-        CRC32_PROPERTY,
+        cl.CRC32_PROPERTY,
     }
 )
 _SHORTS = [i.to_bytes(2, "big") for i in range(_PROPS_MAX + 1)]  # PROPERTIESLENGTH fields
@@ -247,13 +237,17 @@ class RunLane:
         f = self.run_formats.get(code)
         if f is None:
             p = self.p
-            names = ([PROP_TAGS] if code & 1 else []) + ([PROP_KEYS] if code & 2 else []) + [PROP_WAIT, PROP_UNIQ_KEY]
+            names = (
+                ([cl.PROP_TAGS] if code & 1 else [])
+                + ([cl.PROP_KEYS] if code & 2 else [])
+                + [cl.PROP_WAIT, cl.PROP_UNIQ_KEY]
+            )
             names += self.user_names[code >> _NAMES_SHIFT]
             f = p.props_format(names, 16)
             if p.rules.cluster_property:
                 names = [*f.names, PROP_CLUSTER]
                 if p.rules.drops_wait_property:
-                    names.remove(PROP_WAIT)
+                    names.remove(cl.PROP_WAIT)
                 f = p.props_format(names, p.rules.properties_capacity)
             self.run_formats[code] = f
         return f
@@ -420,7 +414,7 @@ class RunLane:
             plen += _value_column(given.uniq, False, bad)[0]
         for values in given.values:
             plen += _value_column(values, False, bad)[0]
-        if PROP_WAIT in names:
+        if cl.PROP_WAIT in names:
             plen += 5 if code & WAIT_FALSE else 4  # "false", "true"
         keys_hashed = None
         if tags is not None:
@@ -445,9 +439,9 @@ class RunLane:
         if rf is None:
             parts = [b"%s%s%s%s"]
             for name in fmt.names:
-                if name == PROP_UNIQ_KEY and uniq_head is not None:
+                if name == cl.PROP_UNIQ_KEY and uniq_head is not None:
                     value = uniq_head.encode("ascii") + b"%s%s"  # time field, counter
-                elif name == PROP_WAIT:
+                elif name == cl.PROP_WAIT:
                     value = b"true" if wait else b"false"
                 elif name == PROP_CLUSTER:
                     value = self.cluster.encode("utf-8").replace(b"%", b"%%")
@@ -486,7 +480,7 @@ class RunLane:
         g = run.given
         born_ts = ts if g.born_ts is None else np.where(g.born_set, g.born_ts, ts)  # type: ignore[arg-type]
         heads: dict[str, np.ndarray | int] = {
-            "magic": MAGIC_V1,
+            "magic": cl.MAGIC_V1,
             "body_crc": crc,
             "queue_id": qv,
             "queue_offset": qoff,
@@ -551,19 +545,19 @@ class RunLane:
             list(map(_SHORTS.__getitem__, run.plen.tolist())),
         ]
         for name in fmt.names:
-            if name == PROP_TAGS:
+            if name == cl.PROP_TAGS:
                 enc = {t: t.encode("utf-8") for t in set(run.tags)}  # type: ignore[arg-type]
                 args.append(list(map(enc.__getitem__, run.tags)))  # type: ignore[arg-type]
-            elif name == PROP_KEYS:
+            elif name == cl.PROP_KEYS:
                 args.append([k.encode("utf-8") for k in run.keys])  # type: ignore[union-attr]
-            elif name == PROP_UNIQ_KEY and uniq is not None:
+            elif name == cl.PROP_UNIQ_KEY and uniq is not None:
                 tl = uniq[1].tolist()
                 hex8 = {v: b"%08X" % v for v in set(tl)}
                 args.append(list(map(hex8.__getitem__, tl)))
                 args.append(_hex4_bytes(uniq[2]))
-            elif name == PROP_UNIQ_KEY:
+            elif name == cl.PROP_UNIQ_KEY:
                 args.append([u.encode("utf-8") for u in run.given.uniq])  # type: ignore[union-attr]
-            elif name != PROP_WAIT and name != PROP_CLUSTER:  # a user property
+            elif name != cl.PROP_WAIT and name != PROP_CLUSTER:  # a user property
                 values = run.given.values[user.index(name)]
                 args.append([v.encode("utf-8") for v in values])
         return args
