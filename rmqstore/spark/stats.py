@@ -139,39 +139,55 @@ class GroupStats:
         self.distinct.merge(other.distinct)
 
 
+def _factorized(columns: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One group id per row for the combination of ``columns`` (each factorized on its own, then
+    combined in mixed radix: no sort of rows), and each column's value per group id."""
+    key = np.zeros(len(columns[0]), np.int64)
+    values = []
+    for col in columns:
+        uniq, inv = np.unique(col, return_inverse=True)
+        key = key * len(uniq) + inv.reshape(-1)
+        values.append(uniq)
+    groups, gid = np.unique(key, return_inverse=True)
+    out = []
+    for uniq in reversed(values):  # undo the mixed radix, last column first
+        out.append(uniq[groups % len(uniq)])
+        groups = groups // len(uniq)
+    return gid.reshape(-1), out[::-1]
+
+
 def fold_batch(acc: dict[GroupKey, GroupStats], batch: pa.RecordBatch) -> None:
     """Add one record batch (``STATS_READ_COLUMNS``) to the summaries ``acc``."""
-    n = batch.num_rows
-    if n == 0:
+    if batch.num_rows == 0:
         return
     stores = batch.column("store").dictionary_encode()
     topics = batch.column("topic").dictionary_encode()
     ts = batch.column("storeTimestamp").to_numpy().astype(np.int64)
-    cols = np.stack(
+    gid, (s_code, t_code, qid, hour) = _factorized(
         [
             stores.indices.to_numpy(zero_copy_only=False).astype(np.int64),
             topics.indices.to_numpy(zero_copy_only=False).astype(np.int64),
             batch.column("queueId").to_numpy().astype(np.int64),
             ts // MS_PER_HOUR,
-        ],
-        axis=1,
+        ]
     )
-    uniq, inv = np.unique(cols, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    order = np.argsort(inv, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(inv[order]) != 0])
+    g_count = len(qid)
     size = batch.column("storeSize").to_numpy().astype(np.int64)
-    messages = np.bincount(inv, minlength=len(uniq))
-    total = np.add.reduceat(size[order], starts)
-    first = np.minimum.reduceat(ts[order], starts)
-    last = np.maximum.reduceat(ts[order], starts)
+    messages = np.bincount(gid, minlength=g_count)
+    total = np.zeros(g_count, np.int64)
+    np.add.at(total, gid, size)
+    first = np.full(g_count, np.iinfo(np.int64).max)
+    np.minimum.at(first, gid, ts)
+    last = np.full(g_count, np.iinfo(np.int64).min)
+    np.maximum.at(last, gid, ts)
     keys = batch.column("keys")
-    key_group = inv[pc.list_parent_indices(keys).to_numpy()]
+    key_group = gid[pc.list_parent_indices(keys).to_numpy()]
     hashes = token_hashes(pc.list_flatten(keys))
-    korder = np.argsort(key_group, kind="stable")
-    bounds = np.searchsorted(key_group[korder], np.arange(len(uniq) + 1))
+    narrow = key_group.astype(np.uint16) if g_count < 1 << 16 else key_group  # a radix sort for 16 bits
+    korder = np.argsort(narrow, kind="stable")
+    bounds = np.searchsorted(key_group[korder], np.arange(g_count + 1))
     store_names, topic_names = stores.dictionary.to_pylist(), topics.dictionary.to_pylist()
-    for g, (s, t, q, h) in enumerate(uniq.tolist()):
+    for g, (s, t, q, h) in enumerate(zip(s_code.tolist(), t_code.tolist(), qid.tolist(), hour.tolist(), strict=True)):
         key = (store_names[s], topic_names[t], q, h * MS_PER_HOUR)
         part = GroupStats(
             int(messages[g]),
