@@ -141,6 +141,10 @@ class MissingExtra(RmqstoreError, exit_code=1):
     """An optional dependency (the ``spark`` or ``rocksdb`` extra, Java) is not installed."""
 
 
+class VersionContradicted(UserWarning):
+    """``--broker-version`` names a family the store's own contents rule out (followed anyway)."""
+
+
 EXIT_CODES: dict[int, str] = {
     0: "success (a dry run included)",
     1: "error: bad input, bad configuration, a missing optional dependency, a file that cannot be read or "
