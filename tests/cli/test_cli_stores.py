@@ -55,7 +55,7 @@ def test_check_on_several_stores_reports_each_and_exits_with_the_worst(tmp_path)
     missing = tmp_path / "gone"
     r = invoke("check", str(SMALL), str(FIXTURES / "crashed-dirty-tail" / "store"), str(missing), "-f", "json")
     rows = json.loads(r.stdout)
-    assert [row["result"] for row in rows] == ["clean", "errors", "exit 5"]
+    assert [row["result"] for row in rows] == ["clean", "warnings", "exit 5"]
     assert r.exit_code == 5
 
 

@@ -423,7 +423,7 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert crc == [
         {
             "severity": "error",
-            "path": f"commitlog/{path.name}",
+            "path": str(path),  # machine formats: absolute
             "pos": pos,
             "phyOffset": rec["offset"],
             "what": crc[0]["what"],
