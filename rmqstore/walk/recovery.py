@@ -20,6 +20,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import BORNHOST_V6_FLAG, HEAD_OFFSETS, OFFSETS_V4
 from rmqstore.codec.dledger import DLEDGER
+from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.errors import CorruptData, UnsupportedStore
 from rmqstore.problems import LOAD_FAILURES, Problem, ProblemKind
 from rmqstore.rules import BrokerRules, rules_for
@@ -125,6 +126,22 @@ class CqCheck:
     fixed: int = 0  # of those, what the broker re-dispatches anyway
     examples: list[LostRecord] = field(default_factory=list)
     skip: frozenset[str] = frozenset()  # batch consume queue topics: their units are not plain slots
+    # NOT/COMMIT records whose topic the broker refuses: per topic the first one walked and the first
+    # past the consume queues' maximum (where a normal recovery's dispatch starts), as (phy offset, error)
+    refused: dict[tuple[str, bool], tuple[int, BadTopic]] = field(default_factory=dict)
+
+    def _refuse(self, w: FileWalk, topic: str, sel: np.ndarray, max_cq: int) -> None:
+        why = topic_name_problem(topic) or ""
+        past = np.flatnonzero(w.phy[sel] >= max_cq)
+        for key, i in (((topic, False), int(sel[0])), ((topic, True), int(sel[past[0]]) if past.size else None)):
+            if i is not None and key not in self.refused:
+                phy, pos = int(w.phy[i]), int(w.pos[i])
+                self.refused[key] = (phy, BadTopic(topic, why, path=w.seg.path, pos=pos, phy_offset=phy))
+
+    def first_refused(self, from_phy: int) -> BadTopic | None:
+        """The error for the first walked record at or after ``from_phy`` whose topic the broker refuses."""
+        hits = [hit for hit in self.refused.values() if hit[0] >= from_phy]
+        return min(hits, key=lambda hit: hit[0])[1] if hits else None
 
     def add(
         self,
@@ -146,6 +163,8 @@ class CqCheck:
         for gi, k in enumerate(uk.tolist()):
             sel = ci[order[bounds[gi] : bounds[gi + 1]]]
             topic = topics.names[k >> 32]
+            if (topic, True) not in self.refused and topic_name_problem(topic) is not None:
+                self._refuse(w, topic, sel, max_cq)
             if topic in self.skip:
                 continue
             qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))

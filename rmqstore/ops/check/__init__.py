@@ -63,6 +63,7 @@ from rmqstore.codec.framing import is_record_magic
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
+from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
@@ -349,6 +350,7 @@ class _Walker:
         self._key_strs: list[str] = []
         self._key_recs: list[int] = []
         self._topics: dict[bytes, tuple[str, int]] = {}
+        self._refused: set[int] = set()  # topic ids already reported as names the broker refuses
 
     # -- helpers ------------------------------------------------------------------
     def _stop(self, phy: int) -> None:
@@ -486,6 +488,16 @@ class _Walker:
             got = self._topics[raw] = (name, self.scan.topic_id(name))
         return got
 
+    def _refused_topic(self, name: str, tid: int, path: str, pos: int, phy: int) -> None:
+        """A consumable record whose topic the broker refuses: recover, redispatch and write refuse to
+        dispatch it (its queue directory would not be one), so it is an error here too."""
+        self._refused.add(tid)  # checked once per topic
+        why = topic_name_problem(name)
+        if why is None:
+            return
+        bad = BadTopic(name, why, path=path, pos=pos, phy_offset=phy)
+        self.out.add(path, pos, f"{bad.what}: recover and redispatch refuse to dispatch it", ERROR, phy, "bad topic")
+
     def _check_prop_crc(self, buf: Any, path: str, pos: int, base: int, total: int) -> None:
         stored, computed = prop_crc_check(buf, pos, total)
         if stored == computed:
@@ -557,6 +569,8 @@ class _Walker:
                 if level > 0:
                     code = store_ts + self.levels[level - 1]
         tx = sys_flag & TRANSACTION_MASK
+        if tid not in self._refused and (not tx or tx == TRANSACTION_COMMIT_TYPE):
+            self._refused_topic(name, tid, path, pos, phy)
         if tx and tx != TRANSACTION_COMMIT_TYPE and queue_offset != 0:
             self.out.add(
                 path,
