@@ -138,17 +138,21 @@ _TRACEBACK = {"on": os.environ.get("RMQSTORE_TRACEBACK") == "1"}
 
 
 def set_traceback(on: bool) -> None:
-    _TRACEBACK["on"] = on or _TRACEBACK["on"]
+    """Per run (one process may run several, as the tests do): the option, else the environment."""
+    _TRACEBACK["on"] = on or os.environ.get("RMQSTORE_TRACEBACK") == "1"
 
 
 def show_warnings() -> None:
     """Warnings the library raises (``warnings.warn``) become one ``warning:`` line on stderr each."""
     import warnings
 
+    from rmqstore.errors import VersionContradicted
+
     def show(message: Warning | str, *_args: Any, **_kwargs: Any) -> None:
         err.warning(str(message))
 
     warnings.showwarning = show  # type: ignore[assignment]
+    warnings.simplefilter("always", VersionContradicted)  # each store's, whatever PYTHONWARNINGS says
 
 
 _STEP_HOOK: list[Callable[[str], None] | None] = [None]
