@@ -27,6 +27,7 @@ CASES = [
     ("empty offsets", ["dump", "commitlog", "{store}", "--from-offset", "10", "--to-offset", "10"], 2, "equal"),
     ("inverted times", ["dump", "commitlog", "{store}", "--since", LATER, "--until", EARLIER], 2, "--since/--until"),
     ("inverted query window", ["query", "key", "{store}", "TopicA", "k", "--begin", LATER, "--end", EARLIER], 2, ""),
+    ("inverted spark window", ["spark", "find", "{store}", "--since", LATER, "--until", EARLIER], 2, "--since"),
     ("empty queue page", ["dump", "consumequeue", "{store}", "TopicA", "0", "--count", "0"], 2, ""),
     ("index file is a directory", ["check", "{store}", "-q"], 6, "index/"),
     ("index file is a directory, dump", ["dump", "index", "{store}"], 6, "index/"),
@@ -41,6 +42,8 @@ CASES = [
 
 
 def _prepare(name: str, root: Path) -> object:
+    if "spark" in name:
+        pytest.importorskip("pyspark")  # the extra; no Spark session is started
     if name.startswith("index file is a directory"):
         first = sorted((root / "index").iterdir())[0]
         first.unlink()
