@@ -14,7 +14,7 @@ import typer
 import typer.main
 from typer.core import TyperCommand
 
-from rmqstore.errors import RmqstoreError, from_os_error
+from rmqstore.errors import RmqstoreError, UsageError, VersionContradicted, from_os_error
 
 from ._render import Format, err, escape, render_mapping, render_rows
 
@@ -146,8 +146,6 @@ def show_warnings() -> None:
     """Warnings the library raises (``warnings.warn``) become one ``warning:`` line on stderr each."""
     import warnings
 
-    from rmqstore.errors import VersionContradicted
-
     def show(message: Warning | str, *_args: Any, **_kwargs: Any) -> None:
         err.warning(str(message))
 
@@ -263,8 +261,6 @@ def require_range(
     if lo is None or hi is None:
         return
     if lo > hi or (lo == hi and not inclusive):
-        from rmqstore.errors import UsageError
-
         a, b = shown or (str(lo), str(hi))
         what = "after" if lo > hi else "equal to"
         end = "the end" if inclusive else "the end (exclusive)"

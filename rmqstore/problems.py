@@ -141,11 +141,8 @@ class StoreVerdict:
         return {ERRORS: 3, WARNINGS: 3, IN_USE: 4}.get(self.result, 0)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "result": self.result,
-            "errors": self.errors,
-            "warnings": self.warnings,
-            "infos": self.infos,
-            "cleanShutdown": self.clean_shutdown,
-            "brokerRunning": self.broker_running,
-        }
+        values = (self.result, self.errors, self.warnings, self.infos, self.clean_shutdown, self.broker_running)
+        return dict(zip(VERDICT_KEYS, values, strict=True))
+
+
+VERDICT_KEYS = ("result", "errors", "warnings", "infos", "cleanShutdown", "brokerRunning")
