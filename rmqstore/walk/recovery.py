@@ -32,6 +32,8 @@ from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueue, QueueRecovery
 from rmqstore.walk.chain import FileWalk, first_record, indexed, queued
 from rmqstore.walk.checked import TopicIds, recovery_walk
+from rmqstore.walk.lenient import Run, intact_record, walk_files
+from rmqstore.walk.traffic import walk_traffic
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -424,6 +426,22 @@ def recovery_facts(
     if cfg.dledger:
         _drop_stale_index(facts)
     return facts
+
+
+def first_refused_record(segs: list[Segment], broker: str) -> BadTopic | None:
+    """The first NOT/COMMIT record of ``segs`` whose topic the broker refuses (a rebuild would dispatch
+    it): topics gathered by the report's numpy walk, the record looked for only when one is refused."""
+    bad = {t for t in walk_traffic(segs, broker).names.names if topic_name_problem(t) is not None}
+    for seg, buf, items in walk_files(segs, broker=broker, as_broker=True) if bad else ():
+        for item in items:
+            if not isinstance(item, Run):
+                continue
+            for pos in item.positions.tolist():
+                rec = intact_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=broker)
+                if rec.topic in bad and queued(rec.sys_flag):
+                    why = topic_name_problem(rec.topic) or ""
+                    return BadTopic(rec.topic, why, path=seg.path, pos=pos, phy_offset=seg.base_offset + pos)
+    return None
 
 
 def _drop_stale_index(f: RecoveryFacts) -> None:

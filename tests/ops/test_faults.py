@@ -195,6 +195,7 @@ TOPIC_COMMANDS = {
     "redispatch": ("clean-2topics", ["redispatch", "{root}", "-q", "--quarantine", "{q}"]),
     "recover": ("crash-midwrite", ["recover", "{root}", "-q", "--quarantine", "{q}"]),
     "recover-dry-run": ("crash-midwrite", ["recover", "{root}", "-q", "--dry-run"]),
+    "recover-rebuild-dry-run": ("clean-2topics", ["recover", "{root}", "-q", "--rebuild-consumequeue", "--dry-run"]),
     "recover-rebuild": ("clean-2topics", ["recover", "{root}", "-q", "--rebuild-consumequeue", "--quarantine", "{q}"]),
     "write-catch-up": (
         "crash-midwrite",
