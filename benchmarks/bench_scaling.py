@@ -12,7 +12,8 @@ from the command line, the process start included:
   ``expire --dry-run``.
 
 Printed per command and size: wall time (best of --runs), CPU (user + system of the command and its
-worker processes), the peak resident memory of the largest process and of all of them together,
+worker processes), the peak resident memory of the largest process and the peak proportional set size
+of all of them together (shared pages counted once),
 nanoseconds per message and the ratio to ``cat`` of the same commit log bytes. With --compare BIN
 (e.g. the previous build's ``rmqstore``) both are run back to back, alternating, and the ratio of the
 two is printed. Stores are deleted at the end unless --keep. Check ``df -h`` first: 16 M messages are
@@ -47,22 +48,22 @@ class Run:
     wall: float
     cpu: float
     max_rss: int  # bytes, the largest process
-    tree_rss: int  # bytes, all processes of the command at once (sampled)
+    tree_rss: int  # bytes, all processes of the command at once (sampled, proportional set size)
     code: int
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and its descendants now."""
+def _tree_pss(pid: int) -> int:
+    """Proportional resident bytes of ``pid`` and its descendants now (pages shared by the forked
+    workers counted once, not once per process)."""
     total, todo = 0, [pid]
-    page = os.sysconf("SC_PAGE_SIZE")
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * page
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
             with open(f"/proc/{p}/task/{p}/children") as f:
                 todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
+        except (OSError, ValueError, StopIteration):
             continue
     return total
 
@@ -76,7 +77,7 @@ def run(argv: list[str]) -> Run:
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            peak[0] = max(peak[0], _tree_pss(proc.pid))
             done.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -183,7 +184,7 @@ def bench_size(args: argparse.Namespace, n: int) -> None:
     data = sum(f.stat().st_size for f in files)
     print(f"\n{n:,} messages, {len(files)} commit log files ({data / 1e9:.2f} GB), cat {cat:.2f} s")
     print(
-        f"{'command':<28} {'wall s':>8} {'cpu s':>8} {'rss MB':>8} {'tree MB':>8} {'ns/msg':>8} {'cpu ns':>8} {'/cat':>8}"
+        f"{'command':<28} {'wall s':>8} {'cpu s':>8} {'rss MB':>8} {'tree PSS':>8} {'ns/msg':>8} {'cpu ns':>8} {'/cat':>8}"
     )
     bins = [("", args.rmqstore)] + ([("previous ", args.compare)] if args.compare else [])
     versions = [args.broker_version] + (["auto"] if args.auto else [])

@@ -1,10 +1,10 @@
 """Recovery walks a store once for every broker family detection leaves open, and the dispatch columns
-it keeps for the re-dispatch are bounded in memory: spilled ones re-dispatch the same bytes."""
+it keeps for the re-dispatch are bounded in memory (the same bytes re-dispatched from spilled columns:
+``test_walk.test_kept_columns_redispatch_the_same_bytes``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -127,42 +127,6 @@ def test_kept_columns_spill_past_the_budget_and_read_back_in_order() -> None:
                 assert np.array_equal(getattr(a, f.name), getattr(b, f.name)), f.name
     keep.clear()
     assert not keep.spilled and len(keep) == 0 and list(keep) == []
-
-
-def _tree_digest(root: Path) -> dict[str, str]:
-    out = {}
-    for d in ("consumequeue", "index"):
-        for p in sorted((root / d).rglob("*")) if (root / d).is_dir() else []:
-            if p.is_file():
-                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    out["checkpoint"] = hashlib.sha256((root / "checkpoint").read_bytes()).hexdigest()
-    return out
-
-
-@pytest.mark.parametrize("case", ["clean-2topics", "crash-midwrite"])
-def test_spilled_columns_redispatch_the_same_bytes(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Columns over the memory budget go to the temporary file: the re-dispatch from it writes the same
-    consume queues, index and checkpoint as the one from memory and the one that decodes again."""
-    if not (SHARED / "real-stores" / case).is_dir():
-        pytest.skip("real stores not found")
-    digests = {}
-    for name, part_size, budget in (("memory", 4096, 1 << 40), ("spilled", 4096, 0), ("decoded", 1 << 40, 0)):
-        root = copy_real_store(case, tmp_path / name)
-        (root / "abort").touch()
-        for d in ("consumequeue", "index"):
-            shutil.rmtree(root / d, ignore_errors=True)
-        monkeypatch.setattr(checked, "PART_SIZE", part_size)
-        monkeypatch.setattr(kept, "MEMORY_BUDGET", budget)
-        with open_store(root, writable=True) as st:
-            plan = rec.plan_recover(st, now_ms=NOW, use_quarantine=False)
-            assert plan.dispatch is not None
-            held = checked._KEPT.get(str(root.resolve()))
-            assert (held is not None) == (name != "decoded")
-            if held is not None:
-                assert held.batches.spilled == (name == "spilled")
-            rec.apply_recover(st, plan, clock=lambda: NOW)
-        digests[name] = _tree_digest(root)
-    assert digests["memory"] == digests["spilled"] == digests["decoded"]
 
 
 def test_dry_run_keeps_no_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
