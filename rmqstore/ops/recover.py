@@ -1172,7 +1172,10 @@ def _column_batches(st: Store, from_phy: int, to_phy: int, progress: Callable[[i
     if kept is not None:
         if progress:
             progress(to_phy - from_phy)
-        yield from kept
+        try:
+            yield from kept
+        finally:
+            kept.close()  # the temporary file goes with its descriptor
         return
     end_seen = from_phy
     for seg, item in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):
