@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from rmqstore.walk.columns import Columns
 
 
-PART_SIZE = 32 << 20  # bytes of a file one worker checks and decodes at a time
+PART_SIZE = 16 << 20  # bytes of a file one worker checks and decodes at a time (what a worker holds at once)
 
 
 _SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
