@@ -16,12 +16,12 @@ from typer.core import TyperCommand
 
 from rmqstore.errors import RmqstoreError, from_os_error
 
-from ._render import Format, err, escape, render_mapping, render_rows
+from ._render import Format, err, escape, render_mapping, render_rows, write_json_array
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["Format", "err", "escape", "render_mapping", "render_rows"]
+__all__ = ["Format", "err", "escape", "render_mapping", "render_rows", "write_json_array"]
 
 
 # How times are shown (--utc, the default, or --local) and how times without a zone are read.

@@ -7,7 +7,7 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +30,7 @@ from ._common import (
     progress_bar,
     render_mapping,
     render_rows,
+    write_json_array,
 )
 from ._options import Reading, SinceOpt, TopicFilterOpt, UntilOpt, command
 
@@ -98,16 +99,6 @@ def _record_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str,
 
 def _json_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
     return item.to_json() if isinstance(item, lib.Span) else item[1]
-
-
-def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
-    out = sys.stdout
-    out.write("[")
-    sep = "\n"
-    for row in rows:
-        out.write(sep + json.dumps(row, ensure_ascii=False))
-        sep = ",\n"
-    out.write("\n]\n" if sep != "\n" else "]\n")
 
 
 BodyOpt = Annotated[
@@ -233,7 +224,7 @@ def _show_messages(scans: Scans, fmt: Format, *, multi: bool, limit: int | None)
         for item in lib.iter_messages(scan, opts, limit=limit)
     )
     if fmt is Format.json:
-        _write_json_array(rows)
+        write_json_array(rows)
     else:
         cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
         extra = list(dict.fromkeys(f for seg in first[1].segs for f in seg.framing.frame_fields))
@@ -369,7 +360,7 @@ def consumequeue_command(
             if fmt in (Format.json, Format.ndjson, Format.csv):
                 data: Iterator[dict[str, Any]] = (r.to_json() for r in rows)
                 if fmt is Format.json:
-                    _write_json_array(data)
+                    write_json_array(data)
                 else:
                     cols = _cq_data_columns(resolve, stamped)
                     render_rows(data, fmt, columns=cols if fmt is Format.csv else None)
@@ -599,7 +590,7 @@ def index_command(
                 if only is None or e.file == only
             )
             if fmt is Format.json:
-                _write_json_array(data)
+                write_json_array(data)
             else:
                 render_rows(data, fmt, columns=None if fmt is Format.ndjson else _ENTRY_COLUMNS, title="index entries")
         else:
