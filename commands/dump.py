@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rmqstore.errors import InputError, ProblemsFound
+from rmqstore.errors import InputError, ProblemsFound, UnsupportedStore, UsageError
 from rmqstore.ops import dump as lib
 from rmqstore.problems import ERROR, Problem
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
@@ -113,6 +113,12 @@ ToOffsetOpt = Annotated[int | None, typer.Option("--to-offset", min=0, help="Sto
 LimitOpt = Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")]
 VerifyCrcOpt = Annotated[bool, typer.Option("--verify-crc", help="Check every body CRC; mismatches are flagged.")]
 CountOpt = Annotated[bool, typer.Option("--count", help="Only count records, BLANKs, end-of-data and damage.")]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="With --format parquet: the Parquet file to write (needs pyarrow).", show_default=False
+    ),
+]
 JobsOpt = Annotated[
     int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
 ]
@@ -139,6 +145,7 @@ def commitlog_command(
     verify_crc: VerifyCrcOpt = False,
     count: CountOpt = False,
     jobs: JobsOpt = 0,
+    output: OutputOpt = None,
     quiet: QuietOpt = False,
     *,
     reading: Reading,
@@ -155,6 +162,7 @@ def commitlog_command(
     "kind" field. plain and csv show the same fields (RocketMQ's names, plus keys, tags and uniqKey from the properties); the terminal table shows the main ones. Exits 3 when damage or a CRC mismatch was found, after printing everything.
     """
     fmt = reading.format
+    _check_output(fmt, output, count=count)
     tags = None if tag is None else lib.parse_tag_expression(tag)
     flt = lib.MessageFilter(
         topic=topic,
@@ -179,6 +187,10 @@ def commitlog_command(
                     yield str(root), scan, opts
                 problems.extend(found)
 
+    if fmt is Format.parquet:
+        assert output is not None
+        _commitlog_parquet(targets, flt, reading, output, verify_crc=verify_crc, limit=limit)
+        return
     if count:
         _show_counts(scans(), fmt, multi=len(targets) > 1)
     elif fmt is Format.ndjson and len(targets) == 1:
@@ -191,6 +203,49 @@ def commitlog_command(
 
 
 Scans = Iterator[tuple[str, lib.CommitLogScan, lib.MessageOptions]]
+
+
+def _check_output(fmt: Format, output: Path | None, *, count: bool = False) -> None:
+    """-o goes with --format parquet, which needs it (Parquet is not for a terminal or a pipe)."""
+    if fmt is Format.parquet and output is None:
+        raise UsageError("--format parquet writes a file: give it with -o FILE")
+    if fmt is not Format.parquet and output is not None:
+        raise UsageError("-o/--output is for --format parquet; other formats go to standard output")
+    if fmt is Format.parquet and count:
+        raise UsageError("--count prints counts; leave out --format parquet")
+
+
+def _commitlog_parquet(
+    targets: list[tuple[Path, int | None, int | None]],
+    flt: lib.MessageFilter,
+    reading: Reading,
+    output: Path,
+    *,
+    verify_crc: bool,
+    limit: int | None,
+) -> None:
+    """The selected records of every store into one Parquet file, with the Spark export's columns."""
+    from rmqstore.ops import parquet  # pyarrow: imported only for this format
+
+    schema = parquet.commitlog_schema(crc_ok=verify_crc)
+    left = [limit]
+
+    def batches() -> Iterator[Any]:
+        for root, lo, hi in targets:
+            with reading.open(root) as st:
+                sel = parquet.Selection(
+                    topic=flt.topic, queue_id=flt.queue_id, key=flt.key, tags=flt.tags, since_ms=flt.since_ms,
+                    until_ms=flt.until_ms, from_phy=lo, to_phy=hi, limit=left[0],
+                )  # fmt: skip
+                for batch in parquet.commitlog_batches(st, schema, sel):
+                    if left[0] is not None:
+                        left[0] -= batch.num_rows
+                    yield batch
+            if left[0] == 0:
+                return
+
+    result = parquet.write_parquet(output, schema, batches())
+    err.note(f"{result.rows} records in {result.row_groups} row group(s) written to {result.path}")
 
 
 def _labelled(multi: bool) -> Any:
@@ -315,6 +370,7 @@ def consumequeue_command(
     resolve: Annotated[
         bool, typer.Option("--resolve", help="Join each entry to its commit log record and flag every mismatch.")
     ] = False,
+    output: OutputOpt = None,
     quiet: QuietOpt = False,
     *,
     reading: Reading,
@@ -330,6 +386,7 @@ def consumequeue_command(
     when a mismatch was found, after printing everything.
     """
     fmt = reading.format
+    _check_output(fmt, output)
     problems: list[Problem] = []
     seg = stores.segment_file(store)
     if seg is not None:
@@ -347,6 +404,10 @@ def consumequeue_command(
     else:
         stores.refuse_parent_of_store(store)
     with reading.open(store) as st:
+        if fmt is Format.parquet:
+            assert output is not None
+            _queue_parquet(st, topic, queue, output, from_index, count, resolve)
+            return
         batch = st.batch_queues.queue(topic, queue)
         if batch.exists():  # 5.x batchconsumequeue/: 46-byte units
             render_rows((r.to_json() for r in batch.scan()), fmt, title=f"{topic} queue {queue}")
@@ -370,6 +431,20 @@ def consumequeue_command(
                 )
                 render_rows(map(_cq_text_row, rows), fmt, columns=cols, title=f"{topic} queue {queue}")
     _finish(problems, quiet)
+
+
+def _queue_parquet(
+    st: Any, topic: str, queue: int, output: Path, from_index: int | None, count: int | None, resolve: bool
+) -> None:
+    """One file consume queue's entries into a Parquet file, with the Spark source's columns."""
+    from rmqstore.ops import parquet  # pyarrow: imported only for this format
+
+    if resolve or from_index is not None or count is not None:
+        raise UsageError("--format parquet writes every entry of the queue: leave out --resolve, --from-index, --count")
+    if st.batch_queues.queue(topic, queue).exists() or isinstance(st.consume_queues, RocksDBConsumeQueues):
+        raise UnsupportedStore("--format parquet reads file consume queues (consumequeue/) only")
+    result = parquet.write_parquet(output, parquet.QUEUE_SCHEMA, parquet.queue_batches(st, topic, queue))
+    err.note(f"{result.rows} entries in {result.row_groups} row group(s) written to {result.path}")
 
 
 @command(

@@ -91,7 +91,7 @@ class Span:
     why: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "offset": self.phy_offset, "size": self.size}
+        out: dict[str, Any] = {"kind": self.kind, "commitLogOffset": self.phy_offset, "storeSize": self.size}
         if self.why:
             out["why"] = self.why
         out["file"] = self.path.name
@@ -767,13 +767,12 @@ class CqRow:
                 "mismatch": list(self.mismatch),
             }
         out: dict[str, Any] = {
+            "kind": self.kind,
             "queueOffset": self.queue_offset,
             "commitLogOffset": self.phy_offset,
             "size": self.size,
             "tagsCode": self.tags_code,
         }
-        if self.kind != "entry":
-            out = {"kind": self.kind, **out}
         if self.store_timestamp is not None:
             out["storeTimestamp"] = self.store_timestamp
         if self.resolved:

@@ -63,20 +63,37 @@ class ParquetResult:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Which records go to the file: the walk's filter, a commit log range, TAGS values, a row limit."""
+    """Which records go to the file (``dump commitlog``'s filters); None selects all."""
 
-    rows: RowFilter = RowFilter()
+    topic: str | None = None
+    queue_id: int | None = None
+    key: str | None = None  # a KEYS token or the UNIQ_KEY
+    tags: tuple[str, ...] | None = None  # any of these TAGS values
+    since_ms: int | None = None  # store time, inclusive
+    until_ms: int | None = None  # store time, inclusive
     from_phy: int | None = None
     to_phy: int | None = None  # exclusive
-    tags: tuple[str, ...] | None = None
     limit: int | None = None
+
+    @property
+    def rows(self) -> RowFilter:
+        """The filter the batch builder applies to header fields and keys before cutting bodies."""
+        return RowFilter(
+            topics=None if self.topic is None else frozenset([self.topic]),
+            queue_ids=None if self.queue_id is None else frozenset([self.queue_id]),
+            store_ts=(self.since_ms, self.until_ms),
+            offsets=(self.from_phy, None if self.to_phy is None else self.to_phy - 1),
+            keys=None if self.key is None else frozenset([self.key]),
+        )
 
 
 def _broker_name(st: Store) -> str | None:
     return st.config.broker_name if "brokerName" in st.config.explicit else None
 
 
-def _segment_batches(st: Store, seg: Segment, schema: pa.Schema, sel: Selection) -> Iterator[pa.RecordBatch]:
+def _segment_batches(
+    st: Store, seg: Segment, schema: pa.Schema, sel: Selection, rows: RowFilter
+) -> Iterator[pa.RecordBatch]:
     """The batches of the records of one commit log file inside the selection's range."""
     start = 0 if sel.from_phy is None else max(0, sel.from_phy - seg.base_offset)
     end = seg.size if sel.to_phy is None else min(seg.size, sel.to_phy - seg.base_offset)
@@ -91,7 +108,7 @@ def _segment_batches(st: Store, seg: Segment, schema: pa.Schema, sel: Selection)
             pa.py_buffer(buf), framing=seg.framing,
         )  # fmt: skip
         try:
-            yield from buffer_batches(ctx, start, end, schema, flt=sel.rows)
+            yield from buffer_batches(ctx, start, end, schema, flt=rows)
         finally:
             del ctx, u8  # release the views so the map can close
 
@@ -99,12 +116,12 @@ def _segment_batches(st: Store, seg: Segment, schema: pa.Schema, sel: Selection)
 def commitlog_batches(st: Store, schema: pa.Schema, sel: Selection) -> Iterator[pa.RecordBatch]:
     """Record batches of a store's commit log records, in commit log order, filtered and limited."""
     segs, _ = st.commitlog_segments()
-    left = sel.limit
+    left, rows = sel.limit, sel.rows
     tags = None if sel.tags is None else pa.array(sel.tags, pa.string())
     for seg in segs:
         if sel.to_phy is not None and seg.base_offset >= sel.to_phy:
             return
-        for batch in _segment_batches(st, seg, schema, sel):
+        for batch in _segment_batches(st, seg, schema, sel, rows):
             if tags is not None:
                 batch = batch.filter(pc.fill_null(pc.is_in(batch.column("tags"), value_set=tags), False))
             if left is not None:
