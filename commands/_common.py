@@ -234,6 +234,11 @@ def parse_time_ms(text: str) -> int:
     return _p(text, tz=dt.UTC if _TIME["utc_input"] else None)
 
 
+def local_time() -> bool:
+    """Whether times are shown in local time (--local) rather than UTC."""
+    return _TIME["local"]
+
+
 def format_time_ms(ms: int) -> str:
     """A time as shown: ISO-8601 in UTC, or local time with its offset after --local."""
     from rmqstore.timeparse import format_time_ms as _f

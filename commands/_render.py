@@ -181,7 +181,8 @@ def write_json_array(rows: Iterable[dict[str, Any]], out: Any = None) -> int:
 def render_mapping(data: dict[str, Any], fmt: Format, *, title: str | None = None) -> None:
     """A single object: key/value lines for people, one JSON document for scripts."""
     if fmt in (Format.json, Format.ndjson):
-        sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
+        one_line = {"separators": (",", ":")} if fmt is Format.ndjson else {"indent": 2}
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, **one_line) + "\n")  # type: ignore[arg-type]
         return
     rows = [{"field": k, "value": cell(v)} for k, v in data.items()]
     if fmt is Format.table:  # a few lines: drawn whole

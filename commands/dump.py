@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from ._common import (
     StorePath,
     err,
     format_time_ms,
+    local_time,
     parse_time_ms,
     progress_bar,
     render_mapping,
@@ -80,24 +80,8 @@ def _time(ms: Any) -> str:
 # ------------------------------------------------------------------------------------ commitlog
 
 
-def _record_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
-    """A row with the fields of ``fields.COMMITLOG`` (plus storeTime for the table)."""
-    if isinstance(item, lib.Span):
-        return {"kind": item.kind, "commitLogOffset": item.phy_offset, "storeSize": item.size, "why": item.why}
-    rec, row = item
-    why = "CRC MISMATCH" if row.get("crcOk") is False else row.get("bodyError", "")
-    return {
-        "kind": "message",
-        **row,
-        "keys": rec.keys,
-        "tags": rec.tags,
-        "uniqKey": rec.uniq_key,
-        "storeTime": _time(rec.store_timestamp_ms),
-        "why": why,
-    }
-
-
-def _json_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+def _row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+    """A row of ``fields.COMMITLOG`` (a message, or a blank, end of data or damaged range), in every format."""
     return item.to_json() if isinstance(item, lib.Span) else item[1]
 
 
@@ -180,7 +164,9 @@ def commitlog_command(
         for root, lo, hi in targets:
             with reading.open(root) as st:
                 segs, found = st.commitlog_segments()
-                opts = lib.MessageOptions(body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt)
+                opts = lib.MessageOptions(
+                    body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt, local_time=local_time()
+                )
                 scan = lib.CommitLogScan(segs, broker=st.config.broker, from_phy=lo, to_phy=hi, problems=found)
                 with progress_bar(scan.total_bytes(), f"scanning {root}", quiet=quiet) as advance:
                     scan.progress = advance
@@ -269,12 +255,11 @@ def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, 
 
 def _show_messages(scans: Scans, fmt: Format, *, multi: bool, limit: int | None) -> None:
     labelled = _labelled(multi)
-    row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
     first = next(scans, None)
     if first is None:
         return
     rows = (
-        labelled(label, row_of(item))
+        labelled(label, _row(item))
         for label, scan, opts in itertools.chain([first], scans)
         for item in lib.iter_messages(scan, opts, limit=limit)
     )
@@ -689,15 +674,17 @@ def checkpoint_command(store: StorePath, *, reading: Reading) -> None:
         cp = st.read_checkpoint()
         if cp is None:
             raise ProblemsFound(f"{st.config.checkpoint_path}: no checkpoint file")
-    data = cp.to_json()
-    if fmt in (Format.json, Format.ndjson):
+    data: dict[str, Any] = {}
+    for k, v in cp.to_json().items():
+        data[k] = v
+        if k.endswith("Timestamp") or k.startswith("minTimestamp"):  # each time also as ISO-8601, its own field
+            data[k.removesuffix("Timestamp") + "Time"] = _time(v)
+    if fmt is Format.table:  # for people: one line per field
+        render_mapping(data, fmt, title="checkpoint")
+    elif fmt in (Format.json, Format.ndjson):
         render_mapping(data, fmt)
-        return
-    shown = {
-        k: f"{v} ({_time(v)})" if k.endswith("Timestamp") or k.startswith("minTimestamp") else v
-        for k, v in data.items()
-    }
-    render_mapping(shown, fmt, title="checkpoint")
+    else:  # one record, one column per field
+        render_rows([data], fmt, columns=list(data), title="checkpoint")
 
 
 @command(app, "config", Reading, epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
@@ -720,7 +707,7 @@ def config_command(
             return
         cf = lib.read_config_file(st, name)
     if fmt in (Format.json, Format.ndjson):
-        sys.stdout.write(json.dumps(cf.data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
+        render_mapping(cf.data, fmt)
     else:
         rows = [{"path": k, "value": v} for k, v in lib.flatten(cf.data)]
         render_rows(rows, fmt, columns=["path", "value"], title=f"{cf.path.name} ({cf.source})")
