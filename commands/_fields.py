@@ -16,7 +16,7 @@ MESSAGE = (
 MESSAGE_DERIVED = ("keys", "tags", "uniqKey")
 
 # `dump commitlog`: one row per record, BLANK and damaged ranges included (kind, why); a message's fields
-# are rmqstore.ops.dump.ROW_FIELDS (tests/cli/test_formats.py holds the two lists equal).
+# are rmqstore.codec.rows.ROW_FIELDS (tests/cli/test_cli_output.py holds the two lists equal).
 COMMITLOG = (
     "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "bodyCRC", "flag", "sysFlag",
     "bornTimestamp", "bornHost", "storeTimestamp", "storeTime", "storeHost", "reconsumeTimes",

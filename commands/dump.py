@@ -245,9 +245,17 @@ def _show_counts(scans: Scans, fmt: Format, *, multi: bool) -> None:
     render_rows(rows, fmt, columns=["store"] * multi + ["kind", "count", "bytes"], title="commit log")
 
 
+def _default_workers(size: int) -> int:
+    """Worker processes for an ndjson dump of ``size`` bytes: one core stays with the process that walks
+    the files and writes the output, so workers only pay off with three cores or more (on two, two
+    workers and the writer contend and the dump is slower than with one process)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(4, cores - 1) if cores >= 3 and size >= _PARALLEL_MIN_BYTES else 1
+
+
 def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, limit: int | None) -> None:
     """One store as ndjson straight from the scan, in worker processes for large dumps."""
-    workers = jobs or (min(2, os.cpu_count() or 1) if scan.total_bytes() >= _PARALLEL_MIN_BYTES else 1)
+    workers = jobs or _default_workers(scan.total_bytes())
     sys.stdout.flush()
     lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
     sys.stdout.buffer.flush()

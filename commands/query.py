@@ -14,9 +14,9 @@ from typing import Annotated, Any
 import typer
 
 from rmqstore.codec.commitlog import Record
+from rmqstore.codec.rows import message_row
 from rmqstore.errors import InputError
 from rmqstore.ops import query as op
-from rmqstore.ops.dump import message_row
 from rmqstore.safety.files import atomic_write
 from rmqstore.store import lookup
 

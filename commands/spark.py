@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rmqstore.ops.dump import message_row
+from rmqstore.codec.rows import message_row
 
 from . import _fields as fields
 from ._common import (

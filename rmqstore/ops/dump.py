@@ -55,6 +55,7 @@ from rmqstore.codec.consumequeue import (
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
+from rmqstore.codec.rows import CRC_MISMATCH, message_row, store_time
 from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
@@ -65,7 +66,6 @@ from rmqstore.store.files import map_file, names_in
 from rmqstore.store.layout import Segment, list_segments
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader
-from rmqstore.timeparse import format_time_ms
 from rmqstore.walk.dledger import ENTRY, iter_entries
 from rmqstore.walk.lenient import BlankEnd, Damage, Item, Run, intact_record, records_end, walk_files
 from rmqstore.walk.requests import request_from_record
@@ -78,6 +78,23 @@ BODY_MODES = ("base64", "hex", "text", "none")
 
 # ----------------------------------------------------------------------------------------------
 # Walking the commit log
+
+
+_PAGE = mmap.PAGESIZE
+
+
+def release_pages(buf: Any, start: int, end: int) -> int:
+    """Drop the mapped pages of ``buf[start:end]`` (whole pages) once they have been read: the kernel's
+    page cache keeps the file, but the process's resident size stays at a window, not the file. Returns
+    where the next release starts."""
+    end -= end % _PAGE
+    if end - start >= _RELEASE_MIN and isinstance(buf, mmap.mmap):
+        buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+        return end
+    return start
+
+
+_RELEASE_MIN = 16 << 20  # bytes read before their pages are dropped: few calls, a bounded window
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +179,7 @@ class CommitLogScan:
         lo = -(1 << 63) if self.from_phy is None else self.from_phy
         hi = (1 << 63) - 1 if self.to_phy is None else self.to_phy
         for seg, buf, found in walk_files(self.selected(), broker=self.broker, to_phy=self.to_phy):
-            done = 0
+            done = released = 0
             for ev in _rows(seg, len(buf), found):
                 if isinstance(ev, Run):
                     end = ev.end_pos
@@ -198,6 +215,7 @@ class CommitLogScan:
                     done = end
                 if item is not None:
                     yield buf, item
+                released = release_pages(buf, released, end)
             if self.progress is not None and seg.size > done:
                 self.progress(seg.size - done)
 
@@ -273,36 +291,6 @@ class MessageOptions:
             raise InputError(f"body mode {self.body!r} is not one of {', '.join(BODY_MODES)}")
 
 
-# The fields of a message row, in this order, in every format of every command that shows records (dump,
-# query, spark find): RocketMQ's names, with the kind of row, a readable store time and what the
-# properties say of keys, tags and the unique key; crcOk when bodies are checked, why when one is not right.
-ROW_FIELDS = (
-    "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "bodyCRC", "flag", "sysFlag",
-    "bornTimestamp", "bornHost", "storeTimestamp", "storeTime", "storeHost", "reconsumeTimes",
-    "preparedTransactionOffset", "msgId", "keys", "tags", "uniqKey", "properties", "bodyLength", "body", "crcOk", "why",
-)  # fmt: skip
-CRC_MISMATCH = "CRC MISMATCH"
-
-
-def message_row(
-    rec: Record, *, body: str = "base64", verify_crc: bool = False, path: str = "<buffer>", local_time: bool = False
-) -> dict[str, Any]:
-    """A record as a row of ``ROW_FIELDS`` (``crcOk`` with ``verify_crc``, ``why`` when there is one)."""
-    row = rec.to_row(body=body, verify_crc=verify_crc, path=path)
-    error = row.pop("bodyError", None)
-    why = CRC_MISMATCH if row.get("crcOk") is False else error
-    row.update(
-        kind="message",
-        storeTime=store_time(rec.store_timestamp_ms, local_time),
-        keys=rec.keys,
-        tags=rec.tags,
-        uniqKey=rec.uniq_key,
-    )
-    if why:
-        row["why"] = why
-    return {k: row[k] for k in ROW_FIELDS if k in row}
-
-
 def _json_line(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
@@ -338,14 +326,6 @@ _LINE = (
 )
 _LINE_B64 = _LINE[:-3] + b',"body":"%s"}'  # the common case, without one concatenation a line
 _DERIVED = (b"KEYS", b"TAGS", b"UNIQ_KEY")  # the properties behind keys, tags and uniqKey
-
-
-def store_time(ms: int, local: bool = False) -> str | None:
-    """``format_time_ms``, or None for a time no calendar holds (a damaged or hostile field)."""
-    try:
-        return format_time_ms(ms, local=local)
-    except (ValueError, OverflowError, OSError):
-        return None
 
 
 class _Times(dict[int, tuple[bytes, bytes]]):
@@ -637,6 +617,8 @@ def _worker_format(
         fmt = _WORKER[opts] = NdjsonFormatter(opts)
     try:
         lines, bad = fmt.format(buf, path, file_from, positions, framing=framing)
+        first = int(positions[0]) - int(positions[0]) % _PAGE
+        release_pages(buf, first, int(positions[-1]))  # the batch's records: read, their pages dropped
     except CorruptData as e:  # the file changed under us; exceptions with keyword fields do not pickle
         return slot, -2, repr((e.what, str(e.path), e.pos, e.phy_offset)).encode(), 0, []
     data = _lines_bytes(lines)

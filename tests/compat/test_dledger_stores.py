@@ -78,7 +78,7 @@ def test_dump_entries_equals_the_engines_entry_headers(dledger_case: str) -> Non
     assert [{k: r[k] for k in ENTRY_FIELDS} for r in entries] == [
         {k: e[k] for k in ENTRY_FIELDS} for e in truth["dledger"]["entries"]
     ]
-    blanks = [(r["commitLogOffset"], r["storeSize"]) for r in rows if r["kind"] == "blank"]
+    blanks = [(r["offset"], r["size"]) for r in rows if r["kind"] == "blank"]
     assert blanks == [(r["offset"], r["size"]) for r in truth["commitlog"] if r["kind"] == "blank"]
     assert all(r["offset"] == r["pos"] for r in entries)
 

@@ -359,7 +359,7 @@ def _record_starts(plain: Path, back: dict[int, int]) -> list[tuple[int, int, in
     for new, old in back.items():
         toy[old] = max(new, toy.get(old, new))  # a record's start, not the end of the one before it
     rows = _invoke("dump", "commitlog", plain, "-f", "ndjson", "--body", "none")
-    return [(r["commitLogOffset"], toy[r["commitLogOffset"]], r["storeSize"]) for r in rows if "storeSize" in r]
+    return [(r["commitLogOffset"], toy[r["commitLogOffset"]], r["storeSize"]) for r in rows if r["kind"] == "message"]
 
 
 def _torn_tail(plain: Path, toy: Path, back: dict[int, int]) -> int:
