@@ -26,8 +26,11 @@ ELLIPSIS = "…"
 Row = dict[str, Any]
 
 
-def chunks(rows: Iterable[Row], size: int = CHUNK_ROWS, seconds: float = CHUNK_SECONDS) -> Iterator[list[Row]]:
-    """``rows`` in lists of at most ``size``, each handed on once ``seconds`` have passed since the last."""
+def chunks(rows: Iterable[Row], size: int | None = None, seconds: float | None = None) -> Iterator[list[Row]]:
+    """``rows`` in lists of at most ``size`` (CHUNK_ROWS), a list closed by the first row that comes
+    ``seconds`` (CHUNK_SECONDS) or more after the list began."""
+    size = size or CHUNK_ROWS
+    seconds = CHUNK_SECONDS if seconds is None else seconds
     it = iter(rows)
     while True:
         start, out = time.monotonic(), []
