@@ -15,8 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import NamedTuple
 
 from rmqstore.errors import MissingExtra
 
@@ -37,10 +36,10 @@ from rmqstore.walk.arrow import (
     COMMITLOG_COLUMNS,
     CONSUMEQUEUE_COLUMNS,
     RowFilter,
-    SplitContext,
     arrow_schema,
-    buffer_batches,
+    file_context,
     queue_file_batch,
+    range_batches,
 )
 
 COMPRESSION = "snappy"  # Spark's default for Parquet
@@ -54,8 +53,9 @@ def commitlog_schema(*, crc_ok: bool = False) -> pa.Schema:
 QUEUE_SCHEMA = arrow_schema(CONSUMEQUEUE_COLUMNS)
 
 
-@dataclass(frozen=True, slots=True)
-class ParquetResult:
+class ParquetResult(NamedTuple):
+    """A file written: where, how many rows, in how many row groups (one per batch)."""
+
     path: Path
     rows: int
     row_groups: int
@@ -102,15 +102,13 @@ def _segment_batches(
     with map_file(seg.path) as buf:
         if not len(buf):
             return
-        u8 = np.frombuffer(buf, dtype=np.uint8)
-        ctx = SplitContext(
-            str(st.root), _broker_name(st), str(seg.path), seg.base_offset, st.config.broker, buf, u8,
-            pa.py_buffer(buf), framing=seg.framing,
-        )  # fmt: skip
+        ctx = file_context(
+            str(st.root), _broker_name(st), str(seg.path), seg.base_offset, st.config.broker, buf, seg.framing
+        )
         try:
-            yield from buffer_batches(ctx, start, end, schema, flt=rows)
+            yield from range_batches(ctx, start, end, schema, flt=rows)
         finally:
-            del ctx, u8  # release the views so the map can close
+            del ctx  # release the views so the map can close
 
 
 def commitlog_batches(st: Store, schema: pa.Schema, sel: Selection) -> Iterator[pa.RecordBatch]:

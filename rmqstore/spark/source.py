@@ -49,7 +49,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -88,11 +87,11 @@ from rmqstore.walk.arrow import (
     COMMITLOG_COLUMNS,
     CONSUMEQUEUE_COLUMNS,
     RowFilter,
-    SplitContext,
     column_types,
+    file_context,
     queue_file_batch,
+    range_batches,
 )
-from rmqstore.walk.arrow import buffer_batches as range_batches
 
 COMMITLOG_SOURCE = "rocketmq"
 CONSUMEQUEUE_SOURCE = "rocketmq_consumequeue"
@@ -308,35 +307,14 @@ def read_piece_batches(
             yield from buffer_batches(buf, piece, schema, check_crc=check_crc, flt=flt, chunk=chunk)
 
 
-def buffer_batches(
-    buf: Any,
-    piece: Piece,
-    schema: pa.Schema,
-    *,
-    check_crc: bool = False,
-    flt: RowFilter | None = None,
-    chunk: int = CHUNK,
-    row_fn: Callable[..., tuple[Any, ...]] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """``read_piece_batches`` over the file's bytes ``buf`` (mapped or in memory)."""
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    ctx = SplitContext(
-        piece.store,
-        piece.broker_name,
-        piece.path,
-        piece.base,
-        piece.broker,
-        buf,
-        u8,
-        pa.py_buffer(buf),
-        framing=piece.framing,
-    )
+def buffer_batches(buf: Any, piece: Piece, schema: pa.Schema, **options: Any) -> Iterator[pa.RecordBatch]:
+    """``read_piece_batches`` over the file's bytes ``buf`` (mapped or in memory); ``options`` as
+    ``rmqstore.walk.arrow.range_batches`` takes them (check_crc, flt, chunk, row_fn)."""
+    ctx = file_context(piece.store, piece.broker_name, piece.path, piece.base, piece.broker, buf, piece.framing)
     try:
-        yield from range_batches(
-            ctx, piece.start, piece.end, schema, check_crc=check_crc, flt=flt, chunk=chunk, row_fn=row_fn
-        )
+        yield from range_batches(ctx, piece.start, piece.end, schema, **options)
     finally:
-        del ctx, u8  # release the views so the map can close
+        del ctx  # release the views so the map can close
 
 
 def read_split_batches(split: CommitLogSplit, schema: StructType) -> Iterator[pa.RecordBatch]:

@@ -579,20 +579,24 @@ def arrow_schema(columns: str, *, without: Sequence[str] = ()) -> pa.Schema:
     )
 
 
-def buffer_batches(
-    ctx: SplitContext,
-    start: int,
-    end: int,
-    schema: pa.Schema,
-    *,
-    check_crc: bool = False,
-    flt: RowFilter | None = None,
-    chunk: int = CHUNK,
-    row_fn: Callable[..., tuple[Any, ...]] | None = None,
+def file_context(
+    store: str, broker_name: str | None, path: str, base: int, broker: str, buf: Any, framing: Framing = PLAIN
+) -> SplitContext:
+    """The context of one mapped (or in-memory) commit log file: its bytes seen by numpy and by Arrow."""
+    return SplitContext(
+        store, broker_name, path, base, broker, buf, np.frombuffer(buf, dtype=np.uint8), pa.py_buffer(buf),
+        framing=framing,
+    )  # fmt: skip
+
+
+def range_batches(
+    ctx: SplitContext, start: int, end: int, schema: pa.Schema, *, check_crc: bool = False, **options: Any
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of the valid records starting in ``[start, end)`` of ``ctx``'s file."""
-    flt = flt or RowFilter()
-    row_fn = row_fn or row_function(schema.names)
+    """Record batches of the valid records starting in ``[start, end)`` of ``ctx``'s file; ``options``:
+    ``flt`` (a RowFilter), ``chunk`` (records decoded at once), ``row_fn`` (the rows of slow records)."""
+    flt = options.get("flt") or RowFilter()
+    row_fn = options.get("row_fn") or row_function(schema.names)
+    chunk = options.get("chunk", CHUNK)
     for arrs, slow in valid_chunks(ctx, start, end, check_crc=check_crc, chunk=chunk):
         batch = chunk_batch(ctx, arrs, slow, schema, flt, row_fn)
         if batch is not None and batch.num_rows:
