@@ -1,14 +1,15 @@
 """Benchmark every output format of `rmqstore dump commitlog`: peak RSS, time to the first row, rows/s, ratio to `cat`.
 
 Usage: python benchmarks/bench_formats.py [--store DIR] [--size-gib 1] [--runs N] [--formats ndjson,csv,...]
-       [--rmqstore PATH] [--limit N] [--jobs N]
+       [--rmqstore PATH] [--bytes N] [--jobs N]
 
 Without --store a store of --size-gib GiB is made with benchmarks/make_store.py under /tmp (and
 deleted at the end unless --keep). Each format runs the real command line with stdout read from a
 pipe by this process (time to the first byte, then drained), its peak resident set size taken
 from the child's rusage; Parquet writes a file (-o) and has no first row. `cat` of the same commit
 log files to the same kind of pipe is the reference: ratio = the command's time / cat's time, best
-of N for both, run back to back.
+of N for both, run back to back. --bytes N dumps the records before commit log offset N only
+(--to-offset N) and compares with `head -c N` of the first file: the same bytes either way.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--rmqstore", default=str(Path(sys.executable).with_name("rmqstore")))
-    ap.add_argument("--limit", type=int, help="at most this many messages (--limit of dump)")
+    ap.add_argument("--bytes", type=int, help="only the records before this commit log offset (first file)")
     ap.add_argument("--jobs", type=int, help="--jobs of dump (ndjson)")
     ap.add_argument("--keep", action="store_true", help="keep the generated store")
     args = ap.parse_args(argv)
@@ -91,15 +92,16 @@ def main(argv: list[str] | None = None) -> None:
         results: dict[str, dict[str, float]] = {}
         for fmt in args.formats.split(","):
             cmd = [args.rmqstore, "dump", "commitlog", str(store), "-f", fmt]
-            if args.limit is not None:
-                cmd += ["--limit", str(args.limit)]
+            if args.bytes is not None:
+                cmd += ["--to-offset", str(args.bytes)]
             if args.jobs is not None and fmt == "ndjson":
                 cmd += ["--jobs", str(args.jobs)]
             out = None
             if fmt == "parquet":
                 out = Path(tempfile.mkdtemp(prefix="rmqstore-bench-parquet-")) / "dump.parquet"
                 cmd += ["-o", str(out)]
-            cat = best(args.runs, lambda: run_piped(["cat", *files]))
+            ref = ["cat", *files] if args.bytes is None else ["head", "-c", str(args.bytes), files[0]]
+            cat = best(args.runs, lambda ref=ref: run_piped(ref))
             got = best(args.runs, lambda cmd=cmd: run_piped(cmd))
             if out is not None:
                 got["bytes"] = out.stat().st_size

@@ -62,7 +62,7 @@ from rmqstore.problems import ERROR, INFO, WARNING, Problem
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import map_file, names_in
+from rmqstore.store.files import PAGE, map_file, names_in, release_pages
 from rmqstore.store.layout import Segment, list_segments
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader
@@ -78,23 +78,6 @@ BODY_MODES = ("base64", "hex", "text", "none")
 
 # ----------------------------------------------------------------------------------------------
 # Walking the commit log
-
-
-_PAGE = mmap.PAGESIZE
-
-
-def release_pages(buf: Any, start: int, end: int) -> int:
-    """Drop the mapped pages of ``buf[start:end]`` (whole pages) once they have been read: the kernel's
-    page cache keeps the file, but the process's resident size stays at a window, not the file. Returns
-    where the next release starts."""
-    end -= end % _PAGE
-    if end - start >= _RELEASE_MIN and isinstance(buf, mmap.mmap):
-        buf.madvise(mmap.MADV_DONTNEED, start, end - start)
-        return end
-    return start
-
-
-_RELEASE_MIN = 16 << 20  # bytes read before their pages are dropped: few calls, a bounded window
 
 
 @dataclass(frozen=True, slots=True)
@@ -617,7 +600,7 @@ def _worker_format(
         fmt = _WORKER[opts] = NdjsonFormatter(opts)
     try:
         lines, bad = fmt.format(buf, path, file_from, positions, framing=framing)
-        first = int(positions[0]) - int(positions[0]) % _PAGE
+        first = int(positions[0]) - int(positions[0]) % PAGE
         release_pages(buf, first, int(positions[-1]))  # the batch's records: read, their pages dropped
     except CorruptData as e:  # the file changed under us; exceptions with keyword fields do not pickle
         return slot, -2, repr((e.what, str(e.path), e.pos, e.phy_offset)).encode(), 0, []

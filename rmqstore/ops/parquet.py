@@ -30,7 +30,7 @@ except ImportError:
 
 from rmqstore.safety.files import fsync_dir, fsync_file
 from rmqstore.store import Store
-from rmqstore.store.files import map_file
+from rmqstore.store.files import PAGE, map_file, release_pages
 from rmqstore.store.layout import Segment
 from rmqstore.walk.arrow import (
     COMMITLOG_COLUMNS,
@@ -106,7 +106,11 @@ def _segment_batches(
             str(st.root), _broker_name(st), str(seg.path), seg.base_offset, st.config.broker, buf, seg.framing
         )
         try:
-            yield from range_batches(ctx, start, end, schema, flt=rows)
+            released = start - start % PAGE
+            for batch in range_batches(ctx, start, end, schema, flt=rows):
+                yield batch
+                if batch.num_rows and "filePos" in schema.names:  # the records written: their pages dropped
+                    released = release_pages(buf, released, int(batch.column("filePos")[-1].as_py()))
         finally:
             del ctx  # release the views so the map can close
 

@@ -56,6 +56,23 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             pass  # a numpy view still refers to it; it is unmapped when that view goes
 
 
+PAGE = mmap.PAGESIZE
+
+
+def release_pages(buf: mmap.mmap | bytes, start: int, end: int) -> int:
+    """Drop the mapped pages of ``buf[start:end]`` (whole pages) once they have been read: the kernel's
+    page cache keeps the file, but the process's resident size stays at a window, not the file. Returns
+    where the next release starts."""
+    end -= end % PAGE
+    if end - start >= _RELEASE_MIN and isinstance(buf, mmap.mmap):
+        buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+        return end
+    return start
+
+
+_RELEASE_MIN = 16 << 20  # bytes read before their pages are dropped: few calls, a bounded window
+
+
 def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
     """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
     try:
