@@ -43,6 +43,7 @@ from rmqstore.walk.arrow import (
 )
 
 COMPRESSION = "snappy"  # Spark's default for Parquet
+WINDOW = 64 << 20  # bytes of a commit log file walked at once
 
 
 def commitlog_schema(*, crc_ok: bool = False) -> pa.Schema:
@@ -106,11 +107,11 @@ def _segment_batches(
             str(st.root), _broker_name(st), str(seg.path), seg.base_offset, st.config.broker, buf, seg.framing
         )
         try:
-            released = start - start % PAGE
-            for batch in range_batches(ctx, start, end, schema, flt=rows):
-                yield batch
-                if batch.num_rows and "filePos" in schema.names:  # the records written: their pages dropped
-                    released = release_pages(buf, released, int(batch.column("filePos")[-1].as_py()))
+            # A window at a time, as Spark splits a file (each record read in the window where it
+            # starts): the walk never holds more than a window's pages, released once written.
+            for lo in range(start, end, WINDOW):
+                yield from range_batches(ctx, lo, min(lo + WINDOW, end), schema, flt=rows)
+                release_pages(buf, lo - lo % PAGE, min(lo + WINDOW, end))
         finally:
             del ctx  # release the views so the map can close
 
