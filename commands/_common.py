@@ -16,12 +16,12 @@ from typer.core import TyperCommand
 
 from rmqstore.errors import RmqstoreError, UsageError, VersionContradicted, from_os_error
 
-from ._render import Format, err, escape, render_mapping, render_rows
+from ._render import Format, err, escape, render_mapping, render_rows, write_json_array
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["Format", "err", "escape", "render_mapping", "render_rows"]
+__all__ = ["Format", "err", "escape", "render_mapping", "render_rows", "write_json_array"]
 
 
 # How times are shown (--utc, the default, or --local) and how times without a zone are read.
@@ -251,6 +251,11 @@ def parse_time_ms(text: str) -> int:
     from rmqstore.timeparse import parse_time_ms as _p
 
     return _p(text, tz=dt.UTC if _TIME["utc_input"] else None)
+
+
+def local_time() -> bool:
+    """Whether times are shown in local time (--local) rather than UTC."""
+    return _TIME["local"]
 
 
 def require_range(

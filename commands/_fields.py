@@ -15,7 +15,8 @@ MESSAGE = (
 # Read from the properties (KEYS, TAGS, UNIQ_KEY) for people and spreadsheets.
 MESSAGE_DERIVED = ("keys", "tags", "uniqKey")
 
-# `dump commitlog`: one row per record, BLANK and damaged ranges included (kind, why).
+# `dump commitlog`: one row per record, BLANK and damaged ranges included (kind, why); a message's fields
+# are rmqstore.codec.rows.ROW_FIELDS (tests/cli/test_cli_output.py holds the two lists equal).
 COMMITLOG = (
     "kind", "commitLogOffset", "storeSize", "topic", "queueId", "queueOffset", "bodyCRC", "flag", "sysFlag",
     "bornTimestamp", "bornHost", "storeTimestamp", "storeTime", "storeHost", "reconsumeTimes",
@@ -35,12 +36,8 @@ DLEDGER_ENTRY_TABLE = ("kind", "offset", "file", "index", "term", "pos", "size",
 # `dump dledger-index`: a DLedger index unit (one per entry, at entry index x 32).
 DLEDGER_INDEX = ("file", "filePos", "indexOffset", "index", "term", "pos", "size", "magic")
 
-# `query ...`: the messages found, with a readable store time.
-QUERY = (
-    "commitLogOffset", "topic", "queueId", "queueOffset", "storeTime", "storeTimestamp", "msgId", "uniqKey", "keys",
-    "tags", "bornTimestamp", "bornHost", "storeHost", "storeSize", "bodyCRC", "flag", "sysFlag", "reconsumeTimes",
-    "preparedTransactionOffset", "properties", "bodyLength", "body",
-)  # fmt: skip
+# `query ...` and `spark find`: the messages found, the fields of `dump commitlog` in the same order.
+QUERY = COMMITLOG
 QUERY_TABLE = (
     "commitLogOffset", "topic", "queueId", "queueOffset", "storeTime", "msgId", "uniqKey", "keys", "tags",
     "bodyLength", "body",

@@ -20,6 +20,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rmqstore.errors import UsageError
+
+from ._stream import StreamedTable, first_keys, numeric_columns, terminal_width
+
 
 class Format(str, enum.Enum):
     table = "table"
@@ -27,6 +31,7 @@ class Format(str, enum.Enum):
     json = "json"
     ndjson = "ndjson"
     csv = "csv"
+    parquet = "parquet"  # dump commitlog and dump consumequeue only, into a file (-o)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -54,6 +59,8 @@ def cell(v: Any) -> Any:
 
 
 def csv_cell(v: Any) -> Any:
+    if isinstance(v, bool):  # JSON's spelling, which spreadsheets and CSV readers take as booleans
+        return "true" if v else "false"
     v = cell(v)
     if isinstance(v, str) and v.startswith(_FORMULA_START):
         return "'" + v
@@ -94,36 +101,12 @@ class _Stderr:
 err = _Stderr()
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _numeric_columns(items: list[dict[str, Any]], cols: list[str]) -> list[bool]:
-    """Columns holding only numbers (or nothing): aligned right."""
-    return [bool(items) and all(_is_number(r.get(c)) or r.get(c) is None for r in items) for c in cols]
-
-
-def _plain_table(items: list[dict[str, Any]], cols: list[str], out: Any) -> None:
-    """Aligned columns for scripts and pipes: no import beyond the standard library (a one-shot call starts fast)."""
-    cells = [[text_cell(r.get(c)) for c in cols] for r in items]
-    right = _numeric_columns(items, cols)
-    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(cols)]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
-        return "  ".join(parts).rstrip() + "\n"
-
-    out.write(line([escape(c) for c in cols]))
-    for row in cells:
-        out.write(line(row))
-
-
 def _boxed_table(items: list[dict[str, Any]], cols: list[str], title: str | None, out: Any) -> None:
     """The terminal table, drawn by tabulate, which never reads markup; cells are escaped text."""
     import tabulate
 
     tabulate.PRESERVE_WHITESPACE = True  # a cell shows its data as it is, spaces included
-    align = ["right" if r else "left" for r in _numeric_columns(items, cols)]
+    align = ["right" if r else "left" for r in numeric_columns(items, cols)]
     text = tabulate.tabulate(
         [[text_cell(r.get(c)) for c in cols] for r in items],
         headers=[escape(c) for c in cols],
@@ -144,9 +127,12 @@ def render_rows(
     title: str | None = None,
     out: Any = None,
 ) -> int:
-    """Write rows in ``fmt``; ndjson and csv stream. Returns the number of rows written."""
+    """Write rows in ``fmt`` as they come, every format streamed (json as an array, one row a line;
+    table and plain a chunk at a time). Returns the number of rows written."""
     out = out or sys.stdout
     n = 0
+    if fmt is Format.parquet:
+        raise UsageError("--format parquet is for dump commitlog and dump consumequeue, with -o FILE")
     if fmt is Format.ndjson:
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -170,23 +156,36 @@ def render_rows(
             (quoting if lone_cr else writer).writerow(cells)
             n += 1
         return n
-    items = list(rows)
-    n = len(items)
     if fmt is Format.json:
-        out.write(json.dumps(items, ensure_ascii=False, indent=2) + "\n")
-        return n
-    cols = list(columns) if columns else (list(items[0].keys()) if items else [])
-    if fmt is Format.table:
-        _boxed_table(items, cols, title, out)
-    else:
-        _plain_table(items, cols, out)
+        return write_json_array(rows, out)
+    heads = list(columns) if columns else None
+    if heads is None:
+        heads, rows = first_keys(rows)
+    room = terminal_width(out) if fmt is Format.table else None
+    table = StreamedTable(heads, text_cell, out, boxed=fmt is Format.table, room=room)
+    return table.write(rows, [escape(c) for c in heads], escape(title) if title else None)
+
+
+def write_json_array(rows: Iterable[dict[str, Any]], out: Any = None) -> int:
+    """A JSON array written as the rows come: one row a line, compact."""
+    out = out or sys.stdout
+    out.write("[")
+    n = 0
+    for row in rows:
+        out.write(("\n" if n == 0 else ",\n") + json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+        n += 1
+    out.write("\n]\n" if n else "]\n")
     return n
 
 
 def render_mapping(data: dict[str, Any], fmt: Format, *, title: str | None = None) -> None:
     """A single object: key/value lines for people, one JSON document for scripts."""
     if fmt in (Format.json, Format.ndjson):
-        sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
+        one_line = {"separators": (",", ":")} if fmt is Format.ndjson else {"indent": 2}
+        sys.stdout.write(json.dumps(data, ensure_ascii=False, **one_line) + "\n")  # type: ignore[arg-type]
         return
     rows = [{"field": k, "value": cell(v)} for k, v in data.items()]
-    render_rows(rows, fmt, columns=["field", "value"], title=title)
+    if fmt is Format.table:  # a few lines: drawn whole
+        _boxed_table(rows, ["field", "value"], title, sys.stdout)
+    else:
+        render_rows(rows, fmt, columns=["field", "value"], title=title)

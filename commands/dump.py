@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import enum
 import itertools
-import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from rmqstore.errors import InputError, ProblemsFound
+from rmqstore.errors import InputError, ProblemsFound, UnsupportedStore, UsageError
 from rmqstore.ops import dump as lib
 from rmqstore.problems import ERROR, Problem
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
@@ -26,11 +25,13 @@ from ._common import (
     StorePath,
     err,
     format_time_ms,
+    local_time,
     progress_bar,
     render_mapping,
     render_rows,
     require_range,
     time_range,
+    write_json_array,
 )
 from ._options import Reading, SinceOpt, TopicFilterOpt, UntilOpt, command
 
@@ -80,35 +81,9 @@ def _time(ms: Any) -> str:
 # ------------------------------------------------------------------------------------ commitlog
 
 
-def _record_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
-    """A row with the fields of ``fields.COMMITLOG`` (plus storeTime for the table)."""
-    if isinstance(item, lib.Span):
-        return {"kind": item.kind, "commitLogOffset": item.phy_offset, "storeSize": item.size, "why": item.why}
-    rec, row = item
-    why = "CRC MISMATCH" if row.get("crcOk") is False else row.get("bodyError", "")
-    return {
-        "kind": "message",
-        **row,
-        "keys": rec.keys,
-        "tags": rec.tags,
-        "uniqKey": rec.uniq_key,
-        "storeTime": _time(rec.store_timestamp_ms),
-        "why": why,
-    }
-
-
-def _json_row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+def _row(item: tuple[lib.Record, dict[str, Any]] | lib.Span) -> dict[str, Any]:
+    """A row of ``fields.COMMITLOG`` (a message, or a blank, end of data or damaged range), in every format."""
     return item.to_json() if isinstance(item, lib.Span) else item[1]
-
-
-def _write_json_array(rows: Iterable[dict[str, Any]]) -> None:
-    out = sys.stdout
-    out.write("[")
-    sep = "\n"
-    for row in rows:
-        out.write(sep + json.dumps(row, ensure_ascii=False))
-        sep = ",\n"
-    out.write("\n]\n" if sep != "\n" else "]\n")
 
 
 BodyOpt = Annotated[
@@ -123,6 +98,12 @@ ToOffsetOpt = Annotated[int | None, typer.Option("--to-offset", min=0, help="Sto
 LimitOpt = Annotated[int | None, typer.Option("--limit", min=0, help="At most this many messages.")]
 VerifyCrcOpt = Annotated[bool, typer.Option("--verify-crc", help="Check every body CRC; mismatches are flagged.")]
 CountOpt = Annotated[bool, typer.Option("--count", help="Only count records, BLANKs, end-of-data and damage.")]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="With --format parquet: the Parquet file to write (needs pyarrow).", show_default=False
+    ),
+]
 JobsOpt = Annotated[
     int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
 ]
@@ -149,6 +130,7 @@ def commitlog_command(
     verify_crc: VerifyCrcOpt = False,
     count: CountOpt = False,
     jobs: JobsOpt = 0,
+    output: OutputOpt = None,
     quiet: QuietOpt = False,
     *,
     reading: Reading,
@@ -165,6 +147,7 @@ def commitlog_command(
     "kind" field. plain and csv show the same fields (RocketMQ's names, plus keys, tags and uniqKey from the properties); the terminal table shows the main ones. Exits 3 when damage or a CRC mismatch was found, after printing everything.
     """
     fmt = reading.format
+    _check_output(fmt, output, count=count)
     tags = None if tag is None else lib.parse_tag_expression(tag)
     require_range(from_offset, to_offset, "--from-offset/--to-offset", inclusive=False)
     since_ms, until_ms = time_range(since, until, "--since/--until")
@@ -177,13 +160,19 @@ def commitlog_command(
         for root, lo, hi in targets:
             with reading.open(root) as st:
                 segs, found = st.commitlog_segments()
-                opts = lib.MessageOptions(body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt)
+                opts = lib.MessageOptions(
+                    body=body_mode, verify_crc=verify_crc, broker=st.config.broker, filter=flt, local_time=local_time()
+                )
                 scan = lib.CommitLogScan(segs, broker=st.config.broker, from_phy=lo, to_phy=hi, problems=found)
                 with progress_bar(scan.total_bytes(), f"scanning {root}", quiet=quiet) as advance:
                     scan.progress = advance
                     yield str(root), scan, opts
                 problems.extend(found)
 
+    if fmt is Format.parquet:
+        assert output is not None
+        _commitlog_parquet(targets, flt, reading, output, verify_crc=verify_crc, limit=limit)
+        return
     if count:
         _show_counts(scans(), fmt, multi=len(targets) > 1)
     elif fmt is Format.ndjson and len(targets) == 1:
@@ -198,6 +187,49 @@ def commitlog_command(
 Scans = Iterator[tuple[str, lib.CommitLogScan, lib.MessageOptions]]
 
 
+def _check_output(fmt: Format, output: Path | None, *, count: bool = False) -> None:
+    """-o goes with --format parquet, which needs it (Parquet is not for a terminal or a pipe)."""
+    if fmt is Format.parquet and output is None:
+        raise UsageError("--format parquet writes a file: give it with -o FILE")
+    if fmt is not Format.parquet and output is not None:
+        raise UsageError("-o/--output is for --format parquet; other formats go to standard output")
+    if fmt is Format.parquet and count:
+        raise UsageError("--count prints counts; leave out --format parquet")
+
+
+def _commitlog_parquet(
+    targets: list[tuple[Path, int | None, int | None]],
+    flt: lib.MessageFilter,
+    reading: Reading,
+    output: Path,
+    *,
+    verify_crc: bool,
+    limit: int | None,
+) -> None:
+    """The selected records of every store into one Parquet file, with the Spark export's columns."""
+    from rmqstore.ops import parquet  # pyarrow: imported only for this format
+
+    schema = parquet.commitlog_schema(crc_ok=verify_crc)
+    left = [limit]
+
+    def batches() -> Iterator[Any]:
+        for root, lo, hi in targets:
+            with reading.open(root) as st:
+                sel = parquet.Selection(
+                    topic=flt.topic, queue_id=flt.queue_id, key=flt.key, tags=flt.tags, since_ms=flt.since_ms,
+                    until_ms=flt.until_ms, from_phy=lo, to_phy=hi, limit=left[0],
+                )  # fmt: skip
+                for batch in parquet.commitlog_batches(st, schema, sel):
+                    if left[0] is not None:
+                        left[0] -= batch.num_rows
+                    yield batch
+            if left[0] == 0:
+                return
+
+    result = parquet.write_parquet(output, schema, batches())
+    err.note(f"{result.rows} records in {result.row_groups} row group(s) written to {result.path}")
+
+
 def _labelled(multi: bool) -> Any:
     """With several stores each row starts with its store."""
     return (lambda label, row: {"store": label, **row}) if multi else (lambda label, row: row)
@@ -209,9 +241,17 @@ def _show_counts(scans: Scans, fmt: Format, *, multi: bool) -> None:
     render_rows(rows, fmt, columns=["store"] * multi + ["kind", "count", "bytes"], title="commit log")
 
 
+def _default_workers(size: int) -> int:
+    """Worker processes for an ndjson dump of ``size`` bytes: one core stays with the process that walks
+    the files and writes the output, so workers only pay off with three cores or more (on two, two
+    workers and the writer contend and the dump is slower than with one process)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(4, cores - 1) if cores >= 3 and size >= _PARALLEL_MIN_BYTES else 1
+
+
 def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, limit: int | None) -> None:
     """One store as ndjson straight from the scan, in worker processes for large dumps."""
-    workers = jobs or (min(2, os.cpu_count() or 1) if scan.total_bytes() >= _PARALLEL_MIN_BYTES else 1)
+    workers = jobs or _default_workers(scan.total_bytes())
     sys.stdout.flush()
     lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
     sys.stdout.buffer.flush()
@@ -219,17 +259,16 @@ def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, 
 
 def _show_messages(scans: Scans, fmt: Format, *, multi: bool, limit: int | None) -> None:
     labelled = _labelled(multi)
-    row_of = _json_row if fmt in (Format.json, Format.ndjson) else _record_row
     first = next(scans, None)
     if first is None:
         return
     rows = (
-        labelled(label, row_of(item))
+        labelled(label, _row(item))
         for label, scan, opts in itertools.chain([first], scans)
         for item in lib.iter_messages(scan, opts, limit=limit)
     )
     if fmt is Format.json:
-        _write_json_array(rows)
+        write_json_array(rows)
     else:
         cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
         extra = list(dict.fromkeys(f for seg in first[1].segs for f in seg.framing.frame_fields))
@@ -320,6 +359,7 @@ def consumequeue_command(
     resolve: Annotated[
         bool, typer.Option("--resolve", help="Join each entry to its commit log record and flag every mismatch.")
     ] = False,
+    output: OutputOpt = None,
     quiet: QuietOpt = False,
     *,
     reading: Reading,
@@ -335,6 +375,7 @@ def consumequeue_command(
     when a mismatch was found, after printing everything.
     """
     fmt = reading.format
+    _check_output(fmt, output)
     problems: list[Problem] = []
     seg = stores.segment_file(store)
     if seg is not None:
@@ -352,6 +393,10 @@ def consumequeue_command(
     else:
         stores.refuse_parent_of_store(store)
     with reading.open(store) as st:
+        if fmt is Format.parquet:
+            assert output is not None
+            _queue_parquet(st, topic, queue, output, from_index, count, resolve)
+            return
         batch = st.batch_queues.queue(topic, queue)
         if batch.exists():  # 5.x batchconsumequeue/: 46-byte units
             render_rows((r.to_json() for r in batch.scan()), fmt, title=f"{topic} queue {queue}")
@@ -365,7 +410,7 @@ def consumequeue_command(
             if fmt in (Format.json, Format.ndjson, Format.csv):
                 data: Iterator[dict[str, Any]] = (r.to_json() for r in rows)
                 if fmt is Format.json:
-                    _write_json_array(data)
+                    write_json_array(data)
                 else:
                     cols = _cq_data_columns(resolve, stamped)
                     render_rows(data, fmt, columns=cols if fmt is Format.csv else None)
@@ -375,6 +420,20 @@ def consumequeue_command(
                 )
                 render_rows(map(_cq_text_row, rows), fmt, columns=cols, title=f"{topic} queue {queue}")
     _finish(problems, quiet)
+
+
+def _queue_parquet(
+    st: Any, topic: str, queue: int, output: Path, from_index: int | None, count: int | None, resolve: bool
+) -> None:
+    """One file consume queue's entries into a Parquet file, with the Spark source's columns."""
+    from rmqstore.ops import parquet  # pyarrow: imported only for this format
+
+    if resolve or from_index is not None or count is not None:
+        raise UsageError("--format parquet writes every entry of the queue: leave out --resolve, --from-index, --count")
+    if st.batch_queues.queue(topic, queue).exists() or isinstance(st.consume_queues, RocksDBConsumeQueues):
+        raise UnsupportedStore("--format parquet reads file consume queues (consumequeue/) only")
+    result = parquet.write_parquet(output, parquet.QUEUE_SCHEMA, parquet.queue_batches(st, topic, queue))
+    err.note(f"{result.rows} entries in {result.row_groups} row group(s) written to {result.path}")
 
 
 @command(
@@ -595,7 +654,7 @@ def index_command(
                 if only is None or e.file == only
             )
             if fmt is Format.json:
-                _write_json_array(data)
+                write_json_array(data)
             else:
                 render_rows(data, fmt, columns=None if fmt is Format.ndjson else _ENTRY_COLUMNS, title="index entries")
         else:
@@ -619,15 +678,17 @@ def checkpoint_command(store: StorePath, *, reading: Reading) -> None:
         cp = st.read_checkpoint()
         if cp is None:
             raise ProblemsFound(f"{st.config.checkpoint_path}: no checkpoint file")
-    data = cp.to_json()
-    if fmt in (Format.json, Format.ndjson):
+    data: dict[str, Any] = {}
+    for k, v in cp.to_json().items():
+        data[k] = v
+        if k.endswith("Timestamp") or k.startswith("minTimestamp"):  # each time also as ISO-8601, its own field
+            data[k.removesuffix("Timestamp") + "Time"] = _time(v)
+    if fmt is Format.table:  # for people: one line per field
+        render_mapping(data, fmt, title="checkpoint")
+    elif fmt in (Format.json, Format.ndjson):
         render_mapping(data, fmt)
-        return
-    shown = {
-        k: f"{v} ({_time(v)})" if k.endswith("Timestamp") or k.startswith("minTimestamp") else v
-        for k, v in data.items()
-    }
-    render_mapping(shown, fmt, title="checkpoint")
+    else:  # one record, one column per field
+        render_rows([data], fmt, columns=list(data), title="checkpoint")
 
 
 @command(app, "config", Reading, epilog="Example: rmqstore dump config STORE consumerOffset.json --format json")
@@ -650,7 +711,7 @@ def config_command(
             return
         cf = lib.read_config_file(st, name)
     if fmt in (Format.json, Format.ndjson):
-        sys.stdout.write(json.dumps(cf.data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
+        render_mapping(cf.data, fmt)
     else:
         rows = [{"path": k, "value": v} for k, v in lib.flatten(cf.data)]
         render_rows(rows, fmt, columns=["path", "value"], title=f"{cf.path.name} ({cf.source})")

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from rmqstore.codec.commitlog import Record
+from rmqstore.codec.rows import message_row
 from rmqstore.errors import InputError
 from rmqstore.ops import query as op
 from rmqstore.safety.files import atomic_write
@@ -28,6 +29,7 @@ from ._common import (
     default_format,
     err,
     format_time_ms,
+    local_time,
     parse_time_ms,
     progress_bar,
     render_rows,
@@ -81,14 +83,8 @@ RawOpt = Annotated[
 
 
 def record_row(rec: Record, body: Body) -> dict[str, Any]:
-    """A record as ``dump`` shows it (RocketMQ's field names, compressed bodies decompressed), plus
-    keys, uniqKey, tags and a readable store time."""
-    row = rec.to_row(body=body.value)
-    row["keys"] = rec.keys
-    row["uniqKey"] = rec.uniq_key
-    row["tags"] = rec.tags
-    row["storeTime"] = format_time_ms(rec.store_timestamp_ms)
-    return row
+    """A record as ``dump commitlog`` shows it: the same fields in the same order, compressed bodies decompressed."""
+    return message_row(rec, body=body.value, local_time=local_time())
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
+from rmqstore.codec.rows import message_row
+
+from . import _fields as fields
 from ._common import (
     Format,
     QuietOpt,
     default_format,
     err,
     format_time_ms,
+    local_time,
     render_mapping,
     render_rows,
     time_range,
@@ -256,38 +260,13 @@ class BodyMode(str, enum.Enum):
     none = "none"
 
 
-_FIND_TEXT = [
-    "store",
-    "offset",
-    "size",
-    "topic",
-    "queueId",
-    "queueOffset",
-    "storeTime",
-    "tags",
-    "keys",
-    "msgId",
-    "body",
-]
+_FIND_TEXT = ["store", *fields.QUERY_TABLE]
+_FIND = ["store", *fields.QUERY]
 
 
-def _find_row(store: str, rec: Any, body: str, text: bool) -> dict[str, Any]:
-    row = rec.to_row(body=body, verify_crc=True)
-    if not text:
-        return {"store": store, **row}
-    return {
-        "store": store,
-        "offset": rec.phy_offset,
-        "size": rec.total_size,
-        "topic": rec.topic,
-        "queueId": rec.queue_id,
-        "queueOffset": rec.queue_offset,
-        "storeTime": format_time_ms(rec.store_timestamp_ms),
-        "tags": rec.tags,
-        "keys": rec.keys,
-        "msgId": row["msgId"],
-        "body": row.get("body", ""),
-    }
+def _find_row(store: str, rec: Any, body: str) -> dict[str, Any]:
+    """A message found: its store, then the fields of ``dump commitlog`` (crcOk: every body is checked)."""
+    return {"store": store, **message_row(rec, body=body, verify_crc=True, local_time=local_time())}
 
 
 @command(
@@ -343,13 +322,12 @@ def find_command(
     opts = jobs.ReadOptions(split_size)
     roots = jobs.check_stores(_stores(stores), opts)
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
-    text = fmt in (Format.table, Format.plain)
     with spark.session(quiet, roots) as session:
         found = jobs.find_records(session, roots, query, limit=limit, options=opts)
         n = render_rows(
-            (_find_row(store, rec, body_mode, text) for store, _, rec in found),
+            (_find_row(store, rec, body_mode) for store, _, rec in found),
             fmt,
-            columns=_FIND_TEXT if text else None,
+            columns=_FIND_TEXT if fmt is Format.table else None if fmt in (Format.json, Format.ndjson) else _FIND,
             title="messages found",
         )
     err.print(f"{n} message(s) found")

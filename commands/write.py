@@ -148,6 +148,11 @@ def write_command(
     properties, bornTimestamp, bornHost, storeHost, storeTimestamp, flag, sysFlag or
     transactionType, delayTimeLevel, reconsumeTimes, preparedTransactionOffset, uniqKey, wait, raw).
     The batch is all or nothing: a bad line or any failure leaves the store unchanged.
+
+    The output of dump commitlog --format ndjson is accepted as it is: rows whose kind is not
+    "message" (blank, end, corrupt) are skipped, the fields a write assigns itself (offsets, sizes,
+    msgId, storeTime...) are ignored, and a dumped body is read in the mode (base64, hex or text)
+    that its bodyCRC proves.
     """
     if source is not None and input_file is not None:
         raise InputError("give the NDJSON input once (INPUT or --input)")

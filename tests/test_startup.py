@@ -113,4 +113,4 @@ def test_plain_conversion_gives_typer_s_values():
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
         runs.append((proc.returncode, proc.stdout))
     assert runs[0] == runs[1]
-    assert runs[0][0] == 0 and '"queueOffset": 1,' in runs[0][1]
+    assert runs[0][0] == 0 and '"queueOffset":1,' in runs[0][1]

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import gc
 import hashlib
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Any, BinaryIO
 
 from rmqstore.codec.commitlog import (
+    COMPRESSED_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
@@ -228,8 +231,15 @@ _JSON_FIELDS = frozenset(
     }
 )
 _SIMPLE_JSON_FIELDS = frozenset({"topic", "queueId", "tags", "keys", "body"})
-# Fields of a dumped record (Record.to_json) that a write assigns itself: accepted and ignored.
-_JSON_IGNORED = frozenset({"queueOffset", "commitLogOffset", "storeSize", "bodyCRC", "msgId", "bodyLength"})
+# Fields of a dumped record (``dump commitlog`` rows) that a write assigns itself or derives: accepted and ignored.
+_JSON_IGNORED = frozenset(
+    {
+        "queueOffset", "commitLogOffset", "storeSize", "bodyCRC", "msgId", "bodyLength", "kind", "storeTime", "crcOk",
+        "why", "entryIndex", "entryTerm", "entryOffset", "entrySize",
+    }
+)  # fmt: skip
+# The kind of a dumped row that is a message; its other kinds (blank, end, corrupt) are no messages and are skipped.
+MESSAGE_KIND = "message"
 _TRANSACTION_TYPES = {
     "NOT": TRANSACTION_NOT_TYPE,
     "PREPARED": TRANSACTION_PREPARED_TYPE,
@@ -273,9 +283,10 @@ def _json_str(obj: dict[str, Any], name: str, origin: str) -> str | None:
     raise InputError(f"{origin}: {name} must be a string, got {type(v).__name__}")
 
 
-# The NDJSON fields a MessageBatch holds (the dumped fields a write assigns itself are ignored).
+# The NDJSON fields a MessageBatch holds (the dumped fields a write assigns itself are ignored; a
+# dumped body, told by its bodyCRC, is read by message_from_json in the mode its CRC proves).
 _NOT_IN_BATCH = {"delayTimeLevel", "sysFlag", "transactionType", "reconsumeTimes", "preparedTransactionOffset", "raw"}
-_BATCH_JSON_FIELDS = (_JSON_FIELDS - _NOT_IN_BATCH) | _JSON_IGNORED
+_BATCH_JSON_FIELDS = (_JSON_FIELDS - _NOT_IN_BATCH) | (_JSON_IGNORED - {"bodyCRC"})
 
 
 def _batch_row(obj: Any) -> tuple[Any, ...] | None:
@@ -406,8 +417,37 @@ def _check_json_fields(obj: dict[str, Any], origin: str) -> None:
         raise InputError(f"{origin}: unknown field {unknown[0]!r}{more}")
 
 
+def _dumped_body(obj: dict[str, Any], origin: str) -> bytes:
+    """The body of a dumped record (it carries ``bodyCRC``): in whichever of dump's body modes (base64,
+    hex, text) it was written, told apart by the stored CRC, so no mode is taken for another."""
+    text, crc = obj.get("body"), obj["bodyCRC"]
+    if text is None and not obj.get("bodyLength"):
+        return b""
+    if text is None:
+        raise InputError(f"{origin}: a dumped record without its body (dump --body none): nothing to write")
+    if not isinstance(text, str) or not isinstance(crc, int):
+        raise InputError(f"{origin}: body must be a string and bodyCRC an integer")
+    if _json_sys_flag(obj, origin) & COMPRESSED_FLAG:
+        raise InputError(f"{origin}: a compressed record (sysFlag {obj.get('sysFlag')}); dump shows its body "
+                         "decompressed: clear the flag and give the body as bodyBase64")  # fmt: skip
+    candidates: list[bytes] = []
+    with contextlib.suppress(binascii.Error, ValueError):
+        candidates.append(base64.b64decode(text, validate=True))
+    with contextlib.suppress(ValueError):
+        candidates.append(bytes.fromhex(text))
+    with contextlib.suppress(UnicodeEncodeError):
+        candidates.append(text.encode("utf-8"))
+    for body in candidates:
+        if zlib.crc32(body) & 0x7FFFFFFF == crc & 0x7FFFFFFF:
+            return body
+    raise InputError(f"{origin}: body matches its bodyCRC {crc} as neither base64, hex nor text (dump --body none?)")
+
+
 def _json_body(obj: dict[str, Any], origin: str) -> bytes:
-    """``body`` (UTF-8 text) or ``bodyBase64``; empty when neither is given."""
+    """``body`` (UTF-8 text) or ``bodyBase64``; empty when neither is given. A dumped record's body
+    (with ``bodyCRC``) is read in the mode its CRC proves."""
+    if "bodyCRC" in obj and "bodyBase64" not in obj:
+        return _dumped_body(obj, origin)
     if "body" in obj and "bodyBase64" in obj:
         raise InputError(f"{origin}: give body or bodyBase64, not both")
     if obj.get("bodyBase64") is not None:
@@ -542,6 +582,8 @@ def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message] | M
             if not line.strip():
                 continue
             obj = _json_line(line, source, n)
+        if type(obj) is dict and obj.get("kind", MESSAGE_KIND) != MESSAGE_KIND:
+            continue  # a dumped blank, end of data or damaged range
         if out is not None:
             out.append(message_from_json(obj, origin=f"{source}:{n}"))
             continue

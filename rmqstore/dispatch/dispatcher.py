@@ -31,7 +31,7 @@ from rmqstore.codec import indexfile as ix
 from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.errors import CorruptData
-from rmqstore.store.files import release_written
+from rmqstore.store.files import RELEASE_STEP, release_pages
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
@@ -189,7 +189,7 @@ class _IndexWriter:
         ix.HEADER.pack_into(m, 0, begin_ts, int(ts[-1]), begin_phy, int(phy[-1]), slot_count, count + k)
         self.written += k
         # entries are only appended: the ones written need no page of this process (the slots do)
-        self._released = release_written(m, self._released, self.entries_pos + (count + k) * ix.ENTRY_SIZE)
+        self._released = release_pages(m, self._released, self.entries_pos + (count + k) * ix.ENTRY_SIZE, RELEASE_STEP)
 
     def close(self, sync: bool) -> None:
         if self._map is not None:

@@ -55,13 +55,14 @@ from rmqstore.codec.consumequeue import (
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
+from rmqstore.codec.rows import CRC_MISMATCH, message_row, store_time
 from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import map_file, names_in
+from rmqstore.store.files import PAGE, map_file, names_in, release_pages
 from rmqstore.store.layout import Segment, list_segments
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader
@@ -91,7 +92,7 @@ class Span:
     why: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "offset": self.phy_offset, "size": self.size}
+        out: dict[str, Any] = {"kind": self.kind, "commitLogOffset": self.phy_offset, "storeSize": self.size}
         if self.why:
             out["why"] = self.why
         out["file"] = self.path.name
@@ -161,7 +162,7 @@ class CommitLogScan:
         lo = -(1 << 63) if self.from_phy is None else self.from_phy
         hi = (1 << 63) - 1 if self.to_phy is None else self.to_phy
         for seg, buf, found in walk_files(self.selected(), broker=self.broker, to_phy=self.to_phy):
-            done = 0
+            done = released = 0
             for ev in _rows(seg, len(buf), found):
                 if isinstance(ev, Run):
                     end = ev.end_pos
@@ -197,6 +198,7 @@ class CommitLogScan:
                     done = end
                 if item is not None:
                     yield buf, item
+                released = release_pages(buf, released, end)
             if self.progress is not None and seg.size > done:
                 self.progress(seg.size - done)
 
@@ -265,6 +267,7 @@ class MessageOptions:
     verify_crc: bool = False
     broker: str = "4.4.0"
     filter: MessageFilter = field(default_factory=MessageFilter)
+    local_time: bool = False  # storeTime in local time with its offset (default: UTC)
 
     def __post_init__(self) -> None:
         if self.body not in BODY_MODES:
@@ -291,7 +294,7 @@ def _props_shape(items: int) -> Callable[[bytes], re.Match[bytes] | None]:
     got = _SHAPES.get(items)
     if got is None:
         if 0 < items <= 64:
-            got = re.compile((b"(" + _SAFE + b")\x01" + _SAFE + b"\x02") * items).fullmatch
+            got = re.compile((b"(" + _SAFE + b")\x01(" + _SAFE + b")\x02") * items).fullmatch
         else:
             got = _no_match
         _SHAPES[items] = got
@@ -299,11 +302,30 @@ def _props_shape(items: int) -> Callable[[bytes], re.Match[bytes] | None]:
 
 
 _LINE = (
-    b'{"topic":%s,"queueId":%d,"queueOffset":%d,"commitLogOffset":%d,"storeSize":%d,"bodyCRC":%d,"flag":%d,'
-    b'"sysFlag":%d,"bornTimestamp":%d,"bornHost":"%s","storeTimestamp":%d,"storeHost":"%s","reconsumeTimes":%d,'
-    b'"preparedTransactionOffset":%d,"properties":%s,"bodyLength":%d,"msgId":"%s%016X"%s}'
+    b'{"kind":"message","commitLogOffset":%d,"storeSize":%d,"topic":%s,"queueId":%d,"queueOffset":%d,"bodyCRC":%d,'
+    b'"flag":%d,"sysFlag":%d,"bornTimestamp":%d,"bornHost":"%s","storeTimestamp":%d,"storeTime":%s%03d%s,'
+    b'"storeHost":"%s","reconsumeTimes":%d,"preparedTransactionOffset":%d,"msgId":"%s%016X","keys":%s,"tags":%s,'
+    b'"uniqKey":%s,"properties":%s,"bodyLength":%d%s}'
 )
 _LINE_B64 = _LINE[:-3] + b',"body":"%s"}'  # the common case, without one concatenation a line
+_DERIVED = (b"KEYS", b"TAGS", b"UNIQ_KEY")  # the properties behind keys, tags and uniqKey
+
+
+class _Times(dict[int, tuple[bytes, bytes]]):
+    """Per second of store time: the JSON text of storeTime before and after its milliseconds."""
+
+    def __init__(self, local: bool) -> None:
+        super().__init__()
+        self.local = local
+
+    def __missing__(self, sec: int) -> tuple[bytes, bytes]:
+        text = store_time(sec * 1000, self.local)
+        dot = -1 if text is None else text.find(".", text.find("T"))
+        if text is None or dot < 0:  # no calendar time: the milliseconds alone would be wrong
+            v = self[sec] = (b"", b"")
+        else:
+            v = self[sec] = (b'"' + text[: dot + 1].encode(), text[dot + 4 :].encode() + b'"')
+        return v
 
 
 class _Hosts(dict[tuple[bytes, int, bytes, int], tuple[bytes, bytes, bytes]]):
@@ -346,10 +368,10 @@ class CrcMismatch:
 
 
 class NdjsonFormatter:
-    """Message records as ndjson lines, each exactly ``json.dumps(Record.to_row(...))`` compact.
+    """Message records as ndjson lines, each exactly ``json.dumps(message_row(...))`` compact.
 
     Records with IPv4 hosts, a V1 magic and an uncompressed body are formatted straight from
-    the buffer; every other record goes through ``decode_record`` and :meth:`Record.to_row`.
+    the buffer; every other record goes through ``decode_record`` and :func:`message_row`.
     """
 
     def __init__(self, opts: MessageOptions) -> None:
@@ -358,10 +380,16 @@ class NdjsonFormatter:
         self._topics = _Topics()
         flt = opts.filter
         self._topic_b = None if flt.topic is None else flt.topic.encode("utf-8")
+        self._times = _Times(opts.local_time)
 
-    def _props_json(self, raw: bytes) -> bytes:
+    def _props_json(self, raw: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+        """properties, keys, tags and uniqKey as JSON, through the broker version's property parser."""
         props = parse_properties(raw.decode("utf-8", "replace"), broker=self.opts.broker)
-        return json.dumps(props, ensure_ascii=False, separators=(",", ":")).encode()
+        found = (
+            json.dumps(v, ensure_ascii=False).encode()
+            for v in (props.get("KEYS"), props.get("TAGS"), props.get("UNIQ_KEY"))
+        )
+        return (json.dumps(props, ensure_ascii=False, separators=(",", ":")).encode(), *found)  # type: ignore[return-value]
 
     def _body_json(self, body: bytes) -> bytes:
         mode = self.opts.body
@@ -377,7 +405,7 @@ class NdjsonFormatter:
         rec = intact_record(buf, pos, path=path, file_from=file_from, broker=opts.broker)
         if opts.filter.active and not opts.filter.matches(rec):
             return None
-        row = rec.to_row(body=opts.body, verify_crc=verify, path=path)
+        row = message_row(rec, body=opts.body, verify_crc=verify, path=path, local_time=opts.local_time)
         if verify and not row["crcOk"]:
             bad.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, zlib.crc32(rec.body) & 0x7FFFFFFF))
         return _json_line(row).encode()
@@ -424,7 +452,7 @@ class NdjsonFormatter:
         at: list[int] = []  # the position of each line's record
         bad: list[CrcMismatch] = []
         unpack, v1_ipv4 = HEAD_V4.unpack_from, is_v1_ipv4
-        hosts, topics = self._hosts, self._topics
+        hosts, topics, times = self._hosts, self._topics, self._times
         filtering = flt.active
         with_body = opts.body != "none"
         b64, b2a = opts.body == "base64", binascii.b2a_base64
@@ -439,7 +467,9 @@ class NdjsonFormatter:
         for pos in pos_list:
             (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_addr, born_port, store_ts,
              store_addr, store_port, reconsume, prepared, body_len) = unpack(buf, pos)  # fmt: skip
-            if not v1_ipv4(magic, sys_flag) or sys_flag & COMPRESSED_FLAG:
+            t_head, t_tail = times[store_ts // 1000]
+            # V2, IPv6, compressed, or a store time no calendar holds: through message_row
+            if not v1_ipv4(magic, sys_flag) or sys_flag & COMPRESSED_FLAG or not t_head:
                 slow = self._decoded_line(buf, pos, path, file_from, bad)
                 if slow is not None:
                     lines.append(slow)
@@ -469,22 +499,25 @@ class NdjsonFormatter:
                     if computed == crc:
                         tail += b',"crcOk":true'
                     else:
-                        tail += b',"crcOk":false'
+                        tail += b',"crcOk":false,"why":"%s"' % CRC_MISMATCH.encode()
                         bad.append(CrcMismatch(path, pos, phy, crc, computed))
             if not raw:
-                pj = b"{}"
+                pj, keys, tags, uniq = b"{}", b'""', b"null", b"null"  # no properties: KEYS is "" (§3.11)
             elif (m := (shapes.get(n := raw.count(b"\x02")) or _props_shape(n))(raw)) is not None and len(
-                set(names := m.groups())
+                set(names := (g := m.groups())[0::2])
             ) == len(names):
                 pj = b'{"' + raw[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","') + b'"}'
+                found = dict(zip(names, g[1::2], strict=True))
+                keys, tags, uniq = (b"null" if (v := found.get(k)) is None else b'"' + v + b'"' for k in _DERIVED)
             else:
-                pj = props_json(raw)
+                pj, keys, tags, uniq = props_json(raw)
             born_host, store_host, id_prefix = hosts[(born_addr, born_port, store_addr, store_port)]
             lines.append(
                 line
                 % (
-                    topics[buf[t0:pp]], queue_id, queue_offset, phy, total, crc, flag, sys_flag, born_ts, born_host,
-                    store_ts, store_host, reconsume, prepared, pj, body_len, id_prefix, phy, tail,
+                    phy, total, topics[buf[t0:pp]], queue_id, queue_offset, crc, flag, sys_flag, born_ts, born_host,
+                    store_ts, t_head, store_ts % 1000, t_tail, store_host, reconsume,
+                    prepared, id_prefix, phy, keys, tags, uniq, pj, body_len, tail,
                 )
             )  # fmt: skip
             at.append(pos)
@@ -516,7 +549,7 @@ def iter_messages(
             rec = intact_record(buf, pos, path=path, file_from=base, broker=opts.broker)
             if flt.active and not flt.matches(rec):
                 continue
-            row = rec.to_row(body=opts.body, verify_crc=opts.verify_crc, path=path)
+            row = message_row(rec, body=opts.body, verify_crc=opts.verify_crc, path=path, local_time=opts.local_time)
             if framing.frame_fields:
                 row.update(zip(framing.frame_fields, framing.frame_values(buf, pos), strict=True))
             if opts.verify_crc and not row["crcOk"]:
@@ -567,6 +600,8 @@ def _worker_format(
         fmt = _WORKER[opts] = NdjsonFormatter(opts)
     try:
         lines, bad = fmt.format(buf, path, file_from, positions, framing=framing)
+        first = int(positions[0]) - int(positions[0]) % PAGE
+        release_pages(buf, first, int(positions[-1]))  # the batch's records: read, their pages dropped
     except CorruptData as e:  # the file changed under us; exceptions with keyword fields do not pickle
         return slot, -2, repr((e.what, str(e.path), e.pos, e.phy_offset)).encode(), 0, []
     data = _lines_bytes(lines)
@@ -767,13 +802,12 @@ class CqRow:
                 "mismatch": list(self.mismatch),
             }
         out: dict[str, Any] = {
+            "kind": self.kind,
             "queueOffset": self.queue_offset,
             "commitLogOffset": self.phy_offset,
             "size": self.size,
             "tagsCode": self.tags_code,
         }
-        if self.kind != "entry":
-            out = {"kind": self.kind, **out}
         if self.store_timestamp is not None:
             out["storeTimestamp"] = self.store_timestamp
         if self.resolved:
@@ -1190,9 +1224,16 @@ def config_files(st: Store) -> list[ConfigListing]:
 
 
 def read_config_file(st: Store, name: str) -> cfgmod.ConfigFile:
-    """``config/<name>`` as the broker loads it (``.bak`` when the main file is unusable, §11.1)."""
+    """``config/<name>`` as the broker loads it (``.bak`` when the main file is unusable, §11.1); ``name``
+    may leave out ``.json`` (``consumerOffset`` is ``consumerOffset.json``)."""
     d = st.config.config_dir
-    if not (d / name).exists() and not (d / f"{name}.bak").exists():
+
+    def present(n: str) -> bool:
+        return (d / n).exists() or (d / f"{n}.bak").exists()
+
+    if not present(name) and not name.endswith(".json") and present(f"{name}.json"):
+        name = f"{name}.json"
+    if not present(name) and not (d / f"{name}.bak").exists():
         have = ", ".join(c.name for c in config_files(st)) or "none"
         raise InputError(f"{d / name}: no such config file (present: {have})")
     return cfgmod.read_config(d, name)

@@ -1,7 +1,7 @@
 """PySpark Python data sources over store files: commit log records (§3) and consume queue entries (§4.1).
 
 ``spark.read.format("rocketmq").load("/data/broker-*/store")`` gives one row per commit log
-record, decoded column-wise by :mod:`rmqstore.spark.reader` (equal to the record codec's
+record, decoded column-wise by :mod:`rmqstore.walk.arrow` (equal to the record codec's
 ``decode_record``); ``rocketmq_consumequeue`` gives one row per consume queue entry. Options:
 
 * ``path`` / ``load(...)``: store roots; a comma list and shell globs are accepted.
@@ -49,7 +49,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -76,14 +75,23 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from rmqstore.codec.consumequeue import FILLER_SIZE, valid_prefix
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.errors import InputError, StoreNotFound
-from rmqstore.spark.reader import CHUNK, COLUMNS, RowFilter, SplitContext, chunk_batch, row_function, valid_chunks
 from rmqstore.store import open_store
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment
 from rmqstore.store.queue.interface import ConsumeQueue
+from rmqstore.walk.arrow import (
+    CHUNK,
+    COLUMNS,
+    COMMITLOG_COLUMNS,
+    CONSUMEQUEUE_COLUMNS,
+    RowFilter,
+    column_types,
+    file_context,
+    queue_file_batch,
+    range_batches,
+)
 
 COMMITLOG_SOURCE = "rocketmq"
 CONSUMEQUEUE_SOURCE = "rocketmq_consumequeue"
@@ -104,42 +112,11 @@ _TYPES = {
 
 
 def _schema(columns: str) -> StructType:
-    """A schema from ``name type`` lines (types of ``_TYPES``); ``?`` after the type: nullable."""
-    rows = (line.split() for line in columns.strip().splitlines())
-    return StructType([StructField(n, _TYPES[t.rstrip("?")], t.endswith("?")) for n, t in rows])
+    """A Spark schema from ``name type`` lines (``rmqstore.walk.arrow.column_types``)."""
+    return StructType([StructField(n, _TYPES[t], null) for n, t, null in column_types(columns)])
 
 
-COMMITLOG_SCHEMA = _schema(
-    """
-    store                      string
-    brokerName                 string?
-    file                       string
-    filePos                    long
-    commitLogOffset            long
-    storeSize                  int
-    magicCode                  int
-    bodyCRC                    int
-    queueId                    int
-    flag                       int
-    queueOffset                long
-    sysFlag                    int
-    bornTimestamp              long
-    bornHost                   string
-    storeTimestamp             long
-    storeHost                  string
-    reconsumeTimes             int
-    preparedTransactionOffset  long
-    bodyLength                 int
-    topic                      string
-    tags                       string?
-    keys                       strings
-    uniqKey                    string?
-    properties                 map
-    body                       binary
-    msgId                      string
-    crcOk                      bool
-    """
-)
+COMMITLOG_SCHEMA = _schema(COMMITLOG_COLUMNS)
 
 
 def commitlog_schema(*, crc_ok: bool = False) -> StructType:
@@ -147,19 +124,7 @@ def commitlog_schema(*, crc_ok: bool = False) -> StructType:
     return COMMITLOG_SCHEMA if crc_ok else StructType([f for f in COMMITLOG_SCHEMA.fields if f.name != "crcOk"])
 
 
-CONSUMEQUEUE_SCHEMA = _schema(
-    """
-    store            string
-    brokerName       string?
-    topic            string
-    queueId          int
-    queueOffset      long
-    commitLogOffset  long
-    size             int
-    tagsCode         long
-    file             string
-    """
-)
+CONSUMEQUEUE_SCHEMA = _schema(CONSUMEQUEUE_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,38 +307,14 @@ def read_piece_batches(
             yield from buffer_batches(buf, piece, schema, check_crc=check_crc, flt=flt, chunk=chunk)
 
 
-def buffer_batches(
-    buf: Any,
-    piece: Piece,
-    schema: pa.Schema,
-    *,
-    check_crc: bool = False,
-    flt: RowFilter | None = None,
-    chunk: int = CHUNK,
-    row_fn: Callable[..., tuple[Any, ...]] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """``read_piece_batches`` over the file's bytes ``buf`` (mapped or in memory)."""
-    flt = flt or RowFilter()
-    row_fn = row_fn or row_function(schema.names)
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    ctx = SplitContext(
-        piece.store,
-        piece.broker_name,
-        piece.path,
-        piece.base,
-        piece.broker,
-        buf,
-        u8,
-        pa.py_buffer(buf),
-        framing=piece.framing,
-    )
+def buffer_batches(buf: Any, piece: Piece, schema: pa.Schema, **options: Any) -> Iterator[pa.RecordBatch]:
+    """``read_piece_batches`` over the file's bytes ``buf`` (mapped or in memory); ``options`` as
+    ``rmqstore.walk.arrow.range_batches`` takes them (check_crc, flt, chunk, row_fn)."""
+    ctx = file_context(piece.store, piece.broker_name, piece.path, piece.base, piece.broker, buf, piece.framing)
     try:
-        for arrs, slow in valid_chunks(ctx, piece.start, piece.end, check_crc=check_crc, chunk=chunk):
-            batch = chunk_batch(ctx, arrs, slow, schema, flt, row_fn)
-            if batch is not None and batch.num_rows:
-                yield batch
+        yield from range_batches(ctx, piece.start, piece.end, schema, **options)
     finally:
-        del ctx, u8  # release the views so the map can close
+        del ctx  # release the views so the map can close
 
 
 def read_split_batches(split: CommitLogSplit, schema: StructType) -> Iterator[pa.RecordBatch]:
@@ -540,27 +481,9 @@ def read_queue_batches(part: QueueFiles, schema: StructType) -> Iterator[pa.Reco
     """The valid entries (up to the first zero/invalid one, fillers left out) of each file."""
     pa_schema = to_arrow_schema(schema, timezone="UTC")
     for store, broker_name, queue, seg in part.files:
-        arr = queue.read(seg)  # a queue file is small (6 MB by default)
-        n = valid_prefix(arr)
-        arr = arr[:n]
-        keep = ~((arr["phy_offset"] == 0) & (arr["size"] == FILLER_SIZE) & (arr["tags_code"] == 0))
-        idx = np.flatnonzero(keep)
-        if not idx.size:
-            continue
-        m = len(idx)
-        columns = {
-            "store": pa.array([store] * m, pa.string()),
-            "brokerName": pa.array([broker_name] * m, pa.string()),
-            "topic": pa.array([queue.topic] * m, pa.string()),
-            "queueId": pa.array(np.full(m, queue.queue_id, dtype=np.int32)),
-            "queueOffset": pa.array(seg.base_offset // queue.unit_size + idx.astype(np.int64)),
-            "commitLogOffset": pa.array(arr["phy_offset"][idx].astype(np.int64)),
-            "size": pa.array(arr["size"][idx].astype(np.int32)),
-            "tagsCode": pa.array(arr["tags_code"][idx].astype(np.int64)),
-            "file": pa.array([str(seg.path)] * m, pa.string()),
-        }
-        arrays = [columns[f.name].cast(f.type) for f in pa_schema]
-        yield pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
+        batch = queue_file_batch(store, broker_name, queue, seg, pa_schema)
+        if batch is not None:
+            yield batch
 
 
 class ConsumeQueueReader(_PlannedReader):

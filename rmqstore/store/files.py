@@ -60,19 +60,21 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             pass  # a numpy view still refers to it; it is unmapped when that view goes
 
 
+PAGE = mmap.PAGESIZE
 RELEASE_STEP = 4 << 20  # bytes written to a mapping between two releases of its pages
+_RELEASE_MIN = 16 << 20  # bytes read before their pages are dropped: few calls, a bounded window
 
 
-def release_written(m: mmap.mmap, start: int, end: int) -> int:
-    """Drop the whole pages of [start, end) of a shared file mapping from this process's resident set
-    once RELEASE_STEP bytes are written: their bytes stay in the page cache (a later read faults them
-    back in, ``flush`` still writes them to disk), so a writer's memory stays bounded whatever it writes.
+def release_pages(buf: mmap.mmap | bytes, start: int, end: int, step: int = _RELEASE_MIN) -> int:
+    """Drop the whole pages of ``buf[start:end]`` from this process's resident set once ``step`` bytes
+    are done with: the page cache keeps the file (a later read faults them back in, ``flush`` still
+    writes written pages to disk), so a reader's or a writer's memory stays at a window, not the file.
     Returns where the next release starts."""
-    lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-    hi = end - end % mmap.PAGESIZE
-    if hi - lo < RELEASE_STEP:
+    lo = -(-start // PAGE) * PAGE
+    hi = end - end % PAGE
+    if hi - lo < step or not isinstance(buf, mmap.mmap):
         return start
-    m.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
     return hi
 
 

@@ -56,11 +56,20 @@ def ndjson(*args: str, code: int = 0) -> list[dict]:
 
 
 def messages(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if "kind" not in r]
+    return [r for r in rows if r["kind"] == "message"]
+
+
+def served_fields(rows: list[dict]) -> list[dict]:
+    """Message rows with the fields of a served message only (as truth.json holds them)."""
+    return [{k: v for k, v in r.items() if k not in DERIVED_FIELDS} for r in messages(rows)]
 
 
 def spans(rows: list[dict], kind: str | None = None) -> list[tuple[str, int, int]]:
-    return [(r["kind"], r["offset"], r["size"]) for r in rows if "kind" in r and kind in (None, r["kind"])]
+    return [
+        (r["kind"], r["commitLogOffset"], r["storeSize"])
+        for r in rows
+        if r["kind"] != "message" and kind in (None, r["kind"])
+    ]
 
 
 def truth_messages(truth: dict) -> dict[int, dict]:
@@ -68,12 +77,24 @@ def truth_messages(truth: dict) -> dict[int, dict]:
 
 
 DLEDGER_FRAME_FIELDS = DLEDGER.frame_fields
+# What a dumped message row says beyond the served message: the kind of row, and what the store time and
+# the properties say (the same in every format and command).
+DERIVED_FIELDS = ("kind", "storeTime", "keys", "tags", "uniqKey")
 
 
 def same_as_truth(row: dict, want: dict) -> bool:
     """Field for field; a body over 64 KiB is compared through its sha256, as truth.json gives it. The
     fields of a DLedger record's entry are not a served message's (tests/compat/test_dledger_stores.py checks them)."""
     row = {k: v for k, v in row.items() if k not in DLEDGER_FRAME_FIELDS}
+    props = want.get("properties") or {}
+    derived = {k: row.pop(k) for k in DERIVED_FIELDS if k in row}
+    assert derived == {
+        "kind": "message",
+        "storeTime": format_time_ms(want["storeTimestamp"]),
+        "keys": props.get("KEYS") if props else "",
+        "tags": props.get("TAGS"),
+        "uniqKey": props.get("UNIQ_KEY"),
+    }, derived
     if "bodySha256" in want:
         got = dict(row)
         got["bodySha256"] = hashlib.sha256(base64.b64decode(got.pop("body"))).hexdigest()
@@ -172,7 +193,7 @@ def test_fast_ndjson_lines_equal_the_record_rows(real_case, body):
     served = truth_messages(load_truth(real_case))
     for line in fast:
         row = json.loads(line)
-        if "kind" in row:
+        if row["kind"] != "message":
             continue
         assert row.pop("crcOk") is True
         want = dict(served.get(row["commitLogOffset"], row))
@@ -187,6 +208,9 @@ def test_fast_ndjson_lines_equal_the_record_rows(real_case, body):
                 assert raw == base64.b64decode(served[row["commitLogOffset"]]["body"])
             row.pop("body")
         want.pop("bodySha256", None)
+        for k in DERIVED_FIELDS:
+            row.pop(k)
+            want.pop(k, None)
         assert row == want
 
 
@@ -231,7 +255,7 @@ def test_topic_and_queue_filter():
     truth = load_truth("clean-2topics")
     q = next(q for q in truth["queues"] if (q["topic"], q["queueId"]) == ("TopicB", 2))
     rows = ndjson(store_of("clean-2topics"), "--topic", "TopicB", "--queue", "2")
-    assert messages(rows) == q["messages"]
+    assert served_fields(rows) == q["messages"]
     assert spans(rows) == []  # blanks and the end of data are left out of filtered output
 
 
@@ -240,16 +264,16 @@ def test_key_filter_matches_a_keys_token_or_the_uniq_key():
     served = sorted(truth_messages(truth).values(), key=lambda m: m["commitLogOffset"])
     want = [m for m in served if "user-3" in m["properties"].get("KEYS", "").split(" ")]
     assert want
-    assert messages(ndjson(store_of("clean-2topics"), "--key", "user-3")) == want
+    assert served_fields(ndjson(store_of("clean-2topics"), "--key", "user-3")) == want
     uniq = served[7]["properties"]["UNIQ_KEY"]
-    assert messages(ndjson(store_of("clean-2topics"), "--key", uniq)) == [served[7]]
+    assert served_fields(ndjson(store_of("clean-2topics"), "--key", uniq)) == [served[7]]
 
 
 def test_tag_filter_with_alternatives():
     truth = load_truth("clean-2topics")
     served = sorted(truth_messages(truth).values(), key=lambda m: m["commitLogOffset"])
     want = [m for m in served if m["properties"].get("TAGS") in ("TagA", "TagC")]
-    assert messages(ndjson(store_of("clean-2topics"), "--tag", "TagA || TagC")) == want
+    assert served_fields(ndjson(store_of("clean-2topics"), "--tag", "TagA || TagC")) == want
 
 
 def test_time_and_offset_filters():
@@ -342,7 +366,7 @@ def test_physical_offset_field_must_match_the_position(tmp_path):
     patch(root, off + 28, struct.pack(">q", off + 1))
     rows = ndjson(root, code=3)
     corrupt = [r for r in rows if r.get("kind") == "corrupt"]
-    assert [(r["offset"], r["size"]) for r in corrupt] == [(off, size)]
+    assert [(r["commitLogOffset"], r["storeSize"]) for r in corrupt] == [(off, size)]
     assert "PHYSICALOFFSET" in corrupt[0]["why"]
     check_against_truth(rows, truth, missing={off})
 
@@ -410,7 +434,7 @@ def test_file_whose_records_hold_other_offsets_is_one_damaged_span(tmp_path):
     in_file = [(o, s) for o, s in recs if 2 * FILE_SIZE <= o < 3 * FILE_SIZE]
     blank = in_file[-1][0] + in_file[-1][1] - 2 * FILE_SIZE
     (bad,) = [r for r in rows if r.get("kind") == "corrupt"]
-    assert (bad["offset"], bad["size"]) == (moved, blank)
+    assert (bad["commitLogOffset"], bad["storeSize"]) == (moved, blank)
     assert bad["why"] == f"PHYSICALOFFSET field is {2 * FILE_SIZE}, the record is at {moved}"
     check_against_truth(rows, truth, missing={o for o, _ in in_file})
 
@@ -509,7 +533,9 @@ def test_slow_path_records_ipv6_v2_and_compressed(tmp_path):
 def on_disk_entries_are_truth(case: str, topic: str, qid: int, rows: list[dict]) -> None:
     truth = load_truth(case)
     q = next(q for q in truth["queues"] if (q["topic"], q["queueId"]) == (topic, qid))
-    got = [{k: r[k] for k in ("queueOffset", "commitLogOffset", "size", "tagsCode")} for r in rows if "kind" not in r]
+    got = [
+        {k: r[k] for k in ("queueOffset", "commitLogOffset", "size", "tagsCode")} for r in rows if r["kind"] == "entry"
+    ]
     if truth["beforeOpen"]["abortExists"]:
         # the crash left the last messages undispatched; recovery appended them
         assert got == q["entries"][: len(got)] and got
@@ -531,7 +557,7 @@ def test_consume_queue_resolve_reports_no_mismatch(real_case):
         assert all(r["mismatch"] == [] for r in rows), [r for r in rows if r["mismatch"]][:3]
         on_disk_entries_are_truth(real_case, topic, qid, rows)
         for r in rows:
-            if "kind" not in r:
+            if r["kind"] == "entry":
                 assert (
                     r["storeSize"] == r["size"]
                     and r["recordTopic"] == topic

@@ -608,7 +608,10 @@ def test_cli_key_and_alias() -> None:
     res = runner.invoke(app, ["query", "key", store, "TopicA", "order-68", "-f", "ndjson", "--body", "none"])
     assert [json.loads(line)["commitLogOffset"] for line in res.stdout.splitlines()] == want
     res = runner.invoke(app, ["query", "key", store, "TopicA", "order-68", "-f", "csv", "--body", "hex"])
-    assert res.stdout.splitlines()[0].startswith("commitLogOffset,topic,") and len(res.stdout.splitlines()) == 4
+    assert (
+        res.stdout.splitlines()[0].startswith("kind,commitLogOffset,storeSize,topic,")
+        and len(res.stdout.splitlines()) == 4
+    )
 
 
 def test_cli_not_found_and_errors() -> None:

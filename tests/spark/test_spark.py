@@ -179,8 +179,8 @@ def split_read(files: list[tuple[str, int, bytes]], split_size: int, open_cost: 
     for Spark), in split order: every column, checked against the codec by the callers."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from rmqstore.spark.reader import row_function
     from rmqstore.spark.source import COMMITLOG_SCHEMA, Piece, buffer_batches, pack_pieces, plan_splits
+    from rmqstore.walk.arrow import row_function
 
     data_of = {path: data for path, _, data in files}
     pieces = [

@@ -113,19 +113,23 @@ def _same(value: Any, back: dict[int, int], key: str = "") -> Any:
 def _is_span(row: Any) -> bool:
     """A row of ``dump commitlog`` for bytes that hold no record. Its BLANK and end rows say where a file
     ends, which the frames move: they are left out."""
-    return isinstance(row, dict) and row.get("kind") in ("blank", "end", "corrupt") and {"offset", "size"} <= row.keys()
+    return (
+        isinstance(row, dict)
+        and row.get("kind") in ("blank", "end", "corrupt")
+        and {"commitLogOffset", "storeSize"} <= row.keys()
+    )
 
 
 def _span_range(row: dict[str, Any], back: dict[int, int]) -> dict[str, Any]:
     """A damaged span as its first and end offset; an end inside the damage keeps its distance from the
     start (a frame header inside the span makes it longer)."""
-    start, end = row["offset"], row["offset"] + row["size"]
+    start, end = row["commitLogOffset"], row["commitLogOffset"] + row["storeSize"]
     first = back.get(start, start)
     return {
         "kind": row["kind"],
         "why": _same(row.get("why"), back),
         "offset": first,
-        "end": back.get(end, first + row["size"]),
+        "end": back.get(end, first + row["storeSize"]),
     }
 
 
@@ -355,7 +359,7 @@ def _record_starts(plain: Path, back: dict[int, int]) -> list[tuple[int, int, in
     for new, old in back.items():
         toy[old] = max(new, toy.get(old, new))  # a record's start, not the end of the one before it
     rows = _invoke("dump", "commitlog", plain, "-f", "ndjson", "--body", "none")
-    return [(r["commitLogOffset"], toy[r["commitLogOffset"]], r["storeSize"]) for r in rows if "storeSize" in r]
+    return [(r["commitLogOffset"], toy[r["commitLogOffset"]], r["storeSize"]) for r in rows if r["kind"] == "message"]
 
 
 def _torn_tail(plain: Path, toy: Path, back: dict[int, int]) -> int:

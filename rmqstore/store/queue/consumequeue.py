@@ -17,7 +17,7 @@ from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, encode_entry, v
 from rmqstore.errors import CorruptData
 from rmqstore.problems import Problem, ProblemKind
 from rmqstore.rules import rules_for
-from rmqstore.store.files import map_file, read_at, release_written
+from rmqstore.store.files import RELEASE_STEP, map_file, read_at, release_pages
 from rmqstore.store.layout import Segment, file_name, list_segments, queue_dir, segment_for
 from rmqstore.store.queue.interface import QueueCut, QueueRange, QueueRecovery, QueueTail
 from rmqstore.store.queue.mappedfiles import (
@@ -362,7 +362,7 @@ class ConsumeQueueWriter:
                     out["tags_code"] = tags_code[i:j]
                     del out
                     self.end += (j - i) * ENTRY_SIZE
-                    self._released[base] = release_written(m, self._released.get(base, 0), self.end - base)
+                    self._released[base] = release_pages(m, self._released.get(base, 0), self.end - base, RELEASE_STEP)
                     last = j - 1
                     self.max_phy = int(phy[last]) + (0 if self.old_dup_rule else int(size[last]))
                     self.last_ts = int(store_ts[last])

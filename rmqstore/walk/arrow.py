@@ -1,4 +1,7 @@
-"""Arrow record batches of commit log splits, built column by column from the codec's record arrays.
+"""Arrow record batches of commit log ranges, built column by column from the codec's record arrays.
+
+The Spark data source (``rmqstore.spark.source``) and ``dump --format parquet`` read records through
+it; it needs pyarrow only (the extras ``parquet`` and ``spark``), never Spark or Java.
 
 A split's records are found by walking the chain of frames (the framing's ``chain``); each chunk of
 positions is decoded at once into arrays (``record_arrays``) and checked as ``decode_record``
@@ -26,26 +29,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from rmqstore.codec.framing import PLAIN, Framing
-from rmqstore.spark.codec import (
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_UNIQ_KEY,
-    Record,
+from rmqstore.codec.arrays import (
     RecordArrays,
-    body_crc,
-    decode_record,
     duplicate_name_rows,
     host_codes_v4,
-    host_str,
     key_tokens,
     msg_id_hex,
     named,
     property_items,
     record_arrays,
 )
+from rmqstore.codec.commitlog import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Record, body_crc, decode_record, host_str
+from rmqstore.codec.consumequeue import FILLER_SIZE, valid_prefix
+from rmqstore.codec.framing import PLAIN, Framing
+from rmqstore.errors import MissingExtra
+from rmqstore.store.layout import Segment
+from rmqstore.store.queue.interface import ConsumeQueue
+
+try:
+    import pyarrow as pa
+except ImportError:
+    raise MissingExtra(
+        "columnar output (Parquet) needs pyarrow; install the parquet extra: pip install 'rmqstore[parquet]'"
+    ) from None
 
 CHUNK = 1 << 15  # records decoded at once: the arrays of a chunk stay in the CPU caches' reach
 _NEEDS_PROPS = frozenset({"tags", "keys", "uniqKey", "properties"})
@@ -502,3 +509,121 @@ def row_function(names: Sequence[str]) -> Callable[[Record, Any, Any], tuple[Any
     body = ", ".join(_COLUMN_EXPR[n] for n in names)
     env = {"host": host, "keys": _keys_list, "crc": body_crc, "TAGS": PROP_TAGS, "UNIQ_KEY": PROP_UNIQ_KEY}
     return eval(f"lambda r, p, s: ({body},)", env)  # type: ignore[no-any-return]  # from the constants above only
+
+
+# ---------------------------------------------------------------------------------------------
+# The columns of a commit log record and of a consume queue entry (the Spark sources' and Parquet's)
+
+# ``name type`` lines; ``?`` after the type: nullable. Spark's schemas are built from the same text.
+COMMITLOG_COLUMNS = """
+    store                      string
+    brokerName                 string?
+    file                       string
+    filePos                    long
+    commitLogOffset            long
+    storeSize                  int
+    magicCode                  int
+    bodyCRC                    int
+    queueId                    int
+    flag                       int
+    queueOffset                long
+    sysFlag                    int
+    bornTimestamp              long
+    bornHost                   string
+    storeTimestamp             long
+    storeHost                  string
+    reconsumeTimes             int
+    preparedTransactionOffset  long
+    bodyLength                 int
+    topic                      string
+    tags                       string?
+    keys                       strings
+    uniqKey                    string?
+    properties                 map
+    body                       binary
+    msgId                      string
+    crcOk                      bool
+"""
+CONSUMEQUEUE_COLUMNS = """
+    store            string
+    brokerName       string?
+    topic            string
+    queueId          int
+    queueOffset      long
+    commitLogOffset  long
+    size             int
+    tagsCode         long
+    file             string
+"""
+
+
+def column_types(columns: str) -> list[tuple[str, str, bool]]:
+    """(name, type, nullable) of each ``name type`` line."""
+    rows = (line.split() for line in columns.strip().splitlines())
+    return [(n, t.rstrip("?"), t.endswith("?")) for n, t in rows]
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    simple = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "bool": pa.bool_(), "binary": pa.binary()}
+    if name == "strings":
+        return pa.list_(pa.field("element", pa.string(), nullable=False))
+    if name == "map":
+        return pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
+    return simple[name]
+
+
+def arrow_schema(columns: str, *, without: Sequence[str] = ()) -> pa.Schema:
+    """The Arrow schema of ``columns`` (``name type`` lines), as Spark's ``to_arrow_schema`` gives it."""
+    return pa.schema(
+        [pa.field(n, _arrow_type(t), nullable=null) for n, t, null in column_types(columns) if n not in without]
+    )
+
+
+def file_context(
+    store: str, broker_name: str | None, path: str, base: int, broker: str, buf: Any, framing: Framing = PLAIN
+) -> SplitContext:
+    """The context of one mapped (or in-memory) commit log file: its bytes seen by numpy and by Arrow."""
+    return SplitContext(
+        store, broker_name, path, base, broker, buf, np.frombuffer(buf, dtype=np.uint8), pa.py_buffer(buf),
+        framing=framing,
+    )  # fmt: skip
+
+
+def range_batches(
+    ctx: SplitContext, start: int, end: int, schema: pa.Schema, *, check_crc: bool = False, **options: Any
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of the valid records starting in ``[start, end)`` of ``ctx``'s file; ``options``:
+    ``flt`` (a RowFilter), ``chunk`` (records decoded at once), ``row_fn`` (the rows of slow records)."""
+    flt = options.get("flt") or RowFilter()
+    row_fn = options.get("row_fn") or row_function(schema.names)
+    chunk = options.get("chunk", CHUNK)
+    for arrs, slow in valid_chunks(ctx, start, end, check_crc=check_crc, chunk=chunk):
+        batch = chunk_batch(ctx, arrs, slow, schema, flt, row_fn)
+        if batch is not None and batch.num_rows:
+            yield batch
+
+
+def queue_file_batch(
+    store: str, broker_name: str | None, queue: ConsumeQueue, seg: Segment, schema: pa.Schema
+) -> pa.RecordBatch | None:
+    """The valid entries of one consume queue file (up to the first zero or invalid one, fillers left
+    out) with the columns of ``schema``; None when it holds none."""
+    arr = queue.read(seg)  # a queue file is small (6 MB by default)
+    arr = arr[: valid_prefix(arr)]
+    keep = ~((arr["phy_offset"] == 0) & (arr["size"] == FILLER_SIZE) & (arr["tags_code"] == 0))
+    idx = np.flatnonzero(keep)
+    if not idx.size:
+        return None
+    m = len(idx)
+    columns = {
+        "store": pa.array([store] * m, pa.string()),
+        "brokerName": pa.array([broker_name] * m, pa.string()),
+        "topic": pa.array([queue.topic] * m, pa.string()),
+        "queueId": pa.array(np.full(m, queue.queue_id, dtype=np.int32)),
+        "queueOffset": pa.array(seg.base_offset // queue.unit_size + idx.astype(np.int64)),
+        "commitLogOffset": pa.array(arr["phy_offset"][idx].astype(np.int64)),
+        "size": pa.array(arr["size"][idx].astype(np.int32)),
+        "tagsCode": pa.array(arr["tags_code"][idx].astype(np.int64)),
+        "file": pa.array([str(seg.path)] * m, pa.string()),
+    }
+    return pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
