@@ -20,6 +20,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from . import _console
+
 
 class Format(str, enum.Enum):
     table = "table"
@@ -66,7 +68,8 @@ def text_cell(v: Any) -> str:
 
 
 class _Stderr:
-    """Messages on stderr: plain text (never markup), one line each, colour only on a terminal."""
+    """Messages on stderr: plain text (never markup), one line each, colour only on a terminal that
+    wants it (not with NO_COLOR, TERM=dumb or --no-color)."""
 
     _STYLES = {"error": "1;31", "internal error": "1;31", "warning": "33", "note": ""}
 
@@ -77,7 +80,7 @@ class _Stderr:
 
     def labelled(self, label: str, text: str) -> None:
         code = self._STYLES.get(label, "")
-        head = f"\x1b[{code}m{label}:\x1b[0m" if code and sys.stderr.isatty() else f"{label}:"
+        head = f"\x1b[{code}m{label}:\x1b[0m" if code and _console.color(sys.stderr) else f"{label}:"
         sys.stderr.write(f"{head} {escape(str(text))}\n")
         sys.stderr.flush()
 
@@ -118,22 +121,76 @@ def _plain_table(items: list[dict[str, Any]], cols: list[str], out: Any) -> None
         out.write(line(row))
 
 
-def _boxed_table(items: list[dict[str, Any]], cols: list[str], title: str | None, out: Any) -> None:
-    """The terminal table, drawn by tabulate, which never reads markup; cells are escaped text."""
+def _boxed_table(
+    items: list[dict[str, Any]], cols: list[str], title: str | None, out: Any, *, fit: bool = False
+) -> None:
+    """The terminal table, drawn by tabulate, which never reads markup; cells are escaped text.
+    With ``fit``, the table fits the terminal's width (see ``_fit``)."""
     import tabulate
 
     tabulate.PRESERVE_WHITESPACE = True  # a cell shows its data as it is, spaces included
-    align = ["right" if r else "left" for r in _numeric_columns(items, cols)]
+    numeric = _numeric_columns(items, cols)
+    cells = [[text_cell(r.get(c)) for c in cols] for r in items]
+    headers = [escape(c) for c in cols]
+    limit = _console.width(out) if fit else None
+    hidden: list[str] = []
+    if limit is not None:
+        cells, headers, numeric, hidden = _fit(cells, headers, numeric, limit)
     text = tabulate.tabulate(
-        [[text_cell(r.get(c)) for c in cols] for r in items],
-        headers=[escape(c) for c in cols],
+        cells,
+        headers=headers,
         tablefmt="rounded_outline",
         disable_numparse=True,  # "007" is a key, not the number 7
-        colalign=align or None,
+        colalign=["right" if r else "left" for r in numeric] or None,
     )
     if title:
-        out.write(escape(title) + "\n")
+        out.write(_console.shorten(escape(title), limit or len(title)) + "\n")
     out.write(text + "\n")
+    if hidden:
+        note = f"({len(hidden)} more column(s): {', '.join(hidden)}; --format plain or json shows them)"
+        out.write("\n".join(_console.wrap(note, limit or len(note))) + "\n")
+
+
+_HEADER_PAD = 2  # tabulate pads a header by two at least
+_MIN_TEXT = 8  # a text column is not cut narrower than this
+
+
+def _fit(
+    cells: list[list[str]], headers: list[str], numeric: list[bool], limit: int
+) -> tuple[list[list[str]], list[str], list[bool], list[str]]:
+    """Cells cut (an ellipsis) or, with -v, wrapped inside their column so the table is at most
+    ``limit`` wide; numbers are never cut. Columns that cannot fit even so are left out (last
+    first) and named. Returns cells, headers, numeric flags and the names left out."""
+    hidden: list[str] = []
+    while True:
+        natural = [max([len(h) + _HEADER_PAD, *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+        budget = limit - (3 * len(headers) + 1)
+        floor = sum(w if n else min(w, _MIN_TEXT) for w, n in zip(natural, numeric, strict=True))
+        if floor <= budget or len(headers) <= 1:
+            break
+        hidden.insert(0, headers.pop())
+        numeric = numeric[:-1]
+        cells = [row[:-1] for row in cells]
+    caps = _caps(natural, numeric, budget)
+    if caps == natural:
+        return cells, headers, numeric, hidden
+    cut = (lambda t, w: "\n".join(_console.wrap(t, w))) if _console.verbose() else _console.shorten
+    cells = [[cut(v, w) if len(v) > w else v for v, w in zip(row, caps, strict=True)] for row in cells]
+    headers = [_console.shorten(h, max(w - _HEADER_PAD, 1)) for h, w in zip(headers, caps, strict=True)]
+    return cells, headers, numeric, hidden
+
+
+def _caps(natural: list[int], numeric: list[bool], budget: int) -> list[int]:
+    """Widths within ``budget``: the widest text columns are narrowed first, all to one cap."""
+    fixed = sum(w for w, n in zip(natural, numeric, strict=True) if n)
+    text = sorted(w for w, n in zip(natural, numeric, strict=True) if not n)
+    room, cap = budget - fixed, max(text, default=0)
+    for i, w in enumerate(text):  # the largest cap c with sum(min(w, c)) <= room
+        rest = len(text) - i
+        if w * rest >= room - sum(text[:i]):
+            cap = max((room - sum(text[:i])) // rest, _MIN_TEXT)
+            break
+    return [w if n else min(w, cap) for w, n in zip(natural, numeric, strict=True)]
 
 
 def render_rows(
@@ -143,8 +200,10 @@ def render_rows(
     columns: Sequence[str] | None = None,
     title: str | None = None,
     out: Any = None,
+    fit: bool = False,
 ) -> int:
-    """Write rows in ``fmt``; ndjson and csv stream. Returns the number of rows written."""
+    """Write rows in ``fmt``; ndjson and csv stream. Returns the number of rows written. ``fit``: a
+    table fits the terminal (summaries and plans; record rows keep every byte)."""
     out = out or sys.stdout
     n = 0
     if fmt is Format.ndjson:
@@ -177,16 +236,16 @@ def render_rows(
         return n
     cols = list(columns) if columns else (list(items[0].keys()) if items else [])
     if fmt is Format.table:
-        _boxed_table(items, cols, title, out)
+        _boxed_table(items, cols, title, out, fit=fit)
     else:
         _plain_table(items, cols, out)
     return n
 
 
-def render_mapping(data: dict[str, Any], fmt: Format, *, title: str | None = None) -> None:
-    """A single object: key/value lines for people, one JSON document for scripts."""
+def render_mapping(data: dict[str, Any], fmt: Format, *, title: str | None = None, fit: bool = True) -> None:
+    """A single object: key/value lines for people (a table fits the terminal), one JSON document for scripts."""
     if fmt in (Format.json, Format.ndjson):
         sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
         return
     rows = [{"field": k, "value": cell(v)} for k, v in data.items()]
-    render_rows(rows, fmt, columns=["field", "value"], title=title)
+    render_rows(rows, fmt, columns=["field", "value"], title=title, fit=fit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Annotated, Any
@@ -25,9 +26,18 @@ class _ShowByDefault(TyperGroup):
     """``rmqstore offsets STORE`` means ``rmqstore offsets show STORE``."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            if _looks_like_command(args[0]):  # `offsets lag STORE`: a mistyped subcommand, not a store
+                from . import suggest
+
+                ctx.fail(suggest(args[0], list(self.commands)))
             args = ["show", *args]
         return super().parse_args(ctx, args)
+
+
+def _looks_like_command(word: str) -> bool:
+    """A bare word that names no existing path (a store is a path: `offsets STORE` shows it)."""
+    return "/" not in word and word not in (".", "..") and not os.path.exists(word)
 
 
 app = typer.Typer(
