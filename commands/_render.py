@@ -122,23 +122,31 @@ def _plain_table(items: list[dict[str, Any]], cols: list[str], out: Any) -> None
 
 
 def _boxed_table(
-    items: list[dict[str, Any]], cols: list[str], title: str | None, out: Any, *, fit: bool = False
+    items: list[dict[str, Any]],
+    cols: list[str],
+    title: str | None,
+    out: Any,
+    *,
+    fit: bool = False,
+    wrap: int = 0,
+    header: bool = True,
 ) -> None:
     """The terminal table, drawn by tabulate, which never reads markup; cells are escaped text.
-    With ``fit``, the table fits the terminal's width (see ``_fit``)."""
+    With ``fit``, the table fits the terminal's width (see ``_fit``), long cells wrapped on up to
+    ``wrap`` lines (0: cut) and, with -v, wrapped whole."""
     import tabulate
 
     tabulate.PRESERVE_WHITESPACE = True  # a cell shows its data as it is, spaces included
     numeric = _numeric_columns(items, cols)
     cells = [[text_cell(r.get(c)) for c in cols] for r in items]
     headers = [escape(c) for c in cols]
-    limit = _console.width(out) if fit else None
+    limit = _console.width() if fit else None  # the screen's width, wherever the text is gathered
     hidden: list[str] = []
     if limit is not None:
-        cells, headers, numeric, hidden = _fit(cells, headers, numeric, limit)
+        cells, headers, numeric, hidden = _fit(cells, headers, numeric, limit, 1 << 30 if _console.verbose() else wrap)
     text = tabulate.tabulate(
         cells,
-        headers=headers,
+        headers=headers if header else (),
         tablefmt="rounded_outline",
         disable_numparse=True,  # "007" is a key, not the number 7
         colalign=["right" if r else "left" for r in numeric] or None,
@@ -156,11 +164,11 @@ _MIN_TEXT = 8  # a text column is not cut narrower than this
 
 
 def _fit(
-    cells: list[list[str]], headers: list[str], numeric: list[bool], limit: int
+    cells: list[list[str]], headers: list[str], numeric: list[bool], limit: int, wrap: int
 ) -> tuple[list[list[str]], list[str], list[bool], list[str]]:
-    """Cells cut (an ellipsis) or, with -v, wrapped inside their column so the table is at most
-    ``limit`` wide; numbers are never cut. Columns that cannot fit even so are left out (last
-    first) and named. Returns cells, headers, numeric flags and the names left out."""
+    """Cells wrapped inside their column on up to ``wrap`` lines, the rest cut (an ellipsis), so the
+    table is at most ``limit`` wide; numbers are never cut. Columns that cannot fit even so are left
+    out (last first) and named. Returns cells, headers, numeric flags and the names left out."""
     hidden: list[str] = []
     while True:
         natural = [max([len(h) + _HEADER_PAD, *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
@@ -174,10 +182,19 @@ def _fit(
     caps = _caps(natural, numeric, budget)
     if caps == natural:
         return cells, headers, numeric, hidden
-    cut = (lambda t, w: "\n".join(_console.wrap(t, w))) if _console.verbose() else _console.shorten
-    cells = [[cut(v, w) if len(v) > w else v for v, w in zip(row, caps, strict=True)] for row in cells]
+    cells = [[_cut(v, w, wrap) if len(v) > w else v for v, w in zip(row, caps, strict=True)] for row in cells]
     headers = [_console.shorten(h, max(w - _HEADER_PAD, 1)) for h, w in zip(headers, caps, strict=True)]
     return cells, headers, numeric, hidden
+
+
+def _cut(text: str, width: int, lines: int) -> str:
+    """``text`` on at most ``lines`` lines of ``width``, the last one ending in an ellipsis if cut."""
+    if lines <= 1:
+        return _console.shorten(text, width)
+    parts = _console.wrap(text, width)
+    if len(parts) > lines:
+        parts = [*parts[: lines - 1], _console.shorten(" ".join(parts[lines - 1 :]), width)]
+    return "\n".join(parts)
 
 
 def _caps(natural: list[int], numeric: list[bool], budget: int) -> list[int]:
@@ -201,9 +218,12 @@ def render_rows(
     title: str | None = None,
     out: Any = None,
     fit: bool = False,
+    wrap: int = 0,
+    header: bool = True,
 ) -> int:
     """Write rows in ``fmt``; ndjson and csv stream. Returns the number of rows written. ``fit``: a
-    table fits the terminal (summaries and plans; record rows keep every byte)."""
+    table fits the terminal (summaries and plans; record rows keep every byte), long cells wrapped on
+    up to ``wrap`` lines."""
     out = out or sys.stdout
     n = 0
     if fmt is Format.ndjson:
@@ -236,16 +256,26 @@ def render_rows(
         return n
     cols = list(columns) if columns else (list(items[0].keys()) if items else [])
     if fmt is Format.table:
-        _boxed_table(items, cols, title, out, fit=fit)
+        _boxed_table(items, cols, title, out, fit=fit, wrap=wrap, header=header)
     else:
         _plain_table(items, cols, out)
     return n
 
 
-def render_mapping(data: dict[str, Any], fmt: Format, *, title: str | None = None, fit: bool = True) -> None:
-    """A single object: key/value lines for people (a table fits the terminal), one JSON document for scripts."""
+def render_mapping(
+    data: dict[str, Any],
+    fmt: Format,
+    *,
+    title: str | None = None,
+    fit: bool = True,
+    out: Any = None,
+    compact: bool = False,
+) -> None:
+    """A single object: key/value lines for people (a table fits the terminal), one JSON document for
+    scripts; ``compact``: a table without its field/value header, values on two lines at most."""
     if fmt in (Format.json, Format.ndjson):
-        sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
+        (out or sys.stdout).write(json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
         return
     rows = [{"field": k, "value": cell(v)} for k, v in data.items()]
-    render_rows(rows, fmt, columns=["field", "value"], title=title, fit=fit)
+    cols = ["field", "value"]
+    render_rows(rows, fmt, columns=cols, title=title, fit=fit, out=out, wrap=2 if compact else 3, header=not compact)
