@@ -198,6 +198,21 @@ def _cut(text: str, width: int, lines: int) -> str:
 
 
 def _caps(natural: list[int], numeric: list[bool], budget: int) -> list[int]:
+    """Widths within ``budget``: the last text column (the message, as a rule) keeps the most room;
+    the other text columns get a quarter of the width at most, then all are narrowed to one cap."""
+    text = [i for i, n in enumerate(numeric) if not n]
+    side = max(budget // 4, _MIN_TEXT)
+    pre = [min(w, side) if i in text[:-1] else w for i, w in enumerate(natural)]
+    caps = _level(pre, numeric, budget)
+    spare = budget - sum(caps)
+    for i in text[:-1]:  # what the message did not need goes back to the others
+        more = min(spare, natural[i] - caps[i])
+        caps[i] += max(more, 0)
+        spare -= max(more, 0)
+    return caps
+
+
+def _level(natural: list[int], numeric: list[bool], budget: int) -> list[int]:
     """Widths within ``budget``: the widest text columns are narrowed first, all to one cap."""
     fixed = sum(w for w, n in zip(natural, numeric, strict=True) if n)
     text = sorted(w for w, n in zip(natural, numeric, strict=True) if not n)
