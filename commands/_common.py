@@ -82,7 +82,8 @@ def _shared_options() -> tuple[Any, ...]:
             bool, typer.Option("--quiet", "-q", expose_value=False, callback=_quiet_flag, help=QUIET_HELP)
         ] = False,
         verbose: Annotated[
-            int, typer.Option("--verbose", "-v", count=True, expose_value=False, callback=_verbose_flag, help=VERBOSE_HELP)
+            int,
+            typer.Option("--verbose", "-v", count=True, expose_value=False, callback=_verbose_flag, help=VERBOSE_HELP),
         ] = 0,
         no_color: Annotated[
             bool, typer.Option("--no-color", expose_value=False, callback=_no_color_flag, help=NO_COLOR_HELP)
@@ -164,6 +165,9 @@ BrokerVersionOpt = Annotated[
     ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
+YesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="Apply without asking `Apply?` (asked only at a terminal, after the plan).")
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", callback=_quiet_flag, help=QUIET_HELP)]
 
 _TRACEBACK = {"on": os.environ.get("RMQSTORE_TRACEBACK") == "1"}
@@ -248,9 +252,7 @@ def progress_bar(total: int, label: str, *, quiet: bool = False) -> Iterator[Cal
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     cols = _console.width(sys.stderr) or 80
-    console = Console(
-        stderr=True, highlight=False, markup=False, width=cols, no_color=not _console.color(sys.stderr)
-    )
+    console = Console(stderr=True, highlight=False, markup=False, width=cols, no_color=not _console.color(sys.stderr))
     # the label is data (a store path): never markup, cut to leave the bar, sizes and time their room
     text = TextColumn("{task.description}", markup=False)
     with Progress(

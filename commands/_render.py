@@ -289,7 +289,9 @@ def render_mapping(
     """A single object: key/value lines for people (a table fits the terminal), one JSON document for
     scripts; ``compact``: a table without its field/value header, values on two lines at most."""
     if fmt in (Format.json, Format.ndjson):
-        (out or sys.stdout).write(json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n")
+        (out or sys.stdout).write(
+            json.dumps(data, ensure_ascii=False, indent=None if fmt is Format.ndjson else 2) + "\n"
+        )
         return
     rows = [{"field": k, "value": cell(v)} for k, v in data.items()]
     cols = ["field", "value"]

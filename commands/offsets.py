@@ -82,10 +82,10 @@ def show_command(
     if fmt is Format.json:
         sys.stdout.write(json.dumps({"offsets": data, "totals": totals}, indent=2) + "\n")
         return
-    render_rows(data, fmt, columns=PROGRESS_COLUMNS, title="consumer progress")
+    render_rows(data, fmt, columns=PROGRESS_COLUMNS, title="consumer progress", fit=True)
     if fmt in (Format.table, Format.plain) and data:
         star = [{k: "*" if v is None else v for k, v in t.items()} for t in totals]  # None = all
-        render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals")
+        render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals", fit=True)
 
 
 GroupOpt = Annotated[str | None, typer.Option("--group", "-g", help="Consumer group.", show_default=False)]
@@ -180,10 +180,13 @@ def set_command(
             broker_version=st.config.broker,
         )
         view = plan_view(plan, {"changes": (CHANGE_COLUMNS, None)})
-        show_and_apply(view, fmt, dry_run=dry_run, apply=lambda: (op.apply_reset_offsets(st, plan), {"written": True}))
+        written = show_and_apply(
+            view, fmt, dry_run=dry_run, apply=lambda: (op.apply_reset_offsets(st, plan) or True, {"written": True}),
+            ask=changing.ask,
+        )  # fmt: skip
     if dry_run:
         err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
-    else:
+    elif written:
         err.print(f"wrote {len(plan.changes)} offset(s) to {plan.path} (the previous file is kept as its .bak)")
 
 
