@@ -17,7 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from . import _console
 from ._coerce import install as _install_plain_coercion
-from ._common import NO_COLOR_HELP, QUIET_HELP, VERBOSE_HELP, set_traceback
+from ._common import NO_COLOR_HELP, QUIET_HELP, VERBOSE_HELP, set_traceback, suggest
 
 _install_plain_coercion()
 
@@ -88,16 +88,6 @@ def load_command(name: str) -> Any | None:
     _plain_help(cmd)
     _suggesting(cmd)
     return cmd
-
-
-def suggest(name: str, choices: list[str]) -> str:
-    """``No such command 'NAME'.`` with the commands it may be a typo of."""
-    import difflib
-
-    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
-    close += [c for c in choices if c not in close and (c.startswith(name) or name.startswith(c))][: 3 - len(close)]
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else f" Commands: {', '.join(choices)}."
-    return f"No such command {name!r}.{hint}"
 
 
 def _plain_help(cmd: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import sys
@@ -222,6 +223,14 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def suggest(name: str, choices: list[str]) -> str:
+    """``No such command 'NAME'.`` with the commands it may be a typo of."""
+    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
+    close += [c for c in choices if c not in close and (c.startswith(name) or name.startswith(c))][: 3 - len(close)]
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else f" Commands: {', '.join(choices)}."
+    return f"No such command {name!r}.{hint}"
 
 
 def _quiet_broken_pipe() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import string
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -159,8 +160,6 @@ _COMPACT = {
 def _compact(flat: dict[str, Any]) -> dict[str, Any]:
     """The summary in fewer rows for one screen; a field it does not know keeps a row of its own,
     and a row whose fields are not all there is left out (its fields get their own rows)."""
-    import string
-
     named = {k.replace(".", "_"): v for k, v in flat.items()}  # recovery.mode -> {recovery_mode}
     out: dict[str, Any] = {"store": flat.get("store")}
     used = {"store"}

@@ -17,7 +17,7 @@ from rmqstore.store import offsets as store_offsets
 from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.timeparse import parse_duration_ms
 
-from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows
+from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows, suggest
 from ._options import Changing, Reading, TopicFilterOpt, command
 from ._plan import plan_view, show_and_apply
 
@@ -28,8 +28,6 @@ class _ShowByDefault(TyperGroup):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             if _looks_like_command(args[0]):  # `offsets lag STORE`: a mistyped subcommand, not a store
-                from . import suggest
-
                 ctx.fail(suggest(args[0], list(self.commands)))
             args = ["show", *args]
         return super().parse_args(ctx, args)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from . import _console
 from ._common import Format, QuietOpt, default_format, err, format_time_ms, parse_time_ms, render_mapping, render_rows
 from ._options import Changing, FmtOpt, Keeping, Reporting, command
 
@@ -87,7 +88,13 @@ class Spark:
         from rmqstore.spark.session import spark_session
 
         conf = _conf(quiet, self.conf, self.task_max_failures)
-        return spark_session(self.master, conf=conf, executor_python=self.executor_python, stores=stores)
+        return spark_session(
+            self.master,
+            conf=conf,
+            executor_python=self.executor_python,
+            stores=stores,
+            silent_jvm=quiet or _console.quiet(),
+        )
 
 
 @command(app, "export", Spark, epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")
