@@ -82,7 +82,8 @@ def info_command(
         for p in pending:
             err.print(f"pending: {p}; run `rmqstore {p.operation} {info.root}` to finish it")
     errors = info.errors()
-    if errors and fmt is None and default_format(None) is Format.table:  # the table above lists them
+    shown = default_format(None if fmt is None else Format(fmt.value))
+    if errors and shown is Format.table and Screen(shown).fitted:  # the screen above lists them
         raise ProblemsFound(f"{len(errors)} error(s) found, listed under Problems above")
     if errors:
         raise ProblemsFound(f"{len(errors)} error(s) found; the first: {errors[0]}")

@@ -57,14 +57,20 @@ def same_tree(a: Path, b: Path) -> bool:
 
 
 def test_info_of_every_shared_store_fits_80_columns_and_40_lines():
+    """In process with the terminal's size in COLUMNS and LINES (as a shell exports them); one store
+    in a real pseudo-terminal too."""
     stores = shared_stores()
     if not stores:
         pytest.skip(f"real stores not present in {SHARED}")
+    runner = CliRunner()
     for store in stores:
-        run = run_in_pty(["info", str(store), "-q"])
-        assert run.code in (0, 3), run.raw[-2000:]
-        fits(run.screen_lines)
-        assert "Store" in run.screen_lines[0]
+        r = runner.invoke(app, ["info", str(store), "-f", "table"], env={"COLUMNS": "80", "LINES": "40"})
+        assert r.exit_code in (0, 3), r.output[-2000:]
+        fits(r.output.splitlines())
+        assert r.stdout.startswith("Store")
+    run = run_in_pty(["info", str(stores[0]), "-q"])
+    assert run.code in (0, 3) and run.screen_lines[0] == "Store"
+    fits(run.screen_lines)
 
 
 def test_info_v_shows_every_queue_and_the_version_facts(tmp_path):
@@ -315,3 +321,17 @@ def test_spark_with_q_prints_nothing_on_stderr_not_even_the_jvm_banner():
     assert "WARNING: Using incubator modules" not in proc.stderr
     assert "Setting default log level" not in proc.stderr
     assert proc.stderr == ""
+
+
+def test_the_readme_terminal_section_names_options_every_command_has():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## At a terminal", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(-{1,2}[a-z][a-z-]*)`", section)) | set(re.findall(r" (-[a-z]|--[a-z][a-z-]+)\b", section))
+    assert {"-h", "-q", "-v", "--no-color", "--yes", "-y"} <= named, named
+    recover = load_command("recover")
+    opts = {o for p in recover.params for o in getattr(p, "opts", ())} | {"-h"}
+    assert named - {"--format", "--execute", "--help"} <= opts, named - opts
+    for line in section.split("```sh", 1)[1].split("```", 1)[0].strip().splitlines():
+        words = line.split("#", 1)[0].split()
+        words = words[1:] if "=" in words[0] else words
+        assert words[0] == "rmqstore" and words[1] in COMMANDS, line
