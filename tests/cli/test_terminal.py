@@ -326,7 +326,9 @@ def test_spark_with_q_prints_nothing_on_stderr_not_even_the_jvm_banner():
 def test_the_readme_terminal_section_names_options_every_command_has():
     readme = (REPO / "README.md").read_text()
     section = readme.split("## At a terminal", 1)[1].split("\n## ", 1)[0]
-    named = set(re.findall(r"`(-{1,2}[a-z][a-z-]*)`", section)) | set(re.findall(r" (-[a-z]|--[a-z][a-z-]+)\b", section))
+    named = set(re.findall(r"`(-{1,2}[a-z][a-z-]*)`", section)) | set(
+        re.findall(r" (-[a-z]|--[a-z][a-z-]+)\b", section)
+    )
     assert {"-h", "-q", "-v", "--no-color", "--yes", "-y"} <= named, named
     recover = load_command("recover")
     opts = {o for p in recover.params for o in getattr(p, "opts", ())} | {"-h"}
