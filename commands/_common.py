@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import sys
@@ -227,6 +226,8 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 def suggest(name: str, choices: list[str]) -> str:
     """``No such command 'NAME'.`` with the commands it may be a typo of."""
+    import difflib  # only when a command was mistyped: a one-shot call does not pay for it
+
     close = difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
     close += [c for c in choices if c not in close and (c.startswith(name) or name.startswith(c))][: 3 - len(close)]
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else f" Commands: {', '.join(choices)}."
