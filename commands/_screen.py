@@ -62,11 +62,13 @@ class Screen:
         if shown < 1:
             self.cut.append(f"{len(rows)} {what}")
             return
-        while True:
-            text = self._render(rows[:shown], title, columns, wrap)
-            if self.left is None or text.count("\n") <= self.left - 1 or shown <= 1:
-                break
+        text = self._render(rows[:shown], title, columns, wrap)
+        while self.left is not None and text.count("\n") > self.left - 1:  # wrapped cells took more lines
             shown -= 1
+            if shown < 1:
+                self.cut.append(f"{len(rows)} {what}")
+                return
+            text = self._render(rows[:shown], title, columns, wrap)
         self._write(text)
         if shown < len(rows):
             self.cut.append(f"{len(rows) - shown} more {what}")
