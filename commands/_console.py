@@ -98,11 +98,14 @@ def height(stream: TextIO | None = None) -> int:
     return size.lines if size is not None and size.lines > 0 else DEFAULT_HEIGHT
 
 
-def shorten(text: str, limit: int) -> str:
-    """``text`` in at most ``limit`` characters, an ellipsis standing for what was cut."""
+def shorten(text: str, limit: int, *, keep_end: bool = False) -> str:
+    """``text`` in at most ``limit`` characters, an ellipsis standing for what was cut; ``keep_end``:
+    the end is kept (a path's last folders tell more than its first)."""
     if len(text) <= limit:
         return text
-    return text[: max(limit - 1, 0)] + ELLIPSIS if limit > 0 else ""
+    if limit <= 0:
+        return ""
+    return ELLIPSIS + text[len(text) - limit + 1 :] if keep_end else text[: limit - 1] + ELLIPSIS
 
 
 def wrap(text: str, limit: int) -> list[str]:

@@ -144,6 +144,7 @@ def _boxed_table(
     hidden: list[str] = []
     if limit is not None:
         cells, headers, numeric, hidden = _fit(cells, headers, numeric, limit, 1 << 30 if _console.verbose() else wrap)
+    tabulate.MIN_PADDING = 0 if limit is not None else _TABULATE_PAD  # a fitted header takes no spare room
     text = tabulate.tabulate(
         cells,
         headers=headers if header else (),
@@ -159,7 +160,7 @@ def _boxed_table(
         out.write("\n".join(_console.wrap(note, limit or len(note))) + "\n")
 
 
-_HEADER_PAD = 2  # tabulate pads a header by two at least
+_TABULATE_PAD = 2  # tabulate pads a header by two at least, unless told not to (a fitted table)
 _MIN_TEXT = 8  # a text column is not cut narrower than this
 
 
@@ -171,7 +172,7 @@ def _fit(
     out (last first) and named. Returns cells, headers, numeric flags and the names left out."""
     hidden: list[str] = []
     while True:
-        natural = [max([len(h) + _HEADER_PAD, *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+        natural = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
         budget = limit - (3 * len(headers) + 1)
         floor = sum(w if n else min(w, _MIN_TEXT) for w, n in zip(natural, numeric, strict=True))
         if floor <= budget or len(headers) <= 1:
@@ -183,14 +184,14 @@ def _fit(
     if caps == natural:
         return cells, headers, numeric, hidden
     cells = [[_cut(v, w, wrap) if len(v) > w else v for v, w in zip(row, caps, strict=True)] for row in cells]
-    headers = [_console.shorten(h, max(w - _HEADER_PAD, 1)) for h, w in zip(headers, caps, strict=True)]
+    headers = [_console.shorten(h, max(w, 1)) for h, w in zip(headers, caps, strict=True)]
     return cells, headers, numeric, hidden
 
 
 def _cut(text: str, width: int, lines: int) -> str:
     """``text`` on at most ``lines`` lines of ``width``, the last one ending in an ellipsis if cut."""
     if lines <= 1:
-        return _console.shorten(text, width)
+        return _console.shorten(text, width, keep_end=text.startswith("/"))
     parts = _console.wrap(text, width)
     if len(parts) > lines:
         parts = [*parts[: lines - 1], _console.shorten(" ".join(parts[lines - 1 :]), width)]

@@ -136,7 +136,9 @@ def _check_many(paths: list[Path], quick: bool, reading: Reading, limit: int, qu
         )
         if not report.clean:
             worst = max(worst, ProblemsFound.exit_code)
-    render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else SUMMARY_COLUMNS, title="stores")
+    render_rows(
+        rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else SUMMARY_COLUMNS, title="stores", fit=True
+    )
     if worst:
         raise typer.Exit(worst)
 

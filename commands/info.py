@@ -140,7 +140,7 @@ def _info_many(
             worst = max(worst, ProblemsFound.exit_code)
     out = default_format(None if fmt is None else Format(fmt.value))
     cols = SUMMARY_COLUMNS + (["error"] if any("error" in r for r in rows) else [])
-    render_rows(rows, out, columns=None if out is Format.json else cols, title="stores")
+    render_rows(rows, out, columns=None if out is Format.json else cols, title="stores", fit=True)
     if worst:
         raise typer.Exit(worst)
 
