@@ -40,10 +40,10 @@ def test_suite_skips_the_real_store_tests_without_shared(tmp_path):
     assert not (tmp_path / "shared").exists()
     env = {k: v for k, v in os.environ.items() if k not in ("RMQSTORE_SHARED", "PYTEST_ADDOPTS")}
     env[IN_CLONE] = "1"
-    argv = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rs", "-m", "not spark and not spark_cluster"]
+    argv = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfEs", "-m", "not spark and not spark_cluster"]
     proc = subprocess.run([sys.executable, *argv], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
-    tail = proc.stdout[-3000:]
-    assert proc.returncode == 0, tail
+    failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    assert proc.returncode == 0, "\n".join(failed) + "\n" + proc.stdout[-3000:]
     summary = proc.stdout.strip().splitlines()[-1]
     assert "failed" not in summary and "error" not in summary, summary
     assert "skipped" in summary and "passed" in summary, summary
