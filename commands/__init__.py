@@ -17,7 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from . import _console
 from ._coerce import install as _install_plain_coercion
-from ._common import NO_COLOR_HELP, QUIET_HELP, VERBOSE_HELP, set_traceback, suggest
+from ._common import NO_COLOR_HELP, QUIET_HELP, VERBOSE_HELP, set_traceback, show_warnings, suggest
 
 _install_plain_coercion()
 
@@ -184,6 +184,7 @@ def _root(
     _console.set_quiet(quiet)
     _console.add_verbose(verbose)
     _console.set_no_color(no_color)
+    show_warnings()
 
 
 def __getattr__(name: str) -> Any:
