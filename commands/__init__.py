@@ -6,6 +6,7 @@ runs, so a one-shot call starts fast; ``rmqstore --help`` lists the commands fro
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from typing import Annotated, Any
@@ -14,8 +15,9 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
+from . import _console
 from ._coerce import install as _install_plain_coercion
-from ._common import set_traceback, show_warnings
+from ._common import NO_COLOR_HELP, QUIET_HELP, VERBOSE_HELP, set_traceback, show_warnings, suggest
 
 _install_plain_coercion()
 
@@ -84,6 +86,7 @@ def load_command(name: str) -> Any | None:
     if not mod.app.info.name and isinstance(cmd, TyperGroup):  # several top-level commands in one module
         cmd = cmd.commands.get(name)
     _plain_help(cmd)
+    _suggesting(cmd)
     return cmd
 
 
@@ -93,6 +96,23 @@ def _plain_help(cmd: Any) -> None:
         cmd.rich_markup_mode = None
     for sub in getattr(cmd, "commands", {}).values():
         _plain_help(sub)
+
+
+def _resolve(group: Any, resolve: Any, ctx: Any, args: list[str]) -> Any:
+    """A group's command lookup that names the commands a mistyped one may mean (exit 2, as
+    click's other usage errors)."""
+    name = args[0] if args else ""
+    if name and not name.startswith("-") and group.get_command(ctx, name) is None:
+        ctx.fail(suggest(name, group.list_commands(ctx)))
+    return resolve(ctx, args)
+
+
+def _suggesting(cmd: Any) -> None:
+    """Every group of subcommands (dump, query, offsets, spark) suggests like the top level."""
+    if isinstance(cmd, TyperGroup) and not isinstance(cmd.resolve_command, functools.partial):
+        cmd.resolve_command = functools.partial(_resolve, cmd, cmd.resolve_command)
+        for sub in cmd.commands.values():
+            _suggesting(sub)
 
 
 class _LazyGroup(TyperGroup):
@@ -106,6 +126,9 @@ class _LazyGroup(TyperGroup):
                 return None
             self.commands[cmd_name] = cmd
         return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        return _resolve(self, super().resolve_command, ctx, args)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         limit = formatter.width - 6 - max(len(n) for n in COMMANDS)
@@ -126,6 +149,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     add_completion=True,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # subcommands inherit it
 )
 
 
@@ -146,6 +170,9 @@ def _root(
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help=VERBOSE_HELP)] = 0,
+    no_color: Annotated[bool, typer.Option("--no-color", help=NO_COLOR_HELP)] = False,
 ) -> None:
     """Inspect, recover, re-dispatch, query and expire Apache RocketMQ broker stores offline.
 
@@ -153,6 +180,10 @@ def _root(
     rmqstore --show-completion bash > /etc/bash_completion.d/rmqstore.
     """
     set_traceback(traceback)
+    _console.reset()  # one in-process run does not inherit the last one's options
+    _console.set_quiet(quiet)
+    _console.add_verbose(verbose)
+    _console.set_no_color(no_color)
     show_warnings()
 
 

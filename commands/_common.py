@@ -16,6 +16,7 @@ from typer.core import TyperCommand
 
 from rmqstore.errors import RmqstoreError, UsageError, VersionContradicted, from_os_error
 
+from . import _console
 from ._render import Format, err, escape, render_mapping, render_rows, write_json_array
 
 P = ParamSpec("P")
@@ -34,9 +35,25 @@ def _time_flag(ctx: Any, param: Any, value: bool) -> None:
         _TIME["utc_input"] = param.name == "utc_time"
 
 
+def _no_color_flag(ctx: Any, param: Any, value: bool) -> None:
+    if value:
+        _console.set_no_color()
+
+
+def _quiet_flag(ctx: Any, param: Any, value: bool) -> bool:
+    if value:
+        _console.set_quiet()
+    return value
+
+
+def _verbose_flag(ctx: Any, param: Any, value: int) -> None:
+    _console.add_verbose(value or 0)
+
+
 @functools.cache
-def _time_options() -> tuple[Any, ...]:
-    """The --local and --utc options, built by typer once (its parameter classes are internal)."""
+def _shared_options() -> tuple[Any, ...]:
+    """The options every command takes (--local, --utc, -q, -v, --no-color), built by typer once
+    (its parameter classes are internal); -q, -v and --no-color work before the command name too."""
     holder = typer.Typer()
 
     @holder.command()
@@ -61,18 +78,35 @@ def _time_options() -> tuple[Any, ...]:
                 help="Show times in UTC, and read times given without a zone as UTC (default: local, as mqadmin).",
             ),
         ] = False,
+        quiet: Annotated[
+            bool, typer.Option("--quiet", "-q", expose_value=False, callback=_quiet_flag, help=QUIET_HELP)
+        ] = False,
+        verbose: Annotated[
+            int,
+            typer.Option("--verbose", "-v", count=True, expose_value=False, callback=_verbose_flag, help=VERBOSE_HELP),
+        ] = 0,
+        no_color: Annotated[
+            bool, typer.Option("--no-color", expose_value=False, callback=_no_color_flag, help=NO_COLOR_HELP)
+        ] = False,
     ) -> None:
         pass
 
-    return tuple(p for p in typer.main.get_command(holder).params if p.name in ("local_time", "utc_time"))
+    return tuple(typer.main.get_command(holder).params)
+
+
+QUIET_HELP = "No progress bar, fewer notes."
+VERBOSE_HELP = "Show every row and detail on a terminal (a default view fits the screen)."
+NO_COLOR_HELP = "No colour (also NO_COLOR=1 or TERM=dumb)."
 
 
 class Command(TyperCommand):
-    """Every command: --local/--utc for times, and an epilog (examples, crontab lines) printed as written."""
+    """Every command: --local/--utc for times, -q, -v and --no-color (unless the command has its own),
+    and an epilog (examples, crontab lines) printed as written."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.params.extend(_time_options())
+        taken = {o for p in self.params for o in getattr(p, "opts", ())}
+        self.params.extend(p for p in _shared_options() if not taken.intersection(p.opts))
 
     def format_epilog(self, ctx: Any, formatter: Any) -> None:
         if self.epilog:
@@ -132,7 +166,10 @@ BrokerVersionOpt = Annotated[
     ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+YesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="Apply without asking `Apply?` (asked only at a terminal, after the plan).")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", callback=_quiet_flag, help=QUIET_HELP)]
 
 _TRACEBACK = {"on": os.environ.get("RMQSTORE_TRACEBACK") == "1"}
 
@@ -198,6 +235,16 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def suggest(name: str, choices: list[str]) -> str:
+    """``No such command 'NAME'.`` with the commands it may be a typo of."""
+    import difflib  # only when a command was mistyped: a one-shot call does not pay for it
+
+    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
+    close += [c for c in choices if c not in close and (c.startswith(name) or name.startswith(c))][: 3 - len(close)]
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else f" Commands: {', '.join(choices)}."
+    return f"No such command {name!r}.{hint}"
+
+
 def _show_traceback() -> None:
     """The exception being handled, on stderr, when --traceback (or RMQSTORE_TRACEBACK=1) asked for it."""
     if _TRACEBACK["on"]:
@@ -224,23 +271,24 @@ def default_format(fmt: Format | None) -> Format:
 
 @contextmanager
 def progress_bar(total: int, label: str, *, quiet: bool = False) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr (only when stderr is a terminal); yields ``advance(n)``."""
-    if quiet or not sys.stderr.isatty() or total <= 0:
+    """A progress bar on stderr, only when stderr is a terminal that can redraw a line (not
+    TERM=dumb) and no -q; it fits the terminal's width, colourless when colour is not wanted.
+    Yields ``advance(n)``."""
+    if quiet or _console.quiet() or not sys.stderr.isatty() or _console.dumb_terminal() or total <= 0:
         yield lambda n: None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
+    cols = _console.width(sys.stderr) or 80
+    console = Console(stderr=True, highlight=False, markup=False, width=cols, no_color=not _console.color(sys.stderr))
+    # the label is data (a store path): never markup, cut to leave the bar, sizes and time their room
+    text = TextColumn("{task.description}", markup=False)
     with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True, highlight=False, markup=False),
-        transient=True,
-    ) as prog:
-        task = prog.add_task(label, total=total)
+        text, BarColumn(bar_width=max(min(cols - 60, 40), 10)), DownloadColumn(), TimeRemainingColumn(),
+        console=console, transient=True,
+    ) as prog:  # fmt: skip
+        task = prog.add_task(_console.shorten(label, max(cols - 45, 10)), total=total)
         yield lambda n: prog.advance(task, n)
 
 

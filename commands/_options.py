@@ -13,7 +13,16 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._common import TIME_FORMS, BrokerConfigOpt, BrokerVersionOpt, Command, DryRunOpt, default_format, reports_errors
+from ._common import (
+    TIME_FORMS,
+    BrokerConfigOpt,
+    BrokerVersionOpt,
+    Command,
+    DryRunOpt,
+    YesOpt,
+    default_format,
+    reports_errors,
+)
 from ._render import Format
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,10 +118,16 @@ class Changing:
     broker_version: BrokerVersionOpt = "auto"
     dry_run: DryRunOpt = False
     fmt: FmtOpt = None
+    yes: YesOpt = False
 
     @property
     def format(self) -> Format:
         return default_format(self.fmt)
+
+    @property
+    def ask(self) -> bool:
+        """``Apply?`` is asked at a terminal unless --yes (never in a dry run: nothing is applied)."""
+        return not self.yes and not self.dry_run
 
     def open(self, store: Path, operation: str, *, writable: bool = True) -> Any:
         """The store under the broker's lock; read-only for a dry run, refused like a real run while a

@@ -23,7 +23,7 @@ from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.safety.journal import Progress, Resumed, resume
 from rmqstore.safety.plan import Plan
 
-from ._common import step_hook
+from ._common import err, step_hook
 from ._fields import PLAN_ACTION, PLAN_ACTION_TABLE
 from ._render import Format, cell, render_mapping, render_rows
 
@@ -94,10 +94,10 @@ def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = 
         rows = [{**r, "path": shown_path(r["path"], view.root, absolute=False)} for r in rows]
     if rows:
         cols = PLAN_ACTION_TABLE if fmt is Format.table else PLAN_ACTION
-        render_rows(rows, fmt, columns=cols, title="planned actions")
+        render_rows(rows, fmt, columns=cols, title="planned actions", fit=True, wrap=2)
     for name, d in view.details.items():
         if d.rows:
-            render_rows(d.rows, fmt, columns=d.columns, title=d.title or name)
+            render_rows(d.rows, fmt, columns=d.columns, title=d.title or name, fit=True)
 
 
 def _text(v: Any) -> Any:
@@ -122,19 +122,34 @@ def show_and_apply(
     """Show the plan, then (unless a dry run) call ``apply()`` -> (outcome, its JSON or None).
 
     table, plain, ndjson and csv show the plan before anything is changed; json prints one document
-    after applying, with the outcome under ``result``. Returns the outcome (None for a dry run). With
-    ``ask``, on a terminal, ``Apply?`` is asked first (no: nothing is changed, exit 0).
+    after applying, with the outcome under ``result``. Returns the outcome (None for a dry run, or
+    when the answer was no). With ``ask``, on a terminal, ``Apply?`` is asked first (no: nothing is
+    changed, exit 0).
     """
-    if dry_run or fmt is not Format.json:
+    asking = ask and not dry_run and at_terminal()
+    if dry_run or fmt is not Format.json or asking:  # json at a terminal: the plan, then the result
         render_plan(view, fmt)
     if dry_run:
         return None
-    if ask and sys.stdin.isatty() and sys.stdout.isatty() and not typer.confirm("Apply?", default=False):
+    if asking and not confirmed():
         return None
     outcome, result = apply()
     if fmt is Format.json:
         render_plan(view, fmt, result=result)
     return outcome
+
+
+def at_terminal() -> bool:
+    """Someone at a terminal can answer (standard input and output): cron and scripts are never asked."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def confirmed() -> bool:
+    """``Apply? [y/N]`` on the terminal; no (the default) says that nothing was written."""
+    if typer.confirm("Apply?", default=False, err=True):
+        return True
+    err.print("not applied: nothing was written")
+    return False
 
 
 def resume_interrupted(st: Any, operation: str, *, dry_run: bool, progress: Progress | None = None) -> Resumed | None:

@@ -14,10 +14,11 @@ time): the caller gives the cell text function.
 from __future__ import annotations
 
 import itertools
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
+
+from . import _console
 
 CHUNK_ROWS = 1000
 CHUNK_SECONDS = 0.5
@@ -127,13 +128,13 @@ class StreamedTable:
 
 
 def terminal_width(out: Any) -> int | None:
-    """The width of the terminal ``out`` writes to; None when it is not one."""
+    """The width of the terminal ``out`` writes to; None when it is not one (a pipe keeps every byte)."""
     try:
         if not out.isatty():
             return None
     except (AttributeError, ValueError):
         return None
-    return shutil.get_terminal_size().columns
+    return _console.width(out)
 
 
 def first_keys(rows: Iterable[Row]) -> tuple[list[str], Iterator[Row]]:

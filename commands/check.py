@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import string
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -19,6 +20,7 @@ from rmqstore.safety import journal
 from . import _stores as stores
 from ._common import Format, QuietOpt, progress_bar, render_mapping, render_rows
 from ._options import Reading, StoresArg, command
+from ._screen import Screen
 
 app = typer.Typer()
 
@@ -80,10 +82,18 @@ def check_command(
     else:
         summary = report.summary()
         recovery = summary.pop("recovery", None) or {}
-        render_mapping({**summary, **{f"recovery.{k}": v for k, v in recovery.items()}}, fmt, title="summary")
-        if rows:
-            render_rows(rows, fmt, columns=COLUMNS, title="problems")
+        flat = {**summary, **{f"recovery.{k}": v for k, v in recovery.items()}}
+        screen = Screen(fmt)
+        if screen.fitted:
+            screen.mapping(_compact(flat), "summary")
+        else:
+            render_mapping(flat, fmt, title="summary")
+        screen.rows(rows, "problems", "problems", COLUMNS, wrap=2)
+        screen.footer()
     verdict = report.verdict
+    if verdict.exit_code() == ProblemsFound.exit_code and fmt is Format.table and Screen(fmt).fitted:
+        # the store and its problems are on the screen above
+        raise ProblemsFound(f"check found {verdict.errors} error(s), {verdict.warnings} warning(s), listed above")
     if verdict.exit_code() == ProblemsFound.exit_code:
         raise ProblemsFound(report.one_line())
     if pending:
@@ -133,9 +143,48 @@ def _check_many(paths: list[Path], quick: bool, reading: Reading, limit: int, qu
             }
         )
         worst = max(worst, verdict.exit_code())
-    render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else SUMMARY_COLUMNS, title="stores")
+    render_rows(
+        rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else SUMMARY_COLUMNS, title="stores", fit=True
+    )
     if worst:
         raise typer.Exit(worst)
+
+
+# the rows of one screen, each from the summary's fields it names ({recovery_mode}: recovery.mode)
+_COMPACT = {
+    "found": "{errors} error(s), {warnings} warning(s), {infos} info",
+    "rules": "{mode} check, rules of {brokerVersion}",
+    "read": "{commitlogFiles} commit log file(s): {records} records, {blanks} blank(s); {queues} queue(s), "
+    "{cqEntries} entries; {indexFiles} index file(s), {indexEntries} entries; {configFiles} config file(s), "
+    "{committedOffsets} committed offset(s)",
+    "phy offsets": "{minPhyOffset} .. {maxPhyOffset}",
+    "recovery": "{recovery_mode} (lastExitOK {recovery_lastExitOK}) from {recovery_startFile}, stops at {recovery_stopPhyOffset} "
+    "({recovery_stopReason}), drops {recovery_droppedRecords} record(s) ({recovery_droppedBytes} B)",
+    "recovery also": "deletes {recovery_deletedFiles} and index files {recovery_deletedIndexFiles}, "
+    "truncates {recovery_truncatedQueues} queue(s) (they reach {recovery_cqMaxPhyOffset}), "
+    "dispatches from {recovery_dispatchFrom}",
+}
+
+
+def _compact(flat: dict[str, Any]) -> dict[str, Any]:
+    """The summary in fewer rows for one screen; a field it does not know keeps a row of its own,
+    and a row whose fields are not all there is left out (its fields get their own rows)."""
+    named = {k.replace(".", "_"): v for k, v in flat.items()}  # recovery.mode -> {recovery_mode}
+    out: dict[str, Any] = {"store": flat.get("store")}
+    used = {"store"}
+    for label, form in _COMPACT.items():
+        names = [f for _, f, _, _ in string.Formatter().parse(form) if f]
+        if all(n in named for n in names):
+            out[label] = form.format_map({n: _word(named[n]) for n in names})
+            used.update(names)
+    out.update((k, v) for k, v in flat.items() if k.replace(".", "_") not in used)
+    return out
+
+
+def _word(v: Any) -> str:
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "none"
+    return "none" if v is None else str(v)
 
 
 def _first_problem(p: Problem, root: Path, fmt: Format) -> str:

@@ -3,9 +3,8 @@ consume queues in another layout (``--cq``)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -51,7 +50,6 @@ IndexSizeOpt = Annotated[
     int,
     typer.Option("--dledger-index-file-size", help="--to dledger: bytes per DLedger index file.", min=32),
 ]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before converting on a terminal.")]
 
 
 @command(app, "convert", Changing)
@@ -66,7 +64,6 @@ def convert_command(
     dleger_self_id: SelfIdOpt = "n0",
     dleger_peers: PeersOpt = None,
     dledger_index_file_size: IndexSizeOpt = DEFAULT_INDEX_FILE_SIZE,
-    yes: YesOpt = False,
     quiet: QuietOpt = False,
     *,
     changing: Changing,
@@ -90,7 +87,7 @@ def convert_command(
     if (to is None) == (cq is None) or output is None:
         raise UsageError("convert needs --to commitlog|dledger or --cq rocksdb|file, and --output NEW_STORE")
     if cq is not None:
-        _convert_cq(store, cq, output, write_broker_conf, yes, changing)
+        _convert_cq(store, cq, output, write_broker_conf, changing)
         return
     if to not in (op.COMMITLOG, op.DLEDGER):
         raise UsageError("convert needs --to commitlog|dledger or --cq rocksdb|file, and --output NEW_STORE")
@@ -103,17 +100,13 @@ def convert_command(
             member = op.Member(group, dleger_self_id, peers, term, dledger_index_file_size)
         plan = op.plan_convert(st, output, to, member=member, write_broker_conf=write_broker_conf)
         view = plan_view(plan, _TABLES)
-        fmt_shown = _confirmed(view, fmt, dry_run, yes)
 
         def apply() -> tuple[op.ConvertResult, dict[str, object]]:
             with progress_bar(2 * plan.source_bytes, "converting", quiet=quiet) as advance:
                 res = op.apply_convert(plan, st, on_step=step_hook(), progress=advance)
             return res, res.to_json()
 
-        if fmt_shown:
-            res = apply()[0]
-        else:
-            res = show_and_apply(view, fmt, dry_run=dry_run, apply=apply)
+        res = show_and_apply(view, fmt, dry_run=dry_run, apply=apply, ask=changing.ask)
     if not write_broker_conf:
         _print_conf(plan.broker_conf)
     if res is None:
@@ -130,34 +123,24 @@ def convert_command(
         err.print(f"broker.conf written to {res.broker_conf_path}")
 
 
-def _confirmed(view: Any, fmt: Any, dry_run: bool, yes: bool) -> bool:
-    """On a terminal (not a dry run, no --yes): the plan shown and ``Apply?`` answered yes; False elsewhere."""
-    if dry_run or yes or not (sys.stdin.isatty() and sys.stderr.isatty()):
-        return False
-    show_and_apply(view, fmt, dry_run=True, apply=lambda: (None, None))
-    typer.confirm("Apply?", abort=True, err=True)
-    return True
-
-
 def _print_conf(text: str) -> None:
     err.print("broker.conf for the new store (--write-broker-conf writes it beside the store):")
     for line in text.splitlines():
         err.print(f"  {line}")
 
 
-def _convert_cq(store: Path, cq: str, output: Path, write_broker_conf: bool, yes: bool, changing: Changing) -> None:
+def _convert_cq(store: Path, cq: str, output: Path, write_broker_conf: bool, changing: Changing) -> None:
     """``--cq``: the consume queues in the other layout; the store is only read."""
     fmt, dry_run = changing.format, changing.dry_run
     with changing.open(store, "convert", writable=False) as st:
         plan = cq_op.plan_convert_cq(st, cq, output, write_broker_conf=write_broker_conf)
         view = plan_view(plan, _CQ_TABLES)
-        shown = _confirmed(view, fmt, dry_run, yes)
 
         def apply() -> tuple[Path, dict[str, str]]:
             out = cq_op.apply_convert_cq(plan, st, on_step=step_hook())
             return out, {"output": str(out)}
 
-        done = apply()[0] if shown else show_and_apply(view, fmt, dry_run=dry_run, apply=apply)
+        done = show_and_apply(view, fmt, dry_run=dry_run, apply=apply, ask=changing.ask)
     if not write_broker_conf:
         _print_conf(plan.broker_conf)
     if done is not None:

@@ -79,10 +79,10 @@ def _render(doc: dict[str, Any], fmt: Format) -> None:
     sides = [{"side": s.upper()} | {k: v for k, v in doc[s].items()} for s in ("a", "b")]
     for row in sides:
         row["topics"] = ", ".join(row["topics"])
-    render_rows(sides, fmt, columns=DIFF_SIDE, title="each side past commonEnd")
+    render_rows(sides, fmt, columns=DIFF_SIDE, title="each side past commonEnd", fit=True)
     if doc["queues"]:
-        render_rows(doc["queues"], fmt, columns=DIFF_QUEUE, title="queues")
+        render_rows(doc["queues"], fmt, columns=DIFF_QUEUE, title="queues", fit=True)
     if doc["damaged"]:
-        render_rows(doc["damaged"], fmt, columns=DIFF_DAMAGED, title="damaged records")
+        render_rows(doc["damaged"], fmt, columns=DIFF_DAMAGED, title="damaged records", fit=True)
     for note in doc["notes"]:
         err.print(f"note: {note}")

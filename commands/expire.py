@@ -15,7 +15,7 @@ from rmqstore.walk import expiry
 
 from ._common import Format, StorePath, err, escape, format_time_ms, parse_time_ms, render_rows, step_hook
 from ._options import Changing, command
-from ._plan import PlanView, plan_view, render_plan, resume_interrupted
+from ._plan import PlanView, at_terminal, confirmed, plan_view, render_plan, resume_interrupted
 
 app = typer.Typer()
 
@@ -227,6 +227,8 @@ def expire_command(
             code = op.exit_code(plan, over_forced=over, detailed=detailed_exitcode)
             if plan.actions or verbose or over:
                 render_plan(_view(plan, ratio, over, code), fmt, one_line=True)
+        elif plan.actions and changing.ask and at_terminal() and not _confirmed(plan, st, disk, fmt):
+            return
         else:
             code, ratio, over = _run(plan, st, disk, fmt, verbose=verbose, detailed=detailed_exitcode)
     if over:
@@ -236,6 +238,13 @@ def expire_command(
         )
     if code:
         raise typer.Exit(code)
+
+
+def _confirmed(plan: expiry.ExpirePlan, st: Any, disk: Any, fmt: Format) -> bool:
+    """At a terminal: the plan as a dry run shows it, then ``Apply?``."""
+    ratio, over = op.over_forced_ratio(plan, st.config, disk)
+    render_plan(_view(plan, ratio, over, op.exit_code(plan, over_forced=over, detailed=False)), fmt)
+    return confirmed()
 
 
 def _notes(plan: expiry.ExpirePlan, root: Path, verbose: bool) -> None:

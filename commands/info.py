@@ -31,6 +31,7 @@ from ._common import (
     render_rows,
 )
 from ._options import StoresArg, command
+from ._screen import Screen
 
 app = typer.Typer()
 
@@ -81,6 +82,9 @@ def info_command(
         for p in pending:
             err.print(f"pending: {p}; run `rmqstore {p.operation} {info.root}` to finish it")
     errors = info.errors()
+    shown = default_format(None if fmt is None else Format(fmt.value))
+    if errors and shown is Format.table and Screen(shown).fitted:  # the screen above lists them
+        raise ProblemsFound(f"{len(errors)} error(s) found, listed under Problems above")
     if errors:
         raise ProblemsFound(f"{len(errors)} error(s) found; the first: {errors[0]}")
     if pending:
@@ -136,7 +140,7 @@ def _info_many(
         rows.append(_summary_row(path, info, out is Format.json))
         worst = max(worst, info.verdict.exit_code(strict=False))
     cols = SUMMARY_COLUMNS + (["error"] if any("error" in r for r in rows) else [])
-    render_rows(rows, out, columns=None if out is Format.json else cols, title="stores")
+    render_rows(rows, out, columns=None if out is Format.json else cols, title="stores", fit=True)
     if worst:
         raise typer.Exit(worst)
 
@@ -147,15 +151,19 @@ def _time(ms: int | None) -> str:
     return f"{format_time_ms(ms)} ({ms})" if ms > 0 else str(ms)
 
 
-def _version_line(v: dict[str, Any]) -> str:
+def _version_line(v: dict[str, Any], *, evidence: bool = True) -> str:
+    """The version and its rules; ``evidence``: the facts it was decided from too (a table on a
+    terminal shows them below, one per row)."""
     head = f"{v['family']} (rules of {v['broker']}, {v['source']}"
     if not v["settled"]:
         head += f"; could also be {', '.join(c for c in v['candidates'] if c != v['family'])}"
     facts = "; ".join(f"{e['why']}: {e['where']}" for e in v["evidence"][:6])
+    if not evidence:
+        return head + ")" + (f" from {len(v['evidence'][:6])} fact(s), below" if facts else "")
     return head + ")" + (f" from: {facts}" if facts else "")
 
 
-def _summary(info: StoreInfo) -> dict[str, Any]:
+def _summary(info: StoreInfo, *, evidence: bool = True) -> dict[str, Any]:
     clog = info.commitlog
     data_files = [f for f in clog.files if f.state == "data"]
     empty = sum(1 for f in clog.files if f.state == "empty")
@@ -170,7 +178,7 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
     out: dict[str, Any] = {
         "store": str(info.root),
         "broker config": str(info.broker_config) if info.broker_config else "none (broker defaults, sizes from files)",
-        "broker version": _version_line(info.version) if info.version else info.broker,
+        "broker version": _version_line(info.version, evidence=evidence) if info.version else info.broker,
         "shutdown": shutdown,
         "broker running": f"yes, pid {info.lock_holder_pid}" if info.broker_running else "no",
     }
@@ -198,6 +206,41 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
     v = info.verdict
     out["result"] = f"{v.result} ({v.errors} error(s), {v.warnings} warning(s), {v.infos} info)"
     return out
+
+
+def _compact(summary: dict[str, Any], info: StoreInfo) -> dict[str, Any]:
+    """The summary in fewer rows for one screen: the checkpoint, the offsets and the store times
+    each on one row, times without their epoch milliseconds (-v shows them)."""
+    clog, cp = info.commitlog, info.checkpoint
+    keep = ("store", "broker config", "broker version", "shutdown", "broker running")
+    out = {k: summary[k] for k in keep}
+    out["commit log"] = summary["commit log"].rsplit(" in ", 1)[0]  # the folder: -v
+    if cp is not None:
+        out["checkpoint"] = (
+            f"physic {_short_time(cp.physic_msg_timestamp_ms)}, logics {_short_time(cp.logics_msg_timestamp_ms)}, "
+            f"index {_short_time(cp.index_msg_timestamp_ms)}, recovery min {_short_time(cp.min_timestamp_ms)}"
+        )
+    else:
+        out["checkpoint"] = "missing"
+    out["phy offsets"] = f"{clog.min_phy_offset} .. {clog.max_phy_offset} ({summary['data size']})"
+    first, last = clog.first_store_timestamp_ms, clog.last_store_timestamp_ms
+    out["store times"] = f"{_short_time(first)} .. {_short_time(last)}"
+    for k in ("consume queues", "index files", "timer / compaction / ext files", "problems", "result"):
+        if k in summary:
+            out[k.replace("timer / compaction / ext files", "other files")] = summary[k]
+    return out
+
+
+def _compact_dledger(d: dict[str, Any]) -> dict[str, Any]:
+    """The DLedger rows for one screen: without the folders (-v shows them), migration only if any."""
+    out = {k: v.rsplit(" in ", 1)[0] if k in ("data", "index") else v for k, v in _dledger_summary(d).items()}
+    if not d["dividedCommitlogOffset"]:
+        del out["migrated from commitlog/"]
+    return out
+
+
+def _short_time(ms: int | None) -> str:
+    return "-" if ms is None else format_time_ms(ms) if ms > 0 else str(ms)
 
 
 def _dledger_summary(d: dict[str, Any]) -> dict[str, Any]:
@@ -261,12 +304,13 @@ def _problem_row(p: Problem, root: Path) -> dict[str, Any]:
 
 
 def _render_text(info: StoreInfo, fmt: Format) -> None:
-    if fmt is not Format.table:
-        sys.stdout.write("[Store]\n")
-    render_mapping(_summary(info), fmt, title="Store" if fmt is Format.table else None)
+    if fmt is Format.table:
+        _render_screen(info)
+        return
+    sys.stdout.write("[Store]\n")
+    render_mapping(_summary(info), fmt)
     if info.dledger is not None:
-        title = _section("DLedger", fmt)
-        render_mapping(_dledger_summary(info.dledger), fmt, title=title)
+        render_mapping(_dledger_summary(info.dledger), fmt, title=_section("DLedger", fmt))
     sections = (
         ("Consume queues", info.queues, _queue_row),
         ("Index files", info.index_files, _index_row),
@@ -276,6 +320,23 @@ def _render_text(info: StoreInfo, fmt: Format) -> None:
     for title, items, row in sections:
         if items:
             render_rows((row(x) for x in items), fmt, title=_section(title, fmt))
+
+
+def _render_screen(info: StoreInfo) -> None:
+    """The table view: the store, then what needs attention, then the lists, fitted to the terminal
+    (see ``_screen``); the facts the version was decided from in a table of their own."""
+    screen = Screen(Format.table)
+    summary = _summary(info, evidence=False)
+    screen.mapping(_compact(summary, info) if screen.fitted else summary, "Store")
+    if info.dledger is not None:
+        screen.mapping((_compact_dledger if screen.fitted else _dledger_summary)(info.dledger), "DLedger")
+    evidence = [{"fact": e["why"], "where": e["where"]} for e in (info.version or {}).get("evidence", [])[:6]]
+    screen.rows((_problem_row(p, info.root) for p in info.problems), "Problems", "problems", wrap=2)
+    screen.rows(map(_queue_row, info.queues), "Consume queues", "queues")
+    screen.rows(map(_index_row, info.index_files), "Index files", "index files")
+    screen.rows(map(_config_row, info.config_files), "Config files", "config files")
+    screen.rows(evidence, "Broker version decided from", "version facts")
+    screen.footer()
 
 
 def _where(p: Problem, root: Path) -> str:

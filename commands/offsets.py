@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Annotated, Any
@@ -16,7 +17,7 @@ from rmqstore.store import offsets as store_offsets
 from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.timeparse import parse_duration_ms
 
-from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows
+from ._common import TIME_FORMS, Format, StorePath, err, format_time_ms, parse_time_ms, render_rows, suggest
 from ._options import Changing, Reading, TopicFilterOpt, command
 from ._plan import plan_view, show_and_apply
 
@@ -25,9 +26,16 @@ class _ShowByDefault(TyperGroup):
     """``rmqstore offsets STORE`` means ``rmqstore offsets show STORE``."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            if _looks_like_command(args[0]):  # `offsets lag STORE`: a mistyped subcommand, not a store
+                ctx.fail(suggest(args[0], list(self.commands)))
             args = ["show", *args]
         return super().parse_args(ctx, args)
+
+
+def _looks_like_command(word: str) -> bool:
+    """A bare word that names no existing path (a store is a path: `offsets STORE` shows it)."""
+    return "/" not in word and word not in (".", "..") and not os.path.exists(word)
 
 
 app = typer.Typer(
@@ -72,10 +80,10 @@ def show_command(
     if fmt is Format.json:
         sys.stdout.write(json.dumps({"offsets": data, "totals": totals}, indent=2) + "\n")
         return
-    render_rows(data, fmt, columns=PROGRESS_COLUMNS, title="consumer progress")
+    render_rows(data, fmt, columns=PROGRESS_COLUMNS, title="consumer progress", fit=True)
     if fmt in (Format.table, Format.plain) and data:
         star = [{k: "*" if v is None else v for k, v in t.items()} for t in totals]  # None = all
-        render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals")
+        render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals", fit=True)
 
 
 GroupOpt = Annotated[str | None, typer.Option("--group", "-g", help="Consumer group.", show_default=False)]
@@ -170,10 +178,13 @@ def set_command(
             broker_version=st.config.broker,
         )
         view = plan_view(plan, {"changes": (CHANGE_COLUMNS, None)})
-        show_and_apply(view, fmt, dry_run=dry_run, apply=lambda: (op.apply_reset_offsets(st, plan), {"written": True}))
+        written = show_and_apply(
+            view, fmt, dry_run=dry_run, apply=lambda: (op.apply_reset_offsets(st, plan) or True, {"written": True}),
+            ask=changing.ask,
+        )  # fmt: skip
     if dry_run:
         err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
-    else:
+    elif written:
         err.print(f"wrote {len(plan.changes)} offset(s) to {plan.path} (the previous file is kept as its .bak)")
 
 

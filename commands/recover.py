@@ -91,7 +91,7 @@ def recover_command(
                     result = rec.apply_recover(st, plan, progress=advance, on_step=step_hook())
             return result, result.to_json()
 
-        result = show_and_apply(view, fmt, dry_run=changing.dry_run, apply=apply)
+        result = show_and_apply(view, fmt, dry_run=changing.dry_run, apply=apply, ask=changing.ask)
         if result is not None and not quiet:
             what = "resumed and finished" if resuming else "recovered"
             where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""

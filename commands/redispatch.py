@@ -107,11 +107,17 @@ def redispatch_command(
                 err.print("nothing to do: the rebuilt files are identical to the current ones")
             return
 
+        applied: list[bool] = []
+
         def apply() -> tuple[Path | None, dict[str, str | None]]:
             q = op.apply_redispatch(plan, st, force=force, on_step=step_hook())
+            applied.append(True)
             return q, {"quarantine": str(q) if q else None}
 
-        q = show_and_apply(view, fmt, dry_run=False, apply=apply)
+        q = show_and_apply(view, fmt, dry_run=False, apply=apply, ask=changing.ask)
+        if not applied:  # the answer was no: the rebuild is not kept either
+            op.discard(plan)
+            return
         if q is not None:
             err.print(f"swapped in; replaced files are in {q}")
 

@@ -12,6 +12,7 @@ import typer
 
 from rmqstore.codec.rows import message_row
 
+from . import _console
 from . import _fields as fields
 from ._common import (
     Format,
@@ -100,7 +101,13 @@ class Spark:
         from rmqstore.spark.session import spark_session
 
         conf = _conf(quiet, self.conf, self.task_max_failures)
-        return spark_session(self.master, conf=conf, executor_python=self.executor_python, stores=stores)
+        return spark_session(
+            self.master,
+            conf=conf,
+            executor_python=self.executor_python,
+            stores=stores,
+            silent_jvm=quiet or _console.quiet(),
+        )
 
 
 @command(app, "export", Spark, epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")

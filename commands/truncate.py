@@ -21,7 +21,6 @@ ToOffsetOpt = Annotated[
 ToTimeOpt = Annotated[
     str | None, typer.Option("--to-time", help=f"Cut at the first record stored at or after this time ({TIME_FORMS}).")
 ]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask `Apply?` on a terminal.")]
 EXAMPLES = """Examples:
   rmqstore diff /data/new-master/store /data/old-master/store
   rmqstore truncate /data/old-master/store --to-offset 76189 --dry-run
@@ -34,7 +33,6 @@ def truncate_command(
     store: StorePath,
     to_offset: ToOffsetOpt = None,
     to_time: ToTimeOpt = None,
-    yes: YesOpt = False,
     quiet: QuietOpt = False,
     *,
     changing: Changing,
@@ -85,7 +83,7 @@ def truncate_command(
                 result = op.apply_truncate(st, plan, on_step=step_hook())
             return result, result.to_json()
 
-        result = show_and_apply(view, changing.format, dry_run=changing.dry_run, apply=apply, ask=not yes)
+        result = show_and_apply(view, changing.format, dry_run=changing.dry_run, apply=apply, ask=changing.ask)
         if result is not None and not quiet:
             where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""
             err.print(f"truncated: the commit log ends at {plan.to_offset}{where}")

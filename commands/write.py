@@ -15,7 +15,7 @@ from rmqstore.safety.journal import Resumed
 
 from ._common import Format, err, parse_time_ms, render_mapping, render_rows, step_hook
 from ._options import Changing, Keeping, command
-from ._plan import PlanView, plan_view, render_plan, resume_interrupted
+from ._plan import PlanView, at_terminal, confirmed, plan_view, render_plan, resume_interrupted
 
 app = typer.Typer()
 
@@ -175,8 +175,13 @@ def write_command(
             err.print("dry run: nothing was written")
             render_plan(view, fmt)
             return
-        if fmt in (Format.table, Format.plain):  # json: one document after the run; ndjson, csv: the rows written
+        asking = changing.ask and at_terminal()
+        if (
+            fmt in (Format.table, Format.plain) or asking
+        ):  # json: one document after the run; ndjson, csv: the rows written
             render_plan(view, fmt)
+        if asking and not confirmed():
+            return
         result = op.apply_write(
             st,
             plan,

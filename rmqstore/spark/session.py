@@ -77,6 +77,38 @@ def _quiet_logging() -> dict[str, str]:
     return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{path}"}
 
 
+@contextlib.contextmanager
+def _jvm_stderr(silent: bool) -> Iterator[Path | None]:
+    """While the JVM starts, file descriptor 2 points at a log file (which the JVM keeps as its
+    standard error): its own banner ("WARNING: Using incubator modules", "Setting default log
+    level") never reaches the terminal. Yields the file (None when not ``silent``)."""
+    if not silent:
+        yield None
+        return
+    path = Path(tempfile.gettempdir()) / f"rmqstore-spark-{os.getpid()}.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    try:
+        yield path
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def _jvm_said(path: Path | None) -> str:
+    """The last lines the JVM wrote to its log file, for an error that needs them."""
+    if path is None:
+        return ""
+    try:
+        tail = path.read_text(errors="replace").strip().splitlines()[-3:]
+    except OSError:
+        return ""
+    return f" (JVM: {' / '.join(tail)}; whole log in {path})" if tail else ""
+
+
 def java_executable() -> str | None:
     """The ``java`` Spark will start: ``$JAVA_HOME/bin/java`` or the first on PATH."""
     home = os.environ.get("JAVA_HOME")
@@ -212,12 +244,14 @@ def get_session(
     quiet: bool = True,
     executor_python: str | None = None,
     stores: Sequence[str] = (),
+    silent_jvm: bool = False,
 ) -> SparkSession:
     """A running session with the rmqstore data sources registered.
 
     An active session (a notebook's, a test's) is reused as it is; otherwise one is started on
     ``master`` (default ``local[*]``) after the checks above. ``stores`` are checked for
-    visibility on the executors of a cluster.
+    visibility on the executors of a cluster. ``silent_jvm``: the JVM's standard error goes to a
+    log file in the temp directory (named in the error if Spark does not start).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -238,10 +272,11 @@ def get_session(
     settings.update(user)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    try:
-        spark = builder.getOrCreate()
-    except Exception as e:  # the JVM refused the settings or the master
-        raise SparkSetupError(f"Spark did not start on {master}: {root_cause(e)}") from None
+    with _jvm_stderr(silent_jvm) as log:
+        try:
+            spark = builder.getOrCreate()
+        except Exception as e:  # the JVM refused the settings or the master
+            raise SparkSetupError(f"Spark did not start on {master}: {root_cause(e)}{_jvm_said(log)}") from None
     try:
         if quiet:
             spark.sparkContext.setLogLevel("ERROR")

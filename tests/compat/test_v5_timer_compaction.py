@@ -143,8 +143,11 @@ def test_compaction_cq_unit_layout():
 
 
 def _real_records(n: int) -> list[Record]:
-    """The first ``n`` keyed records of the real 5.2.0 commit log."""
-    first = sorted((case_dir("5.2.0/clean-5x-mixed") / "store" / "commitlog").iterdir())[0]
+    """The first ``n`` keyed records of the real 5.2.0 commit log (the test skips without it)."""
+    log = case_dir("5.2.0/clean-5x-mixed") / "store" / "commitlog"
+    if not log.is_dir():
+        pytest.skip(f"real stores not found at {log}")
+    first = sorted(log.iterdir())[0]
     buf, out, pos = first.read_bytes(), [], 0
     while len(out) < n:
         rec = decode_record(buf, pos, broker="5.2.0")

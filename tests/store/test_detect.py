@@ -37,6 +37,8 @@ def facts_of(root: Path) -> set[str]:
 
 def with_commitlog_of(root: Path, case: str) -> None:
     src = case_dir(case) / "store" / "commitlog"
+    if not src.is_dir():
+        pytest.skip(f"real stores not found at {src}")
     first = sorted(src.iterdir())[0]
     shutil.copy2(first, root / "commitlog" / first.name)
 
