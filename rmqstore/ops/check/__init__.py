@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +64,7 @@ from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
+from rmqstore.ops.check.records import ROW_DTYPES, empty_rows, record_rows
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
 from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from rmqstore.rules import rules_for
@@ -87,6 +87,7 @@ PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
 _CHUNK = 16 << 20
 _KEY_FLUSH = 1 << 16  # index keys hashed at a time
+_BATCH = 1 << 16  # records decoded as columns at a time
 _CONFIG_SUFFIXES = (".json", ".json.bak")
 _COMPACT_CONFIG = tuple(cfgjson.COMPACT_FILES) + tuple(f"{n}.bak" for n in cfgjson.COMPACT_FILES)
 _TYPED_CONFIG: dict[str, Callable[..., Any]] = {
@@ -237,11 +238,11 @@ class _LogScan:
     """Fields of every readable record, in commit log order (so sorted by phy offset)."""
 
     names: TopicIds = field(default_factory=TopicIds)  # topic name <-> id of every record
-    # one row per record: phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
-    # computes, store timestamp, transaction type
-    rows: array = field(default_factory=lambda: array("q"))  # flat: 8 longs a record
-    key_rec: list[np.ndarray] = field(default_factory=list)  # record number of each index key
-    key_hash: list[np.ndarray] = field(default_factory=list)  # its index key hash
+    # per record (ROW_DTYPES): phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
+    # computes, store timestamp, transaction type; one array per column and batch until finish()
+    parts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    key_parts: list[np.ndarray] = field(default_factory=list)  # record number << 32 | index key hash
+    rows_seen: int = 0
     stops: list[int] = field(default_factory=list)  # phy offsets where the broker's walk stops
     records_end: int | None = None  # where the last run of records the walk found ends
     runs: list[_FileRun] = field(default_factory=list)
@@ -263,18 +264,34 @@ class _LogScan:
         return self.names.id(name)
 
     def finish(self) -> None:
-        table = (
-            np.frombuffer(self.rows, dtype=np.int64).reshape(-1, 8) if len(self.rows) else np.zeros((0, 8), np.int64)
-        )
-        self.a_phy = np.ascontiguousarray(table[:, 0])
-        names = ("size", "topic", "qid", "qoff", "tags", "ts", "tx")
-        self.arrays = {name: np.ascontiguousarray(table[:, i + 1]) for i, name in enumerate(names)}
-        del table
-        recs = np.concatenate(self.key_rec) if self.key_rec else np.empty(0, np.int64)
-        hashes = np.concatenate(self.key_hash) if self.key_hash else np.empty(0, np.int64)
-        self.keys_sorted = _sorted_unique((recs.astype(np.int64) << 32) | hashes.astype(np.int64))
-        self.rows = array("q")
-        self.key_rec, self.key_hash = [], []
+        cols = {}
+        for name in ROW_DTYPES:  # one column at a time: the batches of a column go as it is built
+            cols[name] = np.concatenate([part.pop(name) for part in self.parts] or [empty_rows(0)[name]])
+        self.parts = []
+        self.a_phy = cols.pop("phy")
+        self.arrays = cols
+        self._topics_in_order()
+        self.keys_sorted = _sorted_unique(np.concatenate(self.key_parts) if self.key_parts else np.empty(0, np.int64))
+        self.key_parts = []
+
+    def _topics_in_order(self) -> None:
+        """Topic ids renumbered in the order the topics first appear in the commit log."""
+        topic = self.arrays["topic"]
+        n = len(self.names.names)
+        if not n or not topic.size:
+            return
+        first = np.full(n, topic.size, dtype=np.int64)
+        np.minimum.at(first, topic, np.arange(topic.size))
+        order = np.argsort(first, kind="stable")
+        if (order == np.arange(n)).all():
+            return
+        renumber = np.empty(n, dtype=np.int32)
+        renumber[order] = np.arange(n, dtype=np.int32)
+        names = [self.names.names[i] for i in order.tolist()]
+        self.names = TopicIds()
+        for name in names:
+            self.names.id(name)
+        self.arrays["topic"] = renumber[topic]
 
     @property
     def count(self) -> int:
@@ -314,6 +331,8 @@ class _OpenFile:
 class _Walker:
     """Lenient walk over commit log files, building a :class:`_LogScan`."""
 
+    columnar = True  # off: every record through the per-record path (the reference the tests compare with)
+
     def __init__(self, st: Store, out: _Problems, progress: Progress | None, *, light: bool = False) -> None:
         self.light = light  # only what recovery reads: no tagsCode, no index keys
         self.st = st
@@ -333,6 +352,8 @@ class _Walker:
         self._key_strs: list[str] = []
         self._key_recs: list[int] = []
         self._topics: dict[bytes, tuple[str, int]] = {}
+        self._number = 0  # record number of the record on the per-record path
+        self._slow_rows: list[tuple[int, ...]] = []
 
     # -- helpers ------------------------------------------------------------------
     def _stop(self, phy: int) -> None:
@@ -350,8 +371,8 @@ class _Walker:
 
     def _flush_keys(self) -> None:
         if self._key_strs:
-            self.scan.key_hash.append(index_key_hash_batch(self._key_strs).astype(np.int64))
-            self.scan.key_rec.append(np.asarray(self._key_recs, dtype=np.int64))
+            hashes = index_key_hash_batch(self._key_strs).astype(np.int64)
+            self.scan.key_parts.append((np.asarray(self._key_recs, dtype=np.int64) << 32) | hashes)
             self._key_strs, self._key_recs = [], []
 
     # -- the walk -----------------------------------------------------------------
@@ -367,10 +388,11 @@ class _Walker:
         reported = 0
         with memoryview(buf) as view:
             f = _OpenFile(seg, buf, view, len(buf), run, shifts)
+            u8 = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, np.uint8)
             for item in items:
                 if isinstance(item, Run):
-                    for pos in item.positions.tolist():
-                        self._record(f, pos)
+                    for lo in range(0, len(item.positions), _BATCH):
+                        self._records(f, u8, item.positions[lo : lo + _BATCH])
                     run.records += len(item.positions)
                     self.scan.records_end = seg.base_offset + item.end_pos
                     if item.end_pos - reported >= _CHUNK and self.progress is not None:
@@ -382,12 +404,35 @@ class _Walker:
                     self._blank(f, item)
                 else:
                     self._data_end(f, item)
+            del u8
         if self.progress is not None:
             self.progress(seg.size - reported)
         self._report_shifts(seg, run, shifts)
         if len(self._key_strs) > 200_000:
             self._flush_keys()
         return run
+
+    def _records(self, f: _OpenFile, u8: np.ndarray, p: np.ndarray) -> None:
+        """A batch of records the walk found readable: the plain ones as columns, the others (and
+        every one when ``columnar`` is off) through :meth:`_record`, in commit log order."""
+        first = self.scan.rows_seen
+        if self.columnar and not self.prop_crc:  # the __CRC32# property is checked record by record
+            got = record_rows(f.buf, u8, p, f.seg, self.cfg, first, self.scan.topic_id, light=self.light)
+            cols, slow = got.cols, got.slow
+            if got.key_pairs.size:
+                self.scan.key_parts.append(got.key_pairs)
+        else:
+            cols, slow = empty_rows(len(p)), np.arange(len(p))
+        for k in slow.tolist():
+            self._number = first + k
+            self._record(f, int(p[k]))
+        if self._slow_rows:
+            table = np.array(self._slow_rows, dtype=np.int64)
+            for i, name in enumerate(ROW_DTYPES):
+                cols[name][slow] = table[:, i]
+            self._slow_rows = []
+        self.scan.parts.append(cols)
+        self.scan.rows_seen += len(p)
 
     def _record(self, f: _OpenFile, pos: int) -> None:
         """One record the walk found readable: a V1 record with IPv4 hosts is read straight from the
@@ -550,9 +595,8 @@ class _Walker:
                 phy_offset=phy,
                 group="tx queue offset",
             )
-        rows = self.scan.rows
-        number = len(rows) // 8
-        rows.extend((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
+        number = self._number
+        self._slow_rows.append((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
         if indexed(tx) and props and not self.light:  # §5.3: rollback is not indexed
             uniq = props.get(PROP_UNIQ_KEY)
             if uniq:
@@ -951,7 +995,7 @@ def _check_coverage(
     by_key = {(q.topic, q.queue_id): q for q in queues}
     consumable = queued(a["tx"])
     # one group per (topic, queue id) of the records, mapped back with the inverse index
-    pairs = (a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF)
+    pairs = (a["topic"].astype(np.int64) << 32) | (a["qid"].astype(np.int64) & 0xFFFFFFFF)
     order = np.argsort(pairs, kind="stable")
     sorted_pairs = pairs[order]
     starts = np.flatnonzero(np.concatenate(([True], sorted_pairs[1:] != sorted_pairs[:-1])))
