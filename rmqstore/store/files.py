@@ -56,6 +56,18 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             pass  # a numpy view still refers to it; it is unmapped when that view goes
 
 
+def drop_resident(buf: object, lo: int, hi: int) -> None:
+    """Let the pages of a read-only mapping between ``lo`` and ``hi`` leave this process's resident
+    set (they stay in the page cache, a later read maps them back): a scan that has passed them
+    keeps its memory flat whatever the file's size. Anything but an mmap is left alone."""
+    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    lo -= lo % mmap.PAGESIZE
+    hi = min(hi, len(buf))
+    if hi - lo >= mmap.PAGESIZE:
+        buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo - (hi - lo) % mmap.PAGESIZE)
+
+
 def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
     """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
     try:

@@ -72,7 +72,7 @@ from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import map_file
+from rmqstore.store.files import drop_resident, map_file
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueue
@@ -274,8 +274,10 @@ class _LogScan:
         self.a_phy = cols.pop("phy")
         self.arrays = cols
         self._topics_in_order()
-        self.keys_sorted = _sorted_unique(np.concatenate(self.key_parts) if self.key_parts else np.empty(0, np.int64))
+        keys = np.concatenate(self.key_parts) if self.key_parts else np.empty(0, np.int64)
         self.key_parts = []
+        keys.sort()  # in place: no second copy of every key
+        self.keys_sorted = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
 
     def _topics_in_order(self) -> None:
         """Topic ids renumbered in the order the topics first appear in the commit log."""
@@ -395,7 +397,9 @@ class _Walker:
             for item in items:
                 if isinstance(item, Run):
                     for lo in range(0, len(item.positions), _BATCH):
-                        self._records(f, u8, item.positions[lo : lo + _BATCH])
+                        batch = item.positions[lo : lo + _BATCH]
+                        self._records(f, u8, batch)
+                        drop_resident(buf, int(batch[0]), int(batch[-1]))  # read once: not kept resident
                     run.records += len(item.positions)
                     self.scan.records_end = seg.base_offset + item.end_pos
                     if item.end_pos - reported >= _CHUNK and self.progress is not None:
@@ -656,14 +660,6 @@ def _crc(body: bytes) -> int:
 def fast_properties(raw: str, *, broker: str) -> dict[str, str]:
     """``parse_properties`` (the codec's one splitter, fast path included), under its earlier name."""
     return parse_properties(raw, broker=broker)
-
-
-def _sorted_unique(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (a plain sort: numpy's hash-based ``unique`` is slow on millions)."""
-    a = np.sort(a)
-    if a.size:
-        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
-    return a
 
 
 def _classify_tails(scan: _LogScan, out: _Problems) -> None:
@@ -1224,7 +1220,8 @@ def _slot_heads(w: _IndexWalk, fd: int, out: _Problems) -> None:
     for s in _first(out, live[head_slot != live], path, "bad slot"):
         what = f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot"
         out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
-    w.link(heads[live])
+    for lo in range(0, live.size, _INDEX_CHUNK):
+        w.link(heads[live[lo : lo + _INDEX_CHUNK]])
     del heads, live, bad_head
     refs = w.refs[1:count]
 
