@@ -1210,7 +1210,7 @@ def _chunk_chains(w: _IndexWalk, c: _IndexChunk) -> None:
 def _slot_heads(w: _IndexWalk, fd: int, out: _Problems) -> None:
     """Slot heads (§5.2) and, once every link is counted, entries in no chain or in two."""
     ix, count, path = w.ix, w.count, w.ix.path
-    heads = np.frombuffer(os.pread(fd, ix.slots * 4, HEADER_SIZE), dtype=">i4").astype(np.int64)
+    heads = np.frombuffer(os.pread(fd, ix.slots * 4, HEADER_SIZE), dtype=">i4").astype(np.int32)
     bad_head = (heads < 0) | (heads >= count)
     for s in _first(out, np.flatnonzero(bad_head), path, "bad slot"):
         what = f"slot {s} points to entry {heads[s]}, past indexCount {count}"
@@ -1311,7 +1311,7 @@ def _verify_index_file(
     count = _index_count(ix, h, out)
     if max(count, 1) - 1 == 0:
         return 0
-    w = _IndexWalk(ix, count, np.full(count, -1, dtype=np.int64), np.zeros(count, dtype=np.uint8),
+    w = _IndexWalk(ix, count, np.full(count, -1, dtype=np.int32), np.zeros(count, dtype=np.uint8),
                    _Findings(out, ix.path), _Findings(out, ix.path))  # fmt: skip
     fd = os.open(ix.path, os.O_RDONLY)
     try:
