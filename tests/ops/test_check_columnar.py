@@ -12,9 +12,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import copy_real_store, load_truth
 
 import rmqstore.ops.check as check_mod
-from conftest import copy_real_store, load_truth
 from rmqstore.ops.check import CheckReport, check_store
 from rmqstore.store import open_store
 
