@@ -84,6 +84,11 @@ def test_damaged_records_entries_and_index_give_the_same_report(tmp_path, monkey
     _patch(path, pos + 28, struct.pack(">q", msgs[5]["offset"] + 8))
     path, pos = _log(root, msgs[7]["offset"])
     _patch(path, pos + 12, struct.pack(">i", 6))
+    # a topic name the broker refuses (the body CRC does not cover it)
+    path, pos = _log(root, msgs[9]["offset"])
+    data = path.read_bytes()
+    at = pos + 88 + int.from_bytes(data[pos + 84 : pos + 88], "big") + 1
+    _patch(path, at + 1, b"/")
     # a consume queue entry pointing at the next record, another at no record
     cq = root / "consumequeue" / "TopicOrder" / "0" / f"{0:020d}"
     _patch(cq, 0, struct.pack(">q", msgs[1]["offset"]))
@@ -96,7 +101,7 @@ def test_damaged_records_entries_and_index_give_the_same_report(tmp_path, monkey
     fast, slow = _both(root, monkeypatch)
     kinds = " | ".join(p.what for p in fast.problems)
     for expected in ("body CRC mismatch", "PHYSICALOFFSET", "does not match the record",
-                     "no key with that hash", "timeDiff", "not an earlier one"):  # fmt: skip
+                     "no key with that hash", "timeDiff", "not an earlier one", "refuse to dispatch it"):  # fmt: skip
         assert expected in kinds
     _same(fast, slow)
 
