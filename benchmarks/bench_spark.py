@@ -12,6 +12,8 @@ Without STORE the 1 GiB store of 200-byte messages of ``benchmarks/make_store.py
   Spark reader's batches with every column (what one task runs), in this process;
 * Spark: the session start, then, after a warm-up job (the same count once), ``count()`` of
   the full schema and ``groupBy("topic").count()``;
+* ``spark stats`` (summed in the tasks) and ``spark stats --exact-distinct`` against the one-core
+  ``dump --count`` (wall and per core);
 * ``spark export`` (Parquet by topic and date) against pyarrow writing the same rows, already in
   memory, to the same layout;
 * ``spark find --key`` against ``dump --key``, both as command lines (JVM start included) and
@@ -158,6 +160,8 @@ def spark_figures(store: Path, args: argparse.Namespace, report: Report, records
     check(sum(r["count"] for r in groups), records, "groupBy")  # type: ignore[attr-defined]
     report.line('Spark groupBy("topic").count()', t, records)
 
+    stats_figures(store, spark, report, records)
+
     work = Path(tempfile.mkdtemp(prefix="rmqstore-bench-export-"))
     try:
         t, res = timed(lambda: jobs.export_parquet(spark, [store], work / "spark"))
@@ -179,6 +183,26 @@ def spark_figures(store: Path, args: argparse.Namespace, report: Report, records
     t_dump, n_dump = timed(lambda: run_cli("dump", "commitlog", str(store), "--key", args.key, "--format", "ndjson"))
     report.line("rmqstore dump commitlog --key (command line)", t_dump, None)
     print(f"find: {len(found)} / {n_find} / {n_dump} message(s); spark find / dump --key = {t_find / t_dump:.2f}x")
+
+
+def stats_figures(store: Path, spark: object, report: Report, records: int) -> None:
+    """``spark stats`` (summed in the tasks) and ``--exact-distinct`` (Spark's aggregation) in the
+    running session, against the one-core ``dump --count`` of the same store (the command line)."""
+    from rmqstore.spark import jobs
+
+    t_count, _ = timed(lambda: run_cli("dump", "commitlog", str(store), "--count", "--jobs", "1", "-f", "ndjson"))
+    report.line("local dump --count --jobs 1 (1 core, command line)", t_count, records)
+    t_stats, rows = timed(lambda: jobs.stats_rows(spark, [store]))  # type: ignore[arg-type]
+    check(sum(r["messages"] for r in rows), records, "stats")  # type: ignore[attr-defined]
+    report.line("spark stats (per-task sums, distinct keys estimated)", t_stats, records)
+    t_exact, rows = timed(lambda: jobs.stats_rows(spark, [store], exact_distinct=True))  # type: ignore[arg-type]
+    check(sum(r["messages"] for r in rows), records, "stats --exact-distinct")  # type: ignore[attr-defined]
+    report.line("spark stats --exact-distinct (Spark aggregation)", t_exact, records)
+    cores = int(spark.sparkContext.defaultParallelism)  # type: ignore[attr-defined]
+    print(
+        f"ratio: spark stats / dump --count = {t_stats / t_count:.2f}x wall, {t_stats * cores / t_count:.2f}x per core "
+        f"({cores} cores; target <= 1 per core); --exact-distinct / dump --count = {t_exact / t_count:.2f}x wall"
+    )
 
 
 def direct_write(store: Path, out: Path, records: int) -> float:

@@ -1,6 +1,7 @@
 """Benchmark `rmqstore write`: messages/s appending 200-byte messages to a fresh store.
 
     python benchmarks/bench_write.py [--count 1000000] [--body 200] [--out DIR] [--ndjson 200000] [--keep]
+    python benchmarks/bench_write.py --base /work/venvs/base0/bin/rmqstore [--ndjson 200000] [--rounds 3]
 
 For each input and mode (dispatch on/off, flush sync/async) a fresh store with production file
 sizes (1 GiB commit log files, default consume queue and index sizes) is created under DIR (default
@@ -17,6 +18,11 @@ write of as many bytes (``dd if=/dev/zero bs=4M conv=fsync``). The reference poi
 the 4.4.0 engine (asynchronous flush, its default) writes 1,000,000 such messages with dispatch in
 about 7 s (about 140 k msg/s) on this machine. A Python loop baseline is printed too: the machine
 may be shared, and it shows how loaded it was during the run. The stores are deleted unless --keep.
+
+With ``--base CMD`` it only compares the command line with another build's (CMD) on engine-shaped
+NDJSON (every message with TAGS, KEYS, a UNIQ_KEY, WAIT and user properties; then also with born
+time and host, store host and flag), back to back, alternating, best of ``--rounds``: the ratio is
+the base's time over this build's.
 """
 
 from __future__ import annotations
@@ -148,6 +154,59 @@ def run_cli(out: Path, count: int, body_size: int) -> dict:
     }
 
 
+def engine_shaped_lines(count: int, body_size: int, *, harness: bool) -> list[str]:
+    """What producers hand the broker: TAGS, KEYS, a UNIQ_KEY, WAIT and two user properties
+    (``harness``: also the born time and host, store host and flag, as the engine harness gives them)."""
+    body = "b" * body_size
+    out = []
+    for i in range(count):
+        m: dict[str, object] = {"topic": f"BenchTopic{i % TOPICS:02d}", "tags": "TagA", "keys": f"k-{i:010d}"}
+        m |= {"uniqKey": f"C0A8000A1F9018B4AAC22A3B{i:08X}", "wait": True}
+        m["properties"] = {"traceId": f"t{i:08d}", "region": "cn-north"}
+        if harness:
+            m |= {"queueId": (i // TOPICS) % QUEUES, "bornTimestamp": 1_700_000_000_000 + i}
+            m |= {"bornHost": f"192.168.0.{i % 200 + 1}:40000", "storeHost": "192.168.0.200:10911", "flag": i % 3}
+        m["body"] = body
+        out.append(json.dumps(m, separators=(",", ":")))
+    return out
+
+
+def vs_base(out: Path, count: int, body_size: int, base: str, rounds: int) -> list[dict]:
+    """``rmqstore write`` of engine-shaped NDJSON with this build and with ``base`` (another build's
+    command), back to back, alternating which goes first; the best of ``rounds`` of each."""
+    results = []
+    for harness in (False, True):
+        src = out / f"engine-shaped-{'harness' if harness else 'producer'}.ndjson"
+        src.write_text("\n".join(engine_shaped_lines(count, body_size, harness=harness)) + "\n")
+        best = {"base": float("inf"), "this": float("inf")}
+        for r in range(rounds):
+            for side in ("base", "this") if r % 2 == 0 else ("this", "base"):
+                root = out / f"store-{side}"
+                shutil.rmtree(root, ignore_errors=True)
+                cli = base if side == "base" else "rmqstore"
+                cmd = [cli, "write", str(root), str(src), "--create", "--topic-queue-nums", str(QUEUES), "-f", "json"]
+                t = time.perf_counter()
+                subprocess.run(cmd, capture_output=True, check=True)
+                best[side] = min(best[side], time.perf_counter() - t)
+                shutil.rmtree(root, ignore_errors=True)
+        r = {
+            "mode": f"CLI, engine-shaped NDJSON ({'harness' if harness else 'producer'} fields), vs {base}",
+            "messages": count,
+            "baseSeconds": round(best["base"], 2),
+            "seconds": round(best["this"], 2),
+            "msgPerSec": round(count / best["this"]),
+            "speedupOverBase": round(best["base"] / best["this"], 2),
+        }
+        results.append(r)
+        print(
+            f"{r['mode']}\n{'':<28} {count:>9,} msgs  base {r['baseSeconds']:.2f} s  this {r['seconds']:.2f} s "
+            f"{r['msgPerSec']:>9,} msg/s  x{r['speedupOverBase']} the base's rate",
+            flush=True,
+        )
+        src.unlink()
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=1_000_000)
@@ -155,8 +214,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/rmqstore-bench/write"))
     ap.add_argument("--ndjson", type=int, default=200_000, help="messages for the command-line run (0: skip)")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--base", help="another build's rmqstore command: compare engine-shaped writes with it only")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the --base comparison (best of)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.base:
+        try:
+            print(json.dumps(vs_base(args.out, args.ndjson, args.body, args.base, args.rounds), indent=2))
+        finally:
+            if not args.keep:
+                shutil.rmtree(args.out, ignore_errors=True)
+        return
     base = python_baseline_us()
     t = time.perf_counter()
     gc.disable()  # a million live objects: building them under the cyclic collector takes 3x longer

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from rmqstore.ops import recover as rec
-from rmqstore.store.detect import plan_for_detected
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
 from ._options import Changing, Keeping, command
@@ -27,7 +26,7 @@ RebuildCqOpt = Annotated[
 ]
 
 
-def _plan(st: Any, quiet: bool, **options: Any) -> tuple[rec.RecoverPlan, bool]:
+def _plan(st: Any, quiet: bool, dry_run: bool, **options: Any) -> tuple[rec.RecoverPlan, bool]:
     """The pending plan of an interrupted run (resumed), else a new plan; and whether it resumes."""
     plan = rec.pending_plan(st.root)
     if plan is not None:
@@ -35,9 +34,8 @@ def _plan(st: Any, quiet: bool, **options: Any) -> tuple[rec.RecoverPlan, bool]:
         return plan, True
     with progress_bar(_walk_size(st), "checking commit log", quiet=quiet) as advance:
         now_ms = int(time.time() * 1000)
-        plan = plan_for_detected(
-            st, lambda s: rec.plan_recover(s, now_ms=now_ms, progress=advance, **options), "recover"
-        )
+        # a dry run keeps no dispatch columns: nothing applies them, and nothing is written for them
+        plan = rec.plan_recover_detected(st, now_ms=now_ms, progress=advance, keep_columns=not dry_run, **options)
     return plan, False
 
 
@@ -66,6 +64,7 @@ def recover_command(
         plan, resuming = _plan(
             st,
             quiet,
+            changing.dry_run,
             check_crc=check_crc,
             rebuild_index=rebuild_index,
             rebuild_consume_queue=rebuild_consumequeue,

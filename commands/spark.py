@@ -140,18 +140,29 @@ _STATS_TABLE = [
 ]  # fmt: skip
 
 
+ExactDistinctOpt = Annotated[
+    bool,
+    typer.Option(
+        "--exact-distinct", help="Count distinct keys exactly (Spark's aggregation; slower) instead of estimating."
+    ),
+]
+
+
 @command(app, "stats", Spark, epilog="Example: rmqstore spark stats '/data/broker-*/store' --format csv > stats.csv")
 def stats_command(
     stores: StoresArg,
     spark: Spark,
     split_size: SplitSizeOpt = None,
+    exact_distinct: ExactDistinctOpt = False,
     fmt: FmtOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Count messages per store, topic, queue and UTC hour: messages, bytes, first/last store time, distinct keys.
 
     bytes is the sum of the records' sizes on disk (TOTALSIZE); distinct keys counts the KEYS
-    tokens. Times are epoch milliseconds in json, ndjson and csv.
+    tokens: exactly up to 2048 per row, a HyperLogLog estimate above (about 1.6% standard error;
+    distinctKeysExact says which) unless --exact-distinct. Times are epoch milliseconds in json,
+    ndjson and csv.
     """
     from rmqstore.spark import jobs
 
@@ -159,11 +170,16 @@ def stats_command(
     opts = jobs.ReadOptions(split_size)
     roots = jobs.check_stores(_stores(stores), opts)
     with spark.session(quiet, roots) as session:
-        rows = [r.asDict() for r in jobs.stats(session, roots, options=opts).collect()]
+        rows = jobs.stats_rows(session, roots, options=opts, exact_distinct=exact_distinct)
+    note = jobs.estimates_note(rows)
+    if note:
+        err.print(f"note: {note}")
     if fmt in (Format.table, Format.plain):
         for r in rows:
             r["firstStoreTime"] = format_time_ms(r["firstStoreTimestamp"])
             r["lastStoreTime"] = format_time_ms(r["lastStoreTimestamp"])
+            if not r["distinctKeysExact"]:
+                r["distinctKeys"] = f"~{r['distinctKeys']}"
         render_rows(rows, fmt, columns=_STATS_TABLE, title="messages per queue and hour")
     else:
         render_rows(rows, fmt, columns=list(jobs.STATS_COLUMNS))

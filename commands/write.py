@@ -40,16 +40,17 @@ def _messages(
     props: list[str],
     delay_level: int,
     flag: int,
-) -> list[op.Message] | op.MessageBatch:
+) -> tuple[list[op.Message] | op.MessageBatch, str | None]:
+    """The messages, and the digest of the NDJSON input's bytes (None for one message from options)."""
     if source is not None:
         if topic or queue is not None or tags or keys or body is not None or body_file or props or delay_level or flag:
             raise InputError("give either an NDJSON input or --topic and the message options, not both")
         if source == "-":
-            return op.read_ndjson(sys.stdin.buffer, source="<stdin>")
+            return op.read_ndjson_stream(sys.stdin.buffer, source="<stdin>")
         path = Path(source)
         try:
             with open(path, "rb") as f:
-                return op.read_ndjson(f, source=str(path))
+                return op.read_ndjson_stream(f, source=str(path))
         except OSError as e:
             raise InputError(f"{path}: cannot read: {e.strerror}") from None
     if not topic:
@@ -70,19 +71,8 @@ def _messages(
         if not sep:
             raise InputError(f"--property {p!r} is not NAME=VALUE")
         pairs.append((k, v))
-    return [
-        op.Message(
-            topic=topic,
-            body=data,
-            queue_id=queue,
-            tags=tags,
-            keys=keys,
-            properties=tuple(pairs),
-            flag=flag,
-            delay_level=delay_level,
-            origin="message",
-        )
-    ]
+    message = op.Message(topic, data, queue, tags, keys, tuple(pairs), flag, delay_level=delay_level)
+    return [message], None
 
 
 # options of write_command whose declaration takes several lines
@@ -162,7 +152,7 @@ def write_command(
     if source is not None and input_file is not None:
         raise InputError("give the NDJSON input once (INPUT or --input)")
     message_opts = (topic, queue, tags, keys, body, body_file, prop or [], delay_level, flag)
-    msgs = _messages(source if source is not None else input_file, *message_opts)
+    msgs, digest = _messages(source if source is not None else input_file, *message_opts)
     fixed = parse_time_ms(now) if now is not None else None
     clock = (lambda: fixed) if now is not None else None
     uniq_keys = op.UniqKeySource(seed=uniq_key_seed) if uniq_key_seed is not None else None
@@ -174,7 +164,7 @@ def write_command(
         store, broker_config=changing.broker_config, broker=changing.broker_version, create=create, dry_run=dry_run
     ) as st:
         resumed = resume_interrupted(st, "write", dry_run=dry_run)
-        plan, digest, _ = op.prepare_write(st, msgs, opts, again=again, dry_run=dry_run)
+        plan, digest, _ = op.prepare_write(st, msgs, opts, again=again, dry_run=dry_run, digest=digest)
         view = _view(plan, fmt)
         if dry_run:
             err.print("dry run: nothing was written")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import base64
 import binascii
 import gc
+import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import chain, repeat
+from typing import Any, BinaryIO
 
 from rmqstore.codec.commitlog import (
     TRANSACTION_COMMIT_TYPE,
@@ -59,6 +61,26 @@ class Message:  # which made building a million messages six times slower
     origin: str = "message"
 
 
+# The Message fields a MessageBatch holds, in its column order (topic to origin always; the rest optional).
+BATCH_FIELDS = (
+    "topic",
+    "body",
+    "queue_id",
+    "tags",
+    "keys",
+    "origin",
+    "uniq_key",
+    "wait",
+    "properties",
+    "flag",
+    "born_timestamp_ms",
+    "born_host",
+    "store_host",
+    "store_timestamp_ms",
+)
+BATCH_DEFAULTS = (None, True, (), 0, None, None, None, None)  # of the optional columns, uniq_key on
+
+
 def producer_columns(
     messages: Sequence[Message],
 ) -> tuple[list[str], list[bytes], list[int | None], list[str | None], list[str | None], list[str]]:
@@ -73,10 +95,21 @@ def producer_columns(
     )
 
 
+def optional_columns(messages: Sequence[Message]) -> list[list[Any] | None]:
+    """The optional batch columns of ``messages`` (``BATCH_FIELDS`` from uniq_key on); a column whose
+    every value is the default is None."""
+    out: list[list[Any] | None] = []
+    for name, default in zip(BATCH_FIELDS[6:], BATCH_DEFAULTS, strict=True):
+        column = [getattr(m, name) for m in messages]
+        out.append(None if column.count(default) == len(column) else column)
+    return out
+
+
 @dataclass(slots=True)
 class MessageBatch:
-    """Producer messages column by column: topic, body, queue id, TAGS and KEYS, every other field
-    left to the broker (a :class:`Message` with its defaults). Bulk input with no object per
+    """Messages column by column: topic, body, queue id, TAGS and KEYS, and optionally the given
+    UNIQ_KEY, WAIT, user properties, flag, born time and host, store host and store time (a column
+    left None is the :class:`Message` default for every message). Bulk input with no object per
     message; ``origin`` names each message in errors (default ``message``)."""
 
     topic: list[str]
@@ -85,12 +118,19 @@ class MessageBatch:
     tags: list[str | None]
     keys: list[str | None]
     origin: list[str] | None = None
+    uniq_key: list[str | None] | None = None
+    wait: list[bool] | None = None
+    properties: list[tuple[tuple[str, str], ...]] | None = None
+    flag: list[int] | None = None
+    born_timestamp_ms: list[int | None] | None = None
+    born_host: list[str | None] | None = None
+    store_host: list[str | None] | None = None
+    store_timestamp_ms: list[int | None] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.topic)
-        lengths = [len(self.body), len(self.queue_id), len(self.tags), len(self.keys)]
-        if self.origin is not None:
-            lengths.append(len(self.origin))
+        columns = [getattr(self, name) for name in BATCH_FIELDS[1:]]
+        lengths = [len(c) for c in columns if c is not None]
         if any(k != n for k in lengths):
             raise InputError(f"a message batch needs columns of one length: {[n, *lengths]}")
         for name, allowed in _BATCH_TYPES:
@@ -98,20 +138,26 @@ class MessageBatch:
             if column is not None and not set(map(type, column)) <= allowed:
                 i = next(i for i, v in enumerate(column) if type(v) not in allowed)
                 raise InputError(f"message {i} of the batch: {name} is a {type(column[i]).__name__}")
-        bad_q = [i for i, q in enumerate(self.queue_id) if q is not None and not 0 <= q <= INT_MAX]
-        if bad_q:
-            raise InputError(f"message {bad_q[0]} of the batch: queueId {self.queue_id[bad_q[0]]} is out of range")
+        for name, what, lo, hi in _BATCH_RANGES:
+            column = getattr(self, name)
+            if column is not None and not _in_range(column, lo, hi):
+                i = next(i for i, v in enumerate(column) if v is not None and not lo <= v <= hi)
+                raise InputError(f"message {i} of the batch: {what} {column[i]} is out of range")
+        pairs = [] if self.properties is None else list(chain.from_iterable(self.properties))
+        if not (_types_in(pairs, {tuple}) and set(map(len, pairs)) <= {2} and _types_in(list(chain(*pairs)), {str})):
+            i = next(i for i, items in enumerate(self.properties or ()) if not _string_pairs(items))
+            raise InputError(f"message {i} of the batch: properties must be (name, value) string pairs")
 
     def __len__(self) -> int:
         return len(self.topic)
 
     @classmethod
     def from_messages(cls, messages: Sequence[Message]) -> MessageBatch:
-        """The producer fields (topic, body, queue id, tags, keys, origin) of ``messages``."""
-        return cls(*producer_columns(messages))
+        """The batch fields (``BATCH_FIELDS``) of ``messages``; their other fields are left out."""
+        return cls(*producer_columns(messages), *optional_columns(messages))
 
     def message(self, i: int) -> Message:
-        return Message(
+        m = Message(
             topic=self.topic[i],
             body=self.body[i],
             queue_id=self.queue_id[i],
@@ -119,9 +165,18 @@ class MessageBatch:
             keys=self.keys[i],
             origin="message" if self.origin is None else self.origin[i],
         )
+        for name in BATCH_FIELDS[6:]:
+            column = getattr(self, name)
+            if column is not None:
+                setattr(m, name, column[i])
+        return m
 
     def messages(self) -> list[Message]:
         return [self.message(i) for i in range(len(self))]
+
+
+def _string_pairs(items: tuple[Any, ...]) -> bool:
+    return all(type(kv) is tuple and len(kv) == 2 and type(kv[0]) is type(kv[1]) is str for kv in items)
 
 
 _BATCH_TYPES = (
@@ -131,6 +186,20 @@ _BATCH_TYPES = (
     ("tags", {str, type(None)}),
     ("keys", {str, type(None)}),
     ("origin", {str}),
+    ("uniq_key", {str, type(None)}),
+    ("wait", {bool}),
+    ("properties", {tuple}),
+    ("flag", {int}),
+    ("born_timestamp_ms", {int, type(None)}),
+    ("born_host", {str, type(None)}),
+    ("store_host", {str, type(None)}),
+    ("store_timestamp_ms", {int, type(None)}),
+)
+_BATCH_RANGES = (
+    ("queue_id", "queueId", 0, INT_MAX),
+    ("flag", "flag", -(1 << 31), INT_MAX),
+    ("born_timestamp_ms", "bornTimestamp", 0, _LONG_MAX),
+    ("store_timestamp_ms", "storeTimestamp", 0, _LONG_MAX),
 )
 
 # NDJSON field -> meaning; RocketMQ's field names.
@@ -204,36 +273,83 @@ def _json_str(obj: dict[str, Any], name: str, origin: str) -> str | None:
     raise InputError(f"{origin}: {name} must be a string, got {type(v).__name__}")
 
 
-def _simple_message(obj: Any) -> tuple[str, bytes, int | None, str | None, str | None] | None:
-    """(topic, body, queueId, tags, keys) of the common producer message, with the checks of
-    :func:`message_from_json` inlined; ``None`` for anything else (that function then says why)."""
-    if type(obj) is not dict or not obj.keys() <= _SIMPLE_JSON_FIELDS:
+# The NDJSON fields a MessageBatch holds (the dumped fields a write assigns itself are ignored).
+_NOT_IN_BATCH = {"delayTimeLevel", "sysFlag", "transactionType", "reconsumeTimes", "preparedTransactionOffset", "raw"}
+_BATCH_JSON_FIELDS = (_JSON_FIELDS - _NOT_IN_BATCH) | _JSON_IGNORED
+
+
+def _batch_row(obj: Any) -> tuple[Any, ...] | None:
+    """The batch fields (``BATCH_FIELDS`` without origin) of one NDJSON object, read as
+    :func:`message_from_json` reads them; ``None`` for anything else (that function then reads it
+    or says why not)."""
+    if type(obj) is not dict or not obj.keys() <= _BATCH_JSON_FIELDS:
         return None
-    topic, text, queue_id = obj.get("topic"), obj.get("body"), obj.get("queueId")
-    tags, keys = obj.get("tags"), obj.get("keys")
-    if (
+    g = obj.get
+    topic, queue_id, tags, keys, uniq = g("topic"), g("queueId"), g("tags"), g("keys"), g("uniqKey")
+    if not (
         type(topic) is str
         and topic
-        and (text is None or type(text) is str)
         and (queue_id is None or (type(queue_id) is int and 0 <= queue_id <= INT_MAX))
         and (tags is None or type(tags) is str)
-        and (keys is None or type(keys) is str)
+        and (uniq is None or type(uniq) is str)
     ):
-        try:
-            return topic, b"" if text is None else text.encode("utf-8"), queue_id, tags, keys
-        except UnicodeEncodeError:
+        return None
+    if keys is not None and type(keys) is not str:
+        if type(keys) is not list or not all(type(k) is str for k in keys):
             return None
-    return None
+        keys = " ".join(keys)
+    body = _row_body(obj)
+    props = g("properties")
+    if props is None:
+        props = ()
+    elif type(props) is dict and all(type(v) is str for v in props.values()):
+        props = tuple(props.items())
+    else:
+        return None
+    wait, flag = g("wait", True), g("flag", 0)
+    born_ts, born_host, store_host, store_ts = g("bornTimestamp"), g("bornHost"), g("storeHost"), g("storeTimestamp")
+    if (
+        body is None
+        or type(wait) is not bool
+        or type(flag) is not int
+        or not -(1 << 31) <= flag <= INT_MAX
+        or not (born_ts is None or (type(born_ts) is int and 0 <= born_ts <= _LONG_MAX))
+        or not (store_ts is None or (type(store_ts) is int and 0 <= store_ts <= _LONG_MAX))
+        or not (born_host is None or type(born_host) is str)
+        or not (store_host is None or type(store_host) is str)
+    ):
+        return None
+    return topic, body, queue_id, tags, keys, uniq, wait, props, flag, born_ts, born_host, store_host, store_ts
+
+
+def _row_body(obj: dict[str, Any]) -> bytes | None:
+    """``body`` or ``bodyBase64`` as :func:`_json_body` reads them; None where it would refuse."""
+    if "bodyBase64" in obj:
+        b64 = obj["bodyBase64"]
+        if "body" in obj or (b64 is not None and type(b64) is not str):
+            return None
+        try:
+            return b"" if b64 is None else base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    text = obj.get("body")
+    if text is None:
+        return b""
+    if type(text) is not str:
+        return None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 def message_from_json(obj: Any, *, origin: str = "message") -> Message:
     """A :class:`Message` from one NDJSON object (RocketMQ field names). Raises InputError."""
     if not isinstance(obj, dict):
         raise InputError(f"{origin}: expected a JSON object, got {type(obj).__name__}")
-    simple = _simple_message(obj)
-    if simple is not None:
-        topic, body, queue_id, tags, keys = simple
-        return Message(topic=topic, body=body, queue_id=queue_id, tags=tags, keys=keys, origin=origin)
+    row = _batch_row(obj)
+    if row is not None:
+        return Message(*row[:5], **dict(zip(BATCH_FIELDS[6:], row[5:], strict=True)), origin=origin)
     _check_json_fields(obj, origin)
     topic = obj.get("topic")
     if not isinstance(topic, str) or not topic:
@@ -365,16 +481,52 @@ def paused_gc(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def read_ndjson(lines: Iterable[str | bytes], *, source: str = "<stdin>") -> list[Message] | MessageBatch:
     """Parse NDJSON (one message object per line; blank lines skipped). Raises InputError naming the line.
 
-    When every line is a plain producer message (topic, queueId, tags, keys, body) the result is a
-    :class:`MessageBatch`, else a list of :class:`Message`."""
+    When every line holds only fields a :class:`MessageBatch` has (``_BATCH_JSON_FIELDS``) the result
+    is a batch, else a list of :class:`Message`."""
     return paused_gc(_read_ndjson, lines, source)
 
 
+def read_ndjson_stream(stream: BinaryIO, *, source: str = "<stdin>") -> tuple[list[Message] | MessageBatch, str]:
+    """:func:`read_ndjson` of a binary stream, read in large chunks, and the sha256 of its bytes as
+    read (the input's digest: the same file gives the same digest)."""
+    digest = hashlib.sha256()
+    messages = paused_gc(_read_ndjson, _hashed_lines(stream, digest, source), source)
+    return messages, digest.hexdigest()
+
+
+_READ_CHUNK = 1 << 22
+
+
+def _hashed_lines(stream: BinaryIO, digest: Any, source: str) -> Iterator[str]:
+    """The lines of ``stream`` as text (split at ``\n`` only, as a file's lines), hashing every chunk."""
+    rest = b""
+    line_no = 0
+    while chunk := stream.read(_READ_CHUNK):
+        digest.update(chunk)
+        data = rest + chunk if rest else chunk
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if cut:
+            yield from _decoded_lines(data[:cut], line_no, source)[:-1]  # the empty piece after the last \n
+            line_no += data.count(b"\n", 0, cut)
+    if rest:
+        yield from _decoded_lines(rest, line_no, source)
+
+
+def _decoded_lines(data: bytes, line_no: int, source: str) -> list[str]:
+    try:
+        return data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        n = line_no + data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{source}:{n}: not UTF-8 (byte {e.start - line_start})") from None
+
+
 def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message] | MessageBatch:
-    batch = MessageBatch([], [], [], [], [], [])
-    add_topic, add_body, add_qid = batch.topic.append, batch.body.append, batch.queue_id.append
-    add_tags, add_keys, add_origin = batch.tags.append, batch.keys.append, batch.origin.append  # type: ignore[union-attr]
-    out: list[Message] | None = None  # once a line is more than a plain message
+    columns: list[list[Any]] = [[] for _ in BATCH_FIELDS]  # origin among them
+    out: list[Message] | None = None  # once a line is more than a batch holds
+    objs: list[Any] = []
+    numbers: list[int] = []
     decode = _JSON_DECODER.raw_decode
     for n, line in enumerate(lines, 1):
         if isinstance(line, bytes):
@@ -382,28 +534,159 @@ def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message] | M
                 line = line.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise InputError(f"{source}:{n}: not UTF-8 (byte {e.start})") from None
-        if not line.strip():
-            continue
         try:  # json.loads without its wrappers: the same parser, the same errors
-            obj, end = decode(line, len(line) - len(line.lstrip(_JSON_SPACE)))
+            obj, end = decode(line)
             if end != len(line) and line[end:].strip(_JSON_SPACE):
-                raise json.JSONDecodeError("Extra data", line, len(line) - len(line[end:].lstrip(_JSON_SPACE)))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{source}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
-        if out is None:
-            simple = _simple_message(obj)
-            if simple is not None:
-                topic, body, qid, tags, keys = simple
-                add_topic(topic)
-                add_body(body)
-                add_qid(qid)
-                add_tags(tags)
-                add_keys(keys)
-                add_origin(f"{source}:{n}")
+                raise ValueError
+        except ValueError:
+            if not line.strip():
                 continue
-            out = batch.messages()
-        out.append(message_from_json(obj, origin=f"{source}:{n}"))
-    return batch if out is None else out
+            obj = _json_line(line, source, n)
+        if out is not None:
+            out.append(message_from_json(obj, origin=f"{source}:{n}"))
+            continue
+        objs.append(obj)
+        numbers.append(n)
+        if len(objs) == _BLOCK_LINES:
+            out = _take_block(objs, numbers, source, columns)
+            objs, numbers = [], []
+    if out is None and objs:
+        out = _take_block(objs, numbers, source, columns)
+    return _batch_of(columns) if out is None else out
+
+
+_BLOCK_LINES = 8192  # NDJSON objects checked as columns at a time
+
+
+def _take_block(objs: list[Any], numbers: list[int], source: str, columns: list[list[Any]]) -> list[Message] | None:
+    """Add a block of parsed lines to the batch's columns; once one is more than a batch holds, the
+    batch so far and the rest of the block as :class:`Message` values."""
+    origins = [f"{source}:{n}" for n in numbers]
+    block = _block_columns(objs)
+    if block is not None:
+        for column, values in zip(columns, (*block[:5], origins, *block[5:]), strict=True):
+            column.extend(values)
+        return None
+    for i, obj in enumerate(objs):
+        row = _batch_row(obj)
+        if row is None:
+            out = _batch_of(columns).messages()
+            out += [message_from_json(o, origin=origin) for o, origin in zip(objs[i:], origins[i:], strict=True)]
+            return out
+        for column, value in zip(columns, (*row[:5], origins[i], *row[5:]), strict=True):
+            column.append(value)
+    return None
+
+
+def _block_columns(objs: list[Any]) -> list[list[Any]] | None:
+    """The batch columns (``BATCH_FIELDS`` without origin) of NDJSON objects that hold only batch
+    fields, checked a column at a time as :func:`_batch_row` checks each; None when one does not
+    pass (:func:`_batch_row` then finds which)."""
+    if set(map(type, objs)) != {dict} or not all(map(_BATCH_JSON_FIELDS.issuperset, objs)):
+        return None
+    if any("bodyBase64" in o for o in objs):
+        bodies = list(map(_row_body, objs))
+        if None in bodies:
+            return None
+    else:
+        texts = list(map(dict.get, objs, repeat("body", len(objs))))
+        if not _types_in(texts, _STR_OR_NONE):
+            return None
+        try:
+            bodies = [b"" if t is None else t.encode("utf-8") for t in texts]
+        except UnicodeEncodeError:
+            return None
+    n = len(objs)
+    topic, queue_id, tags, keys, uniq, wait, props, flag, born_ts, born_host, store_host, store_ts = (
+        list(map(dict.get, objs, repeat(name, n), repeat(default, n))) for name, default in _JSON_COLUMNS
+    )
+    if not (
+        _types_in(topic, {str})
+        and "" not in topic
+        and _types_in(queue_id, {int, type(None)})
+        and _in_range(queue_id, 0, INT_MAX)
+        and all(_types_in(c, _STR_OR_NONE) for c in (tags, uniq, born_host, store_host))
+        and _types_in(wait, {bool})
+        and _types_in(flag, {int})
+        and _in_range(flag, -(1 << 31), INT_MAX)
+        and all(_types_in(c, {int, type(None)}) and _in_range(c, 0, _LONG_MAX) for c in (born_ts, store_ts))
+    ):
+        return None
+    keys = _keys_column(keys)
+    props = _properties_column(props)
+    if keys is None or props is None:
+        return None
+    return [topic, bodies, queue_id, tags, keys, uniq, wait, props, flag, born_ts, born_host, store_host, store_ts]
+
+
+_JSON_COLUMNS = (
+    ("topic", None),
+    ("queueId", None),
+    ("tags", None),
+    ("keys", None),
+    ("uniqKey", None),
+    ("wait", True),
+    ("properties", None),
+    ("flag", 0),
+    ("bornTimestamp", None),
+    ("bornHost", None),
+    ("storeHost", None),
+    ("storeTimestamp", None),
+)
+_STR_OR_NONE = {str, type(None)}
+
+
+def _types_in(column: list[Any], types: set[type]) -> bool:
+    return set(map(type, column)) <= types
+
+
+def _in_range(column: list[Any], lo: int, hi: int) -> bool:
+    """Every number of ``column`` (None aside) in [lo, hi]."""
+    values = [v for v in column if v is not None] if None in column else column
+    return not values or (lo <= min(values) and max(values) <= hi)
+
+
+def _keys_column(keys: list[Any]) -> list[str | None] | None:
+    """KEYS as :func:`_json_keys` reads them (a list of strings joined with spaces); None: refused."""
+    types = set(map(type, keys))
+    if types <= _STR_OR_NONE:
+        return keys
+    if not types <= {str, type(None), list}:
+        return None
+    if not all(type(k) is str for v in keys if type(v) is list for k in v):
+        return None
+    return [" ".join(v) if type(v) is list else v for v in keys]
+
+
+def _properties_column(props: list[Any]) -> list[tuple[tuple[str, str], ...]] | None:
+    """Properties as :func:`_json_properties` reads them (name, value) pairs; None: refused."""
+    if not _types_in(props, {dict, type(None)}):
+        return None
+    if not _types_in([v for p in props if p for v in p.values()], {str}):
+        return None
+    return [tuple(p.items()) if p else () for p in props]
+
+
+def _json_line(line: str, source: str, n: int) -> Any:
+    """A line with leading JSON whitespace, or the error that names it."""
+    try:
+        obj, end = _JSON_DECODER.raw_decode(line, len(line) - len(line.lstrip(_JSON_SPACE)))
+        if end != len(line) and line[end:].strip(_JSON_SPACE):
+            raise json.JSONDecodeError("Extra data", line, len(line) - len(line[end:].lstrip(_JSON_SPACE)))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{source}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
+    return obj
+
+
+def _batch_of(columns: list[list[Any]]) -> MessageBatch:
+    """The columns read as a batch; an optional column with only defaults is None."""
+    topic, body, queue_id, tags, keys, origin, *optional = columns
+    n = len(topic)
+    opt: list[list[Any] | None] = list(optional)
+    for i, default in enumerate(BATCH_DEFAULTS):
+        if optional[i].count(default) == n:
+            opt[i] = None
+    return MessageBatch(topic, body, queue_id, tags, keys, origin, *opt)
 
 
 _JSON_DECODER = json.JSONDecoder()

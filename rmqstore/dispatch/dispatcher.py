@@ -31,6 +31,7 @@ from rmqstore.codec import indexfile as ix
 from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.errors import CorruptData
+from rmqstore.store.files import release_written
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
@@ -81,6 +82,7 @@ class _IndexWriter:
         finally:
             os.close(fd)
         self._path = p
+        self._released = self.entries_pos  # entry bytes before this are out of the resident set
 
     def header(self) -> ix.IndexHeader | None:
         return ix.decode_header(self._map) if self._map is not None else None
@@ -186,6 +188,8 @@ class _IndexWriter:
             begin_phy, begin_ts = h.begin_phy_offset, h.begin_timestamp_ms
         ix.HEADER.pack_into(m, 0, begin_ts, int(ts[-1]), begin_phy, int(phy[-1]), slot_count, count + k)
         self.written += k
+        # entries are only appended: the ones written need no page of this process (the slots do)
+        self._released = release_written(m, self._released, self.entries_pos + (count + k) * ix.ENTRY_SIZE)
 
     def close(self, sync: bool) -> None:
         if self._map is not None:

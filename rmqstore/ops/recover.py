@@ -22,6 +22,7 @@ in the broker's memory only and are recomputed from the files at every start: no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -65,6 +66,7 @@ from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, re
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, check_quarantine_dir, default_quarantine_base
 from rmqstore.store import Store
+from rmqstore.store.detect import candidate_versions, plan_for_detected
 from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment, StoreConfig
@@ -81,6 +83,7 @@ from rmqstore.walk.recovery import (
     first_refused_record,
     read_checkpoint_bytes,
     recovery_facts,
+    recovery_facts_for,
     refuse_unrecoverable,
     rel_path,
     short_last_file,
@@ -519,15 +522,19 @@ def plan_recover(
     quarantine: Path | None = None,
     use_quarantine: bool = True,
     progress: Callable[[int], None] | None = None,
+    keep_columns: bool = True,
+    facts: RecoveryFacts | None = None,
 ) -> RecoverPlan:
     """Decide what the broker's recovery does to this store (reads only; §8.1 order).
 
-    ``now_ms`` names the quarantine folder; ``check_crc`` overrides ``checkCRCOnRecover``.
+    ``now_ms`` names the quarantine folder; ``check_crc`` overrides ``checkCRCOnRecover``;
+    ``keep_columns`` keeps the walked records' dispatch columns for ``apply_recover`` in this process
+    (a dry run does not); ``facts``: this store's recovery facts, already walked (``plan_recover_detected``).
     """
     cfg = st.config
     root = Path(st.root)
     _check_plannable(st, rebuild_index)
-    f = recovery_facts(st, check_crc=check_crc, progress=progress)
+    f = facts or recovery_facts(st, check_crc=check_crc, progress=progress, keep_columns=keep_columns)
     rebuild_consume_queue, in_place_cq = _database_rebuild(st, f, rebuild_consume_queue)
     actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
     queue_ends = _queue_ends(f)
@@ -586,6 +593,29 @@ def plan_recover(
         created_ms=now_ms,
         member=member,
     )
+
+
+def plan_recover_detected(
+    st: Store,
+    *,
+    check_crc: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+    keep_columns: bool = True,
+    **options: Any,
+) -> RecoverPlan:
+    """``plan_recover`` under the store's version, or under every family it could be when detection
+    leaves several (they must agree: ``plan_for_detected``), with one walk of the commit log for all."""
+    det = st.config.detection
+    versions = [st.config.broker] if det is None or det.settled else candidate_versions(det)
+    stores = [dataclasses.replace(st, config=dataclasses.replace(st.config, broker=v)) for v in versions]
+    _check_plannable(st, bool(options.get("rebuild_index")))
+    walked = recovery_facts_for(stores, check_crc=check_crc, progress=progress, keep_columns=keep_columns)
+    facts = dict(zip(versions, walked, strict=True))
+
+    def plan(s: Store) -> RecoverPlan:
+        return plan_recover(s, check_crc=check_crc, keep_columns=keep_columns, facts=facts[s.config.broker], **options)
+
+    return plan_for_detected(st, plan, "recover")
 
 
 def _database_rebuild(st: Store, f: RecoveryFacts, rebuild: bool) -> tuple[bool, bool]:
@@ -1158,7 +1188,10 @@ def _column_batches(st: Store, from_phy: int, to_phy: int, progress: Callable[[i
     if kept is not None:
         if progress:
             progress(to_phy - from_phy)
-        yield from kept
+        try:
+            yield from kept
+        finally:
+            kept.close()  # the temporary file goes with its descriptor
         return
     end_seen = from_phy
     for seg, item in iter_columns(segs, st.config, from_phy=from_phy, to_phy=to_phy, progress=progress):

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, StructField, StructType
+from pyspark.sql.types import BooleanType, DateType, LongType, StringType, StructField, StructType
 
 from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.spark.codec import Record
@@ -38,6 +38,7 @@ from rmqstore.spark.source import (
     register,
     resolve_stores,
 )
+from rmqstore.spark.stats import HLL_ERROR, STATS_READ_COLUMNS, GroupKey, GroupStats, merge_summaries, summarise
 from rmqstore.store import open_store
 from rmqstore.store.reader import CommitLogReader
 
@@ -317,12 +318,88 @@ STATS_COLUMNS = (
     "firstStoreTimestamp",
     "lastStoreTimestamp",
     "distinctKeys",
+    "distinctKeysExact",
+)
+_STATS_SCHEMA = StructType(
+    [
+        *(next(f for f in COMMITLOG_SCHEMA.fields if f.name == name) for name in STATS_COLUMNS[:3]),
+        StructField("hour", StringType(), False),
+        StructField("hourStartMs", LongType(), False),
+        StructField("messages", LongType(), False),
+        StructField("bytes", LongType(), False),
+        StructField("firstStoreTimestamp", LongType(), False),
+        StructField("lastStoreTimestamp", LongType(), False),
+        StructField("distinctKeys", LongType(), False),
+        StructField("distinctKeysExact", BooleanType(), False),
+    ]
 )
 
 
-def stats(spark: SparkSession, stores: Sequence[str | Path], *, options: ReadOptions | None = None) -> DataFrame:
+def stats(
+    spark: SparkSession,
+    stores: Sequence[str | Path],
+    *,
+    options: ReadOptions | None = None,
+    exact_distinct: bool = False,
+) -> DataFrame:
+    """:func:`stats_rows` as a DataFrame (``STATS_COLUMNS``)."""
+    rows = stats_rows(spark, stores, options=options, exact_distinct=exact_distinct)
+    return spark.createDataFrame([tuple(r.values()) for r in rows], _STATS_SCHEMA)
+
+
+def stats_rows(
+    spark: SparkSession,
+    stores: Sequence[str | Path],
+    *,
+    options: ReadOptions | None = None,
+    exact_distinct: bool = False,
+) -> list[dict[str, Any]]:
     """Per store, topic, queue and UTC hour of store time: messages, bytes (sum of record sizes),
-    first and last store time and the number of distinct KEYS tokens; one pass over the data."""
+    first and last store time and the number of distinct KEYS tokens, in that order; one pass.
+
+    The tasks sum their splits and the driver merges the sums (:mod:`rmqstore.spark.stats`); the
+    distinct count of a group with more than ``SET_LIMIT`` tokens is then a HyperLogLog estimate
+    (``distinctKeysExact`` false, relative standard error ``HLL_ERROR``). ``exact_distinct`` counts
+    every group exactly, with Spark's aggregation (slower: every token goes through the shuffle).
+    """
+    if exact_distinct:
+        df = _exact_stats(spark, stores, options)
+        return [{**r.asDict(), "distinctKeysExact": True} for r in df.collect()]
+    opts = options or ReadOptions()
+    infos = _stores(stores, opts)
+    schema = StructType([f for f in COMMITLOG_SCHEMA.fields if f.name in STATS_READ_COLUMNS])
+    reader = CommitLogSourceReader(opts.source_options([s.root for s in infos]), schema)
+    splits = [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
+    parts: list[dict[GroupKey, GroupStats]] = []
+    if splits:
+        task = functools.partial(stats_split, schema=reader.schema)
+        parts = spark.sparkContext.parallelize(splits, len(splits)).mapPartitions(task).collect()
+    rows = []
+    for (store, topic, qid, hour_ms), g in sorted(merge_summaries(parts).items()):
+        hour = dt.datetime.fromtimestamp(hour_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:00Z")
+        values = (store, topic, qid, hour, hour_ms, g.messages, g.bytes, g.first, g.last, *g.distinct.count())
+        rows.append(dict(zip(STATS_COLUMNS, values, strict=True)))
+    return rows
+
+
+def estimates_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """What to tell of the rows whose distinct count is an estimate (None: every count is exact)."""
+    estimated = sum(not r["distinctKeysExact"] for r in rows)
+    if not estimated:
+        return None
+    return (
+        f"distinctKeys of {estimated} row(s) are estimates (HyperLogLog, {HLL_ERROR:.1%} standard error); "
+        "--exact-distinct counts them exactly"
+    )
+
+
+def stats_split(splits: Iterator[CommitLogSplit], *, schema: StructType) -> Iterator[dict[GroupKey, GroupStats]]:
+    """The summary of a task's splits (runs in the task): one small dict, whatever the row count."""
+    yield summarise(batch for split in splits for batch in read_split_batches(split, schema))
+
+
+def _exact_stats(spark: SparkSession, stores: Sequence[str | Path], options: ReadOptions | None) -> DataFrame:
+    """The statistics with Spark's aggregation: every KEYS token counted exactly."""
     cols = ["store", "topic", "queueId", "storeSize", "storeTimestamp", "keys"]
     df = read_commitlog(spark, stores, columns=cols, options=options)
     hour_start = (F.floor(F.col("storeTimestamp") / MS_PER_HOUR) * MS_PER_HOUR).cast("long")
@@ -345,7 +422,7 @@ def stats(spark: SparkSession, stores: Sequence[str | Path], *, options: ReadOpt
         F.countDistinct("key").alias("distinctKeys"),
     )
     agg = agg.withColumn("hour", utc_hour_label(F.col("hourStartMs")))
-    return agg.select(*STATS_COLUMNS).orderBy("store", "topic", "queueId", "hourStartMs")
+    return agg.select(*STATS_COLUMNS[:-1]).orderBy("store", "topic", "queueId", "hourStartMs")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,6 +60,22 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             pass  # a numpy view still refers to it; it is unmapped when that view goes
 
 
+RELEASE_STEP = 4 << 20  # bytes written to a mapping between two releases of its pages
+
+
+def release_written(m: mmap.mmap, start: int, end: int) -> int:
+    """Drop the whole pages of [start, end) of a shared file mapping from this process's resident set
+    once RELEASE_STEP bytes are written: their bytes stay in the page cache (a later read faults them
+    back in, ``flush`` still writes them to disk), so a writer's memory stays bounded whatever it writes.
+    Returns where the next release starts."""
+    lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    hi = end - end % mmap.PAGESIZE
+    if hi - lo < RELEASE_STEP:
+        return start
+    m.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    return hi
+
+
 def drop_resident(buf: object, lo: int, hi: int) -> None:
     """Let the pages of a read-only mapping between ``lo`` and ``hi`` leave this process's resident
     set (they stay in the page cache, a later read maps them back): a scan that has passed them

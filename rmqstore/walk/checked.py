@@ -29,6 +29,7 @@ from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import FileWalk, Stop, walk_chain
 from rmqstore.walk.columns import BATCH, decode_columns
+from rmqstore.walk.kept import KeptColumns
 from rmqstore.walk.requests import request_from_record
 from rmqstore.walk.workers import close_pool, worker_pool
 
@@ -39,26 +40,50 @@ if TYPE_CHECKING:
     from rmqstore.walk.columns import Columns
 
 
-PART_SIZE = 32 << 20  # bytes of a file one worker checks and decodes at a time
+PART_SIZE = 16 << 20  # bytes of a file one worker checks and decodes at a time (what a worker holds at once)
 
 
 _SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
 
 
-CACHE_BUDGET = 192 << 20  # dispatch columns kept between the recovery walk and its re-dispatch
-
-
 _CHASE_BATCH = 1 << 18  # records a checked walk validates per numpy batch
+
+
+_FILE_WALK_FIELDS = ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")
 
 
 @dataclass
 class FusedFile:
-    """One file walked with recovery's checks: record positions, dispatch columns, where it ended."""
+    """One file walked with recovery's checks: record positions, the walk's columns, where it ended."""
 
     positions: np.ndarray
-    batches: list[Columns]
+    fields: list[np.ndarray]  # ``_FILE_WALK_FIELDS`` then the walk's topic ids
     stop_pos: int
     reason: str  # "blank" | "end"
+
+
+class _FileColumns:
+    """The walk's columns of one file, gathered part by part while the batches go on to the sink."""
+
+    def __init__(self, topics: TopicIds, sink: KeptColumns | None) -> None:
+        self.topics, self.sink = topics, sink
+        self.positions: list[np.ndarray] = []
+        self.fields: list[list[np.ndarray]] = [[] for _ in range(len(_FILE_WALK_FIELDS) + 1)]
+
+    def add(self, part: _Part) -> None:
+        self.positions.append(part.positions)
+        for c in part.batches:
+            for out, name in zip(self.fields, _FILE_WALK_FIELDS, strict=False):
+                out.append(getattr(c, name))
+            self.fields[-1].append(np.array([self.topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id])
+            if self.sink is not None:
+                self.sink.append(c)
+
+    def done(self, stop_pos: int, reason: str) -> FusedFile:
+        def cat(arrays: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+        return FusedFile(cat(self.positions), [cat(f) for f in self.fields], stop_pos, reason)
 
 
 @dataclass
@@ -135,9 +160,18 @@ def _walk_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool, 
 
 
 def recovery_walk_file(
-    pool: Any, seg: Segment, cfg: StoreConfig, *, check_crc: bool, ipv6_hosts: bool, v2_magic: bool
+    pool: Any,
+    seg: Segment,
+    cfg: StoreConfig,
+    topics: TopicIds,
+    sink: KeptColumns | None,
+    *,
+    check_crc: bool,
+    ipv6_hosts: bool,
+    v2_magic: bool,
 ) -> FusedFile | None:
-    """Recovery's walk of one whole file with its dispatch columns, in ``pool``'s worker processes.
+    """Recovery's walk of one whole file in ``pool``'s worker processes; the dispatch columns of its
+    records go to ``sink`` in order, as the ranges come back (the caller clears it on None).
 
     Returns None where the exact per-batch walk must decide: an invalid record, a size mismatch, a
     CRC mismatch, a record the broker version reads differently, or a chain the ranges disagree on.
@@ -148,8 +182,7 @@ def recovery_walk_file(
     pending: deque[Any] = deque()
     window = (os.cpu_count() or 1) + 1
     submitted = 0
-    positions: list[np.ndarray] = []
-    batches: list[Columns] = []
+    out = _FileColumns(topics, sink)
     expected = 0
     for _lo, hi in parts:
         while submitted < len(parts) and len(pending) < window:
@@ -161,13 +194,14 @@ def recovery_walk_file(
         if expected >= hi:
             continue  # a record that started in an earlier range covers this one
         if res.sync != expected or not res.clean:
+            for f in pending:
+                f.cancel()
             return None
-        positions.append(res.positions)
-        batches += res.batches
+        out.add(res)
         expected = res.stop_pos
         if res.reason != "until":
-            return FusedFile(np.concatenate(positions), batches, res.stop_pos, res.reason)
-    return FusedFile(np.concatenate(positions) if positions else np.zeros(0, np.int64), batches, expected, "end")
+            return out.done(res.stop_pos, res.reason)
+    return out.done(expected, "end")
 
 
 @dataclass
@@ -175,7 +209,7 @@ class _Kept:
     fingerprint: tuple[Any, ...]
     from_phy: int
     to_phy: int
-    batches: list[Columns]
+    batches: KeptColumns
     at: float
 
 
@@ -190,15 +224,13 @@ def _fingerprint(segs: list[Segment]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def columns_size(batches: list[Columns]) -> int:
-    return sum(a.nbytes for c in batches for a in vars(c).values() if isinstance(a, np.ndarray))
-
-
-def keep_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy: int, batches: list[Columns]) -> None:
+def keep_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy: int, batches: KeptColumns) -> None:
     """Keep the columns of the records in [from_phy, to_phy) for ``take_dispatch_columns`` (one use)."""
+    for old in _KEPT.values():
+        if old.batches is not batches:
+            old.batches.close()
     _KEPT.clear()
-    if columns_size(batches) <= CACHE_BUDGET:
-        _KEPT[str(root.resolve())] = _Kept(_fingerprint(segs), from_phy, to_phy, batches, time.monotonic())
+    _KEPT[str(root.resolve())] = _Kept(_fingerprint(segs), from_phy, to_phy, batches, time.monotonic())
 
 
 def kept_range(root: Path) -> tuple[int, int] | None:
@@ -207,7 +239,7 @@ def kept_range(root: Path) -> tuple[int, int] | None:
     return None if kept is None else (kept.from_phy, kept.to_phy)
 
 
-def take_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy: int) -> list[Columns] | None:
+def take_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy: int) -> KeptColumns | None:
     """The columns a recovery walk of this process kept for exactly [from_phy, to_phy), once; else None.
 
     Only the walk of the plan being applied is used: same files (name, inode, size), same range,
@@ -218,8 +250,7 @@ def take_dispatch_columns(root: Path, segs: list[Segment], from_phy: int, to_phy
         return None
     if kept.fingerprint != _fingerprint(segs) or time.monotonic() - kept.at > 3600:
         return None
-    last = next((c for c in reversed(kept.batches) if len(c)), None)
-    if last is None or int(last.phy[-1] + last.size[-1]) != to_phy:
+    if kept.batches.end != to_phy:
         return None
     return kept.batches
 
@@ -439,16 +470,9 @@ def walk_file_checked(
     return FileWalk(seg, start_pos, *arrays, Stop(stop_pos, reason, error, seg.path, seg.base_offset))
 
 
-def _fused_file_walk(seg: Segment, f: FusedFile, topics: TopicIds) -> FileWalk:
-    """The recovery walk's arrays from a fused walk's dispatch columns (the same records)."""
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(c, name) for c in f.batches]) if f.batches else np.zeros(0, np.int64)
-
-    tids = [np.array([topics.id(t) for t in c.topics] or [0], np.int64)[c.topic_id] for c in f.batches]
-    tid = np.concatenate(tids) if tids else np.zeros(0, np.int64)
-    cols = [cat(n) for n in ("phy", "size", "queue_id", "queue_offset", "sys_flag", "store_ts")]
-    return FileWalk(seg, 0, f.positions, *cols, tid, Stop(f.stop_pos, f.reason, None, seg.path, seg.base_offset))
+def _fused_file_walk(seg: Segment, f: FusedFile) -> FileWalk:
+    """The recovery walk's arrays from a fused walk's columns (the same records)."""
+    return FileWalk(seg, 0, f.positions, *f.fields, Stop(f.stop_pos, f.reason, None, seg.path, seg.base_offset))
 
 
 def recovery_walk(
@@ -459,7 +483,7 @@ def recovery_walk(
     check_crc: bool,
     topics: TopicIds,
     progress: Callable[[int], None] | None,
-    dispatch_columns: list[Any] | None = None,
+    dispatch_columns: KeptColumns | None = None,
 ) -> Iterator[FileWalk]:
     """Recovery's walk from file ``start_idx`` (§8.2, §8.3): a BLANK moves on to the next file.
 
@@ -475,13 +499,12 @@ def recovery_walk(
         # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
         if fused_all and seg.size > PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
             pool = pool or worker_pool()
+            sink = dispatch_columns
             fused = recovery_walk_file(
-                pool, seg, cfg, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
+                pool, seg, cfg, topics, sink, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
             )
         if fused is not None:
-            w = _fused_file_walk(seg, fused, topics)
-            if dispatch_columns is not None:
-                dispatch_columns.extend(fused.batches)
+            w = _fused_file_walk(seg, fused)
         else:
             fused_all = False
             if dispatch_columns is not None:

@@ -9,7 +9,7 @@ that the broker keeps everything before its append point, ``check`` and ``info``
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueue, QueueRecovery
 from rmqstore.walk.chain import FileWalk, first_record, indexed, queued
 from rmqstore.walk.checked import TopicIds, recovery_walk
+from rmqstore.walk.kept import KeptColumns
 from rmqstore.walk.lenient import Run, intact_record, walk_files
 from rmqstore.walk.traffic import walk_traffic
 
@@ -268,8 +269,10 @@ class RecoveryEnd:
     not_indexed: int = 0  # records past the last index file's end that the index would get
     last_record: int = -1  # commit log offset of the last valid record (5.x confirm offset)
     last_ts: int = 0  # store time of the last valid record
+    walked: bool = False  # a file was walked
 
     def add(self, w: FileWalk, last_index_end: int, max_cq: int) -> None:
+        self.walked = True
         self.records += len(w.pos)
         if len(w.pos):
             self.last_record = w.seg.base_offset + int(w.pos[-1])
@@ -319,7 +322,7 @@ class RecoveryFacts:
     start_why: str
     end: RecoveryEnd
     cq_check: CqCheck
-    fused_columns: list[Any]
+    fused_columns: KeptColumns  # dispatch columns of the walked records, when the walk kept them
     cp_file: bytes | None = None  # the checkpoint file as it is
     batch_queues: list[QueueRecovery] = field(default_factory=list)  # the batch consume queues' own recovery
     reindex: bool = False  # index files that hold keys of records past the end were dropped (DLedger)
@@ -382,9 +385,49 @@ def _loaded_commitlog(st: Store, root: Path) -> tuple[list[Segment], Segment | N
 
 
 def recovery_facts(
-    st: Store, *, check_crc: bool | None = None, progress: Callable[[int], None] | None = None
+    st: Store,
+    *,
+    check_crc: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+    keep_columns: bool = False,
 ) -> RecoveryFacts:
-    """Walk the store as the broker's recovery does (§8.1 order) and say what it finds; reads only."""
+    """Walk the store as the broker's recovery does (§8.1 order) and say what it finds; reads only.
+    ``keep_columns``: keep the walked records' dispatch columns (``fused_columns``) for a re-dispatch."""
+    return recovery_facts_for([st], check_crc=check_crc, progress=progress, keep_columns=keep_columns)[0]
+
+
+def recovery_facts_for(
+    stores: Sequence[Store],
+    *,
+    check_crc: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+    keep_columns: bool = False,
+) -> list[RecoveryFacts]:
+    """``recovery_facts`` of one store under several broker versions (``stores``: the same store, each
+    with its ``broker``), with one walk of the commit log for all the versions that read records alike:
+    they differ only in the rules applied to what the walk found (where it starts, what a queue loses)."""
+    facts = [_facts_before_walk(s, check_crc) for s in stores]
+    groups: dict[tuple[Any, ...], list[RecoveryFacts]] = {}
+    for f in facts:
+        key = (tuple(getattr(f.rules, n) for n in _WALK_RULES), f.check_crc, tuple(s.path for s in f.segs))
+        groups.setdefault(key, []).append(f)
+    for group in groups.values():
+        _walk_shared(stores[facts.index(group[0])].config, group, progress, keep_columns)
+        for f in group:
+            if f.segs[f.start_idx :] and not f.end.walked:  # the shared walk ended before its start
+                _walk_shared(stores[facts.index(f)].config, [f], progress, keep_columns)
+    for f, s in zip(facts, stores, strict=True):
+        if s.config.dledger:
+            _drop_stale_index(f)
+    return facts
+
+
+# the rules that decide how the walk reads a record: versions equal in these walk a store alike
+_WALK_RULES = ("v2_magic", "ipv6_hosts", "new_properties_parser", "prop_crc", "body_limit_only", "record_slack")
+
+
+def _facts_before_walk(st: Store, check_crc: bool | None) -> RecoveryFacts:
+    """Everything recovery reads before the commit log walk (§8.1 steps 1-5) and where the walk starts."""
     cfg = st.config
     rules = rules_for(cfg.broker)
     check = cfg.check_crc_on_recover if check_crc is None else check_crc
@@ -415,17 +458,35 @@ def recovery_facts(
     start_idx, start_why = walk_start(segs, abort, cp, cfg, rules, max_cq)
     facts = RecoveryFacts(
         rules, check, abort, segs, empty_last, notes, cp_bytes, cp, kept, dropped_index, last_index_end, queues,
-        max_cq, batch_cq_topics(cfg), batch_max, start_idx, start_why, RecoveryEnd(0), CqCheck(), [], cp_file, batch,
+        max_cq, batch_cq_topics(cfg), batch_max, start_idx, start_why, RecoveryEnd(0), CqCheck(), KeptColumns(),
+        cp_file, batch,
     )  # fmt: skip
     facts.end = RecoveryEnd(facts.start_phy)
     facts.cq_check = CqCheck(skip=facts.batch_topics)
-    topics = TopicIds()
-    for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
-        facts.end.add(w, last_index_end, max_cq)
-        facts.cq_check.add(w, topics, queues, rules, abort or cfg.dledger, max_cq)  # DLedger: re-dispatched
-    if cfg.dledger:
-        _drop_stale_index(facts)
     return facts
+
+
+def _walk_shared(
+    cfg: StoreConfig,
+    group: list[RecoveryFacts],
+    progress: Callable[[int], None] | None,
+    keep_columns: bool,
+) -> None:
+    """One recovery walk from the earliest start of ``group``; each version takes the files from its own start."""
+    first = group[0]
+    segs, rules, check = first.segs, first.rules, first.check_crc
+    start = min(f.start_idx for f in group)
+    sink = KeptColumns() if keep_columns else None
+    topics = TopicIds()
+    walked = recovery_walk(segs, start, cfg, rules, check, topics, progress, sink) if segs else iter(())
+    for i, w in enumerate(walked, start):
+        for f in group:
+            if f.start_idx <= i:
+                f.end.add(w, f.last_index_end, f.max_cq)
+                f.cq_check.add(w, topics, f.queues, f.rules, f.abort or cfg.dledger, f.max_cq)  # DLedger: re-dispatched
+    for f in group:
+        if f.start_idx == start and sink is not None:
+            f.fused_columns = sink
 
 
 def first_refused_record(segs: list[Segment], broker: str) -> BadTopic | None:

@@ -32,6 +32,7 @@ from rmqstore.codec.commitlog import (
 )
 from rmqstore.codec.consumequeue import entries_array, valid_prefix
 from rmqstore.codec.indexfile import IndexFile
+from rmqstore.codec.messages import BATCH_FIELDS
 from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.ops import write as wr
 from rmqstore.ops.write.append_point import find_append_point
@@ -848,6 +849,29 @@ _good_plain_message = st.builds(
     tags=st.one_of(st.none(), st.sampled_from(["TagA", "é", "𝄞"])),
     keys=st.one_of(st.none(), st.sampled_from(["", " ", "k1", "k1 k2", "ключ"])),
 )
+_PROPERTY_NAMES = ["traceId", "region", "TRAN_MSG", "a%b", "ключ", "", "KEYS", "DELAY", "k\x01"]
+_producer_message = st.builds(
+    wr.Message,
+    topic=st.sampled_from(["LaneA", "LaneB", "LaneC", "LaneA", "Bad Topic"]),
+    body=st.binary(max_size=60),
+    queue_id=st.one_of(st.none(), st.integers(0, 2)),
+    tags=st.one_of(st.none(), st.sampled_from(["TagA", "é", ""])),
+    keys=st.one_of(st.none(), st.sampled_from(["k1", "k1 k2", " ", "ключ"])),
+    uniq_key=st.one_of(st.none(), st.sampled_from(["C0A8000A1F9018B4AAC22A3B00000000", "U-é", "", "u\x02"])),
+    wait=st.sampled_from([True, True, False]),
+    properties=st.one_of(
+        st.just(()),
+        st.lists(st.sampled_from(_PROPERTY_NAMES[:3]), max_size=3).map(lambda ns: tuple((n, "v") for n in ns)),
+        st.lists(
+            st.tuples(st.sampled_from(_PROPERTY_NAMES), st.sampled_from(["v", "é", "", "x\x02", "%s"])), max_size=3
+        ).map(tuple),
+    ),
+    flag=st.sampled_from([0, 0, 7, -1]),
+    born_timestamp_ms=st.one_of(st.none(), st.just(1_600_000_000_000)),
+    born_host=st.sampled_from([None, None, "10.0.0.1:10", "[::1]:5", "bad"]),
+    store_host=st.sampled_from([None, None, "10.0.0.9:10911", "[::2]:6"]),
+    store_timestamp_ms=st.one_of(st.none(), st.none(), st.integers(1_650_000_000_000, 1_650_000_000_010)),
+)
 _other_message = st.one_of(
     st.builds(
         wr.Message, topic=st.just("LaneA"), body=st.binary(max_size=50), store_timestamp_ms=st.just(1_700_000_000_000)
@@ -884,6 +908,10 @@ def _plan_or_error(root: Path, msgs: object, conf: Path, broker: str, min_run: i
     msgs=st.one_of(
         st.lists(st.one_of(_plain_message, _plain_message, _plain_message, _other_message), max_size=60),
         st.lists(st.one_of(*[_good_plain_message] * 8, _other_message), min_size=20, max_size=120),
+        st.lists(st.one_of(*[_producer_message] * 8, _other_message), min_size=10, max_size=80),
+        st.lists(_producer_message, max_size=40).map(
+            lambda ms: [replace(ms[0], origin=m.origin) for m in ms[:1]] * 12 + ms
+        ),
     )
 )
 def test_fast_lane_gives_what_put_one_gives(tmp_path_factory, monkeypatch, broker, msgs):
@@ -924,7 +952,7 @@ def test_fast_lane_gives_what_put_one_gives(tmp_path_factory, monkeypatch, broke
         assert cols_f.topics == cols_s.topics
 
 
-_BATCH_FIELDS = {"topic", "body", "queue_id", "tags", "keys", "origin"}
+_BATCH_FIELDS = set(BATCH_FIELDS)
 
 
 def test_ndjson_plain_lines_read_as_a_batch(tmp_path: Path) -> None:
@@ -939,9 +967,9 @@ def test_ndjson_plain_lines_read_as_a_batch(tmp_path: Path) -> None:
     want = [wr.message_from_json(json.loads(x), origin=f"in.ndjson:{n}") for n, x in enumerate(lines, 1) if x]
     assert got.messages() == want
     # one line that is more than a plain message: every line becomes a Message, origins kept
-    mixed = wr.read_ndjson([*lines, '{"topic": "A", "flag": 3}'], source="in.ndjson")
+    mixed = wr.read_ndjson([*lines, '{"topic": "A", "delayTimeLevel": 3}'], source="in.ndjson")
     assert isinstance(mixed, list)
-    assert mixed == [*want, wr.message_from_json({"topic": "A", "flag": 3}, origin="in.ndjson:5")]
+    assert mixed == [*want, wr.message_from_json({"topic": "A", "delayTimeLevel": 3}, origin="in.ndjson:5")]
     # the batch and the Message list write the same store, byte for byte
     roots = []
     many = [*lines, *(json.dumps({"topic": "C", "tags": "t", "keys": f"k{i}", "body": "b" * i}) for i in range(40))]
@@ -964,6 +992,126 @@ def test_ndjson_plain_lines_read_as_a_batch(tmp_path: Path) -> None:
     assert files[0] == files[1] and files[0]
     for rel in files[0]:
         assert (roots[0] / rel).read_bytes() == (roots[1] / rel).read_bytes(), rel
+
+
+def _spec_lines(case: str) -> list[str]:
+    """The producer messages of a real case's spec.json as NDJSON lines (the harness's own fields left out)."""
+    spec = load_spec(case)
+    keep = [m for m in spec["write"]["messages"] if not {"id", "pauseDispatch"} & m.keys()]
+    out = []
+    for m in keep:
+        m = {k: v for k, v in m.items() if "From" not in k and k != "bodySuffix" and v is not None}
+        if isinstance(m.get("wait"), str):
+            m["wait"] = m["wait"] == "true"
+        out.append(json.dumps(m))
+    return out
+
+
+def test_ndjson_producer_lines_read_as_a_batch(tmp_path: Path) -> None:
+    """Lines with uniqKey, wait, keys lists, user properties, flag, born time and hosts, store time,
+    body or bodyBase64 (the real 5.2.0 case's messages): a batch equal to message_from_json line by line,
+    and the same store written from the batch as from those messages."""
+    case = "5.2.0/clean-5x-mixed"
+    if not case_dir(case).is_dir():
+        pytest.skip("real stores not found")
+    others = {"delayTimeLevel", "sysFlag", "transactionType", "reconsumeTimes", "preparedTransactionOffset", "raw"}
+    lines = [x for x in _spec_lines(case) if not others & json.loads(x).keys()]
+    lines.append('{"topic": "A", "wait": false, "keys": [], "properties": {}}')
+    got = wr.read_ndjson(lines, source="s")
+    assert isinstance(got, wr.MessageBatch) and got.uniq_key is not None and got.born_host is not None
+    want = [wr.message_from_json(json.loads(x), origin=f"s:{n}") for n, x in enumerate(lines, 1)]
+    assert got.messages() == want
+    lane = want[:-1]
+    assert len(lane) > 300
+    with pytest.raises(InputError, match=re.escape("s:2: not valid JSON")):
+        wr.read_ndjson([lines[0], lines[1][:-1]], source="s")
+    roots = []
+    for n, source in enumerate((wr.read_ndjson([json.dumps(_as_json(m)) for m in lane]), lane)):
+        (tmp_path / str(n)).mkdir()
+        root = _new_store(tmp_path / str(n))
+        keys = wr.UniqKeySource(seed=5)  # the messages without a UNIQ_KEY get one
+        wr.write_messages(root, source, clock=lambda: 1_800_000_000_000, uniq_keys=keys, allow_system_topic=True)
+        roots.append(root)
+    same = [{k: v for k, v in _hashes(r).items() if not k.startswith(".rmqstore")} for r in roots]
+    assert same[0] == same[1]
+
+
+@pytest.mark.parametrize("case", ["clean-2topics", "crash-midwrite", "delay-tx-retry", "4.9.4/clean-2topics"])
+def test_real_messages_take_the_run_lane(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real cases' producer messages (given UNIQ_KEY, born time and host, store time, flag, user
+    properties) go through the run lane (runs of any length here: every fourth message has no TAGS):
+    the store equals the 4.4.0 engine's, and on every version the one the per-message path writes
+    (4.9.4: no separator after the last property; its engine store has no broker edits to compare)."""
+    if not case_dir(case).is_dir():
+        pytest.skip("real stores not found")
+    one_by_one = []
+    monkeypatch.setattr(wr.encode_run, "put_one", lambda p, m: one_by_one.append(m) or wr.encode_one.put_one(p, m))
+    monkeypatch.setattr(wr.plan, "put_one", wr.encode_run.put_one)
+    monkeypatch.setattr(wr.plan, "_FAST_MIN_RUN", 1)
+    lane = _write_real_case(case, tmp_path)
+    spec = [m for b in _spec_batches(case) for m in b]
+    broker_named = {"REAL_TOPIC", "REAL_QID", "DELAY"}
+    others = [
+        m
+        for m in spec
+        if m.delay_level
+        or m.sys_flag
+        or m.reconsume_times
+        or m.uniq_key is None
+        or broker_named & {k for k, _ in m.properties}
+    ]
+    assert len([m for m in one_by_one if m.origin != "reput"]) == len(others) < len(spec)
+    if "/" not in case:
+        real = case_dir(case) / "store"
+        mine_cl, real_cl = _commitlog_with_zeroed_blanks(lane), _commitlog_with_zeroed_blanks(real)
+        assert all(mine_cl[name] == data for name, data in real_cl.items() if name in mine_cl)
+        assert _cq_files(lane) == _cq_files(real) and _index_files(lane) == _index_files(real)
+    monkeypatch.setattr(wr.plan, "_FAST_MIN_RUN", 10**9)
+    (tmp_path / "ref").mkdir()
+    ref = _write_real_case(case, tmp_path / "ref")
+    assert _commitlog_with_zeroed_blanks(lane) == _commitlog_with_zeroed_blanks(ref)
+    assert _cq_files(lane) == _cq_files(ref) and _index_files(lane) == _index_files(ref)
+
+
+def _as_json(m: wr.Message) -> dict[str, object]:
+    """A batch-shaped message as an NDJSON object (bodies as base64)."""
+    import base64
+
+    return {
+        "topic": m.topic,
+        "queueId": m.queue_id,
+        "tags": m.tags,
+        "keys": m.keys,
+        "uniqKey": m.uniq_key,
+        "wait": m.wait,
+        "properties": dict(m.properties),
+        "flag": m.flag,
+        "bornTimestamp": m.born_timestamp_ms,
+        "bornHost": m.born_host,
+        "storeHost": m.store_host,
+        "storeTimestamp": m.store_timestamp_ms,
+        "bodyBase64": base64.b64encode(m.body).decode(),
+    }
+
+
+def test_digest_is_of_the_input_bytes(tmp_path: Path) -> None:
+    """The NDJSON input's digest is the sha256 of its bytes, read in chunks; a lone CR, a last line
+    without newline and a non-UTF-8 byte are read as before."""
+    data = b'{"topic": "A", "body": "x"}\r\n\n{"topic": "B", "uniqKey": "U", "wait": false}'
+    msgs, digest = wr.read_ndjson_stream(__import__("io").BytesIO(data), source="in")
+    assert digest == hashlib.sha256(data).hexdigest()
+    assert msgs.messages() == wr.read_ndjson(data.split(b"\n"), source="in").messages()  # type: ignore[union-attr]
+    with pytest.raises(InputError, match=re.escape("in:2: not UTF-8 (byte 3)")):
+        wr.read_ndjson_stream(__import__("io").BytesIO(b'{}\n{"a\xff": 1}\n'), source="in")
+    src = tmp_path / "in.ndjson"
+    src.write_bytes(data)
+    root = _new_store(tmp_path)
+    run = CliRunner().invoke
+    args = ["write", str(root), str(src), "--broker-config", str(tmp_path / "broker.conf"), "-f", "json"]
+    assert run(app, args).exit_code == 0
+    assert wr.last_write(root)["inputDigest"] == digest  # type: ignore[index]
+    again = run(app, args)
+    assert again.exit_code == 8 and "already written" in again.output
 
 
 @pytest.mark.parametrize(

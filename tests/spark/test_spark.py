@@ -367,6 +367,38 @@ def test_stats_per_queue_and_hour_match_truth(spark) -> None:
         assert got[g] == (*w, len(keys[g]), label), g
 
 
+def test_stats_estimates_many_keys_and_counts_exactly_when_asked(spark, tmp_path: Path) -> None:
+    """A queue-hour with more distinct KEYS than the exact set holds: its count is an estimate within
+    the stated error (and marked so), --exact-distinct counts it exactly; messages and bytes equal
+    what dump --count finds, in both modes, and the rows match the exact mode's otherwise."""
+    from rmqstore.ops import write as wr
+    from rmqstore.spark import jobs
+    from rmqstore.spark.stats import HLL_ERROR, SET_LIMIT
+
+    root = tmp_path / "store"
+    n = SET_LIMIT * 3
+    many = [wr.Message(topic="Many", queue_id=0, body=b"m", keys=f"k{i} shared") for i in range(n)]
+    few = [wr.Message(topic="Few", queue_id=1, body=b"f" * 40, keys="a b") for _ in range(30)]
+    wr.write_messages(root, many + few, create=True, clock=lambda: 1_700_000_000_000)
+    approx = jobs.stats_rows(spark, [root])
+    exact = jobs.stats_rows(spark, [root], exact_distinct=True)
+    by_topic = {r["topic"]: r for r in approx}
+    assert by_topic["Few"]["distinctKeys"] == 2 and by_topic["Few"]["distinctKeysExact"]
+    estimate = by_topic["Many"]
+    assert not estimate["distinctKeysExact"] and abs(estimate["distinctKeys"] - (n + 1)) <= 4 * HLL_ERROR * (n + 1)
+    assert [r["distinctKeys"] for r in exact] == [2, n + 1]
+    strip = ("distinctKeys", "distinctKeysExact")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in approx] == [
+        {k: v for k, v in r.items() if k not in strip} for r in exact
+    ]
+    assert "estimates" in (jobs.estimates_note(approx) or "") and jobs.estimates_note(exact) is None
+    r = CliRunner().invoke(app, ["dump", "commitlog", str(root), "--count", "-f", "json"])
+    assert r.exit_code == 0, r.output
+    messages = next(row for row in json.loads(r.stdout) if row["kind"] == "message")
+    assert sum(r["messages"] for r in approx) == messages["count"] == n + 30
+    assert sum(r["bytes"] for r in approx) == messages["bytes"]
+
+
 def test_find_by_key_tag_property_and_body(spark) -> None:
     from rmqstore.spark import jobs
 

@@ -16,6 +16,7 @@ from rmqstore.store import open_store
 from rmqstore.store.files import data_end
 from rmqstore.store.layout import Segment
 from rmqstore.walk import checked
+from rmqstore.walk import kept as kept_module
 from rmqstore.walk.chain import Stop, StopKind, indexed, queued, walk_chain
 from rmqstore.walk.checked import kept_range
 from rmqstore.walk.starts import RecordStarts, first_nonzero, zero_tail_start
@@ -103,8 +104,10 @@ def _tree_digest(root: Path) -> dict[str, str]:
 def test_kept_columns_redispatch_the_same_bytes(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not REAL_STORES.is_dir():
         pytest.skip("real stores not found")
+    """Columns kept in memory, columns spilled past the memory budget to the temporary file, and the
+    second decode of the exact walk's re-dispatch write the same consume queues, index and checkpoint."""
     digests = []
-    for part_size, name in ((4096, "fused"), (1 << 40, "exact")):
+    for part_size, budget, name in ((4096, 1 << 40, "fused"), (4096, 0, "spilled"), (1 << 40, 0, "exact")):
         root = copy_real_store(case, tmp_path / name)
         (root / "abort").touch()
         for d in ("consumequeue", "index"):
@@ -112,13 +115,17 @@ def test_kept_columns_redispatch_the_same_bytes(case: str, tmp_path: Path, monke
 
             shutil.rmtree(root / d, ignore_errors=True)
         monkeypatch.setattr(checked, "PART_SIZE", part_size)
+        monkeypatch.setattr(kept_module, "MEMORY_BUDGET", budget)
         with open_store(root, writable=True) as st:
             plan = rec.plan_recover(st, now_ms=1_700_000_000_000, use_quarantine=False)
             kept = kept_range(root) is not None
+            held = checked._KEPT.get(str(root.resolve()))
+            spilled = held is not None and held.batches.spilled
             rec.apply_recover(st, plan, clock=lambda: 1_700_000_000_000)
-        assert kept == (name == "fused" and plan.dispatch is not None)
+        assert kept == (name != "exact" and plan.dispatch is not None)
+        assert spilled == (name == "spilled" and plan.dispatch is not None)
         digests.append(_tree_digest(root))
-    assert digests[0] == digests[1]
+    assert digests[0] == digests[1] == digests[2]
 
 
 @pytest.mark.parametrize(

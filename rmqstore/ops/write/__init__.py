@@ -67,7 +67,7 @@ driver), :mod:`.columns` and :mod:`.uniq` (the planned records as columns, UNIQ_
 
 from __future__ import annotations
 
-from rmqstore.codec.messages import Message, MessageBatch, message_from_json, read_ndjson
+from rmqstore.codec.messages import Message, MessageBatch, message_from_json, read_ndjson, read_ndjson_stream
 from rmqstore.dispatch.dispatcher import Dispatcher
 from rmqstore.ops.write.append import FileWrite, WriteOptions, WritePlan
 from rmqstore.ops.write.apply import (
@@ -133,6 +133,7 @@ __all__ = [
     "plan_write",
     "prepare_write",
     "read_ndjson",
+    "read_ndjson_stream",
     "refuse_unsafe",
     "rollback_pending",
     "topic_for_new",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
-import pickle
 import shlex
 import shutil
 import threading
@@ -19,7 +19,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
 from rmqstore.codec.indexfile import header_problem
-from rmqstore.codec.messages import Message, MessageBatch
+from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch
 from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
@@ -89,13 +89,29 @@ def default_quarantine_dir(root: Path, now_ms: int | None = None) -> Path:
 
 
 def input_digest(messages: Sequence[Message] | MessageBatch) -> str:
-    """sha256 of the input messages (not of the encoded records: times and UNIQ_KEYs differ per run)."""
-    if isinstance(messages, MessageBatch):
-        cols = (messages.topic, messages.body, messages.queue_id, messages.tags, messages.keys)
-        return hashlib.sha256(pickle.dumps(cols, protocol=5)).hexdigest()
-    fields = [f for f in Message.__slots__ if f != "origin"]  # type: ignore[attr-defined]
-    cols = [[getattr(m, f) for m in messages] for f in fields]  # column-wise: a fifth of pickling objects
-    return hashlib.sha256(pickle.dumps(cols, protocol=5)).hexdigest()
+    """sha256 of input messages given as values (not of the encoded records: times and UNIQ_KEYs differ
+    per run); an NDJSON input is hashed as read instead (``read_ndjson_stream``). Each column is fed
+    to the hash as it is, lengths first, with no pickling."""
+    h = hashlib.sha256()
+    batch = messages if isinstance(messages, MessageBatch) else MessageBatch.from_messages(messages)
+    if not isinstance(messages, MessageBatch):  # the fields a batch leaves out
+        h.update(repr([_OTHER_FIELDS(m) for m in messages]).encode("utf-8", "surrogatepass"))
+    for name in BATCH_FIELDS:
+        if name == "origin":  # where the input came from, not what it says
+            continue
+        column = getattr(batch, name)
+        if name == "body":
+            h.update(repr(list(map(len, column))).encode())
+            for body in column:
+                h.update(body)
+        else:
+            h.update(repr(column).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+_OTHER_FIELDS = operator.attrgetter(
+    *(f for f in Message.__slots__ if f not in BATCH_FIELDS)  # type: ignore[attr-defined]
+)
 
 
 def refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
@@ -518,13 +534,21 @@ def open_for_write(
 
 
 def prepare_write(
-    st: Store, messages: Sequence[Message] | MessageBatch, opts: WriteOptions, *, again: bool, dry_run: bool
+    st: Store,
+    messages: Sequence[Message] | MessageBatch,
+    opts: WriteOptions,
+    *,
+    again: bool,
+    dry_run: bool,
+    digest: str | None = None,
 ) -> tuple[WritePlan, str, RollbackReport | None]:
     """Roll back (or finish) an interrupted write unless ``dry_run``, plan ``messages`` and refuse an
-    unsafe plan (see :func:`write_messages`): the plan, the input's digest and the rollback done."""
+    unsafe plan (see :func:`write_messages`): the plan, the input's digest (``digest`` when given, the
+    hash of the input bytes as read) and the rollback done."""
     rolled = None if dry_run else rollback_pending(st)
     plan = plan_with(st, messages, opts)
-    digest = input_digest(messages)
+    if digest is None:
+        digest = input_digest(messages)
     refuse_unsafe(st, plan, None if again else digest)
     return plan, digest, rolled
 

@@ -1,13 +1,18 @@
 """The run lane: runs of plain producer messages, checked and encoded a run at a time.
 
-A plain message is a producer's message with every store-level field left to the broker (see
-``PLAIN_FIELDS``), IPv4 default hosts, no delay, no user properties: its properties are TAGS, KEYS,
-WAIT, UNIQ_KEY (and CLUSTER). The lane gives exactly the bytes the reference lane
+A plain message is a producer's message as a :class:`MessageBatch` holds it: TAGS, KEYS, WAIT, a
+given or generated UNIQ_KEY, user properties (none named as the broker's own), flag, born and store
+time, IPv4 born and store hosts; no delay, no transaction type, not raw (``PLAIN_FIELDS`` left as
+the broker chooses). Its properties are TAGS, KEYS, WAIT, UNIQ_KEY, the user's (and CLUSTER). A run
+is consecutive plain messages with one run code: which of TAGS and KEYS they have, their WAIT, whether
+the UNIQ_KEY and the store time are given, and their user property names in order. The lane gives
+exactly the bytes the reference lane
 (:func:`~rmqstore.write.encode_one.put_one`) gives; a message it cannot vouch for (a topic that fails
 its checks, a V2 topic, a limit exceeded, a separator in a value) goes through the reference lane,
 which raises the error the broker would. Record heads are one numpy array, each record one bytes
 %-format with the constant parts of its properties built in; UNIQ_KEYs and the index key hashes are
-computed as arrays.
+computed as arrays. A generated UNIQ_KEY is made from the born time and host: a message that gives
+either of them gives its UNIQ_KEY too, or goes one by one.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from rmqstore.codec import commitlog as cl
 from rmqstore.codec.columnar import HEAD_V4_DTYPE
-from rmqstore.codec.commitlog import MAGIC_V1, PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, PROP_WAIT
 from rmqstore.codec.fields import INT_MAX
-from rmqstore.codec.messages import Message, MessageBatch
+from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch
+from rmqstore.dispatch.multiqueue import PROP_MULTI_DISPATCH, PROP_MULTI_QUEUE_OFFSET
 from rmqstore.errors import InputError
 from rmqstore.ops.write.append import Planner
 from rmqstore.ops.write.append_point import RECORD_SLACK as _RECORD_SLACK
@@ -36,32 +42,39 @@ from rmqstore.store import config as cfgmod
 from rmqstore.walk.columns import topic_key_hashes
 
 # Message fields a plain message leaves as the broker chooses them (the lane's condition).
-PLAIN_FIELDS = (
-    "raw",
-    "properties",
-    "delay_level",
-    "sys_flag",
-    "flag",
-    "born_host",
-    "store_host",
-    "born_timestamp_ms",
-    "store_timestamp_ms",
-    "uniq_key",
-    "reconsume_times",
-    "prepared_transaction_offset",
-    "wait",
+PLAIN_FIELDS = ("raw", "delay_level", "sys_flag", "reconsume_times", "prepared_transaction_offset")
+PLAIN_DEFAULTS = (False, 0, 0, 0, 0)
+# Run code bits above TAGS (1) and KEYS (2); the user property names' id is shifted by _NAMES_SHIFT.
+WAIT_FALSE, UNIQ_GIVEN, STORE_TIME_GIVEN = 4, 8, 16
+_NAMES_SHIFT = 5
+# Property names the broker reads or adds itself: a message giving one goes through the reference lane.
+_BROKER_NAMES = frozenset(
+    {
+        cl.PROP_TAGS,
+        cl.PROP_KEYS,
+        cl.PROP_WAIT,
+        cl.PROP_UNIQ_KEY,
+        cl.PROP_DELAY,
+        cl.PROP_REAL_TOPIC,
+        cl.PROP_REAL_QID,
+        PROP_CLUSTER,
+        PROP_MULTI_DISPATCH,
+        PROP_MULTI_QUEUE_OFFSET,
+        cl.CRC32_PROPERTY,
+    }
 )
-PLAIN_DEFAULTS = (False, (), 0, 0, 0, None, None, None, None, None, 0, 0, True)
 _SHORTS = [i.to_bytes(2, "big") for i in range(_PROPS_MAX + 1)]  # PROPERTIESLENGTH fields
 _CLOCK_EVERY = 8  # plain messages per clock reading (a few microseconds apart)
+_MAX_NAME_SETS = 4096  # user property name lists with a run code; messages with others go one by one
 _NO_QUEUE = -(1 << 40)  # queue id "none given" in an int64 column
 _TopicInfo = tuple[cfgmod.TopicConfig | None, bytes]
 
 
 class Block:
-    """Columns of consecutive input messages (a slice of a list of messages or of a batch)."""
+    """Columns of consecutive input messages (a slice of a list of messages or of a batch): the
+    producer columns, and the optional ones (``BATCH_FIELDS`` from uniq_key on, None: all defaults)."""
 
-    __slots__ = ("topic", "body", "queue_id", "tags", "keys", "origin", "source", "start")
+    __slots__ = ("topic", "body", "queue_id", "tags", "keys", "origin", "source", "start", *BATCH_FIELDS[6:])
 
     def __init__(
         self,
@@ -73,9 +86,17 @@ class Block:
         origin: list[str] | None,
         source: Sequence[Message] | MessageBatch,
         start: int = 0,
+        optional: Sequence[list[Any] | None] = (None,) * len(BATCH_FIELDS[6:]),
     ):
         self.topic, self.body, self.queue_id, self.tags, self.keys = topic, body, queue_id, tags, keys
         self.origin, self.source, self.start = origin, source, start
+        self.uniq_key, self.wait, self.properties, self.flag = optional[:4]
+        self.born_timestamp_ms, self.born_host, self.store_host, self.store_timestamp_ms = optional[4:]
+
+    @property
+    def producer_only(self) -> bool:
+        """No optional column: the messages carry topic, queue, body, TAGS and KEYS only."""
+        return all(getattr(self, name) is None for name in BATCH_FIELDS[6:])
 
     def message(self, i: int) -> Message:
         src = self.source
@@ -87,6 +108,20 @@ def run_codes(tags: list[str | None], keys: list[str | None]) -> list[int]:
     if None not in tags and None not in keys and "" not in keys and not any(map(str.isspace, keys)):
         return [3] * len(tags)  # the usual batch: every message has both
     return [(t is not None) | (bool(ks) and not ks.isspace()) << 1 for t, ks in zip(tags, keys, strict=True)]
+
+
+@dataclass(slots=True)
+class _Given:
+    """What the messages of a run give beyond topic, queue, body, TAGS and KEYS (None: not given)."""
+
+    uniq: list[str] | None = None  # UNIQ_KEYs
+    values: tuple[list[str], ...] = ()  # the user properties' values, one list per name
+    flag: np.ndarray | None = None
+    born_ts: np.ndarray | None = None  # with born_set: the messages that give their born time
+    born_set: np.ndarray | None = None
+    store_ts: np.ndarray | None = None
+    hosts: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # born ip, port, store ip, port
+    store_hosts: list[tuple[bytes, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -104,28 +139,26 @@ class _Run:
     size: np.ndarray
     plen: np.ndarray
     blen: np.ndarray
+    given: _Given
 
     def part(self, a: int, b: int) -> _Run:
         def cut(v: Any) -> Any:
-            return None if v is None else v[a:b]
+            if v is None:
+                return None
+            return tuple(map(cut, v)) if isinstance(v, tuple) else v[a:b]
 
-        kh = self.keys_hashed
+        g = self.given
         return _Run(
-            cut(self.origins),
-            self.topics[a:b],
-            self.tids[a:b],
-            self.q[a:b],
-            self.bodies[a:b],
-            cut(self.tags),
-            cut(self.keys),
-            None if kh is None else (kh[0][a:b], kh[1][a:b]),
-            self.size[a:b],
-            self.plen[a:b],
-            self.blen[a:b],
+            *(cut(getattr(self, name)) for name in _RUN_COLUMNS),
+            _Given(*(cut(getattr(g, name)) for name in _GIVEN_COLUMNS)),
         )
 
     def origin(self, i: int) -> str:
         return "message" if self.origins is None else self.origins[i]
+
+
+_RUN_COLUMNS = [f for f in _Run.__dataclass_fields__ if f != "given"]
+_GIVEN_COLUMNS = list(_Given.__dataclass_fields__)
 
 
 class RunLane:
@@ -137,34 +170,84 @@ class RunLane:
         self.born_addr, self.born_port = p.default_born
         self.store_addr, self.store_port = p.default_store
         # the lane renders producer properties as they are: not for stores whose broker edits them further
-        self.usable = (
-            len(self.born_addr) == 4
-            and len(self.store_addr) == 4
-            and rules.props_trailing_separator
-            and not p.prop_crc
-            and not p.lmq
-        )
+        self.usable = len(self.born_addr) == 4 and len(self.store_addr) == 4 and not p.prop_crc and not p.lmq
+        self.trailing_separator = rules.props_trailing_separator
         self.born_ip = int.from_bytes(self.born_addr, "big") if self.usable else 0
         self.store_ip = int.from_bytes(self.store_addr, "big") if self.usable else 0
         self.cluster = cfg.broker_cluster_name
         self.cluster_bad = not self.cluster or "\x01" in self.cluster or "\x02" in self.cluster
         self.run_formats: dict[int, _PropsFormat] = {}
-        self.record_formats: dict[tuple[tuple[str, ...], str], bytes] = {}
+        self.record_formats: dict[tuple[tuple[str, ...], str | None, bool], bytes] = {}
+        self.user_names: list[tuple[str, ...]] = [()]  # the user property names of run codes, by id
+        self.names_ids: dict[tuple[str, ...], int] = {}
         self.topic_prefix: dict[str, bytes] = {}
         self.ns_clock = time.time_ns if p.opts.clock is None else None
         self.tnames: list[str] = []
         self.tinfo: list[_TopicInfo | None] = []
 
+    def codes(self, blk: Block) -> list[int]:
+        """The run code of each message of a block (see the module's description); -1: one by one."""
+        codes = run_codes(blk.tags, blk.keys)
+        if blk.producer_only:
+            return codes
+        n = len(codes)
+        uniq, wait, props = (
+            blk.uniq_key or repeat(None, n),
+            blk.wait or repeat(True, n),
+            blk.properties or repeat((), n),
+        )
+        born = blk.born_host or repeat(None, n)
+        born_ts, store_ts = blk.born_timestamp_ms or repeat(None, n), blk.store_timestamp_ms or repeat(None, n)
+        names_id = self.names_id
+        for i, u, w, items, bh, bt, st in zip(range(n), uniq, wait, props, born, born_ts, store_ts):  # noqa: B905
+            c = codes[i]
+            if u is not None:
+                c |= UNIQ_GIVEN
+            elif bh is not None or bt is not None:  # a UNIQ_KEY generated from them: one by one
+                codes[i] = -1
+                continue
+            if not w:
+                c |= WAIT_FALSE
+            if st is not None:
+                c |= STORE_TIME_GIVEN
+            if items:
+                nid = names_id(items)
+                c = -1 if nid < 0 else c | nid << _NAMES_SHIFT
+            codes[i] = c
+        return codes
+
+    def names_id(self, items: tuple[tuple[str, str], ...]) -> int:
+        """The id of a message's user property names in their order; -1 when the reference lane must
+        take it (a name given twice, empty, with a separator, or one the broker reads or adds)."""
+        names = tuple([k for k, _ in items])
+        nid = self.names_ids.get(names)
+        if nid is None:
+            good = len(set(names)) == len(names) and not any(
+                not k or "\x01" in k or "\x02" in k or k in _BROKER_NAMES for k in names
+            )
+            if good and len(self.user_names) < _MAX_NAME_SETS:
+                nid = len(self.user_names)
+                self.user_names.append(names)
+            else:
+                nid = -1
+            self.names_ids[names] = nid
+        return nid
+
     def run_format(self, code: int) -> _PropsFormat:
         f = self.run_formats.get(code)
         if f is None:
             p = self.p
-            names = ([PROP_TAGS] if code & 1 else []) + ([PROP_KEYS] if code & 2 else []) + [PROP_WAIT, PROP_UNIQ_KEY]
+            names = (
+                ([cl.PROP_TAGS] if code & 1 else [])
+                + ([cl.PROP_KEYS] if code & 2 else [])
+                + [cl.PROP_WAIT, cl.PROP_UNIQ_KEY]
+            )
+            names += self.user_names[code >> _NAMES_SHIFT]
             f = p.props_format(names, 16)
             if p.rules.cluster_property:
                 names = [*f.names, PROP_CLUSTER]
                 if p.rules.drops_wait_property:
-                    names.remove(PROP_WAIT)
+                    names.remove(cl.PROP_WAIT)
                 f = p.props_format(names, p.rules.properties_capacity)
             self.run_formats[code] = f
         return f
@@ -177,11 +260,11 @@ class RunLane:
         a = 0
         for i in np.flatnonzero(bad).tolist():
             if i > a:
-                self._put_checked(run.part(a, i), fmt)
+                self._put_checked(run.part(a, i), fmt, code)
             put_one(self.p, blk.message(lo + i))
             a = i + 1
         if a < hi - lo:
-            self._put_checked(run.part(a, hi - lo) if a else run, fmt)
+            self._put_checked(run.part(a, hi - lo) if a else run, fmt, code)
 
     def _checked(self, blk: Block, lo: int, hi: int, code: int, fmt: _PropsFormat) -> tuple[_Run, np.ndarray]:
         """The run's columns, and which messages fail a check (with no side effect but the topics'
@@ -206,7 +289,8 @@ class RunLane:
                     bad[first[0]] = True
         tags = blk.tags[lo:hi] if code & 1 else None
         keys = blk.keys[lo:hi] if code & 2 else None
-        plen, keys_hashed = self._properties_length(fmt, tags, keys, bad)
+        given = self._given(blk, lo, hi, code, bad)
+        plen, keys_hashed = self._properties_length(fmt, tags, keys, given, code, bad)
         bodies = blk.body[lo:hi]
         blen = np.fromiter(map(len, bodies), np.int64, k)
         size = 91 + blen + tlen[tids] + plen
@@ -219,7 +303,60 @@ class RunLane:
         else:
             bad |= size > max_record
         bad |= size + 8 > self.p.out.fs
-        return _Run(origins, topics, tids, q, bodies, tags, keys, keys_hashed, size, plen, blen), bad
+        return _Run(origins, topics, tids, q, bodies, tags, keys, keys_hashed, size, plen, blen, given), bad
+
+    def _given(self, blk: Block, lo: int, hi: int, code: int, bad: np.ndarray) -> _Given:
+        """The run's optional columns; marks in ``bad`` a host the lane does not lay out (IPv6, or
+        one put_one refuses) and a number out of its field's range."""
+        g = _Given()
+        if code & UNIQ_GIVEN:
+            g.uniq = blk.uniq_key[lo:hi]  # type: ignore[index]
+        if code >> _NAMES_SHIFT:
+            g.values = tuple(map(list, zip(*[[v for _, v in items] for items in blk.properties[lo:hi]])))  # type: ignore[index]  # noqa: B905
+        try:
+            if blk.flag is not None:
+                g.flag = np.array(blk.flag[lo:hi], dtype=np.int32).astype(np.int64)
+            if blk.born_timestamp_ms is not None:
+                born = blk.born_timestamp_ms[lo:hi]
+                g.born_set = np.array([t is not None for t in born], dtype=bool)
+                g.born_ts = np.array([0 if t is None else t for t in born], dtype=np.int64)
+            if code & STORE_TIME_GIVEN:
+                g.store_ts = np.array(blk.store_timestamp_ms[lo:hi], dtype=np.int64)  # type: ignore[index]
+        except OverflowError:  # put_one says which message and field
+            bad[:] = True
+            return _Given()
+        if blk.born_host is not None or blk.store_host is not None:
+            self._hosts(g, blk, lo, hi, bad)
+        return g
+
+    def _hosts(self, g: _Given, blk: Block, lo: int, hi: int, bad: np.ndarray) -> None:
+        """Born and store hosts as ip and port arrays (the run's defaults where none is given)."""
+        k = hi - lo
+        parsed: dict[str | None, tuple[bytes, int] | None] = {}
+        for text in {
+            *(blk.born_host[lo:hi] if blk.born_host else ()),
+            *(blk.store_host[lo:hi] if blk.store_host else ()),
+        }:
+            try:
+                host = self.p.hosts.get_host(text, "message", "host") if text is not None else None
+            except InputError:
+                host = None
+            parsed[text] = host if host is not None and len(host[0]) == 4 else None
+        columns = []
+        for given, default in ((blk.born_host, self.p.default_born), (blk.store_host, self.p.default_store)):
+            texts = given[lo:hi] if given is not None else [None] * k
+            parsed[None] = default
+            hosts = [parsed[t] for t in texts]
+            bad |= np.array([h is None for h in hosts], dtype=bool)
+            hosts = [default if h is None else h for h in hosts]
+            columns.append(hosts)
+        (born, store) = columns
+        as_ip = {h: int.from_bytes(h[0], "big") for h in {*born, *store}}
+        g.hosts = tuple(
+            np.array(v, dtype=np.int64)
+            for v in ([as_ip[h] for h in born], [h[1] for h in born], [as_ip[h] for h in store], [h[1] for h in store])
+        )  # type: ignore[assignment]
+        g.store_hosts = store
 
     def _topics(
         self, topics: list[str], origins: list[str] | None
@@ -257,15 +394,28 @@ class RunLane:
         return tids, limit, can_pick, tlen
 
     def _properties_length(
-        self, fmt: _PropsFormat, tags: list[str] | None, keys: list[str] | None, bad: np.ndarray
+        self,
+        fmt: _PropsFormat,
+        tags: list[str] | None,
+        keys: list[str] | None,
+        given: _Given,
+        code: int,
+        bad: np.ndarray,
     ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
         """Each message's properties length (names, values, separators), and the hashes of its KEYS
         when every message has one index key."""
         names = fmt.names
         k = len(bad)
-        plen = np.full(k, sum(len(n) + 2 for n in names) + 32, dtype=np.int64)  # 32: a generated UNIQ_KEY
-        if PROP_WAIT in names:
-            plen += 4  # "true"
+        fixed = sum(len(n.encode("utf-8")) + 2 for n in names) - (not self.trailing_separator)
+        plen = np.full(k, fixed, dtype=np.int64)
+        if given.uniq is None:
+            plen += 32  # a generated UNIQ_KEY
+        else:
+            plen += _value_column(given.uniq, False, bad)[0]
+        for values in given.values:
+            plen += _value_column(values, False, bad)[0]
+        if cl.PROP_WAIT in names:
+            plen += 5 if code & WAIT_FALSE else 4  # "false", "true"
         keys_hashed = None
         if tags is not None:
             plen += _value_column(tags, False, bad)[0]  # type: ignore[arg-type]
@@ -280,36 +430,72 @@ class RunLane:
                 bad[:] = True
         return plen, keys_hashed
 
-    def record_format(self, fmt: _PropsFormat, uniq_head: str) -> bytes:
+    def record_format(self, fmt: _PropsFormat, uniq_head: str | None, wait: bool) -> bytes:
         """A plain record after its 88-byte head as one bytes %-format: body, topic (with its length
-        byte), properties length, then the properties with the constant values filled in."""
-        key = (tuple(fmt.names), uniq_head)
+        byte), properties length, then the properties with the constant values filled in
+        (``uniq_head`` None: the UNIQ_KEYs are given)."""
+        key = (tuple(fmt.names), uniq_head, wait)
         rf = self.record_formats.get(key)
         if rf is None:
             parts = [b"%s%s%s%s"]
             for name in fmt.names:
-                if name == PROP_TAGS or name == PROP_KEYS:
-                    value = b"%s"
-                elif name == PROP_UNIQ_KEY:
+                if name == cl.PROP_UNIQ_KEY and uniq_head is not None:
                     value = uniq_head.encode("ascii") + b"%s%s"  # time field, counter
-                elif name == PROP_WAIT:
-                    value = b"true"
-                else:  # CLUSTER
+                elif name == cl.PROP_WAIT:
+                    value = b"true" if wait else b"false"
+                elif name == PROP_CLUSTER:
                     value = self.cluster.encode("utf-8").replace(b"%", b"%%")
+                else:  # TAGS, KEYS, a given UNIQ_KEY, a user property
+                    value = b"%s"
                 parts.append(name.encode("utf-8").replace(b"%", b"%%") + b"\x01" + value + b"\x02")
-            rf = self.record_formats[key] = b"".join(parts)
+            rf = b"".join(parts)
+            if not self.trailing_separator:  # 4.9.1-4.9.x: none after the last property
+                rf = rf[:-1]
+            self.record_formats[key] = rf
         return rf
 
-    def _put_checked(self, run: _Run, fmt: _PropsFormat) -> None:
+    def _put_checked(self, run: _Run, fmt: _PropsFormat, code: int) -> None:
         """Plain messages that passed every check: the side effects, in message order."""
         qv = self._queue_ids(run)
-        ts = self._store_times(len(qv))
-        uniq_head, utime, uctr = self.p.keys_gen.many_parts(ts, self.born_addr)
+        g = run.given
+        if g.store_ts is not None:  # as put_one: a given store time is taken as it is
+            ts = g.store_ts
+            self.p.last_ts = int(ts[-1])
+        else:
+            ts = self._store_times(len(qv))
+        uniq: tuple[str, np.ndarray, np.ndarray] | None = None
+        if g.uniq is None:  # generated: the born time is the store time, the born host the default
+            uniq = self.p.keys_gen.many_parts(ts, self.born_addr)
         qoff = self._queue_offsets(run.tids, qv)
         crc = np.fromiter(map(zlib.crc32, run.bodies), np.int64, len(qv)) & INT_MAX
-        args = self._format_args(run, fmt, utime, uctr)
-        phy = self._lay_out(run, self.record_format(fmt, uniq_head), args, qv, qoff, crc, ts)
-        self._add_columns(run, qv, qoff, phy, ts, uniq_head, utime, uctr)
+        args = self._format_args(run, fmt, uniq, code)
+        rf = self.record_format(fmt, None if uniq is None else uniq[0], not code & WAIT_FALSE)
+        phy = self._lay_out(run, rf, args, self._head_fields(run, qv, qoff, crc, ts))
+        self._add_columns(run, qv, qoff, phy, ts, uniq)
+
+    def _head_fields(
+        self, run: _Run, qv: np.ndarray, qoff: np.ndarray, crc: np.ndarray, ts: np.ndarray
+    ) -> dict[str, np.ndarray | int]:
+        """The record head's fields (before the physical offset and size): per message or the run's."""
+        g = run.given
+        born_ts = ts if g.born_ts is None else np.where(g.born_set, g.born_ts, ts)  # type: ignore[arg-type]
+        heads: dict[str, np.ndarray | int] = {
+            "magic": cl.MAGIC_V1,
+            "body_crc": crc,
+            "queue_id": qv,
+            "queue_offset": qoff,
+            "born_timestamp_ms": born_ts,
+            "store_timestamp_ms": ts,
+            "body_len": run.blen,
+        }
+        if g.flag is not None:
+            heads["flag"] = g.flag
+        if g.hosts is None:
+            heads |= {"born_addr": self.born_ip, "born_port": self.born_port}
+            heads |= {"store_addr": self.store_ip, "store_port": self.store_port}
+        else:
+            heads |= dict(zip(("born_addr", "born_port", "store_addr", "store_port"), g.hosts, strict=True))
+        return heads
 
     def _queue_ids(self, run: _Run) -> np.ndarray:
         """Queue ids, the round robin's picks made in message order."""
@@ -347,8 +533,11 @@ class RunLane:
             bases[g] = self.p.take_queue_offsets(self.tnames[kv >> 32], kv & 0xFFFFFFFF, int(counts[g]))
         return bases[inv] + rank
 
-    def _format_args(self, run: _Run, fmt: _PropsFormat, utime: np.ndarray, uctr: np.ndarray) -> list[Any]:
+    def _format_args(
+        self, run: _Run, fmt: _PropsFormat, uniq: tuple[str, np.ndarray, np.ndarray] | None, code: int
+    ) -> list[Any]:
         """The per-record arguments of the record format after the head, in its order."""
+        user = self.user_names[code >> _NAMES_SHIFT]
         tprefix = [self.topic_prefix.get(t, b"") for t in self.tnames]
         args: list[Any] = [
             run.bodies,
@@ -356,28 +545,24 @@ class RunLane:
             list(map(_SHORTS.__getitem__, run.plen.tolist())),
         ]
         for name in fmt.names:
-            if name == PROP_TAGS:
+            if name == cl.PROP_TAGS:
                 enc = {t: t.encode("utf-8") for t in set(run.tags)}  # type: ignore[arg-type]
                 args.append(list(map(enc.__getitem__, run.tags)))  # type: ignore[arg-type]
-            elif name == PROP_KEYS:
+            elif name == cl.PROP_KEYS:
                 args.append([k.encode("utf-8") for k in run.keys])  # type: ignore[union-attr]
-            elif name == PROP_UNIQ_KEY:
-                tl = utime.tolist()
+            elif name == cl.PROP_UNIQ_KEY and uniq is not None:
+                tl = uniq[1].tolist()
                 hex8 = {v: b"%08X" % v for v in set(tl)}
                 args.append(list(map(hex8.__getitem__, tl)))
-                args.append(_hex4_bytes(uctr))
+                args.append(_hex4_bytes(uniq[2]))
+            elif name == cl.PROP_UNIQ_KEY:
+                args.append([u.encode("utf-8") for u in run.given.uniq])  # type: ignore[union-attr]
+            elif name != cl.PROP_WAIT and name != PROP_CLUSTER:  # a user property
+                values = run.given.values[user.index(name)]
+                args.append([v.encode("utf-8") for v in values])
         return args
 
-    def _lay_out(
-        self,
-        run: _Run,
-        rf: bytes,
-        args: list[Any],
-        qv: np.ndarray,
-        qoff: np.ndarray,
-        crc: np.ndarray,
-        ts: np.ndarray,
-    ) -> np.ndarray:
+    def _lay_out(self, run: _Run, rf: bytes, args: list[Any], heads: dict[str, np.ndarray | int]) -> np.ndarray:
         """Encode the records into the layout, rolling to the next file where one does not fit
         (BLANK first); their physical offsets."""
         out, size = self.p.out, run.size
@@ -392,18 +577,9 @@ class RunLane:
                 phy[i0:j] = out.base + ends[: j - i0] - size[i0:j]
                 h = np.zeros(j - i0, dtype=HEAD_V4_DTYPE)
                 h["total_size"] = size[i0:j]
-                h["magic"] = MAGIC_V1
-                h["body_crc"] = crc[i0:j]
-                h["queue_id"] = qv[i0:j]
-                h["queue_offset"] = qoff[i0:j]
                 h["phy_offset"] = phy[i0:j]
-                h["born_timestamp_ms"] = ts[i0:j]
-                h["born_addr"] = self.born_ip
-                h["born_port"] = self.born_port
-                h["store_timestamp_ms"] = ts[i0:j]
-                h["store_addr"] = self.store_ip
-                h["store_port"] = self.store_port
-                h["body_len"] = run.blen[i0:j]
+                for name, v in heads.items():
+                    h[name] = v if isinstance(v, int) else v[i0:j]
                 cols_ij = [_split_fixed(h.tobytes(), 88, j - i0)] + [c[i0:j] for c in args]
                 out.add_piece(b"".join([rf % v for v in zip(*cols_ij, strict=True)]), int(ends[j - i0 - 1]))
             if j < n:
@@ -418,9 +594,7 @@ class RunLane:
         qoff: np.ndarray,
         phy: np.ndarray,
         ts: np.ndarray,
-        uniq_head: str,
-        utime: np.ndarray,
-        uctr: np.ndarray,
+        uniq: tuple[str, np.ndarray, np.ndarray] | None,
     ) -> None:
         """What the dispatcher reads back (§3.11, §4.2): tags codes and index keys, into the plan's columns."""
         p, n, tags, keys = self.p, len(qv), run.tags, run.keys
@@ -437,7 +611,11 @@ class RunLane:
         tid = gid[run.tids]
         names = list(cols.topic_ids)
         topic_hash = _topic_prefix_hashes(names)[tid]
-        uhash = topic_key_hashes(topic_hash, _uniq_key_hashes(uniq_head, utime, uctr), np.full(n, 32, dtype=np.int64))
+        given = run.given
+        if uniq is None:
+            uhash = topic_key_hashes(topic_hash, *_string_hashes(given.uniq))  # type: ignore[arg-type]
+        else:
+            uhash = topic_key_hashes(topic_hash, _uniq_key_hashes(*uniq), np.full(n, 32, dtype=np.int64))
         if run.keys_hashed is not None:  # every KEYS value is one key
             krec, khash = np.arange(n, dtype=np.int64), topic_key_hashes(topic_hash, *run.keys_hashed)
         elif keys is not None:
@@ -449,8 +627,11 @@ class RunLane:
         cols.keys.extend(keys if keys is not None else repeat(None, n))
         cols.origin.extend(repeat("message", n) if run.origins is None else run.origins)
         cols.topic.extend(run.topics)
-        cols.uniq.extend_generated(uniq_head, utime, uctr)
-        cols.store_host.extend(repeat(p.default_store, n))
+        if uniq is None:
+            cols.uniq.extend_strings(list(given.uniq))  # type: ignore[arg-type]
+        else:
+            cols.uniq.extend_generated(*uniq)
+        cols.store_host.extend(repeat(p.default_store, n) if given.store_hosts is None else given.store_hosts)
 
 
 def _value_column(values: list[str], may_be_empty: bool, bad: np.ndarray) -> tuple[np.ndarray, str]:

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from rmqstore.codec.messages import Message, MessageBatch, producer_columns
+from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch, optional_columns, producer_columns
 from rmqstore.codec.messages import paused_gc as _paused_gc
 from rmqstore.ops.write.append import Planner, WriteOptions, WritePlan
 from rmqstore.ops.write.encode_one import put_one
-from rmqstore.ops.write.encode_run import PLAIN_DEFAULTS, PLAIN_FIELDS, Block, RunLane, run_codes
+from rmqstore.ops.write.encode_run import PLAIN_DEFAULTS, PLAIN_FIELDS, Block, RunLane
 from rmqstore.store import Store
 
 _FAST_BLOCK = 32768  # messages classified at a time
@@ -48,9 +48,9 @@ def _plan(st: Store, messages: Sequence[Message] | MessageBatch, opts: WriteOpti
         s1 = min(len(messages), s0 + _FAST_BLOCK)
         if batch is not None:
             blk = _batch_block(batch, s0, s1)
-            codes = run_codes(blk.tags, blk.keys) if lane.usable else [-1] * (s1 - s0)
+            codes = lane.codes(blk) if lane.usable else [-1] * (s1 - s0)
         elif lane.usable:
-            codes, blk = _message_block(messages[s0:s1])  # type: ignore[arg-type]
+            codes, blk = _message_block(lane, messages[s0:s1])  # type: ignore[arg-type]
         else:
             for m in messages[s0:s1]:
                 put_one(p, m)  # type: ignore[arg-type]
@@ -70,21 +70,29 @@ def _plan(st: Store, messages: Sequence[Message] | MessageBatch, opts: WriteOpti
 def _batch_block(batch: MessageBatch, s0: int, s1: int) -> Block:
     origin = None if batch.origin is None else batch.origin[s0:s1]
     cut = slice(s0, s1)
+    optional = [None if (c := getattr(batch, name)) is None else c[cut] for name in BATCH_FIELDS[6:]]
     return Block(
-        batch.topic[cut], batch.body[cut], batch.queue_id[cut], batch.tags[cut], batch.keys[cut], origin, batch, s0
+        batch.topic[cut],
+        batch.body[cut],
+        batch.queue_id[cut],
+        batch.tags[cut],
+        batch.keys[cut],
+        origin,
+        batch,
+        s0,
+        optional,
     )
 
 
-def _message_block(block: Sequence[Message]) -> tuple[list[int], Block]:
+def _message_block(lane: RunLane, block: Sequence[Message]) -> tuple[list[int], Block]:
     """Per message: -1 for the reference lane, else its run code; and the block's columns."""
     k = len(block)
-    blk = Block(*producer_columns(block), block)
+    blk = Block(*producer_columns(block), block, 0, optional_columns(block))
+    codes = lane.codes(blk)
     for get, default in _PLAIN_GETTERS:  # a field at a time: cheaper than a tuple per message
         values = list(map(get, block))
         if values.count(default) != k:
-            codes = [
-                (m.tags is not None) | (bool(m.keys) and not m.keys.isspace()) << 1 if f == PLAIN_DEFAULTS else -1
-                for m, f in zip(block, map(_PLAIN_VALUES, block), strict=True)
-            ]
-            return codes, blk
-    return run_codes(blk.tags, blk.keys), blk
+            return [
+                c if f == PLAIN_DEFAULTS else -1 for c, f in zip(codes, map(_PLAIN_VALUES, block), strict=True)
+            ], blk
+    return codes, blk

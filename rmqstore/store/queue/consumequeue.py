@@ -17,7 +17,7 @@ from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, encode_entry, v
 from rmqstore.errors import CorruptData
 from rmqstore.problems import Problem, ProblemKind
 from rmqstore.rules import rules_for
-from rmqstore.store.files import map_file, read_at
+from rmqstore.store.files import map_file, read_at, release_written
 from rmqstore.store.layout import Segment, file_name, list_segments, queue_dir, segment_for
 from rmqstore.store.queue.interface import QueueCut, QueueRange, QueueRecovery, QueueTail
 from rmqstore.store.queue.mappedfiles import (
@@ -285,6 +285,7 @@ class ConsumeQueueWriter:
         self.last_ts = 0
         self.written = 0
         self._maps: dict[int, mmap.mmap] = {}
+        self._released: dict[int, int] = {}  # per file: bytes before this are out of the resident set
         self._placed: MappedFileQueue | None = None
 
     def _load(self) -> list[Segment]:
@@ -361,6 +362,7 @@ class ConsumeQueueWriter:
                     out["tags_code"] = tags_code[i:j]
                     del out
                     self.end += (j - i) * ENTRY_SIZE
+                    self._released[base] = release_written(m, self._released.get(base, 0), self.end - base)
                     last = j - 1
                     self.max_phy = int(phy[last]) + (0 if self.old_dup_rule else int(size[last]))
                     self.last_ts = int(store_ts[last])
@@ -413,5 +415,6 @@ class ConsumeQueueWriter:
                 m.flush()
             m.close()
         self._maps.clear()
+        self._released.clear()
         if self._placed is not None:
             self._placed.close()

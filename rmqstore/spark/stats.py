@@ -1,0 +1,223 @@
+"""``spark stats`` summed in the tasks: each task reads its splits' record batches (store, topic,
+queue, size, store time, KEYS) and folds them into one small summary per store, topic, queue and
+UTC hour; the driver merges the summaries. No row goes through Spark's aggregation or shuffle.
+
+Distinct KEYS tokens are counted with a mergeable sketch: the 64-bit hashes of a group's tokens
+while there are at most ``SET_LIMIT`` of them (exact, but for a hash collision, about 1 in 2^40 at
+that size), then a HyperLogLog of ``REGISTERS`` registers (standard error ``HLL_ERROR``). A group's
+count says whether it is exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqstore.codec.columnar import gather
+
+MS_PER_HOUR = 3_600_000
+REGISTERS = 4096  # 2^12 HyperLogLog registers: 4 KiB per group once it leaves the exact set
+HLL_ERROR = 1.04 / math.sqrt(REGISTERS)  # relative standard error of the estimate (1.6%)
+SET_LIMIT = 2048  # distinct hashes kept exactly per group before the registers take over
+STATS_READ_COLUMNS = ("store", "topic", "queueId", "storeSize", "storeTimestamp", "keys")
+_P = 12
+_WIDE = 64  # tokens longer than this are hashed one by one
+_M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)  # MurmurHash3's fmix64
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _fmix64(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(33))
+    h = h * _M1
+    h = h ^ (h >> np.uint64(33))
+    h = h * _M2
+    return h ^ (h >> np.uint64(33))
+
+
+def token_hashes(tokens: pa.Array) -> np.ndarray:
+    """A 64-bit hash of each string's UTF-8 bytes, the same in every process (8 bytes a step)."""
+    tokens = tokens.cast(pa.string()) if tokens.type != pa.string() else tokens
+    n = len(tokens)
+    if n == 0:
+        return np.zeros(0, np.uint64)
+    offsets = np.frombuffer(tokens.buffers()[1], np.int32)[tokens.offset : tokens.offset + n + 1].astype(np.int64)
+    data = tokens.buffers()[2]
+    u8 = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    start, length = offsets[:-1], np.diff(offsets)
+    out = np.empty(n, np.uint64)
+    short = length <= _WIDE
+    rows = np.flatnonzero(short)
+    if len(rows):
+        width = max(8, -(-int(length[rows].max()) // 8) * 8)
+        mat = gather(u8, start[rows], width) if len(u8) else np.zeros((len(rows), width), np.uint8)
+        mat = mat * (np.arange(width) < length[rows, None])  # zero after each token
+        words = np.ascontiguousarray(mat, dtype=np.uint8).view("<u8")
+        h = length[rows].astype(np.uint64) * _MUL
+        for j in range(words.shape[1]):
+            h = _fmix64(h ^ words[:, j])
+        out[rows] = h
+    for i in np.flatnonzero(~short).tolist():
+        raw = u8[start[i] : start[i] + length[i]].tobytes()
+        out[i] = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
+    return out
+
+
+@dataclass(slots=True)
+class Distinct:
+    """Distinct token hashes of one group: the sorted hashes (exact) or HyperLogLog registers."""
+
+    hashes: np.ndarray | None
+    registers: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, hashes: np.ndarray) -> Distinct:
+        d = cls(np.unique(hashes))
+        d._maybe_registers()
+        return d
+
+    def _maybe_registers(self) -> None:
+        if self.hashes is not None and len(self.hashes) > SET_LIMIT:
+            self.registers = _registers(self.hashes)
+            self.hashes = None
+
+    def merge(self, other: Distinct) -> None:
+        if self.hashes is not None and other.hashes is not None:
+            self.hashes = np.union1d(self.hashes, other.hashes)
+            self._maybe_registers()
+            return
+        mine = self.registers if self.registers is not None else _registers(self.hashes)  # type: ignore[arg-type]
+        theirs = other.registers if other.registers is not None else _registers(other.hashes)  # type: ignore[arg-type]
+        self.registers, self.hashes = np.maximum(mine, theirs), None
+
+    def count(self) -> tuple[int, bool]:
+        """The number of distinct tokens, and whether it is exact (else a HyperLogLog estimate)."""
+        if self.hashes is not None:
+            return len(self.hashes), True
+        reg = self.registers
+        assert reg is not None
+        m = REGISTERS
+        estimate = 0.7213 / (1 + 1.079 / m) * m * m / float(np.sum(np.ldexp(1.0, -reg.astype(np.int64))))
+        zeros = int(np.count_nonzero(reg == 0))
+        if estimate <= 2.5 * m and zeros:
+            estimate = m * math.log(m / zeros)  # linear counting for small counts
+        return round(estimate), False
+
+
+def _registers(hashes: np.ndarray) -> np.ndarray:
+    """HyperLogLog registers of 64-bit hashes: bucket from the top 12 bits, rank from the rest."""
+    reg = np.zeros(REGISTERS, np.uint8)
+    if len(hashes):
+        bucket = (hashes >> np.uint64(64 - _P)).astype(np.int64)
+        rest = hashes & np.uint64((1 << (64 - _P)) - 1)
+        _, bits = np.frexp(rest.astype(np.float64))  # exact: rest < 2^52
+        np.maximum.at(reg, bucket, (64 - _P + 1 - bits).astype(np.uint8))
+    return reg
+
+
+GroupKey = tuple[str, str, int, int]  # store, topic, queue id, hour start (ms)
+
+
+@dataclass(slots=True)
+class GroupStats:
+    messages: int
+    bytes: int
+    first: int
+    last: int
+    distinct: Distinct
+
+    def merge(self, other: GroupStats) -> None:
+        self.messages += other.messages
+        self.bytes += other.bytes
+        self.first = min(self.first, other.first)
+        self.last = max(self.last, other.last)
+        self.distinct.merge(other.distinct)
+
+
+def _factorized(columns: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One group id per row for the combination of ``columns`` (each factorized on its own, then
+    combined in mixed radix: no sort of rows), and each column's value per group id."""
+    key = np.zeros(len(columns[0]), np.int64)
+    values = []
+    for col in columns:
+        uniq, inv = np.unique(col, return_inverse=True)
+        key = key * len(uniq) + inv.reshape(-1)
+        values.append(uniq)
+    groups, gid = np.unique(key, return_inverse=True)
+    out = []
+    for uniq in reversed(values):  # undo the mixed radix, last column first
+        out.append(uniq[groups % len(uniq)])
+        groups = groups // len(uniq)
+    return gid.reshape(-1), out[::-1]
+
+
+def fold_batch(acc: dict[GroupKey, GroupStats], batch: pa.RecordBatch) -> None:
+    """Add one record batch (``STATS_READ_COLUMNS``) to the summaries ``acc``."""
+    if batch.num_rows == 0:
+        return
+    stores = batch.column("store").dictionary_encode()
+    topics = batch.column("topic").dictionary_encode()
+    ts = batch.column("storeTimestamp").to_numpy().astype(np.int64)
+    gid, (s_code, t_code, qid, hour) = _factorized(
+        [
+            stores.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            topics.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            batch.column("queueId").to_numpy().astype(np.int64),
+            ts // MS_PER_HOUR,
+        ]
+    )
+    g_count = len(qid)
+    size = batch.column("storeSize").to_numpy().astype(np.int64)
+    messages = np.bincount(gid, minlength=g_count)
+    total = np.zeros(g_count, np.int64)
+    np.add.at(total, gid, size)
+    first = np.full(g_count, np.iinfo(np.int64).max)
+    np.minimum.at(first, gid, ts)
+    last = np.full(g_count, np.iinfo(np.int64).min)
+    np.maximum.at(last, gid, ts)
+    keys = batch.column("keys")
+    key_group = gid[pc.list_parent_indices(keys).to_numpy()]
+    hashes = token_hashes(pc.list_flatten(keys))
+    narrow = key_group.astype(np.uint16) if g_count < 1 << 16 else key_group  # a radix sort for 16 bits
+    korder = np.argsort(narrow, kind="stable")
+    bounds = np.searchsorted(key_group[korder], np.arange(g_count + 1))
+    store_names, topic_names = stores.dictionary.to_pylist(), topics.dictionary.to_pylist()
+    for g, (s, t, q, h) in enumerate(zip(s_code.tolist(), t_code.tolist(), qid.tolist(), hour.tolist(), strict=True)):
+        key = (store_names[s], topic_names[t], q, h * MS_PER_HOUR)
+        part = GroupStats(
+            int(messages[g]),
+            int(total[g]),
+            int(first[g]),
+            int(last[g]),
+            Distinct.of(hashes[korder[bounds[g] : bounds[g + 1]]]),
+        )
+        have = acc.get(key)
+        if have is None:
+            acc[key] = part
+        else:
+            have.merge(part)
+
+
+def merge_summaries(parts: Iterable[dict[GroupKey, GroupStats]]) -> dict[GroupKey, GroupStats]:
+    """The tasks' summaries as one (on the driver)."""
+    out: dict[GroupKey, GroupStats] = {}
+    for part in parts:
+        for key, g in part.items():
+            have = out.get(key)
+            if have is None:
+                out[key] = g
+            else:
+                have.merge(g)
+    return out
+
+
+def summarise(batches: Iterator[pa.RecordBatch]) -> dict[GroupKey, GroupStats]:
+    acc: dict[GroupKey, GroupStats] = {}
+    for batch in batches:
+        fold_batch(acc, batch)
+    return acc
