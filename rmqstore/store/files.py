@@ -70,9 +70,12 @@ def release_pages(buf: mmap.mmap | bytes, start: int, end: int, step: int = _REL
     are done with: the page cache keeps the file (a later read faults them back in, ``flush`` still
     writes written pages to disk), so a reader's or a writer's memory stays at a window, not the file.
     Returns where the next release starts."""
+    if not isinstance(buf, mmap.mmap):
+        return start
     lo = -(-start // PAGE) * PAGE
-    hi = end - end % PAGE
-    if hi - lo < step or not isinstance(buf, mmap.mmap):
+    hi = min(end, len(buf))
+    hi -= hi % PAGE
+    if hi - lo < max(step, PAGE):
         return start
     buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
     return hi

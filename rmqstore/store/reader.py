@@ -14,10 +14,12 @@ from rmqstore.codec.commitlog import MIN_RECORD_SIZE_V1, Blank, Record, decode_r
 from rmqstore.codec.framing import BLANK, END, RECORD
 from rmqstore.errors import CorruptData, RecordSizeMismatch, from_os_error
 from rmqstore.store import Store
+from rmqstore.store.files import release_pages
 from rmqstore.store.layout import Segment, segment_for
 
 ScanProgress = Callable[[int, int], None]  # (bytes just scanned, total bytes of this scan)
 _PROGRESS_STEP = 8 << 20  # report scan progress every 8 MiB
+_RELEASE_STEP = 32 << 20  # bytes a scan passes before their pages leave the resident set
 _SEARCH_WINDOW = 1 << 20  # bytes searched for the needle ahead of the record walk
 
 
@@ -155,7 +157,7 @@ def scan_records(
         buf = reader.buffer(seg)
         size = len(buf)
         step = seg.framing.step
-        pos = reported = max(0, from_phy - seg.base_offset)
+        pos = reported = released = max(0, from_phy - seg.base_offset)
         # Search for the needle in windows just ahead of the walk, so that a walk which stops
         # early (the usual tail scan) never reads the rest of a 1 GiB file.
         hit, searched_to = -1, pos
@@ -191,11 +193,15 @@ def scan_records(
                     hit, searched_to = -1, end
                 stats.records += 1
                 pos = end
+                if pos - released >= _RELEASE_STEP:
+                    release_pages(buf, released, pos, 0)
+                    released = pos
                 if progress is not None and pos - reported >= _PROGRESS_STEP:
                     progress(pos - reported, total)
                     reported = pos
         finally:
             stats.scanned_bytes += pos - max(0, from_phy - seg.base_offset)
+            release_pages(buf, released, pos, 0)
         if progress is not None:
             progress(size - reported, total)
         if kind != BLANK:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ from rmqstore.codec.javahash import index_key_hash_batch, tags_code
 from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
+from rmqstore.ops.check.records import ROW_DTYPES, empty_rows, record_rows
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
 from rmqstore.problems import (
     ERROR,
@@ -82,11 +82,12 @@ from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import map_file
+from rmqstore.store.files import map_file, release_pages
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
 from rmqstore.store.offsets import read_consumer_offsets
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueue
-from rmqstore.store.queue.interface import ConsumeQueue
+from rmqstore.store.queue.interface import ConsumeQueue, QueueRange
+from rmqstore.store.queue.mappedfiles import QueueDirectories
 from rmqstore.walk.chain import indexed, queued
 from rmqstore.walk.checked import TopicIds
 from rmqstore.walk.dledger import ENTRY, INVALID, Entry, entry_findings, iter_entries, ledger_problems, ledger_state
@@ -95,8 +96,11 @@ from rmqstore.walk.recovery import walk_start
 
 PER_KIND_LIMIT = 20  # problems of one kind listed; the rest are only counted
 _JAVA_INT_RE = re.compile(r"[+-]?\d+")  # what Integer.parseInt accepts
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _CHUNK = 16 << 20
 _KEY_FLUSH = 1 << 16  # index keys hashed at a time
+_BATCH = 1 << 16  # records decoded as columns at a time
+_INDEX_CHUNK = 1 << 20  # index entries checked at a time
 _CONFIG_SUFFIXES = (".json", ".json.bak")
 _COMPACT_CONFIG = tuple(cfgjson.COMPACT_FILES) + tuple(f"{n}.bak" for n in cfgjson.COMPACT_FILES)
 _TYPED_CONFIG: dict[str, Callable[..., Any]] = {
@@ -254,11 +258,11 @@ class _LogScan:
     """Fields of every readable record, in commit log order (so sorted by phy offset)."""
 
     names: TopicIds = field(default_factory=TopicIds)  # topic name <-> id of every record
-    # one row per record: phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
-    # computes, store timestamp, transaction type
-    rows: array = field(default_factory=lambda: array("q"))  # flat: 8 longs a record
-    key_rec: list[np.ndarray] = field(default_factory=list)  # record number of each index key
-    key_hash: list[np.ndarray] = field(default_factory=list)  # its index key hash
+    # per record (ROW_DTYPES): phy, size, topic id, queue id, queue offset, the tagsCode the dispatcher
+    # computes, store timestamp, transaction type; one array per column and batch until finish()
+    parts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    key_parts: list[np.ndarray] = field(default_factory=list)  # record number << 32 | index key hash
+    rows_seen: int = 0
     stops: list[int] = field(default_factory=list)  # phy offsets where the broker's walk stops
     records_end: int | None = None  # where the last run of records the walk found ends
     runs: list[_FileRun] = field(default_factory=list)
@@ -280,18 +284,36 @@ class _LogScan:
         return self.names.id(name)
 
     def finish(self) -> None:
-        table = (
-            np.frombuffer(self.rows, dtype=np.int64).reshape(-1, 8) if len(self.rows) else np.zeros((0, 8), np.int64)
-        )
-        self.a_phy = np.ascontiguousarray(table[:, 0])
-        names = ("size", "topic", "qid", "qoff", "tags", "ts", "tx")
-        self.arrays = {name: np.ascontiguousarray(table[:, i + 1]) for i, name in enumerate(names)}
-        del table
-        recs = np.concatenate(self.key_rec) if self.key_rec else np.empty(0, np.int64)
-        hashes = np.concatenate(self.key_hash) if self.key_hash else np.empty(0, np.int64)
-        self.keys_sorted = _sorted_unique((recs.astype(np.int64) << 32) | hashes.astype(np.int64))
-        self.rows = array("q")
-        self.key_rec, self.key_hash = [], []
+        cols = {}
+        for name in ROW_DTYPES:  # one column at a time: the batches of a column go as it is built
+            cols[name] = np.concatenate([part.pop(name) for part in self.parts] or [empty_rows(0)[name]])
+        self.parts = []
+        self.a_phy = cols.pop("phy")
+        self.arrays = cols
+        self._topics_in_order()
+        keys = np.concatenate(self.key_parts) if self.key_parts else np.empty(0, np.int64)
+        self.key_parts = []
+        keys.sort()  # in place: no second copy of every key
+        self.keys_sorted = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
+
+    def _topics_in_order(self) -> None:
+        """Topic ids renumbered in the order the topics first appear in the commit log."""
+        topic = self.arrays["topic"]
+        n = len(self.names.names)
+        if not n or not topic.size:
+            return
+        first = np.full(n, topic.size, dtype=np.int64)
+        np.minimum.at(first, topic, np.arange(topic.size))
+        order = np.argsort(first, kind="stable")
+        if (order == np.arange(n)).all():
+            return
+        renumber = np.empty(n, dtype=np.int32)
+        renumber[order] = np.arange(n, dtype=np.int32)
+        names = [self.names.names[i] for i in order.tolist()]
+        self.names = TopicIds()
+        for name in names:
+            self.names.id(name)
+        self.arrays["topic"] = renumber[topic]
 
     @property
     def count(self) -> int:
@@ -331,6 +353,8 @@ class _OpenFile:
 class _Walker:
     """Lenient walk over commit log files, building a :class:`_LogScan`."""
 
+    columnar = True  # off: every record through the per-record path (the reference the tests compare with)
+
     def __init__(self, st: Store, out: _Problems, progress: Progress | None, *, light: bool = False) -> None:
         self.light = light  # only what recovery reads: no tagsCode, no index keys
         self.st = st
@@ -350,6 +374,8 @@ class _Walker:
         self._key_strs: list[str] = []
         self._key_recs: list[int] = []
         self._topics: dict[bytes, tuple[str, int]] = {}
+        self._number = 0  # record number of the record on the per-record path
+        self._slow_rows: list[tuple[int, ...]] = []
         self._refused: set[int] = set()  # topic ids already reported as names the broker refuses
 
     # -- helpers ------------------------------------------------------------------
@@ -368,8 +394,8 @@ class _Walker:
 
     def _flush_keys(self) -> None:
         if self._key_strs:
-            self.scan.key_hash.append(index_key_hash_batch(self._key_strs).astype(np.int64))
-            self.scan.key_rec.append(np.asarray(self._key_recs, dtype=np.int64))
+            hashes = index_key_hash_batch(self._key_strs).astype(np.int64)
+            self.scan.key_parts.append((np.asarray(self._key_recs, dtype=np.int64) << 32) | hashes)
             self._key_strs, self._key_recs = [], []
 
     # -- the walk -----------------------------------------------------------------
@@ -385,10 +411,13 @@ class _Walker:
         reported = 0
         with memoryview(buf) as view:
             f = _OpenFile(seg, buf, view, len(buf), run, shifts)
+            u8 = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, np.uint8)
             for item in items:
                 if isinstance(item, Run):
-                    for pos in item.positions.tolist():
-                        self._record(f, pos)
+                    for lo in range(0, len(item.positions), _BATCH):
+                        batch = item.positions[lo : lo + _BATCH]
+                        self._records(f, u8, batch)
+                        release_pages(buf, int(batch[0]), int(batch[-1]), 0)  # read once: not kept resident
                     run.records += len(item.positions)
                     self.scan.records_end = seg.base_offset + item.end_pos
                     if item.end_pos - reported >= _CHUNK and self.progress is not None:
@@ -400,12 +429,48 @@ class _Walker:
                     self._blank(f, item)
                 else:
                     self._data_end(f, item)
+            del u8
         if self.progress is not None:
             self.progress(seg.size - reported)
         self._report_shifts(seg, run, shifts)
         if len(self._key_strs) > 200_000:
             self._flush_keys()
         return run
+
+    def _records(self, f: _OpenFile, u8: np.ndarray, p: np.ndarray) -> None:
+        """A batch of records the walk found readable: the plain ones as columns, the others (and
+        every one when ``columnar`` is off) through :meth:`_record`, in commit log order."""
+        first = self.scan.rows_seen
+        if self.columnar and not self.prop_crc:  # the __CRC32# property is checked record by record
+            got = record_rows(f.buf, u8, p, f.seg, self.cfg, first, self.scan.topic_id, light=self.light)
+            cols, slow = got.cols, self._with_new_topics(got.cols, got.slow)
+            if got.key_pairs.size:
+                self.scan.key_parts.append(got.key_pairs)
+        else:
+            cols, slow = empty_rows(len(p)), np.arange(len(p))
+        for k in slow.tolist():
+            self._number = first + k
+            self._record(f, int(p[k]))
+        if self._slow_rows:
+            table = np.array(self._slow_rows, dtype=np.int64)
+            for i, name in enumerate(ROW_DTYPES):
+                cols[name][slow] = table[:, i]
+            self._slow_rows = []
+        self.scan.parts.append(cols)
+        self.scan.rows_seen += len(p)
+
+    def _with_new_topics(self, cols: dict[str, np.ndarray], slow: np.ndarray) -> np.ndarray:
+        """``slow`` and the first consumable record of each topic whose name is not checked yet: the
+        per-record path checks the name (:meth:`_refused_topic`)."""
+        plain = np.ones(len(cols["tx"]), dtype=bool)
+        plain[slow] = False
+        tx = cols["tx"]
+        cand = np.flatnonzero(plain & ((tx == 0) | (tx == TRANSACTION_COMMIT_TYPE)))
+        if not cand.size:
+            return slow
+        tids, at = np.unique(cols["topic"][cand], return_index=True)
+        new = [int(cand[i]) for t, i in zip(tids.tolist(), at.tolist(), strict=True) if t not in self._refused]
+        return np.union1d(slow, np.asarray(new, dtype=np.int64)) if new else slow
 
     def _record(self, f: _OpenFile, pos: int) -> None:
         """One record the walk found readable: a V1 record with IPv4 hosts is read straight from the
@@ -580,9 +645,8 @@ class _Walker:
                 phy_offset=phy,
                 group="tx queue offset",
             )
-        rows = self.scan.rows
-        number = len(rows) // 8
-        rows.extend((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
+        number = self._number
+        self._slow_rows.append((phy, total, tid, queue_id, queue_offset, code, store_ts, tx))
         if indexed(tx) and props and not self.light:  # §5.3: rollback is not indexed
             uniq = props.get(PROP_UNIQ_KEY)
             if uniq:
@@ -639,14 +703,6 @@ def _crc(body: bytes) -> int:
 def fast_properties(raw: str, *, broker: str) -> dict[str, str]:
     """``parse_properties`` (the codec's one splitter, fast path included), under its earlier name."""
     return parse_properties(raw, broker=broker)
-
-
-def _sorted_unique(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (a plain sort: numpy's hash-based ``unique`` is slow on millions)."""
-    a = np.sort(a)
-    if a.size:
-        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
-    return a
 
 
 def _classify_tails(scan: _LogScan, out: _Problems) -> None:
@@ -983,7 +1039,7 @@ def _check_coverage(
     by_key = {(q.topic, q.queue_id): q for q in queues}
     consumable = queued(a["tx"])
     # one group per (topic, queue id) of the records, mapped back with the inverse index
-    pairs = (a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF)
+    pairs = (a["topic"].astype(np.int64) << 32) | (a["qid"].astype(np.int64) & 0xFFFFFFFF)
     order = np.argsort(pairs, kind="stable")
     sorted_pairs = pairs[order]
     starts = np.flatnonzero(np.concatenate(([True], sorted_pairs[1:] != sorted_pairs[:-1])))
@@ -1054,7 +1110,7 @@ def _check_index(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str]
     slots, max_entries = cfg.max_hash_slot_num, cfg.max_index_num
     log_min = scan.runs[0].seg.base_offset if scan.runs else 0
     data_end = scan.data_end
-    indexed = np.empty(0, np.int64)
+    found = np.zeros(scan.keys_sorted.size, dtype=bool)  # keys some index file holds
     cover_lo, cover_hi = None, None
     prev_end_ts: int | None = None
     for path in files:
@@ -1069,16 +1125,15 @@ def _check_index(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str]
                 continue
             h = ix.header()
             infos.append(_IndexInfo(path, h))
-            got = _verify_index_file(ix, h, scan, out, log_min, data_end, prev_end_ts)
+            n = _verify_index_file(ix, h, scan, out, (log_min, data_end), prev_end_ts, found)
             del ix
-        counts["indexEntries"] += got[0]
-        indexed = np.concatenate([indexed, got[1]])
-        if got[0]:
+        counts["indexEntries"] += n
+        if n:
             cover_lo = h.begin_phy_offset if cover_lo is None else min(cover_lo, h.begin_phy_offset)
             cover_hi = h.end_phy_offset if cover_hi is None else max(cover_hi, h.end_phy_offset)
         prev_end_ts = h.end_timestamp_ms
     if cfg.message_index_enable and cover_lo is not None and scan.keys_sorted.size:
-        _check_index_coverage(scan, _sorted_unique(indexed), out, st.config.index_dir, cover_lo, cover_hi)
+        _check_index_coverage(scan, found, out, st.config.index_dir, cover_lo, cover_hi)
     return infos
 
 
@@ -1097,136 +1152,229 @@ def _index_count(ix: IndexFile, h: IndexHeader, out: _Problems) -> int:
     return count
 
 
-@dataclass
-class _IndexEntries:
-    """Entries 1..count-1 of one index file as arrays (entry 0 is never used), and where problems go."""
+_INDEX_DTYPE = np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
 
-    path: str
-    out: _Problems
-    count: int
-    slots: int
+
+class _Findings:
+    """Problems of one file gathered over its chunks of entries: per kind the first ones (as many as
+    are listed) and a count, given to ``out`` kind after kind as if every entry were read at once."""
+
+    def __init__(self, out: _Problems, path: str) -> None:
+        self.out, self.path = out, path
+        self.kinds: dict[str, tuple[str, list[int], list[tuple[int, str, int | None]]]] = {}
+
+    def add(self, group: str, idx: np.ndarray, what: Callable[[int], str], at: Callable[[int], int],
+            phy: Callable[[int], int | None], severity: str = ERROR) -> None:  # fmt: skip
+        sev, n, items = self.kinds.setdefault(group, (severity, [0], []))
+        n[0] += int(idx.size)
+        room = self.out.limit + 1 - len(items) if self.out.limit else idx.size
+        for i in idx[: max(room, 0)].tolist():
+            items.append((at(i), what(i), phy(i)))
+
+    def flush(self) -> None:
+        for group, (sev, n, items) in self.kinds.items():
+            self.out.hide(self.path, group, sev, n[0] - len(items))
+            for at, what, phy in items:
+                self.out.add(self.path, at, what, sev, phy_offset=phy, group=group)
+        self.kinds = {}
+
+
+@dataclass
+class _IndexChunk:
+    """Entries ``first``..``first + len - 1`` of one index file as arrays (entry 0 is never used)."""
+
+    first: int
+    entries_pos: int  # where entry 0 is in the file
     num: np.ndarray  # entry numbers
     key_hash: np.ndarray
     phy: np.ndarray
     tdiff: np.ndarray
     prev: np.ndarray
-    heads: np.ndarray  # slot heads
 
     @classmethod
-    def read(cls, ix: IndexFile, count: int, out: _Problems) -> _IndexEntries:
-        dt = np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
-        e = np.frombuffer(ix.buf, dtype=dt, count=count, offset=HEADER_SIZE + ix.slots * 4)
-        cols = [e[n][1:].astype(np.int64) for n in ("h", "p", "t", "v")]
-        del e
-        num = np.arange(1, count, dtype=np.int64)
-        return cls(ix.path, out, count, ix.slots, num, *cols, ix.slots_array().astype(np.int64))
+    def read(cls, fd: int, ix: IndexFile, first: int, end: int) -> _IndexChunk:
+        """Read with pread, not through the mapping: the pages read do not stay resident."""
+        at = HEADER_SIZE + ix.slots * 4 + first * INDEX_ENTRY_SIZE
+        e = np.frombuffer(os.pread(fd, (end - first) * INDEX_ENTRY_SIZE, at), dtype=_INDEX_DTYPE)
+        num = np.arange(first, first + len(e), dtype=np.int64)
+        cols = (e["h"].astype(np.int64), e["p"].astype(np.int64), e["t"].astype(np.int64), e["v"].astype(np.int64))
+        return cls(first, HEADER_SIZE + ix.slots * 4, num, *cols)
 
-    def add(self, mask: np.ndarray, what: Callable[[int], str], group: str, sev: str = ERROR) -> None:
-        """A problem for each entry in ``mask`` (the first few built, the rest counted)."""
-        for i in _first(self.out, np.flatnonzero(mask), self.path, group, sev):
-            at = HEADER_SIZE + self.slots * 4 + int(self.num[i]) * INDEX_ENTRY_SIZE
-            self.out.add(self.path, at, what(int(i)), sev, phy_offset=int(self.phy[i]), group=group)
+    def at(self, i: int) -> int:
+        return self.entries_pos + int(self.num[i]) * INDEX_ENTRY_SIZE
+
+    def phy_of(self, i: int) -> int:
+        return int(self.phy[i])
 
 
-def _index_chains(x: _IndexEntries) -> None:
-    """Hash slot chains (§5.2): keyHash signs, prev links, slot heads, reachability."""
-    num, key_hash, prev, heads, count, path, out = x.num, x.key_hash, x.prev, x.heads, x.count, x.path, x.out
-    x.add(key_hash < 0, lambda i: f"entry {num[i]} has a negative keyHash {key_hash[i]}", "negative hash")
-    x.add(
-        (prev < 0) | (prev >= num), lambda i: f"entry {num[i]} links to entry {prev[i]}, not an earlier one", "bad prev"
-    )
-    slot = np.where(key_hash >= 0, key_hash % x.slots, -1)
+@dataclass
+class _IndexWalk:
+    """What the check of one index file keeps over its chunks: each entry's slot (-1: negative
+    keyHash) and how often it is linked (0, 1, 2 = more), and the findings so far."""
+
+    ix: IndexFile
+    count: int
+    slot: np.ndarray
+    refs: np.ndarray
+    chains: _Findings
+    records: _Findings
+    first_hit: tuple[int, int] | None = None  # (phy, store time) of entry 1's record
+    last_hit: tuple[int, int, int] | None = None  # (number, phy, store time) of the last entry's record
+    any_hit: bool = False
+
+    def link(self, targets: np.ndarray) -> None:
+        """Count links to the entries ``targets`` (saturating at 2)."""
+        if targets.size:
+            u, c = np.unique(targets, return_counts=True)
+            self.refs[u] = np.minimum(self.refs[u] + np.minimum(c, 2).astype(np.uint8), 2)
+
+
+def _chunk_chains(w: _IndexWalk, c: _IndexChunk) -> None:
+    """Hash slot chains (§5.2) of a chunk: keyHash signs, prev links and the slots they link."""
+    num, key_hash, prev, slots = c.num, c.key_hash, c.prev, w.ix.slots
+    slot = np.where(key_hash >= 0, key_hash % slots, -1)
+    w.slot[num] = slot
+    add = w.chains.add
+    add("negative hash", np.flatnonzero(key_hash < 0),
+        lambda i: f"entry {num[i]} has a negative keyHash {key_hash[i]}", c.at, c.phy_of)  # fmt: skip
+    add("bad prev", np.flatnonzero((prev < 0) | (prev >= num)),
+        lambda i: f"entry {num[i]} links to entry {prev[i]}, not an earlier one", c.at, c.phy_of)  # fmt: skip
     okp = (prev > 0) & (prev < num)
     prev_slot = np.full(len(num), -1, dtype=np.int64)
-    prev_slot[okp] = slot[prev[okp] - 1]
-    x.add(
-        okp & (prev_slot != slot),
-        lambda i: f"entry {num[i]} (slot {slot[i]}) links to entry {prev[i]} of slot {prev_slot[i]}: chains mixed",
+    prev_slot[okp] = w.slot[prev[okp]]
+    add(
         "chain slot",
+        np.flatnonzero(okp & (prev_slot != slot)),
+        lambda i: f"entry {num[i]} (slot {slot[i]}) links to entry {prev[i]} of slot {prev_slot[i]}: chains mixed",
+        c.at,
+        c.phy_of,
     )
+    w.link(prev[okp])
+
+
+def _slot_heads(w: _IndexWalk, fd: int, out: _Problems) -> None:
+    """Slot heads (§5.2) and, once every link is counted, entries in no chain or in two."""
+    ix, count, path = w.ix, w.count, w.ix.path
+    heads = np.frombuffer(os.pread(fd, ix.slots * 4, HEADER_SIZE), dtype=">i4").astype(np.int32)
     bad_head = (heads < 0) | (heads >= count)
     for s in _first(out, np.flatnonzero(bad_head), path, "bad slot"):
         what = f"slot {s} points to entry {heads[s]}, past indexCount {count}"
         out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
     live = np.flatnonzero((heads > 0) & ~bad_head)
-    head_slot = slot[heads[live] - 1]
+    head_slot = w.slot[heads[live]]
     for s in _first(out, live[head_slot != live], path, "bad slot"):
         what = f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot"
         out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
-    refs = np.bincount(prev[okp], minlength=count)[1:count] + np.bincount(heads[live], minlength=count)[1:count]
-    x.add(refs == 0, lambda i: f"entry {num[i]} is in no slot chain: queries never find it", "unreachable", WARNING)
-    x.add(refs > 1, lambda i: f"entry {num[i]} is linked {refs[i]} times: slot chains merge", "merged chains")
+    for lo in range(0, live.size, _INDEX_CHUNK):
+        w.link(heads[live[lo : lo + _INDEX_CHUNK]])
+    del heads, live, bad_head
+    refs = w.refs[1:count]
+
+    def at(i: int) -> int:
+        return HEADER_SIZE + ix.slots * 4 + (i + 1) * INDEX_ENTRY_SIZE
+
+    def phy(i: int) -> int:
+        return int(np.frombuffer(os.pread(fd, 8, at(i) + 4), dtype=">i8")[0])
+
+    what_refs = _Findings(out, path)
+    what_refs.add("unreachable", np.flatnonzero(refs == 0),
+                  lambda i: f"entry {i + 1} is in no slot chain: queries never find it", at, phy, WARNING)  # fmt: skip
+    merged = np.flatnonzero(refs > 1)
+    what_refs.add("merged chains", merged, lambda i: f"entry {i + 1} is linked {_links(w, fd, i + 1)} times: slot chains merge", at, phy)  # fmt: skip
+    what_refs.flush()
 
 
-def _index_times(
-    x: _IndexEntries, h: IndexHeader, scan: _LogScan, rec: np.ndarray, hit: np.ndarray, prev_end_ts: int | None
-) -> None:
-    """Rollback records indexed, timeDiff against the record's store time, the header's begin/end."""
-    a, num, tdiff, phy = scan.arrays, x.num, x.tdiff, x.phy
-    x.add(
-        hit & ~indexed(a["tx"][rec]),
-        lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes",
-        "rollback",
-        WARNING,
-    )
-    ts = a["ts"][rec]
-    expect = _time_diff(ts, h.begin_timestamp_ms)
-    ok_t = expect == tdiff
-    ok_t[0] |= tdiff[0] == 0  # the first entry of the very first file: header begin was 0
-    if prev_end_ts is not None:
-        ok_t[0] |= _time_diff(ts[:1], prev_end_ts)[0] == tdiff[0]
-    else:
-        ok_t[0] |= tdiff[0] >= 0  # the file before it is gone: its end time is unknown
-    x.add(
-        hit & ~ok_t,
-        lambda i: f"entry {num[i]} has timeDiff {tdiff[i]} s, the record's store time gives {expect[i]} s",
-        "time diff",
-    )
-    last = len(num) - 1
-    if hit[0] and (h.begin_phy_offset != phy[0] or h.begin_timestamp_ms != ts[0]):
-        x.out.add(x.path, 0, "header begin offset/timestamp differ from entry 1's record", WARNING)
-    if hit[last] and (h.end_phy_offset != phy[last] or h.end_timestamp_ms != ts[last]):
-        x.out.add(x.path, 8, f"header end offset/timestamp differ from entry {num[last]}'s record", WARNING)
+def _links(w: _IndexWalk, fd: int, n: int) -> int:
+    """How many links an entry has (only for the few entries listed as linked more than once)."""
+    heads = np.frombuffer(os.pread(fd, w.ix.slots * 4, HEADER_SIZE), dtype=">i4")
+    links = int((heads == n).sum())
+    for first in range(1, w.count, _INDEX_CHUNK):
+        c = _IndexChunk.read(fd, w.ix, first, min(first + _INDEX_CHUNK, w.count))
+        links += int((c.prev == n).sum())
+    return links
 
 
-def _verify_index_file(
-    ix: IndexFile, h: IndexHeader, scan: _LogScan, out: _Problems, log_min: int, data_end: int, prev_end_ts: int | None
-) -> tuple[int, np.ndarray]:
-    """Check one index file; returns its entry count and the (record, hash) pairs it holds."""
-    count = _index_count(ix, h, out)
-    if max(count, 1) - 1 == 0:
-        return 0, np.empty(0, np.int64)
-    x = _IndexEntries.read(ix, count, out)
-    _index_chains(x)
-    num, phy, key_hash = x.num, x.phy, x.key_hash
-    # entries against records
+def _chunk_records(
+    w: _IndexWalk, c: _IndexChunk, h: IndexHeader, scan: _LogScan, bounds: tuple[int, int], found: np.ndarray,
+    prev_end_ts: int | None,
+) -> None:  # fmt: skip
+    """Entries of a chunk against the records they point to: offsets, keys, rollbacks, time differences."""
+    log_min, data_end = bounds
+    num, phy, key_hash, tdiff = c.num, c.phy, c.key_hash, c.tdiff
     rec, hit = scan.lookup(phy)
     past = ~hit & (phy >= data_end)
     inside = ~hit & (phy >= log_min) & ~past
-    x.add(
-        past,
-        lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, past the end of data ({data_end})",
-        "past end",
-    )
-    x.add(
-        inside, lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, where no record starts", "not a record"
-    )
-    pair = (rec << 32) | key_hash
+    add = w.records.add
+    add("past end", np.flatnonzero(past),
+        lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, past the end of data ({data_end})", c.at, c.phy_of)  # fmt: skip
+    add("not a record", np.flatnonzero(inside),
+        lambda i: f"entry {num[i]} points to commit log offset {phy[i]}, where no record starts", c.at, c.phy_of)  # fmt: skip
     has_key = np.zeros(len(num), dtype=bool)
     if scan.keys_sorted.size:
+        pair = (rec << 32) | key_hash
         k = np.minimum(np.searchsorted(scan.keys_sorted, pair), scan.keys_sorted.size - 1)
         has_key = scan.keys_sorted[k] == pair
-    x.add(
-        hit & ~has_key,
+        found[k[hit & has_key]] = True
+    add(
+        "wrong key",
+        np.flatnonzero(hit & ~has_key),
         lambda i: (
             f"entry {num[i]} (keyHash {key_hash[i]}) points to the record at commit log offset {phy[i]} "
             f"({scan.topics[scan.arrays['topic'][rec[i]]]}), which has no key with that hash"
         ),
-        "wrong key",
+        c.at,
+        c.phy_of,
     )
-    if hit.any():
-        _index_times(x, h, scan, rec, hit, prev_end_ts)
-    return len(num), pair[hit & has_key]
+    if not hit.any():
+        return
+    w.any_hit = True
+    a = scan.arrays
+    add("rollback", np.flatnonzero(hit & ~indexed(a["tx"][rec])),
+        lambda i: f"entry {num[i]} indexes a rollback record, which the broker never indexes", c.at, c.phy_of, WARNING)  # fmt: skip
+    ts = a["ts"][rec]
+    expect = _time_diff(ts, h.begin_timestamp_ms)
+    ok_t = expect == tdiff
+    if c.first == 1:
+        ok_t[0] |= tdiff[0] == 0  # the first entry of the very first file: header begin was 0
+        if prev_end_ts is not None:
+            ok_t[0] |= _time_diff(ts[:1], prev_end_ts)[0] == tdiff[0]
+        else:
+            ok_t[0] |= tdiff[0] >= 0  # the file before it is gone: its end time is unknown
+        w.first_hit = (int(phy[0]), int(ts[0])) if hit[0] else None
+    add("time diff", np.flatnonzero(hit & ~ok_t),
+        lambda i: f"entry {num[i]} has timeDiff {tdiff[i]} s, the record's store time gives {expect[i]} s", c.at, c.phy_of)  # fmt: skip
+    if c.first + len(num) == w.count:
+        w.last_hit = (int(num[-1]), int(phy[-1]), int(ts[-1])) if hit[-1] else None
+
+
+def _verify_index_file(
+    ix: IndexFile, h: IndexHeader, scan: _LogScan, out: _Problems, bounds: tuple[int, int], prev_end_ts: int | None,
+    found: np.ndarray,
+) -> int:  # fmt: skip
+    """Check one index file, its entries a chunk at a time; marks in ``found`` the keys of ``scan``
+    it holds and returns its entry count."""
+    count = _index_count(ix, h, out)
+    if max(count, 1) - 1 == 0:
+        return 0
+    w = _IndexWalk(ix, count, np.full(count, -1, dtype=np.int32), np.zeros(count, dtype=np.uint8),
+                   _Findings(out, ix.path), _Findings(out, ix.path))  # fmt: skip
+    fd = os.open(ix.path, os.O_RDONLY)
+    try:
+        for first in range(1, count, _INDEX_CHUNK):
+            c = _IndexChunk.read(fd, ix, first, min(first + _INDEX_CHUNK, count))
+            _chunk_chains(w, c)
+            _chunk_records(w, c, h, scan, bounds, found, prev_end_ts)
+        w.chains.flush()
+        _slot_heads(w, fd, out)
+        w.records.flush()
+    finally:
+        os.close(fd)
+    if w.any_hit:
+        if w.first_hit is not None and (h.begin_phy_offset, h.begin_timestamp_ms) != w.first_hit:
+            out.add(ix.path, 0, "header begin offset/timestamp differ from entry 1's record", WARNING)
+        if w.last_hit is not None and (h.end_phy_offset, h.end_timestamp_ms) != w.last_hit[1:]:
+            out.add(ix.path, 8, f"header end offset/timestamp differ from entry {w.last_hit[0]}'s record", WARNING)
+    return count - 1
 
 
 def _time_diff(ts: np.ndarray, begin_ms: int) -> np.ndarray:
@@ -1238,15 +1386,12 @@ def _time_diff(ts: np.ndarray, begin_ms: int) -> np.ndarray:
     return np.clip(d, 0, INT_MAX)
 
 
-def _check_index_coverage(
-    scan: _LogScan, indexed: np.ndarray, out: _Problems, index_dir: Path, lo: int, hi: int
-) -> None:
-    """Keys of records inside the indexed range that no index file holds (§5.3)."""
+def _check_index_coverage(scan: _LogScan, found: np.ndarray, out: _Problems, index_dir: Path, lo: int, hi: int) -> None:
+    """Keys of records inside the indexed range that no index file holds (§5.3); ``found`` marks
+    the keys of ``scan.keys_sorted`` some index file holds."""
     recs = scan.keys_sorted >> 32
     in_range = (scan.a_phy[recs] >= lo) & (scan.a_phy[recs] <= hi)
-    want = scan.keys_sorted[in_range]
-    k = np.minimum(np.searchsorted(indexed, want), max(indexed.size - 1, 0))
-    missing = want[indexed[k] != want] if indexed.size else want
+    missing = scan.keys_sorted[in_range & ~found]
     if not missing.size:
         return
     owners = missing >> 32  # sorted, since the pairs are
@@ -1364,13 +1509,18 @@ def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
     path = cf.path if cf.source == "file" else cf.path.with_name(cf.path.name + ".bak")
     min_phy = st.min_phy_offset()
     ranges: dict[tuple[str, int], Any] = {}
+    key_at = _string_positions(cf.raw)
+    # queue directories the listing does not hold have no files: their range needs no look
+    listed = {(q.topic, q.queue_id) for q in st.consume_queues.queues()}
+    by_directory = isinstance(st.consume_queues, QueueDirectories)
     for (topic, group), queues in table.items():
-        at = cf.raw.find(f'"{topic}@{group}"'.encode())
-        pos = at if at >= 0 else None
+        pos = key_at(f'"{topic}@{group}"'.encode())
         for qid, committed in queues.items():
             counts["committedOffsets"] += 1
             rng = ranges.get((topic, qid))
-            if rng is None:
+            if rng is None and by_directory and (topic, qid) not in listed:
+                rng = ranges[(topic, qid)] = QueueRange(topic, qid, 0, 0, -1, -1)
+            elif rng is None:
                 rng = ranges[(topic, qid)] = st.consume_queues.queue(topic, qid).queue_range(min_phy)
             where = f"{group} on {topic} queue {qid}: committed offset {committed}"
             if committed > rng.max_offset:
@@ -1392,6 +1542,19 @@ def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
                     INFO,
                     group="offset before min",
                 )
+
+
+def _string_positions(raw: bytes) -> Callable[[bytes], int | None]:
+    """Where a quoted string first appears in ``raw`` (as ``raw.find``), from one pass over the
+    file's strings: a find per key is quadratic in a file of many offsets. Without an escaped
+    quote in the file every ``"`` opens or closes a string, so the first string token equal to
+    the key is the first match; with one, each key is searched for."""
+    if b'\\"' in raw:
+        return lambda quoted: (lambda at: at if at >= 0 else None)(raw.find(quoted))
+    first: dict[bytes, int] = {}
+    for m in _JSON_STRING.finditer(raw):
+        first.setdefault(m.group(0), m.start())
+    return first.get
 
 
 def _byte_of(raw: bytes, line: int | None, what: str) -> int | None:
