@@ -29,7 +29,7 @@ from rmqstore.walk.chain import iter_commitlog
 
 FRAME = b"TOYF"
 FILLER = b"TOYB"
-HEAD = struct.Struct(">4si")
+HEAD = ">4si"  # a format, not a struct.Struct: the module is pickled by value for Spark's executors
 _PHY_AT = OFFSETS_V4["phy_offset"]
 _PREPARED_AT = OFFSETS_V4["prepared_transaction_offset"] if "prepared_transaction_offset" in OFFSETS_V4 else None
 
@@ -45,7 +45,7 @@ class ToyFraming(Framing):
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:
         if pos + 8 > end:
             return END, pos, pos
-        tag, length = HEAD.unpack_from(buf, pos)
+        tag, length = struct.unpack_from(HEAD, buf, pos)
         if tag == FILLER:
             return BLANK, pos, pos + length
         if tag == b"\0\0\0\0" and length == 0:
@@ -70,7 +70,7 @@ class ToyFraming(Framing):
             pos = frame_end
 
     def _frames(self, u8: np.ndarray, frame: int, record: int, total: int) -> bool:
-        tag, length = HEAD.unpack_from(u8, frame)
+        tag, length = struct.unpack_from(HEAD, u8, frame)
         return tag == FRAME and length == total + 8
 
 
@@ -91,7 +91,7 @@ def _framed(rec_bytes: bytearray, new_phy: int, phy_map: dict[int, int]) -> byte
         (prepared,) = struct.unpack_from(">q", rec_bytes, _PREPARED_AT)
         if prepared in phy_map:
             struct.pack_into(">q", rec_bytes, _PREPARED_AT, phy_map[prepared])
-    return HEAD.pack(FRAME, len(rec_bytes) + 8) + bytes(rec_bytes)
+    return struct.pack(HEAD, FRAME, len(rec_bytes) + 8) + bytes(rec_bytes)
 
 
 def wrap_store(src: Path, dst: Path, *, tail: bytes = b"") -> dict[int, int]:
@@ -114,7 +114,7 @@ def wrap_store(src: Path, dst: Path, *, tail: bytes = b"") -> dict[int, int]:
     for rec, raw in records:
         need = len(raw) + 8
         if pos + need > file_size - 8:
-            HEAD.pack_into(files[-1], pos, FILLER, file_size - pos)
+            struct.pack_into(HEAD, files[-1], pos, FILLER, file_size - pos)
             files[-1][pos + 8 :] = stale[: file_size - pos - 8].ljust(file_size - pos - 8, b"\0")
             files.append(bytearray(file_size))
             pos = 0
