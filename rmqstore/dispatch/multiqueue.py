@@ -21,10 +21,10 @@ from rmqstore.codec.commitlog import (
     Record,
     decode_record,
 )
-from rmqstore.codec.topic import topic_name_problem
+from rmqstore.codec.topic import SkippedQueue, note_skipped, queue_path_problem
 from rmqstore.errors import CorruptData
 from rmqstore.store.files import map_file
-from rmqstore.store.layout import Segment, StoreConfig, list_segments
+from rmqstore.store.layout import Segment, StoreConfig, list_segments, record_place
 from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues, BatchConsumeQueueWriter
 from rmqstore.store.queue.consumequeue import ConsumeQueueWriter, FileConsumeQueues
 from rmqstore.store.queue.kinds import keeps_rocksdb
@@ -84,6 +84,7 @@ class ExtraDispatcher:
         self._batch_queues = BatchConsumeQueues(cfg, Path(root))
         self._cq: dict[tuple[str, int], ConsumeQueueWriter] = {}
         self._bcq: dict[tuple[str, int], BatchConsumeQueueWriter] = {}
+        self.skipped: dict[tuple[str, int], SkippedQueue] = {}
 
     @property
     def needed(self) -> bool:
@@ -98,8 +99,11 @@ class ExtraDispatcher:
             req = request_from_record(rec, self.cfg)
             self._put_unit(rec, req.tags_code)
         for name, qid, offset in lmq_targets(rec, self.cfg) if self.lmq else ():
-            if topic_name_problem(name) is not None:
-                raise CorruptData(f"INNER_MULTI_DISPATCH names a queue the broker refuses: {name!r}", pos=rec.pos)
+            why = queue_path_problem(name, qid)
+            if why is not None:  # the broker skips a queue name holding a separator (multiDispatchLmqQueue)
+                where = record_place(self.cfg.commitlog_dir, self.cfg.commitlog_file_size, rec.phy_offset)
+                note_skipped(self.skipped, name, qid, f"INNER_MULTI_DISPATCH: {why}", where, 1)
+                continue
             req = req or request_from_record(rec, self.cfg)
             w = self._cq.get((name, qid))
             if w is None:
@@ -130,9 +134,10 @@ def iter_records(seg: Segment, buf: object, start: int, end: int, cfg: StoreConf
 
 def dispatch_extra(
     st: object, from_phy: int, to_phy: int, *, only_after: int | None = None, batch: frozenset[str] = frozenset()
-) -> None:
+) -> list[SkippedQueue]:
     """The %LMQ% entries and batch consume queue units of the records in ``[from_phy, to_phy)`` of the
-    store's commit log (those after ``only_after`` when given), written into the store (§4.7, §9.1)."""
+    store's commit log (those after ``only_after`` when given), written into the store (§4.7, §9.1);
+    the LMQ names skipped because they cannot be directories are returned."""
 
     cfg = st.config  # type: ignore[attr-defined]
     extra = ExtraDispatcher(cfg, Path(st.root), batch)  # type: ignore[attr-defined]
@@ -146,6 +151,7 @@ def dispatch_extra(
                             extra.put(rec)
     finally:
         extra.close()
+    return list(extra.skipped.values())
 
 
 def lmq_listed(cfg: StoreConfig, queue: str, queue_id: int, phys: object, queue_offsets: object) -> object:

@@ -55,7 +55,7 @@ from rmqstore.codec.consumequeue import (
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
-from rmqstore.codec.topic import topic_name_problem
+from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
 from rmqstore.store import Store
@@ -1239,8 +1239,11 @@ class ExtRow:
 def scan_consume_queue_ext(st: Store, topic: str, queue_id: int) -> Iterator[ExtRow]:
     """The units of ``consumequeue_ext/<topic>/<queueId>`` (§4.6), file by file."""
 
-    if topic_name_problem(topic) is not None:
-        raise InputError(f"{topic!r}: not a topic the broker accepts")
+    why = queue_path_problem(topic, queue_id)
+    if why is not None:
+        raise InputError(
+            f"topic '{shown(topic)}' queue {queue_id}: no consume queue directory can have this name ({why})"
+        )
     d = st.root / "consumequeue_ext" / topic / str(int(queue_id))
     segs, _ = list_segments(d, None)
     if not segs:

@@ -540,7 +540,7 @@ def plan_recover(
         _check_quarantine_dir(qpath, cfg)
         qdir = str(qpath.resolve())
     start_file = f.segs[f.start_idx].path.name if f.segs else None
-    return RecoverPlan(
+    plan = RecoverPlan(
         root=str(root),
         broker=cfg.broker,
         path="abnormal" if f.abort else "normal",
@@ -570,6 +570,22 @@ def plan_recover(
         created_ms=now_ms,
         member=member,
     )
+    refuse_obstacles(plan.planned_actions())
+    return plan
+
+
+def refuse_obstacles(actions: tuple[PlannedAction, ...]) -> None:
+    """Refuse, before the first change, a plan whose file actions meet something else than a regular
+    file (``abort`` as a directory): the step would fail halfway through a run."""
+    for a in actions:
+        if a.verb == "replace" or not os.path.lexists(a.path) or a.path.is_file():
+            continue
+        kind = "a directory" if a.path.is_dir() else "not a regular file"
+        raise CorruptData(
+            f"is {kind}; a regular file was expected ({a.verb}: {a.why}); nothing was changed",
+            path=a.path,
+            pos=0,
+        )
 
 
 def _database_rebuild(st: Store, f: RecoveryFacts, rebuild: bool) -> tuple[bool, bool]:
@@ -1224,7 +1240,9 @@ def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock,
     finally:
         stats = dispatcher.close(sync=ok)
     if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
-        dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back with the rest
+        extra = dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back too
+        for q in extra:
+            stats.skipped.setdefault((q.name, q.queue_id), q)
     _fsync_dispatch_dirs(st.consume_queues, cfg.index_dir, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:

@@ -35,6 +35,7 @@ import os
 import re
 import zlib
 from array import array
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ from rmqstore.codec.framing import is_record_magic
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
+from rmqstore.codec.topic import SkippedQueue
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
@@ -941,15 +943,49 @@ def _report_records(scan: _LogScan, out: _Problems, mask: np.ndarray, log_dir: P
         )
 
 
+def _check_queue_names(st: Store, segs: list[Segment], scan: _LogScan, out: _Problems) -> np.ndarray:
+    """Records (NOT/COMMIT) whose topic and queue id cannot be a consume queue directory: one warning per
+    queue, worded as the dispatch of recover and redispatch reports it (they skip those records too).
+    Returns the mask of those records."""
+    a = scan.arrays
+    bad = np.zeros(scan.count, dtype=bool)
+    if not scan.count:
+        return bad
+    consumable = queued(a["tx"])
+    pairs, first = np.unique((a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF), return_index=True)
+    bases = [sg.base_offset for sg in segs]
+    for pair, r in zip(pairs.tolist(), first.tolist(), strict=True):
+        name, qid = scan.topics[pair >> 32], int(a["qid"][r])
+        why = st.consume_queues.path_problem(name, qid)
+        if why is None:
+            continue
+        mask = consumable & (a["topic"] == pair >> 32) & (a["qid"] == qid)
+        if not mask.any():
+            continue
+        r = int(np.flatnonzero(mask)[0])
+        phy = int(scan.a_phy[r])
+        seg = segs[max(0, bisect_right(bases, phy) - 1)]
+        q = SkippedQueue(name, qid, why, str(seg.path), phy - seg.base_offset, phy, int(mask.sum()))
+        out.add(seg.path, q.pos, q.what(), WARNING, phy)
+        bad |= mask
+    return bad
+
+
 def _check_coverage(
-    scan: _LogScan, queues: list[_QueueInfo], out: _Problems, horizon: int, log_dir: Path, forecast: RecoveryForecast
+    scan: _LogScan,
+    queues: list[_QueueInfo],
+    out: _Problems,
+    horizon: int,
+    log_dir: Path,
+    forecast: RecoveryForecast,
+    skipped: np.ndarray,
 ) -> None:
-    """Records (NOT/COMMIT) without their consume queue entry (§4.3, §9)."""
+    """Records (NOT/COMMIT) without their consume queue entry (§4.3, §9); ``skipped`` ones have no queue."""
     if not scan.count:
         return
     a = scan.arrays
     by_key = {(q.topic, q.queue_id): q for q in queues}
-    consumable = queued(a["tx"])
+    consumable = queued(a["tx"]) & ~skipped
     # one group per (topic, queue id) of the records, mapped back with the inverse index
     pairs = (a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF)
     order = np.argsort(pairs, kind="stable")
@@ -1289,6 +1325,8 @@ def _check_markers(st: Store, out: _Problems) -> None:
         out.add(
             cfg.abort_path, None, "abort exists: the last shutdown was not clean; the broker recovers abnormally", INFO
         )
+        if not cfg.abort_path.is_file():  # recover's plan refuses it before any change
+            out.add(cfg.abort_path, 0, "abort is not a regular file: recover cannot remove it (a directory?)")
     pid = st.lock_holder()
     if pid:
         out.add(
@@ -1603,8 +1641,9 @@ def check_store(
     ends = [q.last_end for q in queues if q.last_end >= 0]
     horizon = max(ends) if ends else (segs[0].base_offset if segs else 0)
     log_dir = segs[-1].path.parent if segs else cfg.commitlog_dir
+    skipped = _check_queue_names(st, segs, scan, out)
     if not quick:
-        _check_coverage(scan, queues, out, horizon, log_dir, fc)
+        _check_coverage(scan, queues, out, horizon, log_dir, fc, skipped)
     elif scan.count:
         _quick_dispatch(scan, out, horizon, log_dir, fc)
     counts["minPhyOffset"] = segs[0].base_offset if segs else 0
