@@ -565,7 +565,12 @@ def test_made_store_with_an_escaping_topic_and_a_damaged_index(tmp_path: Path) -
     patch(f, at, b"..")
     q = tmp_path / "q"
     r = run(
-        tmp_path, root, ["redispatch", str(root), "-q", "--quarantine", str(q), *V44], codes={0}, modifying=True, qbase=q
+        tmp_path,
+        root,
+        ["redispatch", str(root), "-q", "--quarantine", str(q), *V44],
+        codes={0},
+        modifying=True,
+        qbase=q,
     )
     assert "name queue '..' " in r.stderr and not (root / "0").exists()
     patch(f, at, b"T1")
