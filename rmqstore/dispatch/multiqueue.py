@@ -57,6 +57,43 @@ def lmq_targets(rec: Record, cfg: StoreConfig) -> list[tuple[str, int, int]]:
     return out
 
 
+def safe_lmq_targets(
+    rec: Record, cfg: StoreConfig, skipped: dict[tuple[str, int], SkippedQueue]
+) -> list[tuple[str, int, int]]:
+    """:func:`lmq_targets` whose names can be directories; the others are counted in ``skipped`` (the
+    broker's ``multiDispatchLmqQueue`` skips a name holding a separator and goes on with the next)."""
+    out = []
+    for name, qid, offset in lmq_targets(rec, cfg):
+        why = queue_path_problem(name, qid)
+        if why is None:
+            out.append((name, qid, offset))
+            continue
+        where = record_place(cfg.commitlog_dir, cfg.commitlog_file_size, rec.phy_offset)
+        note_skipped(skipped, name, qid, f"INNER_MULTI_DISPATCH: {why}", where, 1)
+    return out
+
+
+def lmq_skipped(st: object, to_phy: int) -> list[SkippedQueue]:
+    """The LMQ names the dispatch skips in the records before ``to_phy`` (reads only; an LMQ store only;
+    a file whose chain breaks is read up to the break)."""
+    cfg: StoreConfig = st.config  # type: ignore[attr-defined]
+    skipped: dict[tuple[str, int], SkippedQueue] = {}
+    if not cfg.enable_multi_dispatch or keeps_rocksdb(cfg):
+        return []
+    for seg in st.commitlog_segments()[0]:  # type: ignore[attr-defined]
+        end = min(seg.size, to_phy - seg.base_offset)
+        if end <= 0:
+            break
+        with map_file(seg.path) as buf:
+            try:
+                for rec in iter_records(seg, buf, 0, end, cfg):
+                    if rec.sys_flag & TRANSACTION_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                        safe_lmq_targets(rec, cfg, skipped)
+            except CorruptData:
+                continue  # check reports the damage itself
+    return list(skipped.values())
+
+
 def batch_unit(rec: Record) -> tuple[int, int]:
     """(base queue offset, messages) of a record in a batch consume queue."""
     if rec.sys_flag & INNER_BATCH_FLAG:
@@ -98,12 +135,7 @@ class ExtraDispatcher:
         if rec.topic in self.bcq_topics:
             req = request_from_record(rec, self.cfg)
             self._put_unit(rec, req.tags_code)
-        for name, qid, offset in lmq_targets(rec, self.cfg) if self.lmq else ():
-            why = queue_path_problem(name, qid)
-            if why is not None:  # the broker skips a queue name holding a separator (multiDispatchLmqQueue)
-                where = record_place(self.cfg.commitlog_dir, self.cfg.commitlog_file_size, rec.phy_offset)
-                note_skipped(self.skipped, name, qid, f"INNER_MULTI_DISPATCH: {why}", where, 1)
-                continue
+        for name, qid, offset in safe_lmq_targets(rec, self.cfg, self.skipped) if self.lmq else ():
             req = req or request_from_record(rec, self.cfg)
             w = self._cq.get((name, qid))
             if w is None:

@@ -65,7 +65,7 @@ from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
 from rmqstore.codec.topic import SkippedQueue
-from rmqstore.dispatch.multiqueue import lmq_listed
+from rmqstore.dispatch.multiqueue import lmq_listed, lmq_skipped
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
 from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
@@ -968,6 +968,8 @@ def _check_queue_names(st: Store, segs: list[Segment], scan: _LogScan, out: _Pro
         q = SkippedQueue(name, qid, why, str(seg.path), phy - seg.base_offset, phy, int(mask.sum()))
         out.add(seg.path, q.pos, q.what(), WARNING, phy)
         bad |= mask
+    for q in lmq_skipped(st, scan.data_end) if rules_for(st.config.broker).multi_dispatch else ():
+        out.add(q.path, q.pos, q.what(), WARNING, q.phy_offset)
     return bad
 
 
