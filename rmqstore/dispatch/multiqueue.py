@@ -25,7 +25,7 @@ from rmqstore.codec.topic import SkippedQueue, note_skipped, queue_path_problem
 from rmqstore.errors import CorruptData
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, list_segments, record_place
-from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues, BatchConsumeQueueWriter
+from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues, BatchConsumeQueueWriter, batch_cq_topics
 from rmqstore.store.queue.consumequeue import ConsumeQueueWriter, FileConsumeQueues
 from rmqstore.store.queue.kinds import keeps_rocksdb
 from rmqstore.walk.chain import walk_segment
@@ -91,6 +91,34 @@ def lmq_skipped(st: object, to_phy: int) -> list[SkippedQueue]:
                         safe_lmq_targets(rec, cfg, skipped)
             except CorruptData:
                 continue  # check reports the damage itself
+    return list(skipped.values())
+
+
+def predicted_skips(st: object, from_phy: int, to_phy: int, topics: tuple[str, ...]) -> list[SkippedQueue]:
+    """What a dispatch of ``[from_phy, to_phy)`` will skip, for a plan to show before it runs: records whose
+    queue cannot be a directory and LMQ names that cannot. ``topics`` are the names a walk of the range
+    met: when all are safe and the store has no LMQ, nothing is read."""
+    cfg: StoreConfig = st.config  # type: ignore[attr-defined]
+    queues = st.consume_queues  # type: ignore[attr-defined]
+    lmq = cfg.enable_multi_dispatch and not keeps_rocksdb(cfg)
+    if not lmq and all(queues.path_problem(t, 0) is None for t in topics):
+        return []
+    skipped: dict[tuple[str, int], SkippedQueue] = {}
+    exclude = batch_cq_topics(cfg)
+    for seg in st.commitlog_segments()[0]:  # type: ignore[attr-defined]
+        lo, hi = max(from_phy, seg.base_offset), min(to_phy, seg.base_offset + seg.size)
+        if lo >= hi:
+            continue
+        with map_file(seg.path) as buf:
+            for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, cfg):
+                if rec.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                    continue
+                why = queues.path_problem(rec.topic, rec.queue_id) if rec.topic not in exclude else None
+                if why is not None:
+                    where = (seg.path, rec.phy_offset - seg.base_offset, rec.phy_offset)
+                    note_skipped(skipped, rec.topic, rec.queue_id, why, where, 1)
+                if lmq:
+                    safe_lmq_targets(rec, cfg, skipped)
     return list(skipped.values())
 
 

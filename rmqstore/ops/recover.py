@@ -36,6 +36,7 @@ import numpy as np
 
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.dledger import DLEDGER, HEADER_SIZE, INDEX_UNIT_SIZE, decode_header, header_problem
+from rmqstore.codec.topic import skipped_lines
 from rmqstore.dispatch.cut import (
     Removal,
     checkpoint_bytes,
@@ -47,7 +48,7 @@ from rmqstore.dispatch.cut import (
     remove,
 )
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
-from rmqstore.dispatch.multiqueue import dispatch_extra
+from rmqstore.dispatch.multiqueue import dispatch_extra, predicted_skips
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, from_os_error
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.actions import PlannedAction, StepFailed
@@ -540,6 +541,11 @@ def plan_recover(
         _check_quarantine_dir(qpath, cfg)
         qdir = str(qpath.resolve())
     start_file = f.segs[f.start_idx].path.name if f.segs else None
+    skips = (
+        predicted_skips(st, dispatch.from_phy, dispatch.to_phy, f.topic_names)
+        if dispatch and dispatch.consume_queue
+        else []
+    )
     plan = RecoverPlan(
         root=str(root),
         broker=cfg.broker,
@@ -565,7 +571,7 @@ def plan_recover(
         write_checkpoint=write_cp,
         remove_abort=f.abort,
         losses=tuple(losses),
-        notes=tuple(f.notes),
+        notes=(*f.notes, *skipped_lines([q.to_json() for q in skips])),
         quarantine_dir=qdir,
         created_ms=now_ms,
         member=member,

@@ -302,6 +302,7 @@ class RecoveryFacts:
     cp_file: bytes | None = None  # the checkpoint file as it is
     batch_queues: list[QueueRecovery] = field(default_factory=list)  # the batch consume queues' own recovery
     reindex: bool = False  # index files that hold keys of records past the end were dropped (DLedger)
+    topic_names: tuple[str, ...] = ()  # every topic of the records walked
 
     @property
     def stop(self) -> str:
@@ -402,6 +403,7 @@ def recovery_facts(
     for w in recovery_walk(segs, start_idx, cfg, rules, check, topics, progress, facts.fused_columns) if segs else ():
         facts.end.add(w, last_index_end, max_cq)
         facts.cq_check.add(w, topics, queues, rules, abort or cfg.dledger, max_cq)  # DLedger: re-dispatched
+    facts.topic_names = tuple(topics.names)
     if cfg.dledger:
         _drop_stale_index(facts)
     return facts
