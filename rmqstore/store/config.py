@@ -29,6 +29,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from rmqstore.codec.topic import queue_name_problem, shown
 from rmqstore.errors import ConfigError, InputError
 from rmqstore.rules import rules_for
 from rmqstore.safety.files import atomic_write, fsync_dir
@@ -706,7 +707,11 @@ def auto_create_topic(
         InputError: a name the broker rejects, or a template without PERM_INHERIT (the broker
             then refuses to auto-create).
     """
-    if not _TOPIC_NAME_RE.match(name) or len(name) > _TOPIC_MAX_LENGTH:
+    if not rules_for(broker_version).broker_checks_topic_name:  # 4.4.0: any one directory name
+        why = queue_name_problem(name)
+        if why is not None:
+            raise InputError(f"topic name '{shown(name)}' is not allowed: {why}")
+    elif not _TOPIC_NAME_RE.match(name) or len(name) > _TOPIC_MAX_LENGTH:
         raise InputError(f"topic name {name!r} is not allowed (characters %|a-zA-Z0-9_-, at most 127)")
     if template is None:
         template = TopicConfig(

@@ -58,7 +58,9 @@ def test_recover_goes_on_and_dry_run_predicts_it(tmp_path: Path) -> None:
     assert dry.exit_code == 0, dry.output
     r = runner.invoke(app, ["recover", str(root), "-q", "--quarantine", str(tmp_path / "q")])
     assert r.exit_code == 0 and "internal error" not in r.output, r.output
-    assert len(notes_of(r.stderr)) == 2 and set(notes_of(r.stderr)) == set(notes_of(dry.stderr))  # plan, apply and not (root / ".rmqstore").exists() and not (root / "abort").exists()
+    assert len(notes_of(r.stderr)) == 2 and set(notes_of(r.stderr)) == set(
+        notes_of(dry.stderr)
+    )  # plan, apply and not (root / ".rmqstore").exists() and not (root / "abort").exists()
     for argv in (["write", str(root), "--topic", "TopicLmqParent", "--body", "x"], ["redispatch", str(root), "-q"]):
         assert runner.invoke(app, argv).exit_code == 0  # nothing refuses the store afterwards
 

@@ -787,7 +787,16 @@ def test_auto_create_topic_defaults() -> None:
 @pytest.mark.parametrize("name", ["", "a b", "a@b", "x" * 128, "中"])
 def test_auto_create_topic_rejects_bad_names(name: str) -> None:
     with pytest.raises(InputError):
-        auto_create_topic(name)
+        auto_create_topic(name, broker_version="4.9.4")  # TopicValidator in the broker
+
+
+def test_auto_create_topic_on_4_4_takes_any_directory_name() -> None:
+    """4.4.0's broker has no TopicValidator: any name that is one directory name is created."""
+    for name in ("a b", "a@b", "中", "主题-Tópico-テスト"):
+        assert auto_create_topic(name).topic_name == name
+    for name in ("", "..", "a/b", "x" * 256):
+        with pytest.raises(InputError):
+            auto_create_topic(name)
 
 
 def test_auto_create_topic_needs_inheritable_template() -> None:
