@@ -1284,7 +1284,13 @@ def compaction_checkpoint(st: Store) -> cfgmod.ConfigFile:
     d = st.root / "compaction"
     if not (d / "position-checkpoint").exists():
         raise InputError(f"{d / 'position-checkpoint'}: no compaction checkpoint")
-    return cfgmod.read_config(d, "position-checkpoint")
+    cf = cfgmod.read_config(d, "position-checkpoint")
+    e = cf.skipped
+    if e is not None and cf.source == "missing":  # nothing usable: the broker would start from no positions
+        raw = e.path.read_bytes() if e.path.is_file() else b""
+        what = f"does not parse: {e.what}; with no .bak the broker starts the compaction from no positions"
+        raise CorruptData(what, path=e.path, pos=cfgmod.byte_of(raw, e.line, e.what) or 0)
+    return cf
 
 
 # -- DLedger entries and index units -------------------------------------------------------------

@@ -568,6 +568,27 @@ def _decode_file(raw: bytes, path: Path) -> Any:
     return data
 
 
+def byte_of(raw: bytes, line: int | None, what: str) -> int | None:
+    """Byte position of a parse error given its line and ``(column N)`` in the message."""
+    if line is None:
+        return None
+    start = 0
+    for _ in range(line - 1):
+        nl = raw.find(b"\n", start)
+        if nl < 0:
+            break
+        start = nl + 1
+    m = re.search(r"\(column (\d+)\)", what)
+    if not m:
+        return start
+    end = raw.find(b"\n", start)
+    text = raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace")
+    return start + len(text[: int(m.group(1)) - 1].encode("utf-8"))
+
+
+COMPACTION_CHECKPOINTS = ("position-checkpoint", "position-checkpoint.bak")  # compaction/, 5.x
+
+
 def read_config(config_dir: Path, name: str) -> ConfigFile:
     """Load ``<config_dir>/<name>`` by the broker's rule (``ConfigManager.load``, §11.1).
 

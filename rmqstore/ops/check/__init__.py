@@ -73,6 +73,7 @@ from rmqstore.rules import rules_for
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
+from rmqstore.store.config import COMPACTION_CHECKPOINTS
 from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
@@ -1341,35 +1342,38 @@ def _check_markers(st: Store, out: _Problems) -> None:
 
 def _check_config(st: Store, out: _Problems, counts: Counter[str]) -> None:
     d = st.config.config_dir
-    if not d.is_dir():
-        return
-    for p in sorted(d.iterdir()):
+    compaction = [p for p in (st.root / "compaction" / n for n in COMPACTION_CHECKPOINTS) if p.is_file()]
+    for p in [*(sorted(d.iterdir()) if d.is_dir() else ()), *compaction]:
         name = p.name
         if name.endswith(".json.tmp"):
             out.add(p, None, "leftover temporary file of an interrupted persist (the broker ignores it)", INFO)
             continue
-        if not (name.endswith(_CONFIG_SUFFIXES) or name in _COMPACT_CONFIG) or not p.is_file():
+        if not (name.endswith(_CONFIG_SUFFIXES) or name in _COMPACT_CONFIG or p in compaction) or not p.is_file():
             continue
         counts["configFiles"] += 1
-        is_bak = name.endswith(".bak")
-        try:
-            raw = p.read_bytes()
-        except OSError as e:
-            out.add(p, None, f"cannot read: {e.strerror}")
-            continue
-        if not raw:
-            out.add(p, 0, "empty file: the broker loads the .bak copy instead" if not is_bak else "empty file", WARNING)
-            continue
-        try:
-            data = cfgjson.loads(raw, path=p)
-            typed = _TYPED_CONFIG.get(name.removesuffix(".bak"))
-            if typed is not None:
-                typed(data, path=p)
-        except ConfigError as e:
-            line, what = e.line, e.what
-            sev = WARNING if is_bak else ERROR
-            tail = "; the broker falls back to the .bak copy (older state)" if not is_bak else "; no fallback left"
-            out.add(p, _byte_of(raw, line, what), f"does not parse: {what}{tail}", sev)
+        _check_config_file(p, out)
+
+
+def _check_config_file(p: Path, out: _Problems) -> None:
+    """One fastjson file the broker loads by ``ConfigManager.load``: its main copy, or its .bak."""
+    is_bak = p.name.endswith(".bak")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        out.add(p, None, f"cannot read: {e.strerror}")
+        return
+    if not raw:
+        out.add(p, 0, "empty file: the broker loads the .bak copy instead" if not is_bak else "empty file", WARNING)
+        return
+    try:
+        data = cfgjson.loads(raw, path=p)
+        typed = _TYPED_CONFIG.get(p.name.removesuffix(".bak"))
+        if typed is not None:
+            typed(data, path=p)
+    except ConfigError as e:
+        sev = WARNING if is_bak else ERROR
+        tail = "; the broker falls back to the .bak copy (older state)" if not is_bak else "; no fallback left"
+        out.add(p, cfgjson.byte_of(raw, e.line, e.what), f"does not parse: {e.what}{tail}", sev)
 
 
 def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
@@ -1411,24 +1415,6 @@ def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
                     INFO,
                     group="offset before min",
                 )
-
-
-def _byte_of(raw: bytes, line: int | None, what: str) -> int | None:
-    """Byte position of a parse error given its line and ``(column N)`` in the message."""
-    if line is None:
-        return None
-    start = 0
-    for _ in range(line - 1):
-        nl = raw.find(b"\n", start)
-        if nl < 0:
-            break
-        start = nl + 1
-    m = re.search(r"\(column (\d+)\)", what)
-    if not m:
-        return start
-    end = raw.find(b"\n", start)
-    text = raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace")
-    return start + len(text[: int(m.group(1)) - 1].encode("utf-8"))
 
 
 # ------------------------------------------------------------------------------- recovery
