@@ -9,6 +9,7 @@ consume queue directory or into another queue's directory.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from rmqstore.errors import CorruptData
 
 NAME_MAX_BYTES = 255  # NAME_MAX of Linux file systems: a directory name's length in bytes
+# TopicValidator's characters: the clients' rule, and the broker's from 4.7.0 (rules.broker_checks_topic_name)
+TOPIC_VALIDATOR_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
 def queue_name_problem(name: str) -> str | None:

@@ -30,7 +30,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-from rmqstore.codec.topic import queue_name_problem, shown
+from rmqstore.codec.topic import TOPIC_VALIDATOR_RE, queue_name_problem, shown
 from rmqstore.errors import ConfigError, InputError
 from rmqstore.rules import rules_for
 from rmqstore.safety.files import atomic_write, fsync_dir
@@ -815,7 +815,6 @@ def topic_to_bean(tc: TopicConfig) -> dict[str, Any]:
     )
 
 
-_TOPIC_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator / Validators.checkTopic
 _TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH (4.4.0 clients allowed 255)
 
 
@@ -851,7 +850,7 @@ def auto_create_topic(
         why = queue_name_problem(name)
         if why is not None:
             raise InputError(f"topic name '{shown(name)}' is not allowed: {why}")
-    elif not _TOPIC_NAME_RE.match(name) or len(name) > _TOPIC_MAX_LENGTH:
+    elif not TOPIC_VALIDATOR_RE.match(name) or len(name) > _TOPIC_MAX_LENGTH:
         raise InputError(f"topic name {name!r} is not allowed (characters %|a-zA-Z0-9_-, at most 127)")
     if template is None:
         template = TopicConfig(
