@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -71,13 +70,21 @@ def show_command(
         at = functools.lru_cache(maxsize=4096)(format_time_ms)  # groups share their last consumed records
 
         def rows() -> Iterator[dict[str, Any]]:  # streamed: one row in memory at a time
-            for r in store_offsets.iter_consumer_progress(st, table=table):
-                totals.add(r)
-                ms = last.of(r)
-                row = r.to_json()
-                row["lastConsumedTimestamp"] = ms
-                row["lastConsumedAt"] = "" if ms is None else at(ms)
-                yield row
+            for g, t, qid, c, lo, hi in store_offsets.progress_tuples(st, table):
+                lag = None if c is None else hi - c
+                totals.add_lag(g, t, lag or 0)
+                ms = last.at(t, qid, c, lo, hi)
+                yield {
+                    "group": g,
+                    "topic": t,
+                    "queueId": qid,
+                    "consumerOffset": c,
+                    "minOffset": lo,
+                    "maxOffset": hi,
+                    "lag": lag,
+                    "lastConsumedTimestamp": ms,
+                    "lastConsumedAt": "" if ms is None else at(ms),
+                }
 
         if fmt is Format.json:
             _write_json(rows(), totals)
@@ -92,9 +99,11 @@ def _write_json(rows: Iterator[dict[str, Any]], totals: store_offsets.LagTotals)
     """``{"offsets": [...], "totals": [...]}`` as ``json.dumps(indent=2)`` lays it out, written row by row."""
     out = sys.stdout
     out.write('{\n  "offsets": [')
+    # a flat row at depth 2 of indent=2, through the C encoder: its members joined by ",\n" + 6 spaces
+    encode = json.JSONEncoder(separators=(",\n      ", ": ")).encode
     first = True
     for row in rows:
-        out.write(("\n" if first else ",\n") + textwrap.indent(json.dumps(row, indent=2), "    "))
+        out.write(("\n    {\n      " if first else ",\n    {\n      ") + encode(row)[1:-1] + "\n    }")
         first = False
     out.write("]" if first else "\n  ]")
     tail = json.dumps({"totals": totals.rows()}, indent=2)

@@ -12,7 +12,6 @@ from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
 from rmqstore.store.lookup import query_queue_offset, store_times_at
-from rmqstore.store.queue.interface import QueueRange
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 LMQ_OFFSET_FILE = "lmqConsumerOffset.json"
@@ -125,17 +124,26 @@ def iter_consumer_progress(
     """:func:`consumer_progress` one row at a time (in the same order): each queue's range is read once;
     ``table`` is :func:`committed_table` when the caller has read it already."""
     table = committed_table(st, group, topic) if table is None else table
-    on_disk = queue_ids_on_disk(st)
+    for row in progress_tuples(st, table):
+        yield ConsumerProgress(*row)
+
+
+def progress_tuples(
+    st: Store, table: dict[tuple[str, str], dict[int, int]]
+) -> Iterator[tuple[str, str, int, int | None, int, int]]:
+    """The fields of :func:`iter_consumer_progress`'s rows as plain tuples (group, topic, queue id,
+    committed offset or None, min offset, max offset): what ``offsets show`` streams."""
     min_phy = st.min_phy_offset()
-    ranges: dict[tuple[str, int], QueueRange] = {}
-    disk = {t: set(ids) for t, ids in on_disk.items()}
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    disk = {t: set(ids) for t, ids in queue_ids_on_disk(st).items()}
     for t, g in sorted(table, key=lambda k: (k[1], k[0])):
         committed = table[(t, g)]
         for qid in sorted(disk.get(t, set()).union(committed)):
             rng = ranges.get((t, qid))
             if rng is None:
-                rng = ranges[(t, qid)] = st.consume_queues.queue(t, qid).queue_range(min_phy)
-            yield ConsumerProgress(g, t, qid, committed.get(qid), rng.min_offset, rng.max_offset)
+                r = st.consume_queues.queue(t, qid).queue_range(min_phy)
+                rng = ranges[(t, qid)] = (r.min_offset, r.max_offset)
+            yield g, t, qid, committed.get(qid), rng[0], rng[1]
 
 
 def last_consumed_times(st: Store, table: dict[tuple[str, str], dict[int, int]]) -> LastConsumed:
@@ -155,10 +163,12 @@ class LastConsumed:
     times: dict[tuple[str, int], dict[int, int | None]]
 
     def of(self, row: ConsumerProgress) -> int | None:
-        committed = row.consumer_offset
-        if committed is None or committed <= row.min_offset or committed - 1 >= row.max_offset:
+        return self.at(row.topic, row.queue_id, row.consumer_offset, row.min_offset, row.max_offset)
+
+    def at(self, topic: str, queue_id: int, committed: int | None, min_offset: int, max_offset: int) -> int | None:
+        if committed is None or committed <= min_offset or committed - 1 >= max_offset:
             return None
-        return self.times.get((row.topic, row.queue_id), {}).get(committed - 1)
+        return self.times.get((topic, queue_id), {}).get(committed - 1)
 
 
 def progress_totals(rows: Sequence[ConsumerProgress]) -> list[dict[str, Any]]:
@@ -177,9 +187,11 @@ class LagTotals:
         self.per_group: dict[str, int] = {}
 
     def add(self, r: ConsumerProgress) -> None:
-        lag = 0 if r.consumer_offset is None else r.max_offset - r.consumer_offset
-        self.per_pair[(r.group, r.topic)] = self.per_pair.get((r.group, r.topic), 0) + lag
-        self.per_group[r.group] = self.per_group.get(r.group, 0) + lag
+        self.add_lag(r.group, r.topic, 0 if r.consumer_offset is None else r.max_offset - r.consumer_offset)
+
+    def add_lag(self, group: str, topic: str, lag: int) -> None:
+        self.per_pair[(group, topic)] = self.per_pair.get((group, topic), 0) + lag
+        self.per_group[group] = self.per_group.get(group, 0) + lag
 
     def rows(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"group": g, "topic": t, "lag": v} for (g, t), v in self.per_pair.items()]
