@@ -564,26 +564,13 @@ def test_made_store_with_an_escaping_topic_and_a_damaged_index(tmp_path: Path) -
     at = data.index(b"T1")  # the topic of the second record
     patch(f, at, b"..")
     q = tmp_path / "q"
-    r = run(
-        tmp_path,
-        root,
-        ["redispatch", str(root), "-q", "--quarantine", str(q), *V44],
-        codes={0},
-        modifying=True,
-        qbase=q,
-    )
+    redispatch = ["redispatch", str(root), "-q", "--quarantine", str(q), *V44]
+    r = run(tmp_path, root, redispatch, codes={0}, modifying=True, qbase=q)
     assert "name queue '..' " in r.stderr and not (root / "0").exists()
     patch(f, at, b"T1")
     patch(sorted((root / "index").iterdir())[-1], 0, b"\xff" * 40)
     run(tmp_path, root, ["write", str(root), "--topic", "T1", "--body", "x", *V44], codes={6}, modifying=True)
-    run(
-        tmp_path,
-        root,
-        ["redispatch", str(root), "-q", "--quarantine", str(q), *V44],
-        codes={0},
-        modifying=True,
-        qbase=q,
-    )
+    run(tmp_path, root, redispatch, codes={0}, modifying=True, qbase=q)
     run(tmp_path, root, ["write", str(root), "--topic", "T1", "--body", "x", *V44], codes={0}, modifying=True, qbase=q)
 
 
