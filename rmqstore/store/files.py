@@ -27,6 +27,8 @@ def read_at(path: Path, pos: int, n: int) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.pread(fd, n, pos)
+    except OSError as e:  # pread's error names no file
+        raise from_os_error(e, path, doing="read it") from None
     finally:
         os.close(fd)
 
@@ -45,6 +47,8 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             yield b""
             return
         m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
+    except OSError as e:  # mmap's error names no file: a directory or a device gives ENODEV
+        raise from_os_error(e, path, doing="map it into memory") from None
     finally:
         os.close(fd)
     try:
