@@ -228,8 +228,9 @@ def render_rows(
     if fmt is Format.parquet:
         raise UsageError("--format parquet is for dump commitlog and dump consumequeue, with -o FILE")
     if fmt is Format.ndjson:
+        encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # one encoder for every row
         for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+            out.write(encode(row) + "\n")
             n += 1
         return n
     if fmt is Format.csv:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -69,21 +71,51 @@ def show_command(
     This is the default subcommand: `rmqstore offsets STORE` is `rmqstore offsets show STORE`.
     """
     fmt = reading.format
+    totals = store_offsets.LagTotals()
     with reading.open(store) as st:
-        rows = store_offsets.consumer_progress(st, group=group, topic=topic)
-        data = []
-        for r in rows:
-            last = store_offsets.last_consumed_ms(st, r)
-            at = "" if last is None else format_time_ms(last)
-            data.append({**r.to_json(), "lastConsumedTimestamp": last, "lastConsumedAt": at})
-    totals = store_offsets.progress_totals(rows)
-    if fmt is Format.json:
-        sys.stdout.write(json.dumps({"offsets": data, "totals": totals}, indent=2) + "\n")
-        return
-    render_rows(data, fmt, columns=PROGRESS_COLUMNS, title="consumer progress", fit=True)
-    if fmt in (Format.table, Format.plain) and data:
-        star = [{k: "*" if v is None else v for k, v in t.items()} for t in totals]  # None = all
+        table = store_offsets.committed_table(st, group, topic)
+        last = store_offsets.last_consumed_times(st, table)
+        at = functools.lru_cache(maxsize=4096)(format_time_ms)  # groups share their last consumed records
+
+        def rows() -> Iterator[dict[str, Any]]:  # streamed: one row in memory at a time
+            for g, t, qid, c, lo, hi in store_offsets.progress_tuples(st, table):
+                lag = None if c is None else hi - c
+                totals.add_lag(g, t, lag or 0)
+                ms = last.at(t, qid, c, lo, hi)
+                yield {
+                    "group": g,
+                    "topic": t,
+                    "queueId": qid,
+                    "consumerOffset": c,
+                    "minOffset": lo,
+                    "maxOffset": hi,
+                    "lag": lag,
+                    "lastConsumedTimestamp": ms,
+                    "lastConsumedAt": "" if ms is None else at(ms),
+                }
+
+        if fmt is Format.json:
+            _write_json(rows(), totals)
+            return
+        n = render_rows(rows(), fmt, columns=PROGRESS_COLUMNS, title="consumer progress")
+    if fmt in (Format.table, Format.plain) and n:
+        star = [{k: "*" if v is None else v for k, v in t.items()} for t in totals.rows()]  # None = all
         render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals", fit=True)
+
+
+def _write_json(rows: Iterator[dict[str, Any]], totals: store_offsets.LagTotals) -> None:
+    """``{"offsets": [...], "totals": [...]}`` as ``json.dumps(indent=2)`` lays it out, written row by row."""
+    out = sys.stdout
+    out.write('{\n  "offsets": [')
+    # a flat row at depth 2 of indent=2, through the C encoder: its members joined by ",\n" + 6 spaces
+    encode = json.JSONEncoder(separators=(",\n      ", ": ")).encode
+    first = True
+    for row in rows:
+        out.write(("\n    {\n      " if first else ",\n    {\n      ") + encode(row)[1:-1] + "\n    }")
+        first = False
+    out.write("]" if first else "\n  ]")
+    tail = json.dumps({"totals": totals.rows()}, indent=2)
+    out.write(",\n" + tail[2:] + "\n")
 
 
 GroupOpt = Annotated[str | None, typer.Option("--group", "-g", help="Consumer group.", show_default=False)]

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rmqstore.codec.topic import skipped_lines
 from rmqstore.ops import recover as rec
 
 from ._common import QuietOpt, StorePath, err, progress_bar, step_hook
@@ -92,6 +93,9 @@ def recover_command(
             return result, result.to_json()
 
         result = show_and_apply(view, fmt, dry_run=changing.dry_run, apply=apply, ask=changing.ask)
+        for stats in (result.dispatch, result.rebuild) if result is not None else ():
+            for line in skipped_lines((stats or {}).get("skippedQueues", [])):
+                err.note(line)
         if result is not None and not quiet:
             what = "resumed and finished" if resuming else "recovered"
             where = f"; removed bytes are in {result.quarantine_dir}" if result.quarantine_dir else ""

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from rmqstore.codec.topic import skipped_lines
 from rmqstore.errors import InputError
 from rmqstore.ops import write as op
 from rmqstore.safety.journal import Resumed
@@ -202,6 +203,9 @@ def _notes(result: op.WriteResult, resumed: Resumed | None) -> None:
         err.print(f"note: {resumed.message}")
     if result.quarantine is not None:
         err.print(f"note: stale bytes after the end of the commit log copied to {str(result.quarantine)}")
+    if result.dispatch is not None:
+        for line in skipped_lines([q.to_json() for q in result.dispatch.skipped.values()]):
+            err.note(line)
     if result.abort_created:
         err.print("note: created abort: the broker re-dispatches on its next start (or run `rmqstore redispatch`)")
 

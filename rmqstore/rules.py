@@ -55,6 +55,7 @@ class BrokerRules:
     checkpoint_confirm_offset: bool  # 5.1.1+: recovery's confirm offset (last valid record) is checkpointed
     # config files and expiry (§10, §11)
     five: bool  # 5.x config file names, topic rules, system topics
+    broker_checks_topic_name: bool  # the broker refuses a send whose topic is not ^[%|a-zA-Z0-9_-]+$ (TopicValidator)
     config_write_via_tmp: bool  # before 5.1: config written to NAME.tmp, then renamed
     expire_ratio_rounds_up: bool  # 5.x: used/(used+usable) rounded up to a whole percent, like df
     expire_forced_level_triggers: bool  # 5.x: crossing the forced/warning level alone triggers deletion
@@ -100,6 +101,9 @@ def rules_for(broker: str) -> BrokerRules:
         multi_dispatch=v >= (4, 9, 3),
         lmq_reserves_crc_bytes=v >= (5, 2, 0),
         five=five,
+        # 4.4.0's msgCheck has no TopicValidator (a client that does not check stores a topic in any
+        # script); 4.9.x and 5.x brokers refuse it. The first version with the check is not pinned down: 4.7.0 assumed.
+        broker_checks_topic_name=v >= (4, 7, 0),
         config_write_via_tmp=v < (5, 1),
         expire_ratio_rounds_up=five,
         expire_forced_level_triggers=five,

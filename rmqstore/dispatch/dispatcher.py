@@ -30,6 +30,7 @@ import numpy as np
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import index_key_hash_batch
+from rmqstore.codec.topic import SkippedQueue, note_skipped
 from rmqstore.errors import CorruptData
 from rmqstore.store.files import RELEASE_STEP, release_pages
 from rmqstore.store.layout import StoreConfig, record_place
@@ -233,6 +234,7 @@ class DispatchStats:
     logics_msg_timestamp_ms: int = 0  # store time of the record behind the last CQ entry written
     index_msg_timestamp_ms: int = 0  # end time of the last index file that became full
     max_phy_offset: int = -1  # end (offset + size) of the last record dispatched
+    skipped: dict[tuple[str, int], SkippedQueue] = field(default_factory=dict)  # names that are no directory
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -243,6 +245,7 @@ class DispatchStats:
             "indexFilesCreated": [p.name for p in self.index_files_created],
             "logicsMsgTimestamp": self.logics_msg_timestamp_ms,
             "indexMsgTimestamp": self.index_msg_timestamp_ms,
+            "skippedQueues": [q.to_json() for q in self.skipped.values()],
         }
 
 
@@ -276,11 +279,16 @@ class Dispatcher:
         self._index: _IndexWriter | None = None
         self.stats = DispatchStats()
 
-    def _queue(self, topic: str, qid: int, phy_offset: int) -> QueueWriter:
+    def _queue(self, topic: str, qid: int, phy_offset: int, n: int) -> QueueWriter | None:
+        """The writer of a queue, None for a name that cannot be a directory (counted in ``stats.skipped``:
+        the ``n`` records are not entered, their index keys are)."""
         w = self._queues.get((topic, qid))
         if w is None:
-            # a topic from record bytes becomes a path only if the broker could have accepted it
             where = record_place(self.cfg.commitlog_dir, self.cfg.commitlog_file_size, phy_offset)
+            why = self._cq.path_problem(topic, qid)
+            if why is not None:
+                note_skipped(self.stats.skipped, topic, qid, why, where, n)
+                return None
             w = self._queues[(topic, qid)] = self._cq.queue(topic, qid).writer(where=where)
         return w
 
@@ -338,7 +346,9 @@ class Dispatcher:
                 if not len(part):
                     continue
                 key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
-                w = self._queue(*key, int(c.phy[part[0]]))
+                w = self._queue(*key, int(c.phy[part[0]]), len(part))
+                if w is None:
+                    continue
                 before = w.written
                 w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
                 if w.written > before:
@@ -368,7 +378,9 @@ class Dispatcher:
         last_ts = 0
         last_phy = -1
         for key, g in groups.items():
-            w = self._queue(*key, g[0].phy_offset)
+            w = self._queue(*key, g[0].phy_offset, len(g))
+            if w is None:
+                continue
             before = w.written
             w.put(
                 np.fromiter((r.phy_offset for r in g), np.int64, len(g)),

@@ -21,11 +21,11 @@ from rmqstore.codec.commitlog import (
     Record,
     decode_record,
 )
-from rmqstore.codec.topic import topic_name_problem
+from rmqstore.codec.topic import SkippedQueue, note_skipped, queue_path_problem
 from rmqstore.errors import CorruptData
 from rmqstore.store.files import map_file
-from rmqstore.store.layout import Segment, StoreConfig, list_segments
-from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues, BatchConsumeQueueWriter
+from rmqstore.store.layout import Segment, StoreConfig, list_segments, record_place
+from rmqstore.store.queue.batchconsumequeue import BatchConsumeQueues, BatchConsumeQueueWriter, batch_cq_topics
 from rmqstore.store.queue.consumequeue import ConsumeQueueWriter, FileConsumeQueues
 from rmqstore.store.queue.kinds import keeps_rocksdb
 from rmqstore.walk.chain import walk_segment
@@ -57,6 +57,71 @@ def lmq_targets(rec: Record, cfg: StoreConfig) -> list[tuple[str, int, int]]:
     return out
 
 
+def safe_lmq_targets(
+    rec: Record, cfg: StoreConfig, skipped: dict[tuple[str, int], SkippedQueue]
+) -> list[tuple[str, int, int]]:
+    """:func:`lmq_targets` whose names can be directories; the others are counted in ``skipped`` (the
+    broker's ``multiDispatchLmqQueue`` skips a name holding a separator and goes on with the next)."""
+    out = []
+    for name, qid, offset in lmq_targets(rec, cfg):
+        why = queue_path_problem(name, qid)
+        if why is None:
+            out.append((name, qid, offset))
+            continue
+        where = record_place(cfg.commitlog_dir, cfg.commitlog_file_size, rec.phy_offset)
+        note_skipped(skipped, name, qid, f"INNER_MULTI_DISPATCH: {why}", where, 1)
+    return out
+
+
+def lmq_skipped(st: object, to_phy: int) -> list[SkippedQueue]:
+    """The LMQ names the dispatch skips in the records before ``to_phy`` (reads only; an LMQ store only;
+    a file whose chain breaks is read up to the break)."""
+    cfg: StoreConfig = st.config  # type: ignore[attr-defined]
+    skipped: dict[tuple[str, int], SkippedQueue] = {}
+    if not cfg.enable_multi_dispatch or keeps_rocksdb(cfg):
+        return []
+    for seg in st.commitlog_segments()[0]:  # type: ignore[attr-defined]
+        end = min(seg.size, to_phy - seg.base_offset)
+        if end <= 0:
+            break
+        with map_file(seg.path) as buf:
+            try:
+                for rec in iter_records(seg, buf, 0, end, cfg):
+                    if rec.sys_flag & TRANSACTION_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                        safe_lmq_targets(rec, cfg, skipped)
+            except CorruptData:
+                continue  # check reports the damage itself
+    return list(skipped.values())
+
+
+def predicted_skips(st: object, from_phy: int, to_phy: int, topics: tuple[str, ...]) -> list[SkippedQueue]:
+    """What a dispatch of ``[from_phy, to_phy)`` will skip, for a plan to show before it runs: records whose
+    queue cannot be a directory and LMQ names that cannot. ``topics`` are the names a walk of the range
+    met: when all are safe and the store has no LMQ, nothing is read."""
+    cfg: StoreConfig = st.config  # type: ignore[attr-defined]
+    queues = st.consume_queues  # type: ignore[attr-defined]
+    lmq = cfg.enable_multi_dispatch and not keeps_rocksdb(cfg)
+    if not lmq and all(queues.path_problem(t, 0) is None for t in topics):
+        return []
+    skipped: dict[tuple[str, int], SkippedQueue] = {}
+    exclude = batch_cq_topics(cfg)
+    for seg in st.commitlog_segments()[0]:  # type: ignore[attr-defined]
+        lo, hi = max(from_phy, seg.base_offset), min(to_phy, seg.base_offset + seg.size)
+        if lo >= hi:
+            continue
+        with map_file(seg.path) as buf:
+            for rec in iter_records(seg, buf, lo - seg.base_offset, hi - seg.base_offset, cfg):
+                if rec.sys_flag & TRANSACTION_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                    continue
+                why = queues.path_problem(rec.topic, rec.queue_id) if rec.topic not in exclude else None
+                if why is not None:
+                    where = (seg.path, rec.phy_offset - seg.base_offset, rec.phy_offset)
+                    note_skipped(skipped, rec.topic, rec.queue_id, why, where, 1)
+                if lmq:
+                    safe_lmq_targets(rec, cfg, skipped)
+    return list(skipped.values())
+
+
 def batch_unit(rec: Record) -> tuple[int, int]:
     """(base queue offset, messages) of a record in a batch consume queue."""
     if rec.sys_flag & INNER_BATCH_FLAG:
@@ -84,6 +149,7 @@ class ExtraDispatcher:
         self._batch_queues = BatchConsumeQueues(cfg, Path(root))
         self._cq: dict[tuple[str, int], ConsumeQueueWriter] = {}
         self._bcq: dict[tuple[str, int], BatchConsumeQueueWriter] = {}
+        self.skipped: dict[tuple[str, int], SkippedQueue] = {}
 
     @property
     def needed(self) -> bool:
@@ -97,9 +163,7 @@ class ExtraDispatcher:
         if rec.topic in self.bcq_topics:
             req = request_from_record(rec, self.cfg)
             self._put_unit(rec, req.tags_code)
-        for name, qid, offset in lmq_targets(rec, self.cfg) if self.lmq else ():
-            if topic_name_problem(name) is not None:
-                raise CorruptData(f"INNER_MULTI_DISPATCH names a queue the broker refuses: {name!r}", pos=rec.pos)
+        for name, qid, offset in safe_lmq_targets(rec, self.cfg, self.skipped) if self.lmq else ():
             req = req or request_from_record(rec, self.cfg)
             w = self._cq.get((name, qid))
             if w is None:
@@ -130,9 +194,10 @@ def iter_records(seg: Segment, buf: object, start: int, end: int, cfg: StoreConf
 
 def dispatch_extra(
     st: object, from_phy: int, to_phy: int, *, only_after: int | None = None, batch: frozenset[str] = frozenset()
-) -> None:
+) -> list[SkippedQueue]:
     """The %LMQ% entries and batch consume queue units of the records in ``[from_phy, to_phy)`` of the
-    store's commit log (those after ``only_after`` when given), written into the store (§4.7, §9.1)."""
+    store's commit log (those after ``only_after`` when given), written into the store (§4.7, §9.1);
+    the LMQ names skipped because they cannot be directories are returned."""
 
     cfg = st.config  # type: ignore[attr-defined]
     extra = ExtraDispatcher(cfg, Path(st.root), batch)  # type: ignore[attr-defined]
@@ -146,6 +211,7 @@ def dispatch_extra(
                             extra.put(rec)
     finally:
         extra.close()
+    return list(extra.skipped.values())
 
 
 def lmq_listed(cfg: StoreConfig, queue: str, queue_id: int, phys: object, queue_offsets: object) -> object:

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from rmqstore.codec.topic import SkippedQueue
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.engines import ENGINES, BuildScope
 from rmqstore.dispatch.multiqueue import ExtraDispatcher, iter_records
@@ -88,17 +89,19 @@ def build(
     finally:
         stats = d.close(sync=True)
     if consume_queue:
-        _dispatch_extra(st, build_root, start, end, bcq, topics)
+        for q in _dispatch_extra(st, build_root, start, end, bcq, topics):
+            stats.skipped.setdefault((q.name, q.queue_id), q)
     return stats, end, reason
 
 
 def _dispatch_extra(
     st: Store, build_root: Path, start: int, end: int, bcq: frozenset[str], topics: tuple[str, ...] | None
-) -> None:
-    """LMQ multi-dispatch and batch consume queues: a second, per-record pass (only on stores that use them)."""
+) -> list[SkippedQueue]:
+    """LMQ multi-dispatch and batch consume queues: a second, per-record pass (only on stores that use
+    them); returns the LMQ names skipped."""
     extra = ExtraDispatcher(st.config, build_root, bcq)
     if not extra.needed:
-        return
+        return []
     try:
         for seg in st.commitlog_segments()[0]:
             lo, hi = max(start, seg.base_offset), min(end, seg.base_offset + seg.size)
@@ -110,3 +113,4 @@ def _dispatch_extra(
                         extra.put(rec)
     finally:
         extra.close()
+    return list(extra.skipped.values())

@@ -56,7 +56,7 @@ from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
 from rmqstore.codec.rows import CRC_MISMATCH, message_row, store_time
-from rmqstore.codec.topic import topic_name_problem
+from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
 from rmqstore.store import Store
@@ -1280,8 +1280,11 @@ class ExtRow:
 def scan_consume_queue_ext(st: Store, topic: str, queue_id: int) -> Iterator[ExtRow]:
     """The units of ``consumequeue_ext/<topic>/<queueId>`` (§4.6), file by file."""
 
-    if topic_name_problem(topic) is not None:
-        raise InputError(f"{topic!r}: not a topic the broker accepts")
+    why = queue_path_problem(topic, queue_id)
+    if why is not None:
+        raise InputError(
+            f"topic '{shown(topic)}' queue {queue_id}: no consume queue directory can have this name ({why})"
+        )
     d = st.root / "consumequeue_ext" / topic / str(int(queue_id))
     segs, _ = list_segments(d, None)
     if not segs:
@@ -1322,7 +1325,13 @@ def compaction_checkpoint(st: Store) -> cfgmod.ConfigFile:
     d = st.root / "compaction"
     if not (d / "position-checkpoint").exists():
         raise InputError(f"{d / 'position-checkpoint'}: no compaction checkpoint")
-    return cfgmod.read_config(d, "position-checkpoint")
+    cf = cfgmod.read_config(d, "position-checkpoint")
+    e = cf.skipped
+    if e is not None and cf.source == "missing":  # nothing usable: the broker would start from no positions
+        raw = e.path.read_bytes() if e.path.is_file() else b""
+        what = f"does not parse: {e.what}; with no .bak the broker starts the compaction from no positions"
+        raise CorruptData(what, path=e.path, pos=cfgmod.byte_of(raw, e.line, e.what) or 0)
+    return cf
 
 
 # -- DLedger entries and index units -------------------------------------------------------------

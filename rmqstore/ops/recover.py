@@ -37,6 +37,7 @@ import numpy as np
 
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.dledger import DLEDGER, HEADER_SIZE, INDEX_UNIT_SIZE, decode_header, header_problem
+from rmqstore.codec.topic import skipped_lines
 from rmqstore.dispatch.cut import (
     Removal,
     checkpoint_bytes,
@@ -48,7 +49,7 @@ from rmqstore.dispatch.cut import (
     remove,
 )
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
-from rmqstore.dispatch.multiqueue import dispatch_extra
+from rmqstore.dispatch.multiqueue import dispatch_extra, predicted_skips
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, from_os_error
 from rmqstore.rules import BrokerRules, rules_for
 from rmqstore.safety.actions import PlannedAction, StepFailed
@@ -80,7 +81,6 @@ from rmqstore.walk.dledger import ENTRY, index_repair, iter_entries, kept_entrie
 from rmqstore.walk.recovery import (
     LostRecord,
     RecoveryFacts,
-    first_refused_record,
     read_checkpoint_bytes,
     recovery_facts,
     recovery_facts_for,
@@ -432,20 +432,6 @@ def _plan_dispatch(f: RecoveryFacts, cfg: StoreConfig, want_cq: bool, want_ix: b
     return None
 
 
-def _refuse_bad_topics(f: RecoveryFacts, dispatch: Redispatch | None, rebuild: bool) -> None:
-    """The re-dispatch (or the rebuild, from the first file) refuses a record whose topic the broker
-    refuses (its consume queue directory would not be one): decided here, so that the dry run refuses
-    as the run would."""
-    bad = None
-    if rebuild:
-        bad = first_refused_record(f.segs[: f.start_idx], f.rules.broker) or f.cq_check.first_refused(f.start_phy)
-    elif dispatch is not None and dispatch.consume_queue:
-        from_phy = dispatch.from_phy if dispatch.only_after_phy is None else dispatch.only_after_phy
-        bad = f.cq_check.first_refused(from_phy)
-    if bad is not None:
-        raise bad
-
-
 def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Removal | None:
     """The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
     zero them first so that a re-dispatch killed half way can be rolled back exactly."""
@@ -544,7 +530,6 @@ def plan_recover(
         actions += _batch_cut_actions(root, f)
     want_cq = in_place_cq and not rebuild_consume_queue
     dispatch = _plan_dispatch(f, cfg, want_cq, cfg.message_index_enable and not rebuild_index)
-    _refuse_bad_topics(f, dispatch, rebuild_consume_queue)
     if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
         keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
     tail = (
@@ -563,7 +548,12 @@ def plan_recover(
         _check_quarantine_dir(qpath, cfg)
         qdir = str(qpath.resolve())
     start_file = f.segs[f.start_idx].path.name if f.segs else None
-    return RecoverPlan(
+    skips = (
+        predicted_skips(st, dispatch.from_phy, dispatch.to_phy, f.topic_names)
+        if dispatch and dispatch.consume_queue
+        else []
+    )
+    plan = RecoverPlan(
         root=str(root),
         broker=cfg.broker,
         path="abnormal" if f.abort else "normal",
@@ -588,11 +578,27 @@ def plan_recover(
         write_checkpoint=write_cp,
         remove_abort=f.abort,
         losses=tuple(losses),
-        notes=tuple(f.notes),
+        notes=(*f.notes, *skipped_lines([q.to_json() for q in skips])),
         quarantine_dir=qdir,
         created_ms=now_ms,
         member=member,
     )
+    refuse_obstacles(plan.planned_actions())
+    return plan
+
+
+def refuse_obstacles(actions: tuple[PlannedAction, ...]) -> None:
+    """Refuse, before the first change, a plan whose file actions meet something else than a regular
+    file (``abort`` as a directory): the step would fail halfway through a run."""
+    for a in actions:
+        if a.verb == "replace" or not os.path.lexists(a.path) or a.path.is_file():
+            continue
+        kind = "a directory" if a.path.is_dir() else "not a regular file"
+        raise CorruptData(
+            f"is {kind}; a regular file was expected ({a.verb}: {a.why}); nothing was changed",
+            path=a.path,
+            pos=0,
+        )
 
 
 def plan_recover_detected(
@@ -1273,7 +1279,9 @@ def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock,
     finally:
         stats = dispatcher.close(sync=ok)
     if d.consume_queue and (batch or (cfg.enable_multi_dispatch and broker_rules(cfg.broker).multi_dispatch)):
-        dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back with the rest
+        extra = dispatch_extra(st, d.from_phy, d.to_phy, only_after=d.only_after_phy, batch=batch)  # rolled back too
+        for q in extra:
+            stats.skipped.setdefault((q.name, q.queue_id), q)
     _fsync_dispatch_dirs(st.consume_queues, cfg.index_dir, stats)
     index_ts = plan.checkpoint_after["indexMsgTimestamp"]
     if d.index:

@@ -10,6 +10,7 @@ store has is refused unless forced.
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shlex
 import shutil
@@ -25,6 +26,7 @@ import numpy as np
 from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import decode_header
+from rmqstore.codec.topic import skipped_lines
 from rmqstore.dispatch.rebuild import build
 from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.safety.actions import PlannedAction
@@ -47,6 +49,7 @@ class QueueDiff(JsonModel):
     missing: int  # in the rebuild, not in the current files
     extra: int  # in the current files, not in the rebuild
     different: int  # same queue offset, different bytes
+    files_differ: int = 0  # files whose bytes differ (stray tail bytes, a length, a name), entries aside
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +93,7 @@ class RedispatchPlan(JsonModel):
     @property
     def changed(self) -> bool:
         return (
-            any(d.missing or d.extra or d.different for d in self.queue_diffs)
+            any(_differs(d) for d in self.queue_diffs)
             or (self.build_index and self.index_files_changed)
             or self.stats.get("databaseRowsChanged", False)
         )
@@ -116,7 +119,7 @@ class RedispatchPlan(JsonModel):
         """What was rebuilt, whether it differs from the current files, and where the replaced ones go."""
         s = self.stats
         where = str(self.quarantine) if self.quarantine else "a new folder in STORE/../<name>.quarantine"
-        queues_differ = any(d.missing or d.extra or d.different for d in self.queue_diffs)
+        queues_differ = any(_differs(d) for d in self.queue_diffs)
         return {
             "records": s["records"],
             "fromPhyOffset": self.from_phy,
@@ -135,7 +138,20 @@ class RedispatchPlan(JsonModel):
 
     def details(self) -> dict[str, list[dict[str, Any]]]:
         """The queues whose rebuild differs from the current files."""
-        return {"queues": [d.to_json() for d in self.queue_diffs if d.missing or d.extra or d.different]}
+        return {"queues": [d.to_json() for d in self.queue_diffs if _differs(d)]}
+
+
+def _differs(d: QueueDiff) -> bool:
+    return bool(d.missing or d.extra or d.different or d.files_differ)
+
+
+def _queue_files_differ(cur: Path, new: Path) -> int:
+    """Files of one queue directory that are not byte-identical (size included) to the rebuilt ones,
+    counting a file on one side only: the broker loads the files, not the entries."""
+    names = {p.name for d in (cur, new) if d.is_dir() for p in d.iterdir() if p.is_file()}
+    return sum(
+        1 for n in names if not ((cur / n).is_file() and (new / n).is_file() and filecmp.cmp(cur / n, new / n, False))
+    )
 
 
 def _state(built: bool, differs: bool) -> str:
@@ -160,6 +176,11 @@ def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[s
         if hi > lo:
             different = int(np.count_nonzero(cur_units[lo - cb : hi - cb] != new_units[lo - nb : hi - nb]))
         overlap = max(0, hi - lo)
+        files = (
+            0
+            if isinstance(cur, RocksDBConsumeQueues)
+            else _queue_files_differ(_dir(cur, topic, qid), _dir(new, topic, qid))
+        )
         diffs.append(
             QueueDiff(
                 topic,
@@ -169,9 +190,14 @@ def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[s
                 len(new_units) - overlap,
                 len(cur_units) - overlap,
                 different,
+                files,
             )
         )
     return diffs
+
+
+def _dir(queues: ConsumeQueueStore, topic: str, qid: int) -> Path:
+    return queues.directory / topic / str(qid)
 
 
 def _diff_built(st: Store, build_root: Path, topics: tuple[str, ...] | None) -> tuple[list[QueueDiff], bool]:
@@ -315,6 +341,7 @@ def plan_redispatch(
             after = replace(after, logics_msg_timestamp_ms=stats.logics_msg_timestamp_ms)
         if build_ix:
             after = replace(after, index_msg_timestamp_ms=stats.index_msg_timestamp_ms)
+    notes += skipped_lines(sj["skippedQueues"])
     segs, _ = st.commitlog_segments()
     return RedispatchPlan(
         st.root,

@@ -9,7 +9,7 @@ from typing import Any
 
 from rmqstore.codec import compaction, timercheck
 from rmqstore.codec.commitlog import Blank
-from rmqstore.codec.topic import topic_name_problem
+from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import InputError
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
@@ -35,9 +35,9 @@ def read_timer_checkpoint(st: Store) -> tuple[Path, timercheck.TimerCheckpoint]:
 
 
 def _queue_dir(st: Store, sub: str, topic: str, queue_id: int) -> Path:
-    why = topic_name_problem(topic)
+    why = queue_path_problem(topic, queue_id)
     if why is not None:
-        raise InputError(f"{topic!r}: not a topic the broker accepts ({why})")
+        raise InputError(f"topic '{shown(topic)}' queue {queue_id}: no directory can have this name ({why})")
     d = Path(st.root) / sub / topic / str(int(queue_id))
     if not d.is_dir():
         raise InputError(f"{d}: no such compaction queue")

@@ -19,6 +19,7 @@ Format: store-format.md §11 (persist and load rules §11.1, fastjson style §11
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -27,11 +28,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
+from rmqstore.codec.topic import TOPIC_VALIDATOR_RE, queue_name_problem, shown
 from rmqstore.errors import ConfigError, InputError
 from rmqstore.rules import rules_for
 from rmqstore.safety.files import atomic_write, fsync_dir
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "PERM_INHERIT",
@@ -292,7 +297,122 @@ def loads(text: str | bytes, *, path: str | Path = "<string>") -> Any:
             raise ConfigError(f"not UTF-8 (byte {e.start})", path=path, line=line) from None
     if text.startswith("\ufeff"):
         text = text[1:]
-    return _Parser(text, path).document()
+    fast = _loads_json(text)
+    return fast.value if fast is not None else _Parser(text, path).document()
+
+
+# ------------------------------------------------------------------------------ the fast path
+
+_INT_KEY_MARK = 0  # a NUL opens the quoted form of a bare integer key: the fast path runs on NUL-free text only
+_WS_BYTES = (32, 9, 10, 13)
+
+
+class _Fallback(Exception):
+    """The text leaves what the json module reads exactly as :class:`_Parser` does."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    value: Any
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[Any, Any]:
+    return {int(k[1:]) if k[:1] == "\x00" else k: v for k, v in pairs}
+
+
+def _no_constant(name: str) -> Any:
+    raise _Fallback(name)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Fallback(text)
+    return value
+
+
+def _back(arr: np.ndarray, pos: np.ndarray, skip: tuple[int, ...] | None = None, digits: bool = False) -> np.ndarray:
+    """For each position, the nearest position at or before it whose byte is not skipped (-1: none)."""
+    import numpy as np
+
+    pos = pos.copy()
+    while True:
+        ok = pos >= 0
+        b = arr[np.where(ok, pos, 0)]
+        more = ok & (((b >= 48) & (b <= 57)) if digits else np.isin(b, skip))
+        if not more.any():
+            return pos
+        pos[more] -= 1
+
+
+def _outside(real_quotes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Which positions lie outside strings (an even number of real quotes before them)."""
+    import numpy as np
+
+    return np.searchsorted(real_quotes, positions) % 2 == 0
+
+
+def _quote_int_keys(raw: bytes) -> bytes | None:
+    """``raw`` with fastjson's bare integer keys quoted (``0:5`` -> ``"\\x000":5``), or None when the text
+    holds what only :class:`_Parser` reads exactly: single quotes, arrays (their layout decides
+    :class:`JavaList`), nesting deeper than ``_MAX_DEPTH``. numpy over the bytes, no per-token Python."""
+    import numpy as np
+
+    arr = np.frombuffer(raw, dtype=np.uint8)
+    quotes = np.flatnonzero(arr == 34).astype(np.int64)
+    escaped = np.zeros(len(quotes), dtype=bool)
+    j = quotes - 1
+    while True:  # an odd run of backslashes before a quote escapes it
+        run = (j >= 0) & (arr[np.maximum(j, 0)] == 92)
+        if not run.any():
+            break
+        escaped ^= run
+        j = np.where(run, j - 1, -1)
+    real = quotes[~escaped]
+    for byte in (39, 91):  # ' and [ outside strings
+        at = np.flatnonzero(arr == byte)
+        if _outside(real, at).any():
+            return None
+    braces = np.flatnonzero((arr == 123) | (arr == 125))
+    braces = braces[_outside(real, braces)]
+    if len(braces) and int(np.cumsum(np.where(arr[braces] == 123, 1, -1)).max()) > _MAX_DEPTH:
+        return None
+    colons = np.flatnonzero(arr == 58)
+    colons = colons[_outside(real, colons)]
+    end = _back(arr, colons - 1, _WS_BYTES)  # the key's last byte
+    is_digit = (end >= 0) & (arr[np.maximum(end, 0)] >= 48) & (arr[np.maximum(end, 0)] <= 57)
+    end = end[is_digit]
+    start = _back(arr, end, digits=True) + 1
+    start -= (start > 0) & (arr[np.maximum(start - 1, 0)] == 45)  # a minus sign
+    before = _back(arr, start - 1, _WS_BYTES)
+    key = (before >= 0) & ((arr[np.maximum(before, 0)] == 123) | (arr[np.maximum(before, 0)] == 44))  # after { or ,
+    # per key: '"' and the mark before its first byte, '"' after its last; keys come in order
+    where = np.stack([start[key], start[key], end[key] + 1], axis=1).ravel()
+    at = where + np.arange(len(where))  # where each inserted byte lands in the output
+    out = np.empty(len(arr) + len(where), dtype=np.uint8)
+    kept = np.ones(len(out), dtype=bool)
+    kept[at] = False
+    out[at] = np.tile(np.array([34, _INT_KEY_MARK, 34], dtype=np.uint8), len(where) // 3)
+    out[kept] = arr
+    return out.tobytes()
+
+
+def _loads_json(text: str) -> _Parsed | None:
+    """The document read by the json module when that gives exactly what :class:`_Parser` gives, else
+    None (the parser then reads it and names what is wrong): strict JSON with fastjson's unquoted
+    integer keys, no array, nested at most ``_MAX_DEPTH``."""
+    if "\x00" in text or "\\u0000" in text.lower():  # a string could then decode to the key mark
+        return None
+    quoted = _quote_int_keys(text.encode("utf-8", "surrogatepass"))
+    if quoted is None:
+        return None
+    try:
+        value = json.loads(
+            quoted, object_pairs_hook=_pairs, parse_float=_finite, parse_constant=_no_constant, strict=False
+        )
+    except (_Fallback, ValueError, RecursionError):
+        return None
+    return _Parsed(value)
 
 
 # ------------------------------------------------------------------------------------- writing
@@ -446,6 +566,27 @@ def _decode_file(raw: bytes, path: Path) -> Any:
     if not isinstance(data, dict):
         raise ConfigError("the document is not a JSON object", path=path, line=1)
     return data
+
+
+def byte_of(raw: bytes, line: int | None, what: str) -> int | None:
+    """Byte position of a parse error given its line and ``(column N)`` in the message."""
+    if line is None:
+        return None
+    start = 0
+    for _ in range(line - 1):
+        nl = raw.find(b"\n", start)
+        if nl < 0:
+            break
+        start = nl + 1
+    m = re.search(r"\(column (\d+)\)", what)
+    if not m:
+        return start
+    end = raw.find(b"\n", start)
+    text = raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace")
+    return start + len(text[: int(m.group(1)) - 1].encode("utf-8"))
+
+
+COMPACTION_CHECKPOINTS = ("position-checkpoint", "position-checkpoint.bak")  # compaction/, 5.x
 
 
 def read_config(config_dir: Path, name: str) -> ConfigFile:
@@ -674,7 +815,6 @@ def topic_to_bean(tc: TopicConfig) -> dict[str, Any]:
     )
 
 
-_TOPIC_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator / Validators.checkTopic
 _TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH (4.4.0 clients allowed 255)
 
 
@@ -706,7 +846,11 @@ def auto_create_topic(
         InputError: a name the broker rejects, or a template without PERM_INHERIT (the broker
             then refuses to auto-create).
     """
-    if not _TOPIC_NAME_RE.match(name) or len(name) > _TOPIC_MAX_LENGTH:
+    if not rules_for(broker_version).broker_checks_topic_name:  # 4.4.0: any one directory name
+        why = queue_name_problem(name)
+        if why is not None:
+            raise InputError(f"topic name '{shown(name)}' is not allowed: {why}")
+    elif not TOPIC_VALIDATOR_RE.match(name) or len(name) > _TOPIC_MAX_LENGTH:
         raise InputError(f"topic name {name!r} is not allowed (characters %|a-zA-Z0-9_-, at most 127)")
     if template is None:
         template = TopicConfig(
@@ -801,6 +945,9 @@ def load_consumer_offsets(
             continue
         if not isinstance(queues, Mapping):
             _fail_shape(f"offsetTable[{key!r}] is not a queue map", path)
+        if all(type(q) is int and type(v) is int for q, v in queues.items()):  # as fastjson writes it
+            out[(topic, group)] = dict(queues)
+            continue
         out[(topic, group)] = {
             _queue_key(q, f"{key}: queue id", path): _int_or_fail(v, f"{key}: offset", path) for q, v in queues.items()
         }

@@ -18,7 +18,7 @@ from typing import Any
 from rmqstore.codec.consumequeue import effective_file_size
 from rmqstore.codec.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqstore.codec.framing import PLAIN, Framing
-from rmqstore.codec.topic import BadTopic, topic_name_problem
+from rmqstore.codec.topic import BadTopic, queue_path_problem
 from rmqstore.errors import ConfigError
 from rmqstore.problems import Problem, ProblemKind
 
@@ -559,12 +559,13 @@ def queue_dir(
     where: tuple[Path | str, int, int | None] | None = None,
     under: str = "consumequeue",
 ) -> Path:
-    """``<root>/<under>/<topic>/<queueId>``, refused (:class:`BadTopic`) for any topic the broker
-    refuses, and proven to stay inside ``<root>/<under>`` (``consumequeue`` or ``batchconsumequeue``).
+    """``<root>/<under>/<topic>/<queueId>``, refused (:class:`BadTopic`) for a name that is not one safe
+    directory name (:func:`queue_path_problem`), and proven to stay inside ``<root>/<under>``
+    (``consumequeue`` or ``batchconsumequeue``).
 
     ``where`` is (file, pos, phy offset) of the record the topic came from, for the error.
     """
-    why = topic_name_problem(topic)
+    why = queue_path_problem(topic, queue_id)
     base = Path(root) / under
     d = base / topic / str(int(queue_id))
     if why is None and os.path.normpath(d).startswith(os.path.normpath(base) + os.sep) and d.parent.parent == base:

@@ -4,6 +4,7 @@ points at, and the queue offset for a time (store-format.md §4.3, §4.4, §9.3)
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from rmqstore.codec.consumequeue import ENTRY_SIZE, CqEntry, valid_prefix
 from rmqstore.codec.framing import BLANK, RECORD
 from rmqstore.errors import CorruptData
 from rmqstore.store import Store
-from rmqstore.store.layout import Segment
+from rmqstore.store.layout import Segment, segment_for
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueue
 from rmqstore.store.reader import CommitLogReader, scan_records
@@ -142,6 +143,44 @@ def query_queue_offset(st: Store, topic: str, queue_id: int, queue_offset: int) 
         return _entry_and_record(q, reader, topic, queue_id, queue_offset, bounds, notices)
 
 
+def store_times_at(st: Store, topic: str, queue_id: int, queue_offsets: Iterable[int]) -> dict[int, int | None]:
+    """Store time of the record at each queue offset inside the queue's bounds (None: a filler, an
+    unreadable record, or outside); each offset read once, the queue and commit log opened once."""
+    with CommitLogReader.of(st) as reader:
+        q = _open_queue(st, topic, queue_id, reader)
+        bounds = _bounds(q)
+        wanted = set(queue_offsets)
+        unit_at = q.queue.get if isinstance(q.queue, RocksDBConsumeQueue) else _units_of(q, wanted)
+        out: dict[int, int | None] = {}
+        for off in wanted:
+            hit = _entry_and_record(q, reader, topic, queue_id, off, bounds, [], unit_at)
+            out[off] = None if hit.record is None else hit.record.store_timestamp_ms
+        return out
+
+
+def _units_of(q: _Queue, offsets: set[int]) -> Callable[[int], np.void | None]:
+    """The unit at each of ``offsets`` of a file queue, each file read once over the slots asked for."""
+    size = q.queue.file_size  # type: ignore[attr-defined]
+    spans: dict[int, tuple[Segment, int, int]] = {}  # base -> (file, first slot, last slot)
+    for off in offsets:
+        seg = segment_for(q.segments, off * ENTRY_SIZE, size)
+        if seg is not None:
+            slot = off - seg.base_offset // ENTRY_SIZE
+            lo, hi = spans.get(seg.base_offset, (seg, slot, slot))[1:]
+            spans[seg.base_offset] = (seg, min(lo, slot), max(hi, slot))
+    read = {base: (lo, q.queue.read(seg, lo, hi + 1)) for base, (seg, lo, hi) in spans.items()}  # type: ignore[attr-defined]
+
+    def unit_at(off: int) -> np.void | None:
+        seg = segment_for(q.segments, off * ENTRY_SIZE, size)
+        if seg is None:
+            return None
+        lo, arr = read[seg.base_offset]
+        slot = off - seg.base_offset // ENTRY_SIZE - lo
+        return arr[slot] if 0 <= slot < len(arr) else None
+
+    return unit_at
+
+
 def _entry_and_record(
     q: _Queue,
     reader: CommitLogReader,
@@ -150,6 +189,7 @@ def _entry_and_record(
     queue_offset: int,
     bounds: QueueBounds,
     notices: list[str],
+    unit_at: Callable[[int], np.void | None] | None = None,
 ) -> QueueHit:
     def miss(why: str, entry: CqEntry | None = None) -> QueueHit:
         notices.append(why)
@@ -161,7 +201,7 @@ def _entry_and_record(
         return miss(
             f"queue offset {queue_offset} is outside {topic}/{queue_id}'s [{bounds.min_offset}, {bounds.max_offset})"
         )
-    unit = q.queue.get(queue_offset)
+    unit = (unit_at or q.queue.get)(queue_offset)
     if unit is None:
         return miss(f"no consume queue file holds queue offset {queue_offset}")
     entry = _entry(unit)

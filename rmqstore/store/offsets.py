@@ -3,7 +3,7 @@ when its offset manager is the LMQ one (store-format.md §11.4)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,8 +11,7 @@ from rmqstore.rules import rules_for
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
-from rmqstore.store.lookup import query_queue_offset
-from rmqstore.store.queue.interface import QueueRange
+from rmqstore.store.lookup import query_queue_offset, store_times_at
 
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 LMQ_OFFSET_FILE = "lmqConsumerOffset.json"
@@ -76,6 +75,19 @@ class ConsumerProgress(JsonModel):
         """Messages not consumed yet (mqadmin's "Diff"); negative when committed is past the max."""
         return None if self.consumer_offset is None else self.max_offset - self.consumer_offset
 
+    def to_json(self) -> dict[str, Any]:
+        """The ``json_keys`` fields, built directly: ``offsets show`` writes one per committed queue."""
+        c = self.consumer_offset
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "consumerOffset": c,
+            "minOffset": self.min_offset,
+            "maxOffset": self.max_offset,
+            "lag": None if c is None else self.max_offset - c,
+        }
+
 
 def queue_ids_on_disk(st: Store) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
@@ -90,36 +102,102 @@ def consumer_progress(st: Store, *, group: str | None = None, topic: str | None 
     Each ``topic@group`` gets one row per queue that has a committed offset or a consume queue
     on disk; rows are sorted by group, topic and queue id.
     """
+    return list(iter_consumer_progress(st, group=group, topic=topic))
+
+
+def committed_table(
+    st: Store, group: str | None = None, topic: str | None = None
+) -> dict[tuple[str, str], dict[int, int]]:
+    """``{(topic, group): {queue id: committed offset}}`` of the offsets file and lmqConsumerOffset.json."""
     _, table = read_consumer_offsets(st)
     table = {**table, **read_lmq_offsets(st)}
-    on_disk = queue_ids_on_disk(st)
+    return {k: v for k, v in table.items() if (group is None or k[1] == group) and (topic is None or k[0] == topic)}
+
+
+def iter_consumer_progress(
+    st: Store,
+    *,
+    group: str | None = None,
+    topic: str | None = None,
+    table: dict[tuple[str, str], dict[int, int]] | None = None,
+) -> Iterator[ConsumerProgress]:
+    """:func:`consumer_progress` one row at a time (in the same order): each queue's range is read once;
+    ``table`` is :func:`committed_table` when the caller has read it already."""
+    table = committed_table(st, group, topic) if table is None else table
+    for row in progress_tuples(st, table):
+        yield ConsumerProgress(*row)
+
+
+def progress_tuples(
+    st: Store, table: dict[tuple[str, str], dict[int, int]]
+) -> Iterator[tuple[str, str, int, int | None, int, int]]:
+    """The fields of :func:`iter_consumer_progress`'s rows as plain tuples (group, topic, queue id,
+    committed offset or None, min offset, max offset): what ``offsets show`` streams."""
     min_phy = st.min_phy_offset()
-    ranges: dict[tuple[str, int], QueueRange] = {}
-    rows: list[ConsumerProgress] = []
-    for (t, g), committed in table.items():
-        if (group is not None and g != group) or (topic is not None and t != topic):
-            continue
-        for qid in sorted(set(committed) | set(on_disk.get(t, ()))):
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    disk = {t: set(ids) for t, ids in queue_ids_on_disk(st).items()}
+    for t, g in sorted(table, key=lambda k: (k[1], k[0])):
+        committed = table[(t, g)]
+        for qid in sorted(disk.get(t, set()).union(committed)):
             rng = ranges.get((t, qid))
             if rng is None:
-                rng = ranges[(t, qid)] = st.consume_queues.queue(t, qid).queue_range(min_phy)
-            rows.append(ConsumerProgress(g, t, qid, committed.get(qid), rng.min_offset, rng.max_offset))
-    rows.sort(key=lambda r: (r.group, r.topic, r.queue_id))
-    return rows
+                r = st.consume_queues.queue(t, qid).queue_range(min_phy)
+                rng = ranges[(t, qid)] = (r.min_offset, r.max_offset)
+            yield g, t, qid, committed.get(qid), rng[0], rng[1]
+
+
+def last_consumed_times(st: Store, table: dict[tuple[str, str], dict[int, int]]) -> LastConsumed:
+    """:func:`last_consumed_ms` for every row of :func:`iter_consumer_progress` over ``table``
+    (:func:`committed_table`): the committed offsets of all groups are gathered per queue first, and
+    each record is read once however many groups stopped there."""
+    wanted: dict[tuple[str, int], set[int]] = {}
+    for (t, _g), committed in table.items():
+        for qid, off in committed.items():
+            wanted.setdefault((t, qid), set()).add(off - 1)
+    times = {key: store_times_at(st, key[0], key[1], offs) for key, offs in wanted.items()}
+    return LastConsumed(times)
+
+
+@dataclass(frozen=True, slots=True)
+class LastConsumed:
+    times: dict[tuple[str, int], dict[int, int | None]]
+
+    def of(self, row: ConsumerProgress) -> int | None:
+        return self.at(row.topic, row.queue_id, row.consumer_offset, row.min_offset, row.max_offset)
+
+    def at(self, topic: str, queue_id: int, committed: int | None, min_offset: int, max_offset: int) -> int | None:
+        if committed is None or committed <= min_offset or committed - 1 >= max_offset:
+            return None
+        return self.times.get((topic, queue_id), {}).get(committed - 1)
 
 
 def progress_totals(rows: Sequence[ConsumerProgress]) -> list[dict[str, Any]]:
     """Lag totals per group and topic, then per group, like consumerProgress's "Diff Total"."""
-    per_pair: dict[tuple[str, str], int] = {}
-    per_group: dict[str, int] = {}
+    totals = LagTotals()
     for r in rows:
-        lag = r.lag or 0
-        per_pair[(r.group, r.topic)] = per_pair.get((r.group, r.topic), 0) + lag
-        per_group[r.group] = per_group.get(r.group, 0) + lag
-    out = [{"group": g, "topic": t, "lag": v} for (g, t), v in per_pair.items()]
-    out += [{"group": g, "topic": None, "lag": v} for g, v in per_group.items()]
-    out.append({"group": None, "topic": None, "lag": sum(per_group.values())})
-    return out
+        totals.add(r)
+    return totals.rows()
+
+
+class LagTotals:
+    """The lag totals of :func:`progress_totals`, added one row at a time (for streamed rows)."""
+
+    def __init__(self) -> None:
+        self.per_pair: dict[tuple[str, str], int] = {}
+        self.per_group: dict[str, int] = {}
+
+    def add(self, r: ConsumerProgress) -> None:
+        self.add_lag(r.group, r.topic, 0 if r.consumer_offset is None else r.max_offset - r.consumer_offset)
+
+    def add_lag(self, group: str, topic: str, lag: int) -> None:
+        self.per_pair[(group, topic)] = self.per_pair.get((group, topic), 0) + lag
+        self.per_group[group] = self.per_group.get(group, 0) + lag
+
+    def rows(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"group": g, "topic": t, "lag": v} for (g, t), v in self.per_pair.items()]
+        out += [{"group": g, "topic": None, "lag": v} for g, v in self.per_group.items()]
+        out.append({"group": None, "topic": None, "lag": sum(self.per_group.values())})
+        return out
 
 
 def last_consumed_ms(st: Store, row: ConsumerProgress) -> int | None:

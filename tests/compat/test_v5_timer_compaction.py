@@ -261,7 +261,7 @@ def test_dump_compaction_log_and_cq(tmp_path):
 def test_dump_compaction_refuses_bad_topic_and_missing_queue(tmp_path):
     root, _, _ = _compacted_store(tmp_path)
     r = runner.invoke(app, ["dump", "compaction-log", str(root), "../../etc", "0"])
-    assert r.exit_code == 1 and "not a topic" in r.stderr
+    assert r.exit_code == 1 and "no directory can have this name" in r.stderr
     r = runner.invoke(app, ["dump", "compaction-cq", str(root), "TopicB", "0"])
     assert r.exit_code == 1 and "no such compaction queue" in r.stderr
 
@@ -287,3 +287,22 @@ def test_real_position_checkpoint(case):
     r = runner.invoke(app, ["dump", "compaction", str(store), "--format", "json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == {"empty": True, "queueOffsetMap": {}}
+
+
+def test_corrupt_position_checkpoint_is_reported_not_shown_empty(tmp_path):
+    """Unparsable and no .bak: the engine would start from no positions; dump refuses (exit 6, file and
+    byte named) instead of showing {}, check reports it; a good .bak is what the engine loads and shown."""
+    store = copy_real_store("5.2.0/lmq-multi-dispatch", tmp_path / "s")
+    cp = store / "compaction" / "position-checkpoint"
+    good = cp.read_bytes()
+    cp.write_bytes(b'{\n\t"empty":true,\n\t"queueOffsetMap":{x}\n}')
+    r = runner.invoke(app, ["dump", "compaction", str(store), "-f", "json"])
+    assert r.exit_code == 6 and r.stdout == "", r.output
+    [line] = r.stderr.splitlines()
+    assert line.startswith(f"error: {cp}: does not parse") and "at byte 37" in line, line
+    c = runner.invoke(app, ["check", str(store), "-f", "json"])
+    found = [p for p in json.loads(c.stdout)["problems"] if p["path"].endswith("position-checkpoint")]
+    assert c.exit_code == 3 and [(p["severity"], p["pos"]) for p in found] == [("error", 37)], found
+    (cp.parent / "position-checkpoint.bak").write_bytes(good)
+    r = runner.invoke(app, ["dump", "compaction", str(store), "-f", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"empty": True, "queueOffsetMap": {}}, r.output

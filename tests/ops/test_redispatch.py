@@ -107,6 +107,7 @@ def test_queries_answer_as_engine_after_rebuild(any_real_case: str, tmp_path: Pa
 
 def test_dry_run_reports_missing_entries_and_changes_nothing(tmp_path: Path) -> None:
     root = copy_real_store("clean-2topics", tmp_path)
+    files = len(list((root / "consumequeue" / "TopicA" / "1").iterdir()))
     shutil.rmtree(root / "consumequeue" / "TopicA" / "1")
     before = files_of(root)
     r = runner.invoke(app, ["redispatch", str(root), "--dry-run", "--format", "json"])
@@ -124,9 +125,33 @@ def test_dry_run_reports_missing_entries_and_changes_nothing(tmp_path: Path) -> 
             "missing": want["maxOffset"],
             "extra": 0,
             "different": 0,
+            "filesDiffer": files,  # every file the rebuild has, none in the store
         }
     ]
     assert files_of(root) == before
+
+
+def test_stray_tail_bytes_are_a_difference_and_go_to_the_quarantine(tmp_path: Path) -> None:
+    """A queue file with 3 bytes more holds the same entries, but the broker refuses a file of the
+    wrong size: redispatch rewrites it, and the old file with its stray bytes is kept."""
+    root = copy_real_store("clean-2topics", tmp_path / "s")
+    q = tmp_path / "q"
+    f = sorted((root / "consumequeue" / "TopicB" / "2").iterdir())[-1]
+    old = f.read_bytes()
+    f.write_bytes(old + b"\x01\x02\x03")
+    r = runner.invoke(app, ["redispatch", str(root), "--dry-run", "-f", "json"])
+    assert r.exit_code == 0, r.output
+    diff = [d for d in json.loads(r.stdout)["queues"] if d["filesDiffer"]]
+    assert [(d["topic"], d["queueId"], d["filesDiffer"], d["missing"], d["different"]) for d in diff] == [
+        ("TopicB", 2, 1, 0, 0)
+    ]
+    r = runner.invoke(app, ["redispatch", str(root), "-q", "--quarantine", str(q)])
+    assert r.exit_code == 0 and "identical" not in r.stderr, r.output
+    assert f.read_bytes() == old
+    kept = [p for p in q.rglob(f.name) if p.parent.name == "2" and p.parent.parent.name == "TopicB"]
+    assert [p.read_bytes() for p in kept] == [old + b"\x01\x02\x03"]
+    again = runner.invoke(app, ["redispatch", str(root), "-q"])
+    assert again.exit_code == 0 and "identical to the current ones" in again.stderr
 
 
 def test_nothing_to_do_on_a_consistent_store(tmp_path: Path) -> None:

@@ -787,7 +787,16 @@ def test_auto_create_topic_defaults() -> None:
 @pytest.mark.parametrize("name", ["", "a b", "a@b", "x" * 128, "中"])
 def test_auto_create_topic_rejects_bad_names(name: str) -> None:
     with pytest.raises(InputError):
-        auto_create_topic(name)
+        auto_create_topic(name, broker_version="4.9.4")  # TopicValidator in the broker
+
+
+def test_auto_create_topic_on_4_4_takes_any_directory_name() -> None:
+    """4.4.0's broker has no TopicValidator: any name that is one directory name is created."""
+    for name in ("a b", "a@b", "中", "主题-Tópico-テスト"):
+        assert auto_create_topic(name).topic_name == name
+    for name in ("", "..", "a/b", "x" * 256):
+        with pytest.raises(InputError):
+            auto_create_topic(name)
 
 
 def test_auto_create_topic_needs_inheritable_template() -> None:
@@ -952,3 +961,81 @@ def test_5x_topic_attributes_round_trip_byte_for_byte():
     data = cfgmod.loads(raw)
     assert data["topicConfigTable"]["TopicBatchCQ"]["attributes"] == {"queue.type": "BatchCQ"}
     assert cfgmod.dumps(data).encode() == raw
+
+
+# ------------------------------------------------------------ the json fast path of loads()
+
+
+def _shared_config_files() -> list[Path]:
+    from conftest import SHARED
+
+    if not SHARED.is_dir():
+        return []
+    names = (
+        "consumerOffset.json",
+        "lmqConsumerOffset.json",
+        "topics.json",
+        "delayOffset.json",
+        "subscriptionGroup.json",
+    )
+    return sorted(p for n in names for pat in (n, n + ".bak") for p in SHARED.rglob(pat) if p.is_file())
+
+
+def test_fast_path_gives_the_parsers_values_on_every_real_config_file() -> None:
+    from rmqstore.store.config import _loads_json, _Parser
+
+    files = _shared_config_files()
+    if not files:
+        pytest.skip("no /work/shared stores")
+    offsets = 0
+    for p in files:
+        text = p.read_bytes().decode("utf-8", "replace").removeprefix("\ufeff")
+        try:
+            want: object = _Parser(text, p).document()
+        except ConfigError:
+            want = ConfigError
+        fast = _loads_json(text)
+        if fast is not None:
+            assert fast.value == want and repr(fast.value) == repr(want), p  # int keys stay int, str stay str
+        if p.name.startswith("consumerOffset.json") and want is not ConfigError:
+            offsets += 1
+            assert fast is not None, f"{p}: a consumer offset file left the json path"
+    assert offsets >= 10
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{0:1,-2:3,"4":5}',
+        '{"a\\\\":{7:8},"x":"{5:6}","y":"a\\"b:1"}',
+        "{ 5 :\r\n 1 }",
+        '{"a":1.5e3,"b":-0,"c":true,"d":null,"e":"\\ud83d\\ude00\\u00e9"}',
+        '{"a":[1,2]}',
+        "{'a':1}",
+        '{"a":01}',
+        '{"a":1e999}',
+        '{"a":NaN}',
+        "{a:1}",
+        '{"a":1,}',
+        '{"a":"\\v"}',
+        '{"a":1}\f',
+        '{"a":"\\u0000","b":{1:2}}',
+        '{"\\u0000" : {1:2}}',
+        "{" * 201 + "}" * 201,
+        "{" * 200 + "}" * 200,
+        '{"a":{1:2}} x',
+        "",
+    ],
+)
+def test_loads_is_the_tolerant_parser(text: str) -> None:
+    """Whatever path it takes, loads() gives what the tolerant parser gives, or fails the same way."""
+    from rmqstore.store.config import _Parser
+
+    def outcome(fn):
+        try:
+            v = fn()
+            return ("ok", repr(v), v)
+        except ConfigError as e:
+            return ("error", str(e), None)
+
+    assert outcome(lambda: loads(text))[:2] == outcome(lambda: _Parser(text, "<string>").document())[:2]

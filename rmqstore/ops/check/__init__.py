@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,8 +63,8 @@ from rmqstore.codec.framing import is_record_magic
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
-from rmqstore.codec.topic import BadTopic, topic_name_problem
-from rmqstore.dispatch.multiqueue import lmq_listed
+from rmqstore.codec.topic import SkippedQueue
+from rmqstore.dispatch.multiqueue import lmq_listed, lmq_skipped
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
 from rmqstore.ops.check.records import ROW_DTYPES, empty_rows, record_rows
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
@@ -81,6 +82,7 @@ from rmqstore.rules import rules_for
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
+from rmqstore.store.config import COMPACTION_CHECKPOINTS
 from rmqstore.store.dledger import DLedgerIndex, read_member
 from rmqstore.store.files import map_file, release_pages
 from rmqstore.store.layout import DEFAULT_DELAY_LEVELS, Segment, file_name, parse_delay_levels
@@ -376,7 +378,6 @@ class _Walker:
         self._topics: dict[bytes, tuple[str, int]] = {}
         self._number = 0  # record number of the record on the per-record path
         self._slow_rows: list[tuple[int, ...]] = []
-        self._refused: set[int] = set()  # topic ids already reported as names the broker refuses
 
     # -- helpers ------------------------------------------------------------------
     def _stop(self, phy: int) -> None:
@@ -443,7 +444,7 @@ class _Walker:
         first = self.scan.rows_seen
         if self.columnar and not self.prop_crc:  # the __CRC32# property is checked record by record
             got = record_rows(f.buf, u8, p, f.seg, self.cfg, first, self.scan.topic_id, light=self.light)
-            cols, slow = got.cols, self._with_new_topics(got.cols, got.slow)
+            cols, slow = got.cols, got.slow
             if got.key_pairs.size:
                 self.scan.key_parts.append(got.key_pairs)
         else:
@@ -458,19 +459,6 @@ class _Walker:
             self._slow_rows = []
         self.scan.parts.append(cols)
         self.scan.rows_seen += len(p)
-
-    def _with_new_topics(self, cols: dict[str, np.ndarray], slow: np.ndarray) -> np.ndarray:
-        """``slow`` and the first consumable record of each topic whose name is not checked yet: the
-        per-record path checks the name (:meth:`_refused_topic`)."""
-        plain = np.ones(len(cols["tx"]), dtype=bool)
-        plain[slow] = False
-        tx = cols["tx"]
-        cand = np.flatnonzero(plain & ((tx == 0) | (tx == TRANSACTION_COMMIT_TYPE)))
-        if not cand.size:
-            return slow
-        tids, at = np.unique(cols["topic"][cand], return_index=True)
-        new = [int(cand[i]) for t, i in zip(tids.tolist(), at.tolist(), strict=True) if t not in self._refused]
-        return np.union1d(slow, np.asarray(new, dtype=np.int64)) if new else slow
 
     def _record(self, f: _OpenFile, pos: int) -> None:
         """One record the walk found readable: a V1 record with IPv4 hosts is read straight from the
@@ -553,16 +541,6 @@ class _Walker:
             got = self._topics[raw] = (name, self.scan.topic_id(name))
         return got
 
-    def _refused_topic(self, name: str, tid: int, path: str, pos: int, phy: int) -> None:
-        """A consumable record whose topic the broker refuses: recover, redispatch and write refuse to
-        dispatch it (its queue directory would not be one), so it is an error here too."""
-        self._refused.add(tid)  # checked once per topic
-        why = topic_name_problem(name)
-        if why is None:
-            return
-        bad = BadTopic(name, why, path=path, pos=pos, phy_offset=phy)
-        self.out.add(path, pos, f"{bad.what}: recover and redispatch refuse to dispatch it", ERROR, phy, "bad topic")
-
     def _check_prop_crc(self, buf: Any, path: str, pos: int, base: int, total: int) -> None:
         stored, computed = prop_crc_check(buf, pos, total)
         if stored == computed:
@@ -634,8 +612,6 @@ class _Walker:
                 if level > 0:
                     code = store_ts + self.levels[level - 1]
         tx = sys_flag & TRANSACTION_MASK
-        if tid not in self._refused and (not tx or tx == TRANSACTION_COMMIT_TYPE):
-            self._refused_topic(name, tid, path, pos, phy)
         if tx and tx != TRANSACTION_COMMIT_TYPE and queue_offset != 0:
             self.out.add(
                 path,
@@ -1029,15 +1005,51 @@ def _report_records(scan: _LogScan, out: _Problems, mask: np.ndarray, log_dir: P
         )
 
 
+def _check_queue_names(st: Store, segs: list[Segment], scan: _LogScan, out: _Problems) -> np.ndarray:
+    """Records (NOT/COMMIT) whose topic and queue id cannot be a consume queue directory: one warning per
+    queue, worded as the dispatch of recover and redispatch reports it (they skip those records too).
+    Returns the mask of those records."""
+    a = scan.arrays
+    bad = np.zeros(scan.count, dtype=bool)
+    if not scan.count:
+        return bad
+    consumable = queued(a["tx"])
+    pairs, first = np.unique((a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF), return_index=True)
+    bases = [sg.base_offset for sg in segs]
+    for pair, r in zip(pairs.tolist(), first.tolist(), strict=True):
+        name, qid = scan.topics[pair >> 32], int(a["qid"][r])
+        why = st.consume_queues.path_problem(name, qid)
+        if why is None:
+            continue
+        mask = consumable & (a["topic"] == pair >> 32) & (a["qid"] == qid)
+        if not mask.any():
+            continue
+        r = int(np.flatnonzero(mask)[0])
+        phy = int(scan.a_phy[r])
+        seg = segs[max(0, bisect_right(bases, phy) - 1)]
+        q = SkippedQueue(name, qid, why, str(seg.path), phy - seg.base_offset, phy, int(mask.sum()))
+        out.add(seg.path, q.pos, q.what(), WARNING, phy)
+        bad |= mask
+    for q in lmq_skipped(st, scan.data_end) if rules_for(st.config.broker).multi_dispatch else ():
+        out.add(q.path, q.pos, q.what(), WARNING, q.phy_offset)
+    return bad
+
+
 def _check_coverage(
-    scan: _LogScan, queues: list[_QueueInfo], out: _Problems, horizon: int, log_dir: Path, forecast: RecoveryForecast
+    scan: _LogScan,
+    queues: list[_QueueInfo],
+    out: _Problems,
+    horizon: int,
+    log_dir: Path,
+    forecast: RecoveryForecast,
+    skipped: np.ndarray,
 ) -> None:
-    """Records (NOT/COMMIT) without their consume queue entry (§4.3, §9)."""
+    """Records (NOT/COMMIT) without their consume queue entry (§4.3, §9); ``skipped`` ones have no queue."""
     if not scan.count:
         return
     a = scan.arrays
     by_key = {(q.topic, q.queue_id): q for q in queues}
-    consumable = queued(a["tx"])
+    consumable = queued(a["tx"]) & ~skipped
     # one group per (topic, queue id) of the records, mapped back with the inverse index
     pairs = (a["topic"].astype(np.int64) << 32) | (a["qid"].astype(np.int64) & 0xFFFFFFFF)
     order = np.argsort(pairs, kind="stable")
@@ -1463,39 +1475,44 @@ def _check_checkpoint(st: Store, out: _Problems, newest_ts: int | None) -> Any:
 def _check_markers(st: Store, out: _Problems) -> None:
     cfg = st.config
     out.extend(shutdown_problems(cfg.abort_path, cfg.lock_path, abort=st.abort_exists(), lock_pid=st.lock_holder()))
+    if st.abort_exists() and not cfg.abort_path.is_file():  # recover's plan refuses it before any change
+        out.add(cfg.abort_path, 0, "abort is not a regular file: recover cannot remove it (a directory?)")
 
 
 def _check_config(st: Store, out: _Problems, counts: Counter[str]) -> None:
     d = st.config.config_dir
-    if not d.is_dir():
-        return
-    for p in sorted(d.iterdir()):
+    compaction = [p for p in (st.root / "compaction" / n for n in COMPACTION_CHECKPOINTS) if p.is_file()]
+    for p in [*(sorted(d.iterdir()) if d.is_dir() else ()), *compaction]:
         name = p.name
         if name.endswith(".json.tmp"):
             out.add(p, None, "leftover temporary file of an interrupted persist (the broker ignores it)", INFO)
             continue
-        if not (name.endswith(_CONFIG_SUFFIXES) or name in _COMPACT_CONFIG) or not p.is_file():
+        if not (name.endswith(_CONFIG_SUFFIXES) or name in _COMPACT_CONFIG or p in compaction) or not p.is_file():
             continue
         counts["configFiles"] += 1
-        is_bak = name.endswith(".bak")
-        try:
-            raw = p.read_bytes()
-        except OSError as e:
-            out.add(p, None, f"cannot read: {e.strerror}")
-            continue
-        if not raw:
-            out.add(p, 0, "empty file: the broker loads the .bak copy instead" if not is_bak else "empty file", WARNING)
-            continue
-        try:
-            data = cfgjson.loads(raw, path=p)
-            typed = _TYPED_CONFIG.get(name.removesuffix(".bak"))
-            if typed is not None:
-                typed(data, path=p)
-        except ConfigError as e:
-            line, what = e.line, e.what
-            sev = WARNING if is_bak else ERROR
-            tail = "; the broker falls back to the .bak copy (older state)" if not is_bak else "; no fallback left"
-            out.add(p, _byte_of(raw, line, what), f"does not parse: {what}{tail}", sev)
+        _check_config_file(p, out)
+
+
+def _check_config_file(p: Path, out: _Problems) -> None:
+    """One fastjson file the broker loads by ``ConfigManager.load``: its main copy, or its .bak."""
+    is_bak = p.name.endswith(".bak")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        out.add(p, None, f"cannot read: {e.strerror}")
+        return
+    if not raw:
+        out.add(p, 0, "empty file: the broker loads the .bak copy instead" if not is_bak else "empty file", WARNING)
+        return
+    try:
+        data = cfgjson.loads(raw, path=p)
+        typed = _TYPED_CONFIG.get(p.name.removesuffix(".bak"))
+        if typed is not None:
+            typed(data, path=p)
+    except ConfigError as e:
+        sev = WARNING if is_bak else ERROR
+        tail = "; the broker falls back to the .bak copy (older state)" if not is_bak else "; no fallback left"
+        out.add(p, cfgjson.byte_of(raw, e.line, e.what), f"does not parse: {e.what}{tail}", sev)
 
 
 def _check_offsets(st: Store, out: _Problems, counts: Counter[str]) -> None:
@@ -1787,8 +1804,9 @@ def check_store(
     ends = [q.last_end for q in queues if q.last_end >= 0]
     horizon = max(ends) if ends else (segs[0].base_offset if segs else 0)
     log_dir = segs[-1].path.parent if segs else cfg.commitlog_dir
+    skipped = _check_queue_names(st, segs, scan, out)
     if not quick:
-        _check_coverage(scan, queues, out, horizon, log_dir, fc)
+        _check_coverage(scan, queues, out, horizon, log_dir, fc, skipped)
     elif scan.count:
         _quick_dispatch(scan, out, horizon, log_dir, fc)
     counts["minPhyOffset"] = segs[0].base_offset if segs else 0

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from rmqstore.codec.commitlog import Blank
-from rmqstore.codec.topic import topic_name_problem
 from rmqstore.problems import WARNING, Problem
 from rmqstore.walk.chain import iter_commitlog, queued
 
@@ -55,8 +54,8 @@ def lost_queues(st: Store, dispatch_from: int) -> list[LostQueue]:
             continue
         key = (rec.topic, rec.queue_id)
         if key not in exists:
-            # a topic the broker refuses is never turned into a path here
-            refused = topic_name_problem(rec.topic) is not None or rec.queue_id < 0
+            # a name that cannot be a directory is never turned into a path (check reports it as skipped)
+            refused = st.consume_queues.path_problem(*key) is not None
             exists[key] = refused or st.consume_queues.queue(*key).exists()
         if not exists[key]:
             got = seen.setdefault(key, [0, rec.phy_offset])

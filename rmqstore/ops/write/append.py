@@ -280,11 +280,14 @@ class Planner:
     def topic_entry(self, topic: str, origin: str) -> tuple[cfgmod.TopicConfig | None, bytes]:
         """Check a topic at its first use; its topics.json entry (auto-created when new) and its name's bytes."""
         opts = self.opts
-        check_send_topic(topic, allow_system=opts.allow_system_topic, max_length=opts.max_topic_length)
+        any_script = not self.rules.broker_checks_topic_name
+        check_send_topic(
+            topic, allow_system=opts.allow_system_topic, max_length=opts.max_topic_length, any_script=any_script
+        )
         if topic in self.batch_topics:  # never appended as a plain queue (the 5.x broker then refuses the store)
             raise InputError(f"{origin}: topic {topic!r} has queue.type=BatchCQ: write does not append to batch queues")
-        if len(topic) > _V1_TOPIC_MAX and not self.rules.v2_magic:
-            raise InputError(f"{origin}: topic {topic!r} is longer than 127 characters: only 5.1.0+ brokers store it")
+        if len(topic.encode("utf-8")) > _V1_TOPIC_MAX and not self.rules.v2_magic:  # a V1 record's 1-byte length
+            raise InputError(f"{origin}: topic {topic!r} is longer than 127 bytes: only 5.1.0+ brokers store it")
         tc = self.topics.get(topic)
         if tc is None:
             tc = topic_for_new(topic, self.cfg, self.template, queue_nums=opts.topic_queue_nums)

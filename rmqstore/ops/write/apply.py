@@ -20,7 +20,6 @@ from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
 from rmqstore.codec.indexfile import header_problem
 from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch
-from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsafePlan, from_os_error
@@ -48,7 +47,7 @@ from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store, open_store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.files import data_end
-from rmqstore.store.layout import StoreConfig, record_place
+from rmqstore.store.layout import StoreConfig
 from rmqstore.walk.recovery import recovery_facts, refuse_unrecoverable
 
 _DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
@@ -121,11 +120,6 @@ def refuse_unsafe(st: Store, plan: WritePlan, digest: str | None) -> None:
         return
     if digest is not None:
         _refuse_repeat(st.root, digest, plan)
-    for r in plan.catch_up if plan.dispatch else ():
-        why = topic_name_problem(r.topic)
-        if why is not None:
-            where = record_place(st.config.commitlog_dir, st.config.commitlog_file_size, r.phy_offset)
-            raise BadTopic(r.topic, why, path=where[0], pos=where[1], phy_offset=r.phy_offset)
     _refuse_damage(st, plan)
     _refuse_damaged_index(st, plan)
 
@@ -414,7 +408,9 @@ def _write_data(st: Store, plan: WritePlan, sync: bool, index_clock: Callable[[]
         writer.join()  # never roll back under a running writer
     writer.result()
     if plan.dispatch and plan.lmq_queues:  # reads the records back: only once they are written
-        dispatch_extra(st, plan.start_phy, plan.end_phy)
+        for q in dispatch_extra(st, plan.start_phy, plan.end_phy):
+            if stats is not None:
+                stats.skipped.setdefault((q.name, q.queue_id), q)
     return stats
 
 

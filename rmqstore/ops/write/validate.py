@@ -4,12 +4,12 @@ hosts, and the order a Java ``HashMap`` gives property names (store-format.md §
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from rmqstore.codec.commitlog import SCHEDULE_TOPIC, parse_host
 from rmqstore.codec.javahash import java_hash
+from rmqstore.codec.topic import TOPIC_VALIDATOR_RE, queue_name_problem, shown
 from rmqstore.dispatch.multiqueue import LMQ_PREFIX, PROP_MULTI_QUEUE_OFFSET
 from rmqstore.errors import ConfigError, InputError
 from rmqstore.rules import rules_for
@@ -40,7 +40,6 @@ _SYSTEM_PREFIX = "rmq_sys_"  # 5.x system topics
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator
 
 # ---------------------------------------------------------------------------------------------
 # Java HashMap iteration order
@@ -79,11 +78,18 @@ def java_hashmap_order(keys: Iterable[str], *, initial_capacity: int = 16) -> li
 # Topics
 
 
-def check_send_topic(topic: str, *, allow_system: bool = False, max_length: int = _V1_TOPIC_MAX) -> None:
+def check_send_topic(
+    topic: str, *, allow_system: bool = False, max_length: int = _V1_TOPIC_MAX, any_script: bool = False
+) -> None:
     """RocketMQ's topic rules: ``^[%|a-zA-Z0-9_-]+$``, at most ``max_length`` characters, and not a
-    topic producers may not send to (unless ``allow_system``). The character set also keeps the name
-    inside ``consumequeue/`` (no ``/``, no ``..``). Raises InputError."""
-    if not topic or not _TOPIC_RE.match(topic):
+    topic producers may not send to (unless ``allow_system``). ``any_script``: a broker that does not
+    check the characters (4.4.0) stores any name that is one directory name (``queue_name_problem``).
+    Raises InputError."""
+    if any_script:
+        why = queue_name_problem(topic)
+        if why is not None:
+            raise InputError(f"topic '{shown(topic)}' is not allowed: {why}")
+    elif not topic or not TOPIC_VALIDATOR_RE.match(topic):
         raise InputError(f"topic {topic!r} is not allowed: only the characters %|a-zA-Z0-9_- may be used")
     if len(topic) > max_length:
         raise InputError(f"topic {topic!r} is {len(topic)} characters long; at most {max_length} are allowed")

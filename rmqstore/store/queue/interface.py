@@ -179,6 +179,11 @@ class ConsumeQueueStore(Protocol):
         """One queue, present or not."""
         ...
 
+    def path_problem(self, topic: str, queue_id: int) -> str | None:
+        """Why the store cannot keep a queue of this name (a directory name that is not one safe path
+        component), None when it can: such a record is reported and not dispatched."""
+        ...
+
     def close(self, sync: bool = True) -> None:
         """Release what the store holds open (a database); a writable one is flushed first with ``sync``."""
         ...

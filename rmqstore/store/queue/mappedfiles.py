@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
-from rmqstore.codec.topic import topic_name_problem
+from rmqstore.codec.topic import queue_path_problem
 from rmqstore.problems import Problem
 from rmqstore.store.files import data_end, map_file, names_in, read_at
 from rmqstore.store.layout import Segment, StoreConfig, file_name
@@ -189,7 +189,11 @@ class QueueDirectories(Generic[Q]):
         """Files are opened per call: nothing is held."""
 
     def queue(self, topic: str, queue_id: int) -> Q:
-        """A topic the broker would refuse never becomes a path: it gets a hidden name inside the kind's
-        directory that holds no queue (its writer refuses it, naming the record)."""
-        sub = ".refused-topic" if topic_name_problem(topic) is not None else topic
+        """A name that cannot be a directory never becomes a path: it gets a hidden name inside the
+        kind's directory that holds no queue (its writer refuses it, naming the record)."""
+        sub = ".refused-topic" if queue_path_problem(topic, queue_id) is not None else topic
         return self._queue(topic, int(queue_id), self.directory / sub / str(int(queue_id)))
+
+    def path_problem(self, topic: str, queue_id: int) -> str | None:
+        """Why ``topic``/``queue_id`` cannot be this store's queue directory (None when it can)."""
+        return queue_path_problem(topic, queue_id)

@@ -95,6 +95,10 @@ class RocksDBConsumeQueues:
     def queue(self, topic: str, queue_id: int) -> RocksDBConsumeQueue:
         return RocksDBConsumeQueue(self, topic, int(queue_id))
 
+    def path_problem(self, topic: str, queue_id: int) -> str | None:
+        """Every name is a key of the database: none is a path."""
+        return None
+
     def out_of_line(self, end: int) -> str | None:
         """Why the database does not serve the commit log up to ``end`` (where the valid records end) as
         the engine left it after a clean shutdown, None when it does: the checkpoint row at ``end`` and no
