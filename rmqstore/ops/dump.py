@@ -58,6 +58,7 @@ from rmqstore.codec.javahash import index_key_hash
 from rmqstore.codec.topic import topic_name_problem
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
+from rmqstore.safety.openfile import map_readonly
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.dledger import DLedgerIndex, read_member
@@ -560,8 +561,7 @@ def _worker_format(
     if buf is None:
         for old in list(maps):
             maps.pop(old).close()
-        with open(path, "rb") as f:
-            buf = maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        buf = maps[path] = map_readonly(path)
     fmt = _WORKER.get(opts)
     if fmt is None:
         fmt = _WORKER[opts] = NdjsonFormatter(opts)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
-from rmqstore.errors import InputError
-from rmqstore.safety.files import atomic_write, fsync_dir, fsync_file, sha256_file
+from rmqstore.errors import InputError, from_os_error
+from rmqstore.safety.files import atomic_write, copy_file, fsync_dir, remove_stale_tmp, sha256_file, write_all
+from rmqstore.safety.openfile import check_regular, json_loads, open_fd, read_file
 
 MANIFEST_SCHEMA = "rmqstore-quarantine/1"
 
@@ -85,9 +86,11 @@ class Quarantine:
         created = 0
         m = folder / "manifest.json"
         if m.exists():
-            data = json.loads(m.read_text())
+            data = json_loads(read_file(m), path=m)
             items, created = list(data.get("items", [])), int(data.get("createdMs", 0))
         folder.mkdir(parents=True, exist_ok=True)
+        for d in {p.parent for p in folder.rglob("*.partial")}:
+            remove_stale_tmp(d)  # copies a killed run did not finish: this run makes them again
         return cls(folder, operation, Path(store).resolve(), created, items)
 
     def _saved(self, src: Path, sub: str, suffix: str = "") -> Path:
@@ -106,17 +109,17 @@ class Quarantine:
     def save_file(self, src: Path, why: str, *, link: bool = False) -> dict[str, Any]:
         """Keep a copy of ``src`` (a hard link when ``link`` and nothing writes it before it goes)."""
         src = Path(src).absolute()
+        check_regular(src, self.store)  # a FIFO or a device never ends a copy
         dst = self._saved(src, "files")
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.unlink(missing_ok=True)
         try:
-            if not link:
+            if not link or os.path.islink(src):
                 raise OSError("copy asked")
             os.link(src, dst)
         except OSError:
             tmp = dst.with_name(dst.name + ".partial")
-            shutil.copyfile(src, tmp)
-            fsync_file(tmp)
+            copy_file(src, tmp)
             os.replace(tmp, dst)
         return self.add(
             {
@@ -137,18 +140,25 @@ class Quarantine:
         dst.parent.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
         tmp = dst.with_name(dst.name + ".partial")
-        with open(src, "rb") as f, open(tmp, "wb") as out:
-            f.seek(start)
-            left = end - start
-            while left > 0:
-                chunk = f.read(min(left, 1 << 22))
-                if not chunk:
-                    break
-                digest.update(chunk)
-                out.write(chunk)
-                left -= len(chunk)
-            out.flush()
-            os.fsync(out.fileno())
+        fd = open_fd(src, root=self.store)
+        try:
+            out = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                pos = start
+                while pos < end:
+                    chunk = os.pread(fd, min(end - pos, 1 << 22), pos)
+                    if not chunk:
+                        break
+                    digest.update(chunk)
+                    write_all(out, chunk)
+                    pos += len(chunk)
+                os.fsync(out)
+            except OSError as e:
+                raise from_os_error(e, tmp if e.errno == errno.ENOSPC else src, doing="keep its bytes") from None
+            finally:
+                os.close(out)
+        finally:
+            os.close(fd)
         os.replace(tmp, dst)
         return self.add(
             {

@@ -9,7 +9,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from rmqstore.errors import from_os_error
+from rmqstore.errors import FileAccessError, from_os_error
+from rmqstore.safety.openfile import open_fd
 
 ZERO_CHUNK = 4 << 20  # bytes looked at per step when searching for zeros
 
@@ -24,7 +25,7 @@ def names_in(directory: Path) -> list[str]:
 
 def read_at(path: Path, pos: int, n: int) -> bytes:
     """Up to ``n`` bytes of a file from ``pos``."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path)
     try:
         return os.pread(fd, n, pos)
     finally:
@@ -36,7 +37,7 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
     """Map a file (read-only unless ``write``); an empty file gives ``b""``."""
     flags = os.O_RDWR if write else os.O_RDONLY
     try:
-        fd = os.open(path, flags)
+        fd = open_fd(path, flags)
     except OSError as e:
         raise from_os_error(e, path, doing="open it for reading" if not write else "open it for writing") from None
     try:
@@ -44,7 +45,10 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
         if size == 0:
             yield b""
             return
-        m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
+        try:
+            m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
+        except OSError as e:
+            raise from_os_error(e, path, doing="map it") from None
     finally:
         os.close(fd)
     try:
@@ -59,9 +63,9 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
 def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
     """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return [(start, end)]
+        fd = open_fd(path)
+    except (OSError, FileAccessError):
+        return [(start, end)]  # the reader that maps it names what is wrong
     out = []
     pos = start
     try:
@@ -88,7 +92,7 @@ def data_end(path: Path, start: int, end: int | None = None) -> int:
     """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
     import numpy as np
 
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path)
     try:
         if end is None:
             end = os.fstat(fd).st_size

@@ -19,8 +19,9 @@ from rmqstore.codec.consumequeue import effective_file_size
 from rmqstore.codec.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.topic import BadTopic, topic_name_problem
-from rmqstore.errors import ConfigError
+from rmqstore.errors import ConfigError, FileAccessError
 from rmqstore.problems import Problem, ProblemKind
+from rmqstore.safety.openfile import read_file
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -277,9 +278,11 @@ _OTHER_KNOWN = {
 def read_java_properties(path: Path) -> dict[str, tuple[str, int]]:
     """Parse a Java properties file: key -> (value, line number). Raises ConfigError."""
     try:
-        text = Path(path).read_text(encoding="latin-1")
+        text = read_file(path).decode("latin-1")
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", path=path) from None
+    except FileAccessError as e:  # a directory or special file given as broker.conf
+        raise ConfigError(f"cannot read: {str(e).removeprefix(f'{path}: ')}", path=path) from None
     out: dict[str, tuple[str, int]] = {}
     lines = text.splitlines()
     i = 0

@@ -42,6 +42,7 @@ from rmqstore.codec.commitlog import (
 )
 from rmqstore.codec.javahash import index_key_hash, java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
+from rmqstore.safety.openfile import map_readonly
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, segment_ranges
 from rmqstore.walk.chain import frame_start
@@ -211,11 +212,9 @@ def _collect(results: Any, stop: ScanStop) -> tuple[list[Columns], ScanStop]:
 def _decode_in_worker(
     args: tuple[str, Segment, StoreConfig, np.ndarray, int],
 ) -> tuple[Columns | None, ScanStop | None]:
-    import mmap
 
     path, seg, cfg, chunk, end = args
-    with open(path, "rb") as f:
-        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    m = map_readonly(path)
     u8 = np.frombuffer(m, dtype=np.uint8, count=end)
     try:
         return decode_columns(m, u8, chunk, seg, cfg, end)
@@ -507,14 +506,12 @@ _WORKER_MAP: dict[str, Any] = {}
 
 
 def _scan_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool]) -> _Part:
-    import mmap
 
     seg, cfg, lo, hi, end, known = args
     key = str(seg.path)
     m = _WORKER_MAP.get(key)
     if m is None:  # one mapping per file and worker process, kept for the pool's life
-        with open(seg.path, "rb") as f:
-            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        m = map_readonly(seg.path)
         _WORKER_MAP.clear()
         _WORKER_MAP[key] = m
     return _scan_part(m, np.frombuffer(m, dtype=np.uint8, count=end), seg, cfg, lo, hi, end, known)

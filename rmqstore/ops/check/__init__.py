@@ -68,6 +68,7 @@ from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
 from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
 from rmqstore.rules import rules_for
+from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
@@ -1241,7 +1242,7 @@ def _read_checkpoint(path: Path, out: _Problems | None) -> Any:
     """The checkpoint as the broker reads it: it maps 4096 bytes, so a short file reads as if
     padded with zeros and bytes past 4096 are ignored (§6)."""
     try:
-        data = path.read_bytes()
+        data = read_file(path)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -1313,7 +1314,7 @@ def _check_config(st: Store, out: _Problems, counts: Counter[str]) -> None:
         counts["configFiles"] += 1
         is_bak = name.endswith(".bak")
         try:
-            raw = p.read_bytes()
+            raw = read_file(p)
         except OSError as e:
             out.add(p, None, f"cannot read: {e.strerror}")
             continue

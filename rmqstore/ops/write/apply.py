@@ -44,6 +44,7 @@ from rmqstore.ops.write.plan import plan_with
 from rmqstore.ops.write.validate import _load_topics
 from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook
+from rmqstore.safety.openfile import create_sized, open_fd, read_file
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store, open_store
 from rmqstore.store import config as cfgmod
@@ -162,8 +163,7 @@ def _refuse_damaged_index(st: Store, plan: WritePlan) -> None:
     if not files:
         return
     last = files[-1]
-    with open(last, "rb") as f:
-        head = f.read(INDEX_HEADER_SIZE)
+    head = read_file(last, limit=INDEX_HEADER_SIZE)
     why = "shorter than its header" if len(head) < INDEX_HEADER_SIZE else None
     if why is None:
         why = header_problem(decode_index_header(head, path=str(last)), st.config.max_index_num)
@@ -199,13 +199,9 @@ def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
     for w in plan.writes:
         if w.create:
             cfg.commitlog_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(w.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.ftruncate(fd, fs)
-            finally:
-                os.close(fd)
+            create_sized(w.path, fs)
             created = True
-        fd = os.open(w.path, os.O_RDWR)
+        fd = open_fd(w.path, os.O_RDWR)
         try:
             if os.fstat(fd).st_size != fs:
                 raise CorruptData(f"file is {os.fstat(fd).st_size} bytes, expected {fs}", path=w.path, pos=0)
@@ -366,8 +362,7 @@ def _apply_steps(
     cp = _write_checkpoint(st, plan, stats) if sync and not abort_existed else None
     abort_created = False
     if not plan.dispatch and not abort_existed:
-        fd = os.open(cfg.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.close(fd)
+        os.close(open_fd(cfg.abort_path, os.O_WRONLY | os.O_CREAT))
         abort_created = True
     if sync:
         _fsync_created_dirs(st, stats)
@@ -582,8 +577,7 @@ def _build_journal(st: Store, plan: WritePlan) -> dict[str, Any]:
             slots_end = INDEX_HEADER_SIZE + cfg.max_hash_slot_num * 4
             index["last"] = last.name
             index["head"] = save_range(root, last, 0, slots_end, "index")  # header and hash slots
-            with open(last, "rb") as f:
-                head = f.read(INDEX_HEADER_SIZE)
+            head = read_file(last, limit=INDEX_HEADER_SIZE)
             count = max(decode_index_header(head, path=str(last)).index_count, 1)
             entries_from = slots_end + count * 20
             index["entriesFrom"] = entries_from
