@@ -187,6 +187,21 @@ def copy_file(src: Path, dst: Path) -> int:
     return got
 
 
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy a directory of regular files (and directories) file by file, each bounded by its size;
+    the first failure is one error naming the path (never a list of them)."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        out = Path(dst, os.path.relpath(dirpath, src))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise from_os_error(e, out, doing="create it") from None
+        for name in filenames:
+            copy_file(Path(dirpath, name), out / name)
+            shutil.copystat(Path(dirpath, name), out / name)
+        dirnames.sort()
+
+
 def move(src: Path, dst: Path, *, missing_ok: bool = False) -> None:
     """Rename a file or directory ``src`` to ``dst`` durably (copy, keeping mtimes, then delete across
     file systems). A directory left at ``dst`` by an earlier copy that did not finish is replaced.
@@ -204,7 +219,11 @@ def move(src: Path, dst: Path, *, missing_ok: bool = False) -> None:
         tmp = dst.with_name(dst.name + ".partial")
         if src.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(src, tmp)
+            try:
+                copy_tree(src, tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no half copy
+                raise
             os.replace(tmp, dst)
             shutil.rmtree(src)
         else:

@@ -60,7 +60,7 @@ def check_link(path: Path | str, root: Path | str | None = None, *, write: bool 
     if not stat.S_ISLNK(st.st_mode):
         return
     if write:
-        raise _wrong(path, "is a symbolic link; rmqstore never writes through a link (a store file must be a file)")
+        raise _wrong(path, "is a symbolic link; rmqstore never writes through a link")
     target = os.path.realpath(path)
     places = (os.path.realpath(os.path.dirname(os.path.abspath(path))),)
     if root is not None:

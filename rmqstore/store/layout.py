@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.errors import ConfigError, FileAccessError
 from rmqstore.problems import Problem, ProblemKind
-from rmqstore.safety.openfile import read_file
+from rmqstore.safety.openfile import check_link, check_regular, read_file
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -487,10 +488,16 @@ def list_segments(directory: Path, expected_size: int | None) -> tuple[list[Segm
             )
             continue
         try:
-            size = p.stat().st_size
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                check_link(p)  # a segment leading out of the store is never read or written
+                st = os.stat(p)
         except OSError as e:
             problems.append(Problem(p, None, f"cannot stat: {e.strerror}", kind=ProblemKind.UNSTATABLE))
             continue
+        if not stat.S_ISREG(st.st_mode):
+            check_regular(p)  # a FIFO or device among the segments: named, exit 6, before any read
+        size = st.st_size
         segs.append(Segment(p, int(name), size))
     for i, s in enumerate(segs):
         if expected_size is not None and s.size != expected_size:
