@@ -60,6 +60,14 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             pass  # a numpy view still refers to it; it is unmapped when that view goes
 
 
+def release_pages(buf: mmap.mmap | bytes, lo: int, hi: int) -> None:
+    """Drop the mapped pages of ``buf[lo:hi]`` (page-aligned inside) from this process's memory."""
+    a = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+    b = hi - hi % mmap.PAGESIZE
+    if isinstance(buf, mmap.mmap) and b > a:
+        buf.madvise(mmap.MADV_DONTNEED, a, b - a)
+
+
 def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
     """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
     try:
@@ -86,6 +94,21 @@ def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]
     finally:
         os.close(fd)
     return out
+
+
+def next_data(path: Path | str, pos: int) -> int | None:
+    """The first position at or after ``pos`` that is not in a hole of a sparse file (None: only a
+    hole follows); ``pos`` itself where the file system cannot tell."""
+    try:
+        fd = open_fd(path)
+    except (OSError, FileAccessError):
+        return pos
+    try:
+        return os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as e:
+        return None if e.errno == errno.ENXIO else pos
+    finally:
+        os.close(fd)
 
 
 def data_end(path: Path, start: int, end: int | None = None) -> int:
