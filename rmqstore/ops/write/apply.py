@@ -23,7 +23,7 @@ from rmqstore.codec.messages import Message, MessageBatch
 from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
-from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsafePlan, from_os_error
+from rmqstore.errors import CorruptData, FileAccessError, InputError, RmqstoreError, UnsafePlan, from_os_error
 from rmqstore.ops.write.append import WriteOptions, WritePlan
 from rmqstore.ops.write.journal import (
     JOURNAL_FORMAT,
@@ -424,16 +424,32 @@ def _write_checkpoint(st: Store, plan: WritePlan, stats: DispatchStats | None) -
 
 
 def _roll_back_failed(root: Path, qdir: Path | None, e: BaseException) -> None:
-    """Undo a failed apply; an OS error is raised as one line saying so (the caller re-raises the rest)."""
+    """Undo a failed apply; an OS error is raised as one line saying what was done (the caller
+    re-raises the rest). A rollback that fails too keeps the journal: the next write finishes it."""
+    cause = from_os_error(e) if isinstance(e, OSError) else e
     j = pending_journal(root)
-    if j is not None:
-        _rollback(root, j)
-        _finish_journal(root)
+    try:
+        if j is not None:
+            _rollback(root, j)
+            _finish_journal(root)
+    except (OSError, RmqstoreError) as r:
+        why = from_os_error(r) if isinstance(r, OSError) else r
+        err = RmqstoreError(
+            f"write failed ({cause}) and so did its rollback ({why}); nothing is lost: the journal "
+            f"{_journal_path(root)} keeps what the write changed, and a re-run of `rmqstore write` on "
+            f"{root} (once the cause is removed) finishes the rollback before it writes"
+        )
+        err.exit_code = getattr(cause, "exit_code", 1)
+        raise err from e
     if qdir is not None:
         shutil.rmtree(qdir, ignore_errors=True)  # the bytes are back in place
-    if isinstance(e, OSError) and not isinstance(e, RmqstoreError):
-        fe = from_os_error(e)
-        raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
+    if isinstance(e, OSError | FileAccessError):
+        err = RmqstoreError(
+            f"write failed ({cause}); the store was rolled back (the commit log, consume queues, index and "
+            "checkpoint are as before): run the write again once the cause is removed"
+        )
+        err.exit_code = getattr(cause, "exit_code", 1)
+        raise err from e
 
 
 def write_messages(

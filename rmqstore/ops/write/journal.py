@@ -148,8 +148,9 @@ def _rollback_commitlog(root: Path, cl: dict[str, Any], removed: list[Path]) -> 
             continue
         lo = max(zero_from, base) - base
         hi = min(zero_to, base + fs) - base
-        _zero_range(p, lo, hi - lo)
-        zeroed += 1
+        if _nonzero_end(p, lo, hi) > lo:  # a file the write never reached (it failed there) is left alone
+            _zero_range(p, lo, hi - lo)
+            zeroed += 1
     for b in cl["backups"]:
         _write_at(Path(b["path"]), int(b["pos"]), read_file(jd / b["file"]))
     fsync_dir(cl_dir)
