@@ -162,21 +162,22 @@ def sha256_file(path: Path, limit: int | None = None) -> str:
     return h.hexdigest()
 
 
-def copy_file(src: Path, dst: Path) -> int:
-    """Copy a regular file's bytes, at most its size when opened, to a new ``dst``, durably; the
-    number of bytes copied."""
-    fd = open_fd(src)
+def copy_range(src: Path, dst: Path, start: int = 0, end: int | None = None, *, root: Path | None = None) -> str:
+    """Copy bytes ``[start, end)`` of a regular file (``end`` None: its size when opened, never more)
+    to a new ``dst``, durably; the sha256 of the bytes copied. A full disk names ``dst``."""
+    digest = hashlib.sha256()
+    fd = open_fd(src, root=root)
     try:
         out = open_fd(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            left, got = os.fstat(fd).st_size, 0
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 22))
+            pos, stop = start, os.fstat(fd).st_size if end is None else end
+            while pos < stop:
+                chunk = os.pread(fd, min(stop - pos, 1 << 22), pos)
                 if not chunk:
                     break
+                digest.update(chunk)
                 write_all(out, chunk)
-                left -= len(chunk)
-                got += len(chunk)
+                pos += len(chunk)
             os.fsync(out)
         except OSError as e:
             raise from_os_error(e, dst if e.errno == errno.ENOSPC else src, doing="copy it") from None
@@ -184,7 +185,12 @@ def copy_file(src: Path, dst: Path) -> int:
             os.close(out)
     finally:
         os.close(fd)
-    return got
+    return digest.hexdigest()
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """Copy a regular file's bytes, at most its size when opened, to a new ``dst``, durably."""
+    copy_range(src, dst)
 
 
 def copy_tree(src: Path, dst: Path) -> None:

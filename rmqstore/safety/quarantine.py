@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
-import errno
-import hashlib
 import json
 import os
 import shlex
 from pathlib import Path
 from typing import Any
 
-from rmqstore.errors import InputError, from_os_error
-from rmqstore.safety.files import atomic_write, copy_file, fsync_dir, remove_stale_tmp, sha256_file, write_all
-from rmqstore.safety.openfile import check_regular, json_loads, open_fd, read_file
+from rmqstore.errors import InputError
+from rmqstore.safety.files import (
+    atomic_write,
+    copy_file,
+    copy_range,
+    fsync_dir,
+    remove_stale_tmp,
+    sha256_file,
+)
+from rmqstore.safety.openfile import check_regular, json_loads, read_file
 
 MANIFEST_SCHEMA = "rmqstore-quarantine/1"
 
@@ -138,27 +143,8 @@ class Quarantine:
         src = Path(src).absolute()
         dst = self._saved(src, "ranges", f".{start}-{end}")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256()
         tmp = dst.with_name(dst.name + ".partial")
-        fd = open_fd(src, root=self.store)
-        try:
-            out = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                pos = start
-                while pos < end:
-                    chunk = os.pread(fd, min(end - pos, 1 << 22), pos)
-                    if not chunk:
-                        break
-                    digest.update(chunk)
-                    write_all(out, chunk)
-                    pos += len(chunk)
-                os.fsync(out)
-            except OSError as e:
-                raise from_os_error(e, tmp if e.errno == errno.ENOSPC else src, doing="keep its bytes") from None
-            finally:
-                os.close(out)
-        finally:
-            os.close(fd)
+        digest = copy_range(src, tmp, start, end, root=self.store)
         os.replace(tmp, dst)
         return self.add(
             {
@@ -167,7 +153,7 @@ class Quarantine:
                 "from": start,
                 "to": end,
                 "saved": str(dst),
-                "sha256": digest.hexdigest(),
+                "sha256": digest,
                 "why": why,
                 "restore": f"dd if={_q(dst)} of={_q(src)} bs=1M seek={start} oflag=seek_bytes conv=notrunc",
             }
