@@ -415,3 +415,13 @@ def test_temp_files_of_killed_runs_are_removed_under_the_lock(tmp_path: Path) ->
     assert rmq("recover", root, "-q", "--quarantine", tmp_path / "q").returncode == 0
     assert not any(f.exists() for f in stale)
     assert all(f.exists() for f in kept)
+
+
+def test_the_bak_copy_is_mentioned_only_when_there_was_a_previous_file(tmp_path: Path) -> None:
+    root = copy_real_store("clean-2topics", tmp_path / "s")
+    assert not (root / "config" / "consumerOffset.json").exists()
+    argv = ["offsets", "set", root, "--group", "G", "--topic", "TopicA", "--queue", "0", "--offset"]
+    first, second = rmq(*argv, "0"), rmq(*argv, "1")
+    assert first.returncode == 0 and ".bak" not in first.stderr, first.stderr
+    assert second.returncode == 0 and "previous file is kept as its .bak" in second.stderr, second.stderr
+    assert (root / "config" / "consumerOffset.json.bak").exists()
