@@ -15,7 +15,7 @@ import typer.main
 from typer.core import TyperCommand, TyperGroup
 
 from ._coerce import install as _install_plain_coercion
-from ._common import set_traceback
+from ._common import set_traceback, show_warnings
 
 _install_plain_coercion()
 
@@ -153,6 +153,7 @@ def _root(
     rmqstore --show-completion bash > /etc/bash_completion.d/rmqstore.
     """
     set_traceback(traceback)
+    show_warnings()
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,7 @@ import typer
 import typer.main
 from typer.core import TyperCommand
 
-from rmqstore.errors import RmqstoreError, from_os_error
+from rmqstore.errors import RmqstoreError, UsageError, VersionContradicted, from_os_error
 
 from ._render import Format, err, escape, render_mapping, render_rows
 
@@ -113,10 +113,10 @@ def broker_version(value: str | None) -> str | None:
     """``auto``, or a RocketMQ version the library knows the rules of (checked by the library's own test)."""
     if value is None or value.strip() == "auto":
         return value
-    from rmqstore.rules import family_of
+    from rmqstore.rules import version_for
 
     try:
-        family_of(value.strip())
+        version_for(value.strip())
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     return value.strip()
@@ -127,7 +127,8 @@ BrokerVersionOpt = Annotated[
     typer.Option(
         "--broker-version",
         callback=broker_version,
-        help="Broker version whose behaviour to follow: auto (decided from the store) or 4.4 to 5.x (e.g. 4.4.0, 4.9.7, 5.3.3).",
+        help="Broker version whose behaviour to follow: auto (decided from the store), a family "
+        "(4.4, 4.9 or 4.9.x, 5 or 5.x) or a version from 4.4.0 to 5.x (e.g. 4.9.7, 5.3.3).",
     ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and change nothing.")]
@@ -137,7 +138,19 @@ _TRACEBACK = {"on": os.environ.get("RMQSTORE_TRACEBACK") == "1"}
 
 
 def set_traceback(on: bool) -> None:
-    _TRACEBACK["on"] = on or _TRACEBACK["on"]
+    """Per run (one process may run several, as the tests do): the option, else the environment."""
+    _TRACEBACK["on"] = on or os.environ.get("RMQSTORE_TRACEBACK") == "1"
+
+
+def show_warnings() -> None:
+    """Warnings the library raises (``warnings.warn``) become one ``warning:`` line on stderr each."""
+    import warnings
+
+    def show(message: Warning | str, *_args: Any, **_kwargs: Any) -> None:
+        err.warning(str(message))
+
+    warnings.showwarning = show  # type: ignore[assignment]
+    warnings.simplefilter("always", VersionContradicted)  # each store's, whatever PYTHONWARNINGS says
 
 
 _STEP_HOOK: list[Callable[[str], None] | None] = [None]
@@ -153,15 +166,15 @@ def step_hook() -> Callable[[str], None] | None:
 
 
 def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn library errors into one line on stderr and their documented exit code."""
+    """Turn library errors into one line on stderr and their documented exit code; ``--traceback``
+    adds the Python traceback before that line and keeps the exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except RmqstoreError as e:
-            if _TRACEBACK["on"]:
-                raise
+            _show_traceback()
             err.error(str(e))
             raise typer.Exit(e.exit_code) from None
         except (typer.Exit, typer.Abort, SystemExit, KeyboardInterrupt):
@@ -170,14 +183,12 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
             _quiet_broken_pipe()
             raise typer.Exit(0) from None
         except OSError as e:  # a path the operation needs: one line naming it, never "internal error"
-            if _TRACEBACK["on"]:
-                raise
+            _show_traceback()
             fe = from_os_error(e)
             err.error(str(fe))
             raise typer.Exit(fe.exit_code) from None
         except Exception as e:  # a bug: one line, traceback only on request
-            if _TRACEBACK["on"]:
-                raise
+            _show_traceback()
             err.error(
                 f"{type(e).__name__}: {e} (run with --traceback or RMQSTORE_TRACEBACK=1 for details)",
                 label="internal error",
@@ -185,6 +196,14 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def _show_traceback() -> None:
+    """The exception being handled, on stderr, when --traceback (or RMQSTORE_TRACEBACK=1) asked for it."""
+    if _TRACEBACK["on"]:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
 
 
 def _quiet_broken_pipe() -> None:
@@ -232,6 +251,30 @@ def parse_time_ms(text: str) -> int:
     from rmqstore.timeparse import parse_time_ms as _p
 
     return _p(text, tz=dt.UTC if _TIME["utc_input"] else None)
+
+
+def require_range(
+    lo: int | None, hi: int | None, names: str, *, inclusive: bool, shown: tuple[str, str] | None = None
+) -> None:
+    """An inverted range (or an empty one, when ``hi`` is exclusive) selects nothing: a usage error
+    (exit 2) rather than an empty answer that looks like an empty store."""
+    if lo is None or hi is None:
+        return
+    if lo > hi or (lo == hi and not inclusive):
+        a, b = shown or (str(lo), str(hi))
+        what = "after" if lo > hi else "equal to"
+        end = "the end" if inclusive else "the end (exclusive)"
+        raise UsageError(f"{names}: the start {a} is {what} {end} {b}; the range selects nothing")
+
+
+def time_range(since: str | None, until: str | None, names: str) -> tuple[int | None, int | None]:
+    """``--since``/``--until`` (or ``--begin``/``--end``) read as times, both ends inclusive."""
+    lo = None if since is None else parse_time_ms(since)
+    hi = None if until is None else parse_time_ms(until)
+    if lo is not None and hi is not None:
+        shown = (f"{since} ({lo} ms)", f"{until} ({hi} ms)")
+        require_range(lo, hi, names, inclusive=True, shown=shown)
+    return lo, hi
 
 
 def format_time_ms(ms: int) -> str:

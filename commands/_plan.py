@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from rmqstore.problems import shown_path
 from rmqstore.safety.actions import PlannedAction, actions_json
 from rmqstore.safety.journal import Progress, Resumed, resume
 from rmqstore.safety.plan import Plan
@@ -47,6 +48,7 @@ class PlanView:
     summary: dict[str, Any] = field(default_factory=dict)
     details: Mapping[str, Detail] = field(default_factory=dict)
     plan: dict[str, Any] | None = None  # the library's whole plan, for scripts (json only)
+    root: str | None = None  # the store: table and plain show paths relative to it
 
 
 def plan_view(
@@ -67,6 +69,7 @@ def plan_view(
         plan.summary() if summary is None else summary,
         shown,
         plan=plan.to_json() if with_plan else None,
+        root=None if getattr(plan, "root", None) is None else str(plan.root),  # type: ignore[attr-defined]
     )
 
 
@@ -87,6 +90,8 @@ def render_plan(view: PlanView, fmt: Format, *, result: dict[str, Any] | None = 
         render_rows(rows, fmt, columns=PLAN_ACTION)
         return
     render_mapping({k: _text(v) for k, v in view.summary.items()}, fmt, title=f"{view.operation} plan")
+    if rows and view.root is not None:
+        rows = [{**r, "path": shown_path(r["path"], view.root, absolute=False)} for r in rows]
     if rows:
         cols = PLAN_ACTION_TABLE if fmt is Format.table else PLAN_ACTION
         render_rows(rows, fmt, columns=cols, title="planned actions")

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from rmqstore.errors import ProblemsFound, RmqstoreError
+from rmqstore.errors import ProblemsFound, RmqstoreError, StoreLocked
 from rmqstore.ops.check import PER_KIND_LIMIT, CheckReport, check_store
 from rmqstore.ops.check.lostqueues import with_lost_queues
-from rmqstore.problems import ERROR, INFO, WARNING
+from rmqstore.problems import IN_USE, INFO, Problem, absolute_path, shown_path, shutdown_word
 from rmqstore.safety import journal
 
 from . import _stores as stores
@@ -50,7 +51,7 @@ def check_command(
 
     Several stores (or globs): one summary row per store, exit status the worst of them.
 
-    Exit status 0 when clean (info findings allowed), 3 when errors or warnings were found.
+    Result: clean (info findings allowed), warnings, errors, or in use (a running broker holds the lock and nothing else was found). Exit status 0 when clean, 3 with errors or warnings (an unclean shutdown is a warning), 4 when in use.
     """
     fmt = reading.format
     targets = stores.expand(store)
@@ -58,15 +59,15 @@ def check_command(
         _check_many(targets, quick, reading, max_per_kind, quiet)
         return
     report = _check_one(targets[0], quick, reading, max_per_kind, quiet)
-    root = str(report.store)
+    machine = fmt in (Format.json, Format.ndjson, Format.csv)
 
-    def rel(path: str) -> str:
-        return "." if path == root else path[len(root) + 1 :] if path.startswith(root + "/") else path
+    def shown(path: object) -> str:
+        return shown_path(str(path), report.store, absolute=machine)
 
-    rows = [{**p.to_json(), "path": rel(str(p.path))} for p in report.problems]
+    rows = [{**p.to_json(), "path": shown(p.path)} for p in report.problems]
     pending = journal.pending(report.store)
     rows += [
-        {"severity": "error", "path": rel(str(p.path)), "pos": None, "phyOffset": None, "what": _pending_what(p)}
+        {"severity": "error", "path": shown(p.path), "pos": None, "phyOffset": None, "what": _pending_what(p)}
         for p in pending
     ]
     if fmt is Format.json:
@@ -82,10 +83,13 @@ def check_command(
         render_mapping({**summary, **{f"recovery.{k}": v for k, v in recovery.items()}}, fmt, title="summary")
         if rows:
             render_rows(rows, fmt, columns=COLUMNS, title="problems")
-    if not report.clean:
+    verdict = report.verdict
+    if verdict.exit_code() == ProblemsFound.exit_code:
         raise ProblemsFound(report.one_line())
     if pending:
         raise ProblemsFound(_pending_what(pending[0]))
+    if verdict.result == IN_USE:
+        raise StoreLocked(f"{report.store}: {_in_use(report)}")
 
 
 def _check_one(path: Path, quick: bool, reading: Reading, limit: int, quiet: bool) -> CheckReport:
@@ -97,7 +101,9 @@ def _check_one(path: Path, quick: bool, reading: Reading, limit: int, quiet: boo
         return with_lost_queues(st, report)
 
 
-SUMMARY_COLUMNS = ["store", "result", "errors", "warnings", "infos", "records", "queues", "first problem"]
+SUMMARY_COLUMNS = [
+    "store", "result", "shutdown", "errors", "warnings", "infos", "records", "queues", "first problem",
+]  # fmt: skip
 
 
 def _check_many(paths: list[Path], quick: bool, reading: Reading, limit: int, quiet: bool) -> None:
@@ -111,24 +117,34 @@ def _check_many(paths: list[Path], quick: bool, reading: Reading, limit: int, qu
             worst = max(worst, e.exit_code)
             continue
         first = next((p for p in report.problems if p.severity != INFO), None)
+        verdict = report.verdict
         rows.append(
             {
-                "store": str(path),
-                "result": "clean" if report.clean else "problems",
-                "errors": report.found.get(ERROR, 0),
-                "warnings": report.found.get(WARNING, 0),
-                "infos": report.found.get(INFO, 0),
+                "store": absolute_path(path) if fmt in (Format.json, Format.ndjson, Format.csv) else str(path),
+                "result": verdict.result,
+                "shutdown": shutdown_word(verdict.clean_shutdown),
+                "errors": verdict.errors,
+                "warnings": verdict.warnings,
+                "infos": verdict.infos,
                 "records": report.counts.get("records"),
                 "queues": report.counts.get("queues"),
-                "first problem": "" if first is None else str(first),
+                "first problem": "" if first is None else _first_problem(first, report.store, fmt),
                 **({"summary": report.summary()} if fmt in (Format.json, Format.ndjson) else {}),
             }
         )
-        if not report.clean:
-            worst = max(worst, ProblemsFound.exit_code)
+        worst = max(worst, verdict.exit_code())
     render_rows(rows, fmt, columns=None if fmt in (Format.json, Format.ndjson) else SUMMARY_COLUMNS, title="stores")
     if worst:
         raise typer.Exit(worst)
+
+
+def _first_problem(p: Problem, root: Path, fmt: Format) -> str:
+    machine = fmt in (Format.json, Format.ndjson, Format.csv)
+    return str(replace(p, path=shown_path(p.path, root, absolute=machine)))
+
+
+def _in_use(report: CheckReport) -> str:
+    return f"in use by a running broker (pid {report.lock_holder_pid}); nothing wrong was found in the files as read"
 
 
 def _pending_what(p: journal.PendingJournal) -> str:

@@ -26,10 +26,11 @@ from ._common import (
     StorePath,
     err,
     format_time_ms,
-    parse_time_ms,
     progress_bar,
     render_mapping,
     render_rows,
+    require_range,
+    time_range,
 )
 from ._options import Reading, SinceOpt, TopicFilterOpt, UntilOpt, command
 
@@ -165,14 +166,9 @@ def commitlog_command(
     """
     fmt = reading.format
     tags = None if tag is None else lib.parse_tag_expression(tag)
-    flt = lib.MessageFilter(
-        topic=topic,
-        queue_id=queue,
-        key=key,
-        tags=tags,
-        since_ms=None if since is None else parse_time_ms(since),
-        until_ms=None if until is None else parse_time_ms(until),
-    )
+    require_range(from_offset, to_offset, "--from-offset/--to-offset", inclusive=False)
+    since_ms, until_ms = time_range(since, until, "--since/--until")
+    flt = lib.MessageFilter(topic=topic, queue_id=queue, key=key, tags=tags, since_ms=since_ms, until_ms=until_ms)
     body_mode = body.value if body else ("text" if fmt in (Format.table, Format.plain) else "base64")
     targets = _commitlog_targets(store, from_offset, to_offset)
     problems: list[Problem] = []
@@ -319,7 +315,7 @@ def consumequeue_command(
         int | None, typer.Option("--from-index", "-i", min=0, help="First queue offset to list (queryCq -i).")
     ] = None,
     count: Annotated[
-        int | None, typer.Option("--count", min=0, help="List at most this many slots (queryCq -c).")
+        int | None, typer.Option("--count", min=1, help="List at most this many slots (queryCq -c).")
     ] = None,
     resolve: Annotated[
         bool, typer.Option("--resolve", help="Join each entry to its commit log record and flag every mismatch.")

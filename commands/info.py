@@ -13,7 +13,7 @@ import typer
 from rmqstore.codec.describe import human_size
 from rmqstore.errors import ProblemsFound, RmqstoreError
 from rmqstore.ops.info import StoreInfo, store_info
-from rmqstore.problems import Problem
+from rmqstore.problems import Problem, absolute_path, shown_path, shutdown_word
 from rmqstore.safety import journal
 from rmqstore.store import open_store
 
@@ -63,7 +63,7 @@ def info_command(
 
     Several stores (or globs): one summary row per store instead.
 
-    Exits 3 when it finds errors (files the broker would refuse or misread); warnings, such as an unclean shutdown or messages not dispatched yet, are shown with exit 0.
+    The result is check's verdict on what info reads: clean, warnings, errors, or in use (a running broker holds the lock). Exits 3 when it finds errors (files the broker would refuse or misread); warnings, such as an unclean shutdown or messages not dispatched yet, are shown with exit 0 (check exits 3 on them).
     """
     targets = stores.expand(store)
     if len(targets) > 1:
@@ -96,16 +96,17 @@ def _info_one(path: Path, broker_config: Path | None, broker_version: str, quiet
 
 
 SUMMARY_COLUMNS = [
-    "store", "shutdown", "brokerRunning", "minPhyOffset", "maxPhyOffset", "dataSize", "lastStoreTime", "topics",
+    "store", "result", "shutdown", "brokerRunning", "minPhyOffset", "maxPhyOffset", "dataSize", "lastStoreTime", "topics",
     "queues", "messages", "errors", "warnings",
 ]  # fmt: skip
 
 
-def _summary_row(path: Path, info: StoreInfo) -> dict[str, Any]:
-    clog = info.commitlog
+def _summary_row(path: Path, info: StoreInfo, machine: bool) -> dict[str, Any]:
+    clog, verdict = info.commitlog, info.verdict
     return {
-        "store": str(path),
-        "shutdown": "clean" if info.clean_shutdown else "unclean",
+        "store": absolute_path(path) if machine else str(path),
+        "result": verdict.result,
+        "shutdown": shutdown_word(info.clean_shutdown),
         "brokerRunning": info.broker_running,
         "minPhyOffset": clog.min_phy_offset,
         "maxPhyOffset": clog.max_phy_offset,
@@ -114,8 +115,8 @@ def _summary_row(path: Path, info: StoreInfo) -> dict[str, Any]:
         "topics": len({q.topic for q in info.queues}),
         "queues": len(info.queues),
         "messages": sum(q.message_total for q in info.queues),
-        "errors": len(info.errors()),
-        "warnings": sum(1 for p in info.problems if p.severity == "warning"),
+        "errors": verdict.errors,
+        "warnings": verdict.warnings,
     }
 
 
@@ -124,6 +125,7 @@ def _info_many(
 ) -> None:
     """One row per store; exit with the worst code (3 when a store has errors)."""
     rows, worst = [], 0
+    out = default_format(None if fmt is None else Format(fmt.value))
     for path in paths:
         try:
             info = _info_one(path, broker_config, broker_version, quiet)
@@ -131,10 +133,8 @@ def _info_many(
             rows.append({"store": str(path), "error": str(e), "exitCode": e.exit_code})
             worst = max(worst, e.exit_code)
             continue
-        rows.append(_summary_row(path, info))
-        if info.errors():
-            worst = max(worst, ProblemsFound.exit_code)
-    out = default_format(None if fmt is None else Format(fmt.value))
+        rows.append(_summary_row(path, info, out is Format.json))
+        worst = max(worst, info.verdict.exit_code(strict=False))
     cols = SUMMARY_COLUMNS + (["error"] if any("error" in r for r in rows) else [])
     render_rows(rows, out, columns=None if out is Format.json else cols, title="stores")
     if worst:
@@ -195,7 +195,8 @@ def _summary(info: StoreInfo) -> dict[str, Any]:
     out["index files"] = len(info.index_files)
     if info.extra_parts:
         out["timer / compaction / ext files"] = ", ".join(f"{p} ({n} B)" for p, n in info.extra_parts)
-    out["problems"] = len(info.problems)
+    v = info.verdict
+    out["result"] = f"{v.result} ({v.errors} error(s), {v.warnings} warning(s), {v.infos} info)"
     return out
 
 
@@ -255,8 +256,8 @@ def _config_row(c: Any) -> dict[str, Any]:
     }
 
 
-def _problem_row(p: Problem) -> dict[str, Any]:
-    return {"severity": p.severity, "where": _where(p), "what": p.what}
+def _problem_row(p: Problem, root: Path) -> dict[str, Any]:
+    return {"severity": p.severity, "where": _where(p, root), "what": p.what}
 
 
 def _render_text(info: StoreInfo, fmt: Format) -> None:
@@ -270,14 +271,14 @@ def _render_text(info: StoreInfo, fmt: Format) -> None:
         ("Consume queues", info.queues, _queue_row),
         ("Index files", info.index_files, _index_row),
         ("Config files", info.config_files, _config_row),
-        ("Problems", info.problems, _problem_row),
+        ("Problems", info.problems, lambda p: _problem_row(p, info.root)),
     )
     for title, items, row in sections:
         if items:
             render_rows((row(x) for x in items), fmt, title=_section(title, fmt))
 
 
-def _where(p: Problem) -> str:
+def _where(p: Problem, root: Path) -> str:
     at = "" if p.pos is None else f" @{p.pos}"
     phy = "" if p.phy_offset is None else f" (phy offset {p.phy_offset})"
-    return f"{p.path}{at}{phy}"
+    return f"{shown_path(p.path, root, absolute=False)}{at}{phy}"

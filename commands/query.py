@@ -31,6 +31,7 @@ from ._common import (
     parse_time_ms,
     progress_bar,
     render_rows,
+    time_range,
 )
 from ._options import Reading, command
 
@@ -148,10 +149,8 @@ def _body(body: Body | None, fmt: Format | None) -> Body:
 
 
 def _window(begin: str | None, end: str | None) -> tuple[int, int]:
-    return (
-        parse_time_ms(begin) if begin else 0,
-        parse_time_ms(end) if end else op.JAVA_LONG_MAX,
-    )
+    b, e = time_range(begin or None, end or None, "--begin/--end")
+    return (0 if b is None else b, op.JAVA_LONG_MAX if e is None else e)
 
 
 def _render_key_result(r: op.KeyQueryResult, fmt: Format | None, body: Body | None, raw: bool) -> None:

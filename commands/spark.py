@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import Format, QuietOpt, default_format, err, format_time_ms, parse_time_ms, render_mapping, render_rows
+from ._common import (
+    Format,
+    QuietOpt,
+    default_format,
+    err,
+    format_time_ms,
+    render_mapping,
+    render_rows,
+    time_range,
+)
 from ._options import Changing, FmtOpt, Keeping, Reporting, command
 
 app = typer.Typer(
@@ -304,14 +313,15 @@ def find_command(
     from rmqstore.spark import jobs
 
     fmt = default_format(fmt)
+    window = time_range(since, until, "--since/--until")
     query = jobs.FindQuery(
         keys=tuple(key or ()),
         tags=tuple(tag or ()),
         properties=tuple(jobs.parse_property(p) for p in prop or ()),
         body_contains=tuple(body_contains or ()),
         topics=tuple(topic or ()),
-        since_ms=None if since is None else parse_time_ms(since),
-        until_ms=None if until is None else parse_time_ms(until),
+        since_ms=window[0],
+        until_ms=window[1],
     )
     query.check()
     opts = jobs.ReadOptions(split_size)

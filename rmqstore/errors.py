@@ -141,13 +141,19 @@ class MissingExtra(RmqstoreError, exit_code=1):
     """An optional dependency (the ``spark`` or ``rocksdb`` extra, Java) is not installed."""
 
 
+class VersionContradicted(UserWarning):
+    """``--broker-version`` names a family the store's own contents rule out (followed anyway)."""
+
+
 EXIT_CODES: dict[int, str] = {
     0: "success (a dry run included)",
     1: "error: bad input, bad configuration, a missing optional dependency, a file that cannot be read or "
     "written (permission, missing path, full disk: the message names the path), or an internal error",
-    2: "usage error (unknown option, missing argument)",
-    3: "problems found: the scan or check finished and reported problems",
-    4: "store locked: a running broker holds store/lock; nothing was changed",
+    2: "usage error (unknown option, missing argument, a range that selects nothing: `--from-offset 10 --to-offset 5`, "
+    "`--since` after `--until`, `--begin` after `--end`, `--count 0`)",
+    3: "problems found: the scan or check finished and reported problems (`check`: errors or warnings; `info`: errors)",
+    4: "store locked: a running broker holds store/lock; nothing was changed (`check`: the store is in use and "
+    "nothing else was found)",
     5: "not a store: the path is missing or is not a RocketMQ store root",
     6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
     "(a directory, FIFO, socket or device where a file belongs, a symlink loop, a link out of the store, "

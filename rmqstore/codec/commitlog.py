@@ -335,27 +335,22 @@ class Record:
         if not self.sys_flag & COMPRESSED_FLAG:
             return self.body
         kind = (self.sys_flag & COMPRESSION_TYPE_MASK) >> 8
+        if kind not in COMPRESSION_TYPES:
+            raise CorruptData(f"unknown compression type {kind}", path=path, pos=self.pos, phy_offset=self.phy_offset)
         try:
-            if kind in (0, 3):
-                return zlib.decompress(self.body)
-            if kind == 1:
-                import lz4.frame  # type: ignore[import-not-found]  # optional: only LZ4 stores need it
-
-                return bytes(lz4.frame.decompress(self.body))
-            if kind == 2:
-                import zstandard  # type: ignore[import-not-found]
-
-                return bytes(zstandard.ZstdDecompressor().decompress(self.body))
+            return decompress_body(kind, self.body)
         except ImportError as e:
-            raise MissingExtra(f"compression type {kind} needs the {e.name!r} package") from None
+            raise MissingExtra(
+                f"{COMPRESSION_TYPES[kind]}-compressed bodies need the {e.name!r} package: "
+                "pip install 'rmqstore[compression]'"
+            ) from None
         except Exception as e:  # zlib.error, lz4 / zstd errors: the bytes are bad
             raise CorruptData(
-                f"compressed body (type {kind}) does not decompress: {e}",
+                f"compressed body ({COMPRESSION_TYPES[kind]}, type {kind}) does not decompress: {e}",
                 path=path,
                 pos=self.pos,
                 phy_offset=self.phy_offset,
             ) from None
-        raise CorruptData(f"unknown compression type {kind}", path=path, pos=self.pos, phy_offset=self.phy_offset)
 
     def to_json(self, *, body: str = "base64") -> dict[str, Any]:
         """The record with RocketMQ's own field names (as ``MessageExt`` / truth.json name them)."""
@@ -396,6 +391,37 @@ class Record:
         if verify_crc:
             row["crcOk"] = self.crc_ok()
         return row
+
+
+# sysFlag bits 8-10 (CompressionType): 0 is zlib for bodies written before the type bits existed
+COMPRESSION_TYPES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
+
+
+def decompress_body(kind: int, data: bytes) -> bytes:
+    """A body as RocketMQ's compressors write it: zlib (``Deflater``), an LZ4 frame
+    (``LZ4FrameOutputStream``) or zstd frames (``ZstdOutputStream``: streamed, so the frame header
+    holds no content size). ImportError when the codec's package is missing."""
+    if kind == 1:
+        import lz4.frame  # type: ignore[import-not-found]  # the compression extra
+
+        return bytes(lz4.frame.decompress(data))
+    if kind == 2:
+        import zstandard  # type: ignore[import-not-found]  # the compression extra
+
+        return _zstd_frames(zstandard.ZstdDecompressor(), data)
+    return zlib.decompress(data)
+
+
+def _zstd_frames(dctx: Any, data: bytes) -> bytes:
+    """Every frame of ``data``, each decoded as a stream (no content size needed)."""
+    out, rest = [], data
+    while rest:
+        obj = dctx.decompressobj()
+        out.append(obj.decompress(rest))
+        if not obj.eof:
+            raise ValueError("zstd frame is truncated")
+        rest = obj.unused_data
+    return b"".join(out)
 
 
 def render_body(data: bytes, mode: str) -> str:

@@ -12,6 +12,7 @@ from rmqstore.codec.commitlog import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
+    COMPRESSION_TYPES,
     INNER_BATCH_FLAG,
     MAGIC_V1,
     MAGIC_V2,
@@ -41,7 +42,7 @@ TRANSACTION_NAMES = {
     TRANSACTION_ROLLBACK_TYPE: "transaction rollback",
 }
 # (sysFlag & 0x700) >> 8 when COMPRESSED_FLAG is set; 0 is the legacy zlib marking (§3.3, §3.9)
-COMPRESSION_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
+COMPRESSION_NAMES = COMPRESSION_TYPES
 _KNOWN_BITS = (
     COMPRESSED_FLAG
     | MULTI_TAGS_FLAG

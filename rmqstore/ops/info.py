@@ -28,7 +28,7 @@ from rmqstore.codec.checkpoint import Checkpoint
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
 from rmqstore.errors import CorruptData, RmqstoreError
-from rmqstore.problems import ERROR, WARNING, Problem
+from rmqstore.problems import ERROR, WARNING, Problem, StoreVerdict, absolute_path, shutdown_problems
 from rmqstore.safety.openfile import open_fd, read_file
 from rmqstore.store import Store
 from rmqstore.store import config as configjson
@@ -106,9 +106,16 @@ class StoreInfo:
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == ERROR]
 
+    @property
+    def verdict(self) -> StoreVerdict:
+        """The verdict ``check`` gives too, from what ``info`` reads."""
+        return StoreVerdict.of_problems(
+            self.problems, clean_shutdown=self.clean_shutdown, broker_running=self.broker_running
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "store": str(self.root),
+            "store": absolute_path(self.root),
             "brokerConfig": None if self.broker_config is None else str(self.broker_config),
             "brokerVersion": self.broker,
             "brokerFamily": None if self.version is None else self.version["family"],
@@ -125,6 +132,7 @@ class StoreInfo:
             "queues": [q.to_json() for q in self.queues],
             "indexFiles": [i.to_json() for i in self.index_files],
             "configFiles": [c.to_json() for c in self.config_files],
+            "verdict": self.verdict.to_json(),
             "problems": [p.to_json() for p in self.problems],
         }
 
@@ -226,16 +234,6 @@ def _abort_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _marker_problems(st: Store, abort: bool, pid: int | None) -> list[Problem]:
-    cfg = st.config
-    if pid is not None:
-        return [Problem(cfg.lock_path, 0, f"a running broker (pid {pid}) holds the lock: figures may change", WARNING)]
-    if abort:
-        why = "unclean shutdown: abort exists, the broker will run abnormal recovery on its next start"
-        return [Problem(cfg.abort_path, None, why, WARNING)]
-    return []
-
-
 def _checkpoint_info(st: Store) -> tuple[Checkpoint | None, list[Problem]]:
     try:
         cp = st.read_checkpoint()
@@ -289,7 +287,7 @@ def store_info(st: Store, *, progress: Callable[[int], None] | None = None) -> S
     cfg = st.config
     abort = st.abort_exists()
     pid = st.lock_holder()
-    problems = _marker_problems(st, abort, pid)
+    problems = shutdown_problems(cfg.abort_path, cfg.lock_path, abort=abort, lock_pid=pid)
     cp, cp_problems = _checkpoint_info(st)
     problems += cp_problems
     segs, seg_problems = st.commitlog_segments()

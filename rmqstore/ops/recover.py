@@ -79,6 +79,7 @@ from rmqstore.walk.dledger import ENTRY, index_repair, iter_entries, kept_entrie
 from rmqstore.walk.recovery import (
     LostRecord,
     RecoveryFacts,
+    first_refused_record,
     read_checkpoint_bytes,
     recovery_facts,
     refuse_unrecoverable,
@@ -429,6 +430,20 @@ def _plan_dispatch(f: RecoveryFacts, cfg: StoreConfig, want_cq: bool, want_ix: b
     return None
 
 
+def _refuse_bad_topics(f: RecoveryFacts, dispatch: Redispatch | None, rebuild: bool) -> None:
+    """The re-dispatch (or the rebuild, from the first file) refuses a record whose topic the broker
+    refuses (its consume queue directory would not be one): decided here, so that the dry run refuses
+    as the run would."""
+    bad = None
+    if rebuild:
+        bad = first_refused_record(f.segs[: f.start_idx], f.rules.broker) or f.cq_check.first_refused(f.start_phy)
+    elif dispatch is not None and dispatch.consume_queue:
+        from_phy = dispatch.from_phy if dispatch.only_after_phy is None else dispatch.only_after_phy
+        bad = f.cq_check.first_refused(from_phy)
+    if bad is not None:
+        raise bad
+
+
 def _index_tail_action(root: Path, cfg: StoreConfig, last: Path) -> Removal | None:
     """The re-dispatch appends to the last index file. Bytes past its indexCount are never read;
     zero them first so that a re-dispatch killed half way can be rolled back exactly."""
@@ -523,6 +538,7 @@ def plan_recover(
         actions += _batch_cut_actions(root, f)
     want_cq = in_place_cq and not rebuild_consume_queue
     dispatch = _plan_dispatch(f, cfg, want_cq, cfg.message_index_enable and not rebuild_index)
+    _refuse_bad_topics(f, dispatch, rebuild_consume_queue)
     if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
         keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
     tail = (

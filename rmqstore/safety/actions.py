@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqstore.errors import RmqstoreError
+from rmqstore.problems import absolute_path
 
 
 class StepFailed(RmqstoreError):
@@ -39,7 +40,7 @@ class PlannedAction:
         return {
             "operation": self.operation,
             "action": self.verb,
-            "path": str(self.path),
+            "path": absolute_path(self.path),
             "from": self.start,
             "to": self.end,
             "bytes": self.size if self.size is not None else (None if self.start is None else self.end - self.start),

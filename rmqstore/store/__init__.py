@@ -23,6 +23,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.dledger import DLEDGER
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.errors import (
+    ConfigError,
     CorruptData,
     FileAccessError,
     StoreLocked,
@@ -163,7 +164,8 @@ def resolve_config(root: Path, broker_config: Path | None, broker: str | None) -
     conf = Path(broker_config) if broker_config else find_broker_config(root)
     if conf is not None:
         if not conf.exists():
-            raise StoreNotFound(f"{conf}: broker config not found")
+            # the store may be fine: the file named is what is missing (exit 1, not "not a store")
+            raise ConfigError("broker config file not found", path=conf)
         cfg = load_broker_config(conf, store_root=root)
     else:
         cfg = StoreConfig(store_root=root)

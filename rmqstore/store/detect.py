@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import os
 import struct
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +32,18 @@ from rmqstore.codec.commitlog import (
     record_version,
 )
 from rmqstore.codec.framing import BLANK, PLAIN, RECORD, Framing
-from rmqstore.errors import UnsafePlan
-from rmqstore.rules import EVIDENCE, FAMILIES, OPERATION_RULES, REPRESENTATIVE, differing_rules, families_for, family_of
+from rmqstore.errors import UnsafePlan, VersionContradicted
+from rmqstore.rules import (
+    EVIDENCE,
+    FAMILIES,
+    OPERATION_RULES,
+    REPRESENTATIVE,
+    WEAK_EVIDENCE,
+    differing_rules,
+    families_for,
+    family_of,
+    version_for,
+)
 from rmqstore.safety.openfile import json_loads, map_readonly, read_file
 from rmqstore.store.layout import Segment, StoreConfig, log_segments
 
@@ -88,9 +99,29 @@ class Detection:
 
 
 def explicit(broker: str) -> Detection:
-    """An explicit ``--broker-version``: validated (ValueError), never second-guessed."""
-    fam = family_of(broker)
-    return Detection(broker, fam, (fam,), explicit=True)
+    """An explicit ``--broker-version`` (a version or a family name, ``rules.version_for``):
+    validated (ValueError), followed as given."""
+    version = version_for(broker)
+    fam = family_of(version)
+    return Detection(version, fam, (fam,), explicit=True)
+
+
+def contradicting(chosen: Detection, found: Detection) -> tuple[Fact, ...]:
+    """The store's strong facts that rule out the family chosen with ``--broker-version``."""
+    return tuple(f for f in found.facts if f.name not in WEAK_EVIDENCE and chosen.family not in EVIDENCE[f.name][0])
+
+
+def _warn_contradiction(given: str, chosen: Detection, against: tuple[Fact, ...]) -> None:
+    """One warning (the command line shows it as one line on stderr); the version is followed as given."""
+    first = against[0]
+    more = f" and {len(against) - 1} more fact(s)" if len(against) > 1 else ""
+    warnings.warn(
+        VersionContradicted(
+            f"--broker-version {given} (family {chosen.family}, rules of {chosen.broker}) contradicts the store: "
+            f"{first.why} ({first.where}){more}; following {chosen.broker} as asked"
+        ),
+        stacklevel=2,
+    )
 
 
 def detect(cfg: StoreConfig, framing: Framing = PLAIN) -> Detection:
@@ -274,7 +305,12 @@ def _property_facts(rec: Record, where: str) -> list[Fact]:
 def resolve(cfg: StoreConfig, broker: str | None, framing: Framing = PLAIN) -> Detection:
     """``--broker-version``: an explicit version, or ``auto``/None to detect from the store."""
     if broker and broker != AUTO:
-        return explicit(broker)
+        chosen = explicit(broker)
+        found = detect(cfg, framing)
+        against = contradicting(chosen, found)
+        if against:
+            _warn_contradiction(broker, chosen, against)
+        return dataclasses.replace(chosen, facts=found.facts)
     return detect(cfg, framing)
 
 

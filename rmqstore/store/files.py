@@ -28,6 +28,8 @@ def read_at(path: Path, pos: int, n: int) -> bytes:
     fd = open_fd(path)
     try:
         return os.pread(fd, n, pos)
+    except OSError as e:  # pread's error names no file
+        raise from_os_error(e, path, doing="read it") from None
     finally:
         os.close(fd)
 
@@ -45,10 +47,9 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
         if size == 0:
             yield b""
             return
-        try:
-            m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
-        except OSError as e:
-            raise from_os_error(e, path, doing="map it") from None
+        m = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
+    except OSError as e:  # mmap's error names no file: a directory or a device gives ENODEV
+        raise from_os_error(e, path, doing="map it into memory") from None
     finally:
         os.close(fd)
     try:

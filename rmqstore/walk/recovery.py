@@ -20,6 +20,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import BORNHOST_V6_FLAG, HEAD_OFFSETS, OFFSETS_V4
 from rmqstore.codec.dledger import DLEDGER
+from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.errors import CorruptData, UnsupportedStore
 from rmqstore.problems import LOAD_FAILURES, Problem, ProblemKind
 from rmqstore.rules import BrokerRules, rules_for
@@ -32,6 +33,8 @@ from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueue, QueueRecovery
 from rmqstore.walk.chain import FileWalk, first_record, indexed, queued
 from rmqstore.walk.checked import TopicIds, recovery_walk
+from rmqstore.walk.lenient import Run, intact_record, walk_files
+from rmqstore.walk.traffic import walk_traffic
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -126,6 +129,22 @@ class CqCheck:
     fixed: int = 0  # of those, what the broker re-dispatches anyway
     examples: list[LostRecord] = field(default_factory=list)
     skip: frozenset[str] = frozenset()  # batch consume queue topics: their units are not plain slots
+    # NOT/COMMIT records whose topic the broker refuses: per topic the first one walked and the first
+    # past the consume queues' maximum (where a normal recovery's dispatch starts), as (phy offset, error)
+    refused: dict[tuple[str, bool], tuple[int, BadTopic]] = field(default_factory=dict)
+
+    def _refuse(self, w: FileWalk, topic: str, sel: np.ndarray, max_cq: int) -> None:
+        why = topic_name_problem(topic) or ""
+        past = np.flatnonzero(w.phy[sel] >= max_cq)
+        for key, i in (((topic, False), int(sel[0])), ((topic, True), int(sel[past[0]]) if past.size else None)):
+            if i is not None and key not in self.refused:
+                phy, pos = int(w.phy[i]), int(w.pos[i])
+                self.refused[key] = (phy, BadTopic(topic, why, path=w.seg.path, pos=pos, phy_offset=phy))
+
+    def first_refused(self, from_phy: int) -> BadTopic | None:
+        """The error for the first walked record at or after ``from_phy`` whose topic the broker refuses."""
+        hits = [hit for hit in self.refused.values() if hit[0] >= from_phy]
+        return min(hits, key=lambda hit: hit[0])[1] if hits else None
 
     def add(
         self,
@@ -147,6 +166,8 @@ class CqCheck:
         for gi, k in enumerate(uk.tolist()):
             sel = ci[order[bounds[gi] : bounds[gi + 1]]]
             topic = topics.names[k >> 32]
+            if (topic, True) not in self.refused and topic_name_problem(topic) is not None:
+                self._refuse(w, topic, sel, max_cq)
             if topic in self.skip:
                 continue
             qid = int(np.int64(k & 0xFFFFFFFF).astype(np.int32))
@@ -406,6 +427,22 @@ def recovery_facts(
     if cfg.dledger:
         _drop_stale_index(facts)
     return facts
+
+
+def first_refused_record(segs: list[Segment], broker: str) -> BadTopic | None:
+    """The first NOT/COMMIT record of ``segs`` whose topic the broker refuses (a rebuild would dispatch
+    it): topics gathered by the report's numpy walk, the record looked for only when one is refused."""
+    bad = {t for t in walk_traffic(segs, broker).names.names if topic_name_problem(t) is not None}
+    for seg, buf, items in walk_files(segs, broker=broker, as_broker=True) if bad else ():
+        for item in items:
+            if not isinstance(item, Run):
+                continue
+            for pos in item.positions.tolist():
+                rec = intact_record(buf, pos, path=str(seg.path), file_from=seg.base_offset, broker=broker)
+                if rec.topic in bad and queued(rec.sys_flag):
+                    why = topic_name_problem(rec.topic) or ""
+                    return BadTopic(rec.topic, why, path=seg.path, pos=pos, phy_offset=seg.base_offset + pos)
+    return None
 
 
 def _drop_stale_index(f: RecoveryFacts) -> None:

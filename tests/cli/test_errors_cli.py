@@ -136,8 +136,8 @@ def test_broker_conf_bad_value(tmp_path):
 def test_broker_conf_missing(tmp_path):
     root = copy_real_store("clean-2topics", tmp_path)
     r = run_info(str(root), "--broker-config", str(tmp_path / "none.conf"))
-    assert r.exit_code == 5
-    assert first_err(r) == f"error: {tmp_path / 'none.conf'}: broker config not found"
+    assert r.exit_code == 1
+    assert first_err(r) == f"error: {tmp_path / 'none.conf'}: broker config file not found"
 
 
 def test_unreadable_broker_conf(tmp_path):

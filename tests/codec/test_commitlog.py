@@ -3,6 +3,7 @@ checks, round trips, and damaged records raising only CorruptData."""
 
 from __future__ import annotations
 
+import base64
 import struct
 import zlib
 
@@ -37,7 +38,7 @@ from rmqstore.codec.commitlog import (
     parse_properties_by_rules,
     store_timestamp_at,
 )
-from rmqstore.errors import ChecksumMismatch, CorruptData, RecordSizeMismatch
+from rmqstore.errors import ChecksumMismatch, CorruptData, MissingExtra, RecordSizeMismatch
 
 # ----------------------------------------------------------------------------------------- §15.2
 
@@ -283,6 +284,75 @@ def test_compressed_body_round_trip(type_bits):
     rec = decode_record(data, 0, check_crc=True)
     assert rec.body == stored and rec.body_crc == body_crc(stored)  # CRC of the stored (compressed) bytes
     assert rec.decompressed_body() == body
+
+
+def _zstd_stream(body: bytes) -> bytes:
+    """Bytes as RocketMQ 5.x's ZstdCompressor writes them: ZstdOutputStream write, flush, close,
+    so the frame header holds no content size."""
+    import io
+
+    zstandard = pytest.importorskip("zstandard")
+    buf = io.BytesIO()
+    w = zstandard.ZstdCompressor(level=5).stream_writer(buf, closefd=False)
+    w.write(body)
+    w.flush()
+    w.close()
+    out = buf.getvalue()
+    assert zstandard.get_frame_parameters(out).content_size == zstandard.CONTENTSIZE_UNKNOWN
+    return out
+
+
+def _lz4_frame(body: bytes) -> bytes:
+    """An LZ4 frame as lz4-java's LZ4FrameOutputStream writes it by default (RocketMQ's
+    Lz4Compressor): 4 MB independent blocks, no content size, no content checksum."""
+    lz4_frame = pytest.importorskip("lz4.frame")
+    return lz4_frame.compress(
+        body, block_size=lz4_frame.BLOCKSIZE_MAX4MB, block_linked=False, content_checksum=False, store_size=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("type_bits", "compress"),
+    [(0x101, _lz4_frame), (0x201, _zstd_stream), (0x301, lambda b: zlib.compress(b, 5))],
+    ids=["lz4", "zstd-no-content-size", "zlib"],
+)
+def test_rocketmq_5x_compressed_bodies_decode(type_bits, compress):
+    body = b"order-42 shipped " * 500
+    stored = compress(body)
+    rec = decode_record(small_record(sys_flag=type_bits, body=stored), 0, check_crc=True)
+    assert rec.decompressed_body() == body
+    assert rec.to_row(body="base64")["body"] == base64.b64encode(body).decode()
+    assert "bodyError" not in rec.to_row()
+
+
+def test_two_zstd_frames_decode_as_one_body():
+    body = b"abc" * 100
+    rec = decode_record(small_record(sys_flag=0x201, body=_zstd_stream(body) + _zstd_stream(body)), 0)
+    assert rec.decompressed_body() == body + body
+
+
+def test_truncated_zstd_body_is_corrupt_data():
+    rec = decode_record(small_record(phy_offset=5, sys_flag=0x201, body=_zstd_stream(b"x" * 4000)[:-4]), 0)
+    with pytest.raises(CorruptData, match="zstd, type 2"):
+        rec.decompressed_body(path="f")
+
+
+def test_missing_codec_names_the_extra(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_zstd(name, *args, **kwargs):
+        if name == "zstandard":
+            raise ImportError("no zstandard", name="zstandard")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_zstd)
+    rec = decode_record(small_record(sys_flag=0x201, body=b"\x28\xb5\x2f\xfd"), 0)
+    with pytest.raises(MissingExtra, match=r"pip install 'rmqstore\[compression\]'"):
+        rec.decompressed_body()
+    row = rec.to_row()
+    assert "rmqstore[compression]" in row["bodyError"] and row["body"] == base64.b64encode(rec.body).decode()
 
 
 def test_bad_compressed_body_is_corrupt_data():

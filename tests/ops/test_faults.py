@@ -194,6 +194,8 @@ HOSTILE_TOPICS = [b"../esc", b"/tmp/x", b"..\x00abc", b"Top\ncA", b"......"]
 TOPIC_COMMANDS = {
     "redispatch": ("clean-2topics", ["redispatch", "{root}", "-q", "--quarantine", "{q}"]),
     "recover": ("crash-midwrite", ["recover", "{root}", "-q", "--quarantine", "{q}"]),
+    "recover-dry-run": ("crash-midwrite", ["recover", "{root}", "-q", "--dry-run"]),
+    "recover-rebuild-dry-run": ("clean-2topics", ["recover", "{root}", "-q", "--rebuild-consumequeue", "--dry-run"]),
     "recover-rebuild": ("clean-2topics", ["recover", "{root}", "-q", "--rebuild-consumequeue", "--quarantine", "{q}"]),
     "write-catch-up": (
         "crash-midwrite",
@@ -378,7 +380,20 @@ def test_recover_with_abort_a_directory_leaves_a_journal_to_finish(tmp_path: Pat
     assert runner.invoke(app, ["check", str(root), "--quick"]).exit_code == 0
 
 
-def test_recover_rolls_back_on_bad_data_mid_apply(tmp_path: Path) -> None:
+def test_recover_refuses_bad_data_at_plan_time(tmp_path: Path) -> None:
+    root = copy_real_store("crash-midwrite", tmp_path / "s")
+    patch_topics(root, "crash-midwrite", b"../esc")
+    q = tmp_path / "q"
+    r = run(tmp_path, root, ["recover", str(root), "-q", "--quarantine", str(q)], codes={6}, modifying=True, qbase=q)
+    assert "is not a topic name the broker accepts" in r.stderr and "rolled back" not in r.stderr
+    assert not (root / ".rmqstore").exists()
+
+
+def test_recover_rolls_back_on_bad_data_mid_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data that turns bad between the plan and the run (here: the plan's check left out) is rolled back."""
+    from rmqstore.ops import recover
+
+    monkeypatch.setattr(recover, "_refuse_bad_topics", lambda *_a: None)
     root = copy_real_store("crash-midwrite", tmp_path / "s")
     patch_topics(root, "crash-midwrite", b"../esc")
     q = tmp_path / "q"

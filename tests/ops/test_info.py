@@ -22,7 +22,7 @@ from rmqstore.codec.commitlog import Record, checked_size, decode_record
 from rmqstore.codec.consumequeue import ENTRY_SIZE
 from rmqstore.errors import CorruptData, StoreLocked
 from rmqstore.ops.info import store_info
-from rmqstore.problems import ERROR, WARNING
+from rmqstore.problems import ERROR, INFO, WARNING
 from rmqstore.store import open_store
 from rmqstore.walk.chain import iter_commitlog
 
@@ -188,7 +188,8 @@ def test_info_reports_a_running_broker(broker_holding_lock):
     root, pid = broker_holding_lock
     info = info_of(root)
     assert info.broker_running and info.lock_holder_pid == pid
-    assert any(p.severity == WARNING and f"pid {pid}" in p.what for p in info.problems)
+    assert any(p.severity == INFO and f"pid {pid}" in p.what for p in info.problems)
+    assert info.verdict.result == "in use"
     result = runner.invoke(app, ["info", str(root), "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

@@ -321,10 +321,11 @@ def test_refused_while_a_broker_holds_the_lock(store: Path):
         assert res.exit_code == 4
         assert res.stderr.splitlines()[0].startswith("error:") and "held by a running broker" in res.stderr
         assert path.read_bytes() == before
-        # check notices it too, as a warning
+        # check reports the store as in use (exit 4), the lock as a fact, not as a problem
         chk = runner.invoke(app, ["check", str(store), "--format", "json"])
-        assert chk.exit_code == 3
-        assert any("holds the broker lock" in p["what"] for p in json.loads(chk.stdout)["problems"])
+        doc = json.loads(chk.stdout)
+        assert chk.exit_code == 4 and doc["summary"]["result"] == "in use", chk.output
+        assert any(p["severity"] == "info" and "holds the lock" in p["what"] for p in doc["problems"])
     finally:
         holder.stdin.close()
         holder.wait(timeout=10)

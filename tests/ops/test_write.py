@@ -701,7 +701,9 @@ def test_cli_shows_the_plan_before_writing(tmp_path: Path) -> None:
     assert planned < written and str(start) in shown.stdout  # the plan (its append, the offset), then the result
     assert lines[written].split()[1] == "1"
     doc = json.loads(CliRunner().invoke(app, [*args, "--again", "--format", "json"]).stdout)
-    assert doc["operation"] == "write" and [a["action"] for a in doc["actions"]] == ["append"]
+    # the commit log append, then its consume queue unit, index entry and the checkpoint
+    assert doc["operation"] == "write" and [a["action"] for a in doc["actions"]] == ["append"] * 3 + ["rewrite"]
+    assert [Path(a["path"]).parent.name for a in doc["actions"]] == ["commitlog", "1", "index", root.name]
     assert doc["messages"][0]["commitLogOffset"] == doc["summary"]["startPhyOffset"] > start
     assert doc["result"]["cqEntries"] == 1 and doc["result"]["endPhyOffset"] == doc["summary"]["endPhyOffset"]
 

@@ -63,10 +63,20 @@ from rmqstore.codec.framing import is_record_magic
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.codec.javahash import index_key_hash_batch, tags_code
+from rmqstore.codec.topic import BadTopic, topic_name_problem
 from rmqstore.dispatch.multiqueue import lmq_listed
 from rmqstore.errors import ConfigError, CorruptData, RecordSizeMismatch
 from rmqstore.ops.check.rocksdbrows import check_rows, database_dispatch_from, dispatch_checkpoint
-from rmqstore.problems import ERROR, INFO, WARNING, Problem, ProblemKind
+from rmqstore.problems import (
+    ERROR,
+    INFO,
+    WARNING,
+    Problem,
+    ProblemKind,
+    StoreVerdict,
+    absolute_path,
+    shutdown_problems,
+)
 from rmqstore.rules import rules_for
 from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
@@ -103,6 +113,7 @@ COUNT_KEYS = (
     "blanks",
     "queues",
     "cqEntries",
+    "cqSlots",
     "indexFiles",
     "indexEntries",
     "configFiles",
@@ -144,19 +155,25 @@ class CheckReport:
     recovery: RecoveryForecast | None
     problems: tuple[Problem, ...]
     found: dict[str, int]  # problems found per severity, including those not listed
+    clean_shutdown: bool = True  # no abort file
+    lock_holder_pid: int | None = None  # a running broker's pid
 
     @property
     def clean(self) -> bool:
         """No error and no warning (info findings are normal)."""
         return not self.found.get(ERROR) and not self.found.get(WARNING)
 
+    @property
+    def verdict(self) -> StoreVerdict:
+        """The one verdict ``info`` gives too: result, counts by severity, shutdown and lock."""
+        running = self.lock_holder_pid is not None
+        return StoreVerdict.of(self.found, clean_shutdown=self.clean_shutdown, broker_running=running)
+
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"store": str(self.store), "mode": "quick" if self.quick else "full"}
+        out: dict[str, Any] = {"store": absolute_path(self.store), "mode": "quick" if self.quick else "full"}
         out["brokerVersion"] = self.broker
         out.update(self.counts)
-        out["errors"] = self.found.get(ERROR, 0)
-        out["warnings"] = self.found.get(WARNING, 0)
-        out["infos"] = self.found.get(INFO, 0)
+        out.update(self.verdict.to_json())
         if self.recovery is not None:
             out["recovery"] = self.recovery.to_json()
         return out
@@ -334,6 +351,7 @@ class _Walker:
         self._key_strs: list[str] = []
         self._key_recs: list[int] = []
         self._topics: dict[bytes, tuple[str, int]] = {}
+        self._refused: set[int] = set()  # topic ids already reported as names the broker refuses
 
     # -- helpers ------------------------------------------------------------------
     def _stop(self, phy: int) -> None:
@@ -471,6 +489,16 @@ class _Walker:
             got = self._topics[raw] = (name, self.scan.topic_id(name))
         return got
 
+    def _refused_topic(self, name: str, tid: int, path: str, pos: int, phy: int) -> None:
+        """A consumable record whose topic the broker refuses: recover, redispatch and write refuse to
+        dispatch it (its queue directory would not be one), so it is an error here too."""
+        self._refused.add(tid)  # checked once per topic
+        why = topic_name_problem(name)
+        if why is None:
+            return
+        bad = BadTopic(name, why, path=path, pos=pos, phy_offset=phy)
+        self.out.add(path, pos, f"{bad.what}: recover and redispatch refuse to dispatch it", ERROR, phy, "bad topic")
+
     def _check_prop_crc(self, buf: Any, path: str, pos: int, base: int, total: int) -> None:
         stored, computed = prop_crc_check(buf, pos, total)
         if stored == computed:
@@ -542,6 +570,8 @@ class _Walker:
                 if level > 0:
                     code = store_ts + self.levels[level - 1]
         tx = sys_flag & TRANSACTION_MASK
+        if tid not in self._refused and (not tx or tx == TRANSACTION_COMMIT_TYPE):
+            self._refused_topic(name, tid, path, pos, phy)
         if tx and tx != TRANSACTION_COMMIT_TYPE and queue_offset != 0:
             self.out.add(
                 path,
@@ -721,7 +751,8 @@ def _check_queues(st: Store, scan: _LogScan, out: _Problems, counts: Counter[str
             infos.append(_QueueInfo(topic, qid, 0, 0, -1, -1))
             continue
         arr, qoff, fno, pos = _load_queue(q, segs)
-        counts["cqEntries"] += len(arr)
+        counts["cqSlots"] += len(arr)
+        counts["cqEntries"] += int(np.count_nonzero(arr["size"]))  # a preallocated slot is all zero
         infos.append(_verify_queue(topic, qid, segs, arr, qoff, fno, pos, scan, out, log_min, data_end, cfg))
     for bq in st.batch_queues.queues():
         counts["queues"] += 1
@@ -734,6 +765,7 @@ def _verify_batch_queue(q: BatchConsumeQueue, scan: _LogScan, out: _Problems, co
     topic, qid = q.topic, q.queue_id
     units = [(q.directory / u.file, u.pos, u.entry) for u in q.scan()]
     counts["cqEntries"] += len(units)
+    counts["cqSlots"] += len(units)
     if not units:
         return _QueueInfo(topic, qid, 0, 0, -1, -1)
     a = scan.arrays
@@ -992,8 +1024,8 @@ def _check_coverage(
         lo = int(scan.a_phy[idx[0]])
         dispatched = (scan.a_phy >= forecast.dispatch_from) & (scan.a_phy < forecast.stop_phy_offset)
         never = int((pending & ~dispatched).sum())
-        if never == 0:
-            sev, why = INFO, "the broker dispatches them when it starts"
+        if never == 0:  # nothing is lost, but the queues are behind: what info warns about too
+            sev, why = WARNING, "the broker dispatches them when it starts"
         else:
             sev = ERROR if not forecast.last_exit_ok else WARNING
             why = f"dispatch after recovery covers offsets from {forecast.dispatch_from} only: {never} never get dispatched"
@@ -1286,18 +1318,7 @@ def _check_checkpoint(st: Store, out: _Problems, newest_ts: int | None) -> Any:
 
 def _check_markers(st: Store, out: _Problems) -> None:
     cfg = st.config
-    if st.abort_exists():
-        out.add(
-            cfg.abort_path, None, "abort exists: the last shutdown was not clean; the broker recovers abnormally", INFO
-        )
-    pid = st.lock_holder()
-    if pid:
-        out.add(
-            cfg.lock_path,
-            0,
-            f"a running process (pid {pid}) holds the broker lock: the store changes while it is checked",
-            WARNING,
-        )
+    out.extend(shutdown_problems(cfg.abort_path, cfg.lock_path, abort=st.abort_exists(), lock_pid=st.lock_holder()))
 
 
 def _check_config(st: Store, out: _Problems, counts: Counter[str]) -> None:
@@ -1613,7 +1634,9 @@ def check_store(
     problems = out.finish()
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     problems = tuple(sorted(problems, key=lambda p: order.get(p.severity, 3)))
-    return CheckReport(st.root, quick, cfg.broker, dict(counts), fc, problems, dict(out.found))
+    return CheckReport(
+        st.root, quick, cfg.broker, dict(counts), fc, problems, dict(out.found), not st.abort_exists(), st.lock_holder()
+    )
 
 
 def _check_dledger(st: Store, segs: Sequence[Segment], out: _Problems, counts: Counter[str], *, quick: bool) -> None:
@@ -1702,9 +1725,9 @@ def _quick_dispatch(scan: _LogScan, out: _Problems, horizon: int, log_dir: Path,
         out.add(
             log_dir,
             None,
-            f"{n} record(s) from commit log offset {lo} are not dispatched yet; the broker "
+            f"{n} record(s) from commit log offset {lo} are not in any consume queue yet; the broker "
             "dispatches them when it starts",
-            INFO,
+            WARNING,
             lo,
         )
     else:

@@ -29,7 +29,7 @@ from rmqstore.ops.report.figures import (
     TrafficFigures,
     Verdict,
 )
-from rmqstore.problems import Problem
+from rmqstore.problems import Problem, StoreVerdict
 from rmqstore.store import Store
 from rmqstore.store.offsets import consumer_progress, last_consumed_ms
 from rmqstore.store.queue.summary import QueueInfo, queues_info
@@ -160,6 +160,7 @@ def summary_rows(reports: Sequence[StoreReport]) -> list[dict[str, Any]]:
             {
                 "store": r.store,
                 "brokerFamily": None if r.state.version is None else r.state.version.get("family"),
+                "result": _result(r),
                 "cleanShutdown": r.state.clean_shutdown,
                 "lockHolderPid": r.state.lock_holder_pid,
                 "errors": found.get("error", 0) if r.verdict is not None else None,
@@ -174,6 +175,14 @@ def summary_rows(reports: Sequence[StoreReport]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _result(r: StoreReport) -> str | None:
+    """check's verdict word, as `check` and `info` give it (None: check was not run)."""
+    if r.verdict is None:
+        return None
+    running = r.state.lock_holder_pid is not None
+    return StoreVerdict.of(r.verdict.found, clean_shutdown=r.state.clean_shutdown, broker_running=running).result
 
 
 __all__ = [

@@ -18,6 +18,7 @@ from rmqstore.ops.write.append_point import check_supported as _check_supported
 from rmqstore.ops.write.append_point import find_append_point as _find_append_point
 from rmqstore.ops.write.append_point import index_end_phy as _index_end_phy
 from rmqstore.ops.write.columns import RecordColumns, _ColumnsBuilder
+from rmqstore.ops.write.effects import known_topics, write_effects
 from rmqstore.ops.write.journal import pending_journal
 from rmqstore.ops.write.uniq import UniqKeySource
 from rmqstore.ops.write.validate import (
@@ -90,6 +91,8 @@ class WritePlan:
     index_end_phy: int
     last_store_timestamp_ms: int
     lmq_queues: tuple[tuple[str, int], ...] = ()  # multi-dispatch queues the records also go to
+    effects: tuple[PlannedAction, ...] = ()  # every file changed after the commit log (effects.write_effects)
+    known_topics: frozenset[str] = frozenset()  # topics holding messages already, config or not
 
     @property
     def files_created(self) -> tuple[Path, ...]:
@@ -112,7 +115,7 @@ class WritePlan:
             size = sum(len(p) for p in w.pieces)
             why = "new file" if w.create else "records appended"
             out.append(PlannedAction("write", "append", w.path, why, w.pos, w.pos + size))
-        return tuple(out)
+        return tuple(out) + self.effects
 
     def details(self, limit: int | None = None) -> dict[str, list[dict[str, Any]]]:
         """The messages as they will be stored (the first ``limit`` of them)."""
@@ -131,7 +134,8 @@ class WritePlan:
             "bytes": self.bytes_written,
             "blanks": len(self.blanks),
             "filesCreated": [p.name for p in self.files_created],
-            "topicsCreated": [t.topic_name for t in self.new_topics],
+            "topicsCreated": [t.topic_name for t in self.new_topics if t.topic_name not in self.known_topics],
+            "topicConfigsAdded": [t.topic_name for t in self.new_topics],
             "dispatch": self.dispatch,
             "catchUpRecords": len(self.catch_up) if self.dispatch else 0,
             "staleBytesZeroed": self.stale.length if self.stale and not self.stale.padding else 0,
@@ -336,4 +340,6 @@ class Planner:
             index_end_phy=self.index_end,
             last_store_timestamp_ms=self.last_ts,
             lmq_queues=tuple(sorted(self.lmq_keys)),
+            effects=write_effects(self.st, records, ap.pending, self.new_topics.values(), dispatch=self.opts.dispatch),
+            known_topics=known_topics(self.st, ap.pending) if self.new_topics else frozenset(),
         )
