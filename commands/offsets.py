@@ -217,7 +217,8 @@ def set_command(
     if dry_run:
         err.print(f"dry run: {len(plan.changes)} offset(s) planned, nothing written")
     elif written:
-        err.print(f"wrote {len(plan.changes)} offset(s) to {plan.path} (the previous file is kept as its .bak)")
+        kept = " (the previous file is kept as its .bak)" if plan.source_raw is not None else ""
+        err.print(f"wrote {len(plan.changes)} offset(s) to {plan.path}{kept}", markup=False)
 
 
 def _pairs(st: Any, group: str | None, topic: str | None) -> list[tuple[str, str]]:

@@ -156,7 +156,8 @@ EXIT_CODES: dict[int, str] = {
     "nothing else was found)",
     5: "not a store: the path is missing or is not a RocketMQ store root",
     6: "corrupt data: a file is damaged where the operation needed it intact, or is of the wrong type "
-    "(a directory where a file belongs, a symlink loop)",
+    "(a directory, FIFO, socket or device where a file belongs, a symlink loop, a link out of the store, "
+    "JSON nested too deep)",
     7: "unsupported store or operation (`write` to a DLedger commit log, a RocksDB consume queue store or a batch consume queue topic)",
     8: "unsafe plan refused: the operation would lose data, or write the same input twice; see --force "
     "(write: --again)",

@@ -25,6 +25,7 @@ from rmqstore.codec import indexfile as ix
 from rmqstore.codec.commitlog import MIN_RECORD_SIZE_V1, Record, decode_record, offset_msg_id, torn_head
 from rmqstore.errors import CorruptData
 from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir, unlink_if_present, zero_range
+from rmqstore.safety.openfile import open_fd
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store.dledger import read_member
 from rmqstore.store.files import data_end, map_file
@@ -263,7 +264,7 @@ def cut_index_file(path: Path, cfg: StoreConfig, offset: int, reader: CommitLogR
             f.remove_entries_from(first, last_ts)
         del entries, phy
         buf.flush()  # type: ignore[union-attr]
-    fd = os.open(tmp, os.O_RDONLY)
+    fd = open_fd(tmp)
     try:
         os.fsync(fd)
     finally:

@@ -31,7 +31,8 @@ from rmqstore.codec import indexfile as ix
 from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.codec.topic import SkippedQueue, note_skipped
-from rmqstore.errors import CorruptData
+from rmqstore.errors import CorruptData, from_os_error
+from rmqstore.safety.openfile import create_sized, map_for_writing
 from rmqstore.store.files import RELEASE_STEP, release_pages
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
@@ -77,11 +78,7 @@ class _IndexWriter:
                 path=p,
                 pos=0,
             )
-        fd = os.open(p, os.O_RDWR)
-        try:
-            self._map = mmap.mmap(fd, self.size)
-        finally:
-            os.close(fd)
+        self._map = map_for_writing(p, self.size)
         self._path = p
         self._released = self.entries_pos  # entry bytes before this are out of the resident set
 
@@ -89,21 +86,28 @@ class _IndexWriter:
         return ix.decode_header(self._map) if self._map is not None else None
 
     def _roll(self) -> None:
+        # The new file is made and mapped before the old map closes: a failure (a full disk, an
+        # immutable directory, Ctrl-C) leaves the writer on the old file, still usable.
         prev = self.header()
-        if self._map is not None:
-            if prev is not None and prev.index_count >= self.max_entries:
-                self.full_end_timestamps.append(prev.end_timestamp_ms)
-            self._map.flush()
-            self._map.close()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise from_os_error(e, self.dir, doing="create the index directory") from None
         name = index_file_name(self.clock(), self._last_name)
         p = self.dir / name
-        with open(p, "wb") as f:
-            f.truncate(self.size)
-        self._last_name = name
+        create_sized(p, self.size)
+        try:
+            new = map_for_writing(p, self.size)
+        except BaseException:
+            os.unlink(p)
+            raise
+        old, self._map, self._path, self._last_name = self._map, new, p, name
         self.created.append(p)
-        self._open(p)
-        assert self._map is not None
+        if old is not None:
+            if prev is not None and prev.index_count >= self.max_entries:
+                self.full_end_timestamps.append(prev.end_timestamp_ms)
+            old.flush()
+            old.close()
         ix.write_header(self._map, ix.new_index_header_after(prev))
 
     def end_phy_offset(self) -> int:

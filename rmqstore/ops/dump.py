@@ -59,10 +59,11 @@ from rmqstore.codec.rows import CRC_MISMATCH, message_row, store_time
 from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
+from rmqstore.safety.openfile import map_readonly
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import PAGE, map_file, names_in, release_pages
+from rmqstore.store.files import PAGE, data_extents, map_file, names_in, release_pages
 from rmqstore.store.layout import Segment, list_segments
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader
@@ -565,6 +566,7 @@ def iter_messages(
 
 _BATCH = 8192  # records per formatting task
 _BATCH_BYTES = 4 << 20  # and at most this many record bytes, so one task's output fits a slot
+_SLOTS_PER_STEP = 1 << 20  # timer wheel slots looked at per numpy step (32 MiB)
 _SLOT_SIZE = 32 << 20  # shared output buffer per task in flight; bigger outputs are sent as bytes
 _WORKER: dict[Any, Any] = {}  # per worker process: mapped files, formatters, the shared slots
 
@@ -593,8 +595,7 @@ def _worker_format(
     if buf is None:
         for old in list(maps):
             maps.pop(old).close()
-        with open(path, "rb") as f:
-            buf = maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        buf = maps[path] = map_readonly(path)
     fmt = _WORKER.get(opts)
     if fmt is None:
         fmt = _WORKER[opts] = NdjsonFormatter(opts)
@@ -1301,9 +1302,14 @@ def timer_wheel_slots(st: Store) -> Iterator[dict[str, Any]]:
     if not path.is_file():
         raise InputError(f"{path}: no timer wheel (timerWheelEnable was never on)")
     with map_file(path) as buf:
-        for s in timer.used_slots(buf):
-            yield {"slot": s.index, "timeMs": s.time_ms, "firstPos": s.first_pos, "lastPos": s.last_pos,
-                   "num": s.num, "magic": s.magic}  # fmt: skip
+        n = len(buf) // timer.SLOT_SIZE
+        for a, b in data_extents(path, 0, n * timer.SLOT_SIZE):  # the holes of a sparse wheel: unused
+            for lo in range(a // timer.SLOT_SIZE, -(-b // timer.SLOT_SIZE), _SLOTS_PER_STEP):
+                hi = min(lo + _SLOTS_PER_STEP, -(-b // timer.SLOT_SIZE), n)
+                for s in timer.used_slots_in(buf, lo, hi):
+                    yield {"slot": s.index, "timeMs": s.time_ms, "firstPos": s.first_pos, "lastPos": s.last_pos,
+                           "num": s.num, "magic": s.magic}  # fmt: skip
+                release_pages(buf, lo * timer.SLOT_SIZE, hi * timer.SLOT_SIZE, 0)
 
 
 def timer_log_units(st: Store) -> Iterator[dict[str, Any]]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from rmqstore.errors import ExpireRunning, InputError, RmqstoreError, StoreLocked
 from rmqstore.safety.files import SCRATCH_DIR, fsync_dir, move, scratch_dir
 from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, journal_file, register
+from rmqstore.safety.openfile import open_fd
 from rmqstore.safety.quarantine import Quarantine
 from rmqstore.store import Store, open_store
 from rmqstore.store.layout import StoreConfig
@@ -225,10 +226,10 @@ def expire_lock(root: Path, *, create: bool = True) -> Iterator[None]:
     fd: int | None = None
     if create:
         scratch_dir(Path(root))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_fd(path, os.O_RDWR | os.O_CREAT)
     else:
         with contextlib.suppress(FileNotFoundError):
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_fd(path)
     if fd is None:
         yield
         return

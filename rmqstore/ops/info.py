@@ -18,6 +18,7 @@ would refuse or silently mis-read, warnings what it will repair or what needs at
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexHeader, decode_header
 from rmqstore.errors import CorruptData, RmqstoreError
 from rmqstore.problems import ERROR, WARNING, Problem, StoreVerdict, absolute_path, shutdown_problems
+from rmqstore.safety.openfile import open_fd, read_file
 from rmqstore.store import Store
 from rmqstore.store import config as configjson
 from rmqstore.store.dledger import DLedgerIndex, read_member
@@ -158,9 +160,11 @@ def _index_info(st: Store, path: Path) -> tuple[IndexFileInfo, list[Problem]]:
     cfg = st.config
     problems: list[Problem] = []
     try:
-        with open(path, "rb") as f:
-            head = f.read(HEADER_SIZE)
-            size = f.seek(0, 2)
+        fd = open_fd(path)
+        try:
+            head, size = os.pread(fd, HEADER_SIZE, 0), os.fstat(fd).st_size
+        finally:
+            os.close(fd)
     except OSError as e:
         return IndexFileInfo(path.name, 0, None, False), [Problem(path, None, f"cannot read: {e.strerror}")]
     want = cfg.index_file_size()
@@ -224,8 +228,8 @@ def _config_info(st: Store) -> tuple[list[ConfigFileInfo], list[Problem]]:
 def _abort_pid(path: Path) -> int | None:
     """The pid a 5.x broker writes into ``abort`` (4.x leaves it empty)."""
     try:
-        text = path.read_bytes()[:32].strip()
-    except OSError:
+        text = read_file(path, limit=32).strip()
+    except (OSError, RmqstoreError):  # a directory there is a problem the markers report
         return None
     return int(text) if text.isdigit() else None
 

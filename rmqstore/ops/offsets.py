@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from rmqstore.errors import ConfigError, InputError, UnsafePlan
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction
+from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
@@ -151,7 +152,7 @@ def apply_reset_offsets(st: Store, plan: ResetOffsetsPlan) -> None:
     if not st.writable:
         raise UnsafePlan("the store is open read-only; open it writable (taking the broker's lock) to write")
     try:
-        now = plan.path.read_bytes()
+        now = read_file(plan.path)
     except FileNotFoundError:
         now = None
     if now != plan.source_raw and not (now is not None and plan.source_raw is None and not now):

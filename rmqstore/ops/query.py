@@ -40,7 +40,6 @@ are at that moment).
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -55,6 +54,7 @@ from rmqstore.codec.commitlog import (
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header, is_time_matched
 from rmqstore.codec.msgid import decode_offset_msg_id
 from rmqstore.errors import CorruptData, InputError
+from rmqstore.safety.openfile import json_loads, open_fd, read_file
 from rmqstore.store import Store
 from rmqstore.store.reader import CommitLogReader, MapsOpen, ScanProgress, ScanStats, map_readonly, scan_records
 
@@ -164,7 +164,7 @@ class IndexSet(MapsOpen):
 
     def _read_header(self, path: Path) -> IndexHeader:
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_fd(path)
         except OSError as e:
             raise IndexUnusable(f"{path}: cannot open: {e.strerror}") from None
         try:
@@ -600,7 +600,8 @@ def known_topics(st: Store) -> list[str]:
     """Topics with a consume queue directory or an entry in config/topics.json."""
     names = {q.topic for q in st.consume_queues.queues()}
     try:
-        data = json.loads((st.config.config_dir / "topics.json").read_text(encoding="utf-8"))
+        topics = st.config.config_dir / "topics.json"
+        data = json_loads(read_file(topics), path=topics)
         names.update(data.get("topicConfigTable", {}))
     except (OSError, ValueError, AttributeError):
         pass  # missing or unreadable: the consume queue directories still name the topics

@@ -23,7 +23,6 @@ in the broker's memory only and are recomputed from the files at every start: no
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import shutil
@@ -57,6 +56,7 @@ from rmqstore.safety.files import (
     SCRATCH_DIR,
     atomic_write,
     fsync_dir,
+    fsync_file,
     move,
     scratch_dir,
     sha256_file,
@@ -64,6 +64,7 @@ from rmqstore.safety.files import (
     zero_range,
 )
 from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, register
+from rmqstore.safety.openfile import create_sized, json_loads, open_fd, read_file, reserve
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, check_quarantine_dir, default_quarantine_base
 from rmqstore.store import Store
@@ -785,7 +786,7 @@ def pending_plan(root: Path) -> RecoverPlan | None:
     """The plan of an interrupted ``recover`` of this store, if its journal is there."""
     p = journal_file(root, "recover")
     try:
-        data = json.loads(p.read_text())
+        data = json_loads(read_file(p), path=p)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
@@ -956,19 +957,20 @@ def _roll_back(st: Store, plan: RecoverPlan, journal: Journal) -> bool:
     if journal.state.get("dispatchStarted"):
         _rollback_dispatch(st, plan, journal)
     shutil.rmtree(_build_root(root), ignore_errors=True)
-    items = json.loads((Path(folder) / "manifest.json").read_text())["items"]
+    manifest = Path(folder) / "manifest.json"
+    items = json_loads(read_file(manifest), path=manifest)["items"]
     for item in reversed(items):
         path = Path(item["path"])
         if item["kind"] == "range":
-            data = Path(item["saved"]).read_bytes()
-            fd = os.open(path, os.O_WRONLY)
+            data = read_file(item["saved"])
+            fd = open_fd(path, os.O_WRONLY)
             try:
                 os.pwrite(fd, data, int(item["from"]))
                 os.fsync(fd)
             finally:
                 os.close(fd)
         elif item["kind"] == "file" and (not path.exists() or sha256_file(path) != item["sha256"]):
-            atomic_write(path, Path(item["saved"]).read_bytes(), tmp_dir=scratch_dir(root, "tmp"))
+            atomic_write(path, read_file(item["saved"]), tmp_dir=scratch_dir(root, "tmp"))
         elif item["kind"] == "marker" and not path.exists():
             path.touch()
             fsync_dir(path.parent)
@@ -1064,9 +1066,10 @@ def _step_extend(st: Store, plan: RecoverPlan) -> None:
     for a in (x for x in plan.actions if x.step == "extend"):
         p = in_store(Path(st.root), a.path)
         if p.exists() and p.stat().st_size < a.to_pos:
-            os.truncate(p, a.to_pos)
-            fd = os.open(p, os.O_RDONLY)
+            fd = open_fd(p, os.O_RDWR)
             try:
+                os.ftruncate(fd, a.to_pos)
+                reserve(fd, 0, a.to_pos, p)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -1086,7 +1089,7 @@ def _step_dledger_index(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
         if not p.exists():
             _new_zero_file(root, p, st.config.dledger_index_file_size)
             fsync_dir(p.parent)
-        fd = os.open(p, os.O_WRONLY)
+        fd = open_fd(p, os.O_WRONLY)
         try:
             os.pwrite(fd, unit_bytes(kept, int(p.name), a.from_pos, a.to_pos), a.from_pos)
             os.fsync(fd)
@@ -1097,10 +1100,9 @@ def _step_dledger_index(st: Store, plan: RecoverPlan, hook: StepHook) -> None:
 def _new_zero_file(root: Path, path: Path, size: int) -> None:
     """A file of ``size`` zero bytes (sparse), in place at once by rename."""
     tmp = scratch_dir(root, "tmp") / path.name
-    with open(tmp, "wb") as f:
-        f.truncate(size)
-        f.flush()
-        os.fsync(f.fileno())
+    unlink_if_present(tmp)
+    create_sized(tmp, size)
+    fsync_file(tmp)
     path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, path)
 
@@ -1171,9 +1173,9 @@ def _rollback_dispatch(st: Store, plan: RecoverPlan, journal: Journal) -> None:
                 unlink_if_present(idir / name)
         snap = journal.state.get("snapshot")
         if snap:
-            data = _snapshot_path(root).read_bytes()
+            data = read_file(_snapshot_path(root))
             last = idir / snap
-            fd = os.open(last, os.O_WRONLY)
+            fd = open_fd(last, os.O_WRONLY)
             try:
                 os.pwrite(fd, data, 0)
                 os.fsync(fd)

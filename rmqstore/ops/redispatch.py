@@ -32,6 +32,7 @@ from rmqstore.errors import InputError, UnsafePlan
 from rmqstore.safety.actions import PlannedAction
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, move, scratch_dir
 from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_journal, journal_file, register
+from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
@@ -220,8 +221,7 @@ def _index_summary(root: Path) -> list[dict[str, Any]]:
     d = root / "index"
     if d.is_dir():
         for name in sorted(n for n in os.listdir(d) if n.isdigit()):
-            with open(d / name, "rb") as f:
-                h = decode_header(f.read(40), path=str(d / name))
+            h = decode_header(read_file(d / name, limit=40), path=str(d / name))
             out.append({"name": name, **index_header_json(h)})
     return out
 
@@ -514,7 +514,7 @@ def _finish(root: Path, journal: Journal) -> Path | None:
         if q is not None and cp_path.exists() and not (q.folder / "files" / "checkpoint").exists():
             dst = q.folder / "files" / "checkpoint"
             dst.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(dst, cp_path.read_bytes())
+            atomic_write(dst, read_file(cp_path))
         c = checkpoint
         cp = cpmod.Checkpoint(
             c["physicMsgTimestamp"],

@@ -11,6 +11,7 @@ from typing import Any
 
 from rmqstore.errors import CorruptData, RmqstoreError, from_os_error
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, read_if_present
+from rmqstore.safety.openfile import json_loads, read_file
 from rmqstore.safety.plan import JsonModel
 
 StepHook = Callable[[str], None]
@@ -68,7 +69,7 @@ class Journal:
         if raw is None:
             return None
         try:
-            data = json.loads(raw)
+            data = json_loads(raw, path=path)
             if not isinstance(data, dict):
                 raise ValueError("not an object")
         except ValueError:
@@ -148,11 +149,11 @@ def pending(root: Path | str) -> list[PendingJournal]:
         failed: dict[str, Any] | None = None
         done: tuple[str, ...] = ()
         try:
-            data = json.loads(p.read_bytes())
+            data = json_loads(read_file(p), path=p)
             if isinstance(data, dict):
                 failed = data.get("failed") if isinstance(data.get("failed"), dict) else None
                 done = tuple(str(s) for s in data.get("done", []) if isinstance(s, str))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RmqstoreError):
             failed = {"step": None, "error": "the journal is not readable"}
         step, error = (failed.get("step"), failed.get("error")) if failed else (None, None)
         out.append(PendingJournal(op, Path(root), p, done, step, error))

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
 from rmqstore.errors import InputError
-from rmqstore.safety.files import atomic_write, fsync_dir, fsync_file, sha256_file
+from rmqstore.safety.files import (
+    atomic_write,
+    copy_file,
+    copy_range,
+    fsync_dir,
+    remove_stale_tmp,
+    sha256_file,
+)
+from rmqstore.safety.openfile import check_regular, json_loads, read_file
 
 MANIFEST_SCHEMA = "rmqstore-quarantine/1"
 
@@ -85,9 +91,11 @@ class Quarantine:
         created = 0
         m = folder / "manifest.json"
         if m.exists():
-            data = json.loads(m.read_text())
+            data = json_loads(read_file(m), path=m)
             items, created = list(data.get("items", [])), int(data.get("createdMs", 0))
         folder.mkdir(parents=True, exist_ok=True)
+        for d in {p.parent for p in folder.rglob("*.partial")}:
+            remove_stale_tmp(d)  # copies a killed run did not finish: this run makes them again
         return cls(folder, operation, Path(store).resolve(), created, items)
 
     def _saved(self, src: Path, sub: str, suffix: str = "") -> Path:
@@ -106,17 +114,17 @@ class Quarantine:
     def save_file(self, src: Path, why: str, *, link: bool = False) -> dict[str, Any]:
         """Keep a copy of ``src`` (a hard link when ``link`` and nothing writes it before it goes)."""
         src = Path(src).absolute()
+        check_regular(src, self.store)  # a FIFO or a device never ends a copy
         dst = self._saved(src, "files")
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.unlink(missing_ok=True)
         try:
-            if not link:
+            if not link or os.path.islink(src):
                 raise OSError("copy asked")
             os.link(src, dst)
         except OSError:
             tmp = dst.with_name(dst.name + ".partial")
-            shutil.copyfile(src, tmp)
-            fsync_file(tmp)
+            copy_file(src, tmp)
             os.replace(tmp, dst)
         return self.add(
             {
@@ -135,20 +143,8 @@ class Quarantine:
         src = Path(src).absolute()
         dst = self._saved(src, "ranges", f".{start}-{end}")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256()
         tmp = dst.with_name(dst.name + ".partial")
-        with open(src, "rb") as f, open(tmp, "wb") as out:
-            f.seek(start)
-            left = end - start
-            while left > 0:
-                chunk = f.read(min(left, 1 << 22))
-                if not chunk:
-                    break
-                digest.update(chunk)
-                out.write(chunk)
-                left -= len(chunk)
-            out.flush()
-            os.fsync(out.fileno())
+        digest = copy_range(src, tmp, start, end, root=self.store)
         os.replace(tmp, dst)
         return self.add(
             {
@@ -157,7 +153,7 @@ class Quarantine:
                 "from": start,
                 "to": end,
                 "saved": str(dst),
-                "sha256": digest.hexdigest(),
+                "sha256": digest,
                 "why": why,
                 "restore": f"dd if={_q(dst)} of={_q(src)} bs=1M seek={start} oflag=seek_bytes conv=notrunc",
             }

@@ -33,8 +33,9 @@ from rmqstore.errors import (
     from_os_error,
 )
 from rmqstore.problems import Problem
-from rmqstore.safety.files import read_if_present
+from rmqstore.safety.files import SCRATCH_DIR, read_if_present, remove_stale_tmp
 from rmqstore.safety.journal import pending
+from rmqstore.safety.openfile import check_regular, open_fd
 from rmqstore.store.detect import require_settled
 from rmqstore.store.detect import resolve as resolve_version
 from rmqstore.store.layout import (
@@ -56,11 +57,9 @@ def lock_holder_pid(lock_path: Path) -> int | None:
     Probes with F_GETLK, which neither takes the lock nor disturbs locks this process holds.
     """
     try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
-        return None
+        return None  # missing, or a link or special file that open_store refuses by name
     try:
         probe = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
         res = fcntl.fcntl(fd, fcntl.F_GETLK, probe)
@@ -279,6 +278,7 @@ def open_store(
     cfg = resolve_config(root, Path(broker_config) if broker_config else None, broker)
     if not create and not looks_like_store(root, cfg):
         raise StoreNotFound(f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
+    check_marker_files(cfg)
     if writable or operation is not None:
         check_readable(cfg)
     if writable and not dry_run and operation is not None:
@@ -290,6 +290,7 @@ def open_store(
     if st.writable:
         st._lock_fd = _take_lock(cfg.lock_path)
         try:
+            _remove_stale_tmp(cfg)
             _refuse_unfinished(root, operation)
         except UnsafePlan:
             st.close()
@@ -298,6 +299,14 @@ def open_store(
         yield st
     finally:
         st.close()
+
+
+def _remove_stale_tmp(cfg: StoreConfig) -> None:
+    """Temp files of runs killed before their rename (this run holds the lock: none is in use)."""
+    root = cfg.store_root
+    for d in (root, cfg.config_dir, root / SCRATCH_DIR, root / SCRATCH_DIR / "tmp"):
+        if d.is_dir() and not d.is_symlink():
+            remove_stale_tmp(d)
 
 
 def _refuse_unfinished(root: Path, operation: str | None) -> None:
@@ -331,7 +340,7 @@ def locked_error(lock_path: Path, pid: int | None, hint: str = "") -> StoreLocke
 
 def _take_lock(lock_path: Path) -> int:
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_fd(lock_path, os.O_RDWR | os.O_CREAT)
     except OSError as e:
         raise from_os_error(e, lock_path, doing="open the lock file for writing") from None
     try:
@@ -342,6 +351,14 @@ def _take_lock(lock_path: Path) -> int:
             raise locked_error(lock_path, lock_holder_pid(lock_path)) from None
         raise
     return fd
+
+
+def check_marker_files(cfg: StoreConfig) -> None:
+    """The store root's own files (``lock``, ``abort``, ``checkpoint``) are regular files in the
+    store, or absent: a FIFO there blocks every reader, a link out of the store takes writes out."""
+    for path in (cfg.lock_path, cfg.abort_path, cfg.checkpoint_path):
+        if not path.is_dir():  # a directory there is named by the step that needs the file
+            check_regular(path, cfg.store_root)
 
 
 def check_readable(cfg: StoreConfig) -> None:

@@ -34,6 +34,7 @@ from rmqstore.codec.topic import TOPIC_VALIDATOR_RE, queue_name_problem, shown
 from rmqstore.errors import ConfigError, InputError
 from rmqstore.rules import rules_for
 from rmqstore.safety.files import atomic_write, fsync_dir
+from rmqstore.safety.openfile import TooDeep, open_fd, read_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -125,11 +126,11 @@ class _Parser:
         self.path = path
         self.n = len(text)
 
-    def fail(self, what: str, pos: int) -> NoReturn:
+    def fail(self, what: str, pos: int, kind: type[ConfigError] = ConfigError) -> NoReturn:
         pos = min(pos, self.n)
         line = self.text.count("\n", 0, pos) + 1
         column = pos - (self.text.rfind("\n", 0, pos) + 1) + 1
-        raise ConfigError(f"{what} (column {column})", path=self.path, line=line)
+        raise kind(f"{what} (column {column})", path=self.path, line=line)
 
     def skip_ws(self, pos: int) -> int:
         m = _WS_RE.match(self.text, pos)
@@ -165,7 +166,7 @@ class _Parser:
 
     def obj(self, pos: int, depth: int) -> tuple[dict[Any, Any], int]:
         if depth > _MAX_DEPTH:
-            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", pos)
+            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", pos, TooDeep)
         result: dict[Any, Any] = {}
         pos = self.skip_ws(pos + 1)
         if pos < self.n and self.text[pos] == "}":
@@ -207,7 +208,7 @@ class _Parser:
 
     def array(self, pos: int, depth: int) -> tuple[list[Any], int]:
         if depth > _MAX_DEPTH:
-            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", pos)
+            self.fail(f"nesting deeper than {_MAX_DEPTH} levels", pos, TooDeep)
         after = self.skip_ws(pos + 1)
         items: list[Any] = JavaList() if "\n" in self.text[pos + 1 : after] else []
         pos = after
@@ -606,7 +607,7 @@ def read_config(config_dir: Path, name: str) -> ConfigFile:
     bak = main.with_name(name + ".bak")
     skipped: ConfigError | None = None
     try:
-        raw: bytes | None = main.read_bytes()
+        raw: bytes | None = read_file(main, root=main.parent.parent)
     except FileNotFoundError:
         raw = None
     except OSError as e:
@@ -618,7 +619,7 @@ def read_config(config_dir: Path, name: str) -> ConfigFile:
         except ConfigError as e:
             skipped = e
     try:
-        bak_raw: bytes | None = bak.read_bytes()
+        bak_raw: bytes | None = read_file(bak, root=bak.parent.parent)
     except FileNotFoundError:
         bak_raw = None
     except OSError as e:
@@ -636,7 +637,7 @@ def read_config(config_dir: Path, name: str) -> ConfigFile:
 
 
 def _write_synced(path: Path, data: bytes, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import mmap
 import os
 import struct
 import warnings
@@ -46,6 +44,7 @@ from rmqstore.rules import (
     family_of,
     version_for,
 )
+from rmqstore.safety.openfile import json_loads, map_readonly, read_file
 from rmqstore.store.layout import Segment, StoreConfig, log_segments
 
 P = TypeVar("P")
@@ -146,8 +145,8 @@ def _store_facts(cfg: StoreConfig) -> list[Fact]:
             out.append(Fact("abort-pid", str(cfg.abort_path)))
     if (root / "abort.bak").exists():
         out.append(Fact("abort-bak", str(root / "abort.bak")))
-    with contextlib.suppress(OSError), open(cfg.checkpoint_path, "rb") as f:
-        if any(f.read(40)[24:40]):
+    with contextlib.suppress(OSError):
+        if any(read_file(cfg.checkpoint_path, limit=40)[24:40]):
             out.append(Fact("checkpoint-5x", f"{cfg.checkpoint_path} @24"))
     for name, fact in (("batchconsumequeue", "batchconsumequeue"), ("compaction", "compaction")):
         if (root / name).is_dir():
@@ -173,7 +172,7 @@ def _config_facts(cfg: StoreConfig) -> list[Fact]:
         out.append(Fact("lmq-offsets", str(conf_dir / "lmqConsumerOffset.json")))
     topics = conf_dir / "topics.json"
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        table = json.loads(topics.read_text("utf-8")).get("topicConfigTable", {})
+        table = json_loads(read_file(topics), path=topics).get("topicConfigTable", {})
         if any(isinstance(t, dict) and "attributes" in t for t in table.values()):
             out.append(Fact("topic-attributes", str(topics)))
     keys = cfg.explicit
@@ -234,7 +233,7 @@ def _file_facts(seg: Segment, hops: int) -> list[Fact]:
     out: list[Fact] = []
     seen = _Seen()
     step = seg.framing.step
-    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+    with map_readonly(seg.path) as buf:
         pos, n, end = 0, 0, len(buf)
         while hops > 0:
             hops -= 1

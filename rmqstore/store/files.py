@@ -9,7 +9,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from rmqstore.errors import from_os_error
+from rmqstore.errors import FileAccessError, from_os_error
+from rmqstore.safety.openfile import open_fd
 
 ZERO_CHUNK = 4 << 20  # bytes looked at per step when searching for zeros
 
@@ -24,7 +25,7 @@ def names_in(directory: Path) -> list[str]:
 
 def read_at(path: Path, pos: int, n: int) -> bytes:
     """Up to ``n`` bytes of a file from ``pos``."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path)
     try:
         return os.pread(fd, n, pos)
     except OSError as e:  # pread's error names no file
@@ -38,7 +39,7 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
     """Map a file (read-only unless ``write``); an empty file gives ``b""``."""
     flags = os.O_RDWR if write else os.O_RDONLY
     try:
-        fd = os.open(path, flags)
+        fd = open_fd(path, flags)
     except OSError as e:
         raise from_os_error(e, path, doing="open it for reading" if not write else "open it for writing") from None
     try:
@@ -84,9 +85,9 @@ def release_pages(buf: mmap.mmap | bytes, start: int, end: int, step: int = _REL
 def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
     """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return [(start, end)]
+        fd = open_fd(path)
+    except (OSError, FileAccessError):
+        return [(start, end)]  # the reader that maps it names what is wrong
     out = []
     pos = start
     try:
@@ -109,11 +110,26 @@ def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]
     return out
 
 
+def next_data(path: Path | str, pos: int) -> int | None:
+    """The first position at or after ``pos`` that is not in a hole of a sparse file (None: only a
+    hole follows); ``pos`` itself where the file system cannot tell."""
+    try:
+        fd = open_fd(path)
+    except (OSError, FileAccessError):
+        return pos
+    try:
+        return os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as e:
+        return None if e.errno == errno.ENXIO else pos
+    finally:
+        os.close(fd)
+
+
 def data_end(path: Path, start: int, end: int | None = None) -> int:
     """Position after the last non-zero byte of ``path[start:end]``; ``start`` if all zero."""
     import numpy as np
 
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path)
     try:
         if end is None:
             end = os.fstat(fd).st_size

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,8 +20,9 @@ from rmqstore.codec.consumequeue import effective_file_size
 from rmqstore.codec.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.topic import BadTopic, queue_path_problem
-from rmqstore.errors import ConfigError
+from rmqstore.errors import ConfigError, FileAccessError
 from rmqstore.problems import Problem, ProblemKind
+from rmqstore.safety.openfile import check_link, check_regular, read_file
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -277,9 +279,11 @@ _OTHER_KNOWN = {
 def read_java_properties(path: Path) -> dict[str, tuple[str, int]]:
     """Parse a Java properties file: key -> (value, line number). Raises ConfigError."""
     try:
-        text = Path(path).read_text(encoding="latin-1")
+        text = read_file(path).decode("latin-1")
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", path=path) from None
+    except FileAccessError as e:  # a directory or special file given as broker.conf
+        raise ConfigError(f"cannot read: {str(e).removeprefix(f'{path}: ')}", path=path) from None
     out: dict[str, tuple[str, int]] = {}
     lines = text.splitlines()
     i = 0
@@ -484,10 +488,16 @@ def list_segments(directory: Path, expected_size: int | None) -> tuple[list[Segm
             )
             continue
         try:
-            size = p.stat().st_size
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                check_link(p)  # a segment leading out of the store is never read or written
+                st = os.stat(p)
         except OSError as e:
             problems.append(Problem(p, None, f"cannot stat: {e.strerror}", kind=ProblemKind.UNSTATABLE))
             continue
+        if not stat.S_ISREG(st.st_mode):
+            check_regular(p)  # a FIFO or device among the segments: named, exit 6, before any read
+        size = st.st_size
         segs.append(Segment(p, int(name), size))
     for i, s in enumerate(segs):
         if expected_size is not None and s.size != expected_size:

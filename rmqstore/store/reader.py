@@ -13,6 +13,7 @@ from typing import Self
 from rmqstore.codec.commitlog import MIN_RECORD_SIZE_V1, Blank, Record, decode_record, describe_head
 from rmqstore.codec.framing import BLANK, END, RECORD
 from rmqstore.errors import CorruptData, RecordSizeMismatch, from_os_error
+from rmqstore.safety.openfile import open_fd
 from rmqstore.store import Store
 from rmqstore.store.files import release_pages
 from rmqstore.store.layout import Segment, segment_for
@@ -26,10 +27,13 @@ _SEARCH_WINDOW = 1 << 20  # bytes searched for the needle ahead of the record wa
 def map_readonly(path: Path) -> mmap.mmap | bytes:
     """A read-only map kept beyond one block (``map_file`` closes at the end of its block)."""
     try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
+        fd = open_fd(path)
+        try:
+            if os.fstat(fd).st_size == 0:
                 return b""
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
     except OSError as e:  # an OS error says what it is (a permission, a missing file), as map_file does
         raise from_os_error(e, path, doing="open it for reading") from None
 

@@ -25,6 +25,7 @@ from rmqstore.codec.commitlog import (
     prop_crc_check,
 )
 from rmqstore.errors import ChecksumMismatch, CorruptData
+from rmqstore.safety.openfile import map_readonly
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import FileWalk, Stop, walk_chain
@@ -152,8 +153,7 @@ def _walk_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool, 
         for old in _WORKER_MAP.values():
             old.close()
         _WORKER_MAP.clear()
-        with open(seg.path, "rb") as f:
-            m = _WORKER_MAP[key] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        m = _WORKER_MAP[key] = map_readonly(seg.path)
     part = _walk_part(m, seg, cfg, lo, hi, end, known, flags)
     m.madvise(mmap.MADV_DONTNEED, lo - lo % mmap.PAGESIZE, min(hi, end) - (lo - lo % mmap.PAGESIZE))
     return part

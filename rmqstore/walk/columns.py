@@ -31,17 +31,22 @@ from typing import Any
 import numpy as np
 
 from rmqstore.codec.arrays import MAX_FAST_PROPERTIES, key_tokens, named_values
-from rmqstore.codec.columnar import be, decode_heads, gather, head_column
+from rmqstore.codec.columnar import be, body_crcs, decode_heads, gather, head_column
 from rmqstore.codec.commitlog import (
+    BORNHOST_V6_FLAG,
     HEAD_V4_SIZE,
     MAGIC_V1,
     MIN_RECORD_SIZE_V1,
     SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
     decode_record,
     explain_invalid,
 )
 from rmqstore.codec.javahash import index_key_hash, java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
+from rmqstore.safety.openfile import map_readonly
 from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig, segment_ranges
 from rmqstore.walk.chain import frame_start
@@ -211,11 +216,9 @@ def _collect(results: Any, stop: ScanStop) -> tuple[list[Columns], ScanStop]:
 def _decode_in_worker(
     args: tuple[str, Segment, StoreConfig, np.ndarray, int],
 ) -> tuple[Columns | None, ScanStop | None]:
-    import mmap
 
     path, seg, cfg, chunk, end = args
-    with open(path, "rb") as f:
-        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    m = map_readonly(path)
     u8 = np.frombuffer(m, dtype=np.uint8, count=end)
     try:
         return decode_columns(m, u8, chunk, seg, cfg, end)
@@ -507,14 +510,12 @@ _WORKER_MAP: dict[str, Any] = {}
 
 
 def _scan_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool]) -> _Part:
-    import mmap
 
     seg, cfg, lo, hi, end, known = args
     key = str(seg.path)
     m = _WORKER_MAP.get(key)
     if m is None:  # one mapping per file and worker process, kept for the pool's life
-        with open(seg.path, "rb") as f:
-            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        m = map_readonly(seg.path)
         _WORKER_MAP.clear()
         _WORKER_MAP[key] = m
     return _scan_part(m, np.frombuffer(m, dtype=np.uint8, count=end), seg, cfg, lo, hi, end, known)
@@ -618,3 +619,25 @@ def iter_columns(
     finally:
         if pool is not None:
             close_pool(pool)
+
+
+def plain_records(buf: Any, u8: np.ndarray, p: np.ndarray, base: int) -> np.ndarray:
+    """Which records at positions ``p`` say nothing a check reports: V1 magic with IPv4 hosts, a body
+    whose CRC matches, a stored PHYSICALOFFSET equal to its position (``base`` + position) and a
+    transaction offset the broker writes."""
+    head = decode_heads(u8, p)
+    magic, sys_flag = head_column(head, "magic"), head_column(head, "sys_flag")
+    body_len = head_column(head, "body_len")
+    plain = (magic == MAGIC_V1) & ((sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) == 0) & (body_len >= 0)
+    plain &= head_column(head, "phy_offset") == base + p
+    tx = sys_flag & TRANSACTION_MASK
+    plain &= (tx == 0) | (tx == TRANSACTION_COMMIT_TYPE) | (head_column(head, "queue_offset") == 0)
+    last = len(u8) - 1
+    tpos = np.minimum(p + HEAD_V4_SIZE + np.maximum(body_len, 0), last)
+    ppos = np.minimum(tpos + 1 + u8[tpos].astype(np.int64), last - 1)
+    plain &= be(u8, ppos, ">i2") >= 0  # a negative PROPERTIESLENGTH takes the decoder
+    crc_idx = np.flatnonzero(plain & (body_len > 0))
+    if crc_idx.size:
+        got = body_crcs(buf, p[crc_idx] + HEAD_V4_SIZE, body_len[crc_idx])
+        plain[crc_idx[got != head_column(head, "body_crc")[crc_idx]]] = False
+    return plain

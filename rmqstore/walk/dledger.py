@@ -27,6 +27,7 @@ from rmqstore.codec.dledger import (
 )
 from rmqstore.errors import CorruptData, from_os_error
 from rmqstore.problems import ERROR, WARNING, Problem
+from rmqstore.safety.openfile import read_file
 from rmqstore.store.dledger import DLedgerIndex, Member
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment
@@ -312,7 +313,7 @@ def member_checkpoint(member: Member, end_index: int) -> tuple[str | None, str |
     """The member checkpoint as found, and what it must say so that the member serves every kept
     entry (None: it says so already): ``endIndex`` and ``committedIndex`` at the last entry kept."""
     path = member.checkpoint.path
-    before = path.read_text(encoding="latin-1") if member.checkpoint.values is not None else None
+    before = read_file(path).decode("latin-1") if member.checkpoint.values is not None else None
     values = dict(member.checkpoint.values or {"committedIndex": "", "endIndex": ""})
     values.update(committedIndex=str(end_index), endIndex=str(end_index))
     if member.committed_index == end_index and member.end_index == end_index:

@@ -168,7 +168,7 @@ def walk_file(
     framing = seg.framing
     if starts is None:
         v2 = not as_broker or rules_for(broker).v2_magic
-        starts = RecordStarts(buf, size, seg.base_offset, v2=v2, framing=framing)
+        starts = RecordStarts(buf, size, seg.base_offset, v2=v2, framing=framing, path=seg.path)
     pos = start
     while pos < stop:
         run = starts.run_at(pos) if size - pos >= MIN_RECORD_SIZE_V1 else None
@@ -217,7 +217,7 @@ def boundaries(buf: Any, seg: Segment, upto: int, *, broker: str = "4.4.0", back
     """Every frame boundary of the lenient walk of one file at or before ``upto`` (the file start, record
     starts and ends, where damage starts and ends, the BLANK, the end of data), walked from the last
     verified frame start at least ``back`` bytes before ``upto`` (from the file start when none is)."""
-    starts = RecordStarts(buf, len(buf), seg.base_offset, framing=seg.framing)
+    starts = RecordStarts(buf, len(buf), seg.base_offset, framing=seg.framing, path=seg.path)
     lo = max(0, upto - back)
     first = starts.next_start(lo - 1) if lo else 0
     first = 0 if first is None or first > upto else first

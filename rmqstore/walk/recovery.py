@@ -23,6 +23,7 @@ from rmqstore.codec.dledger import DLEDGER
 from rmqstore.errors import CorruptData, UnsupportedStore
 from rmqstore.problems import LOAD_FAILURES, Problem, ProblemKind
 from rmqstore.rules import BrokerRules, rules_for
+from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store.files import map_file
@@ -91,7 +92,7 @@ def recover_queue(q: ConsumeQueue) -> QueueRecovery:
 def read_checkpoint_bytes(path: Path) -> bytes | None:
     """The checkpoint as the broker maps it: 4096 bytes (a short file reads as zero-padded)."""
     try:
-        return checkpoint_page(path.read_bytes())
+        return checkpoint_page(read_file(path))
     except FileNotFoundError:
         return None
 
@@ -416,7 +417,7 @@ def _facts_before_walk(st: Store, check_crc: bool | None) -> RecoveryFacts:
     segs, empty_last, notes = _loaded_commitlog(st, Path(st.root))
     # 2.-3. consume queues (loaded), checkpoint.
     try:
-        cp_file: bytes | None = cfg.checkpoint_path.read_bytes()
+        cp_file: bytes | None = read_file(cfg.checkpoint_path)
     except FileNotFoundError:
         cp_file = None
     cp_bytes = None if cp_file is None else checkpoint_page(cp_file)

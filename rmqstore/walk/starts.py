@@ -11,7 +11,7 @@ import numpy as np
 from rmqstore.codec.columnar import well_formed_records
 from rmqstore.codec.commitlog import MAGIC_V2
 from rmqstore.codec.framing import PLAIN, Framing
-from rmqstore.store.files import ZERO_CHUNK, data_extents
+from rmqstore.store.files import ZERO_CHUNK, data_extents, next_data
 
 if TYPE_CHECKING:
     pass
@@ -73,8 +73,18 @@ class RecordStarts:
     positions. ``v2=False`` leaves V2 records out, for a broker that cannot read them.
     """
 
-    def __init__(self, buf: Any, size: int, file_from: int, *, v2: bool = True, framing: Framing = PLAIN) -> None:
+    def __init__(
+        self,
+        buf: Any,
+        size: int,
+        file_from: int,
+        *,
+        v2: bool = True,
+        framing: Framing = PLAIN,
+        path: Path | str | None = None,
+    ) -> None:
         self.buf, self.size, self.file_from, self.v2, self.framing = buf, size, file_from, v2, framing
+        self.path = path  # the file, when known: windows that are all hole are skipped
         self._windows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def _window(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -111,6 +121,13 @@ class RecordStarts:
         """The first verified frame start after ``pos``."""
         w = pos // _WINDOW
         while w * _WINDOW < self.size:
+            if self.path is not None and w not in self._windows:
+                d = next_data(self.path, max(pos, w * _WINDOW))
+                if d is None:
+                    return None  # a hole up to the end of the file
+                if d >= (w + 1) * _WINDOW:
+                    w = d // _WINDOW  # skip the windows that are all hole
+                    continue
             frames = self._window(w)[0]
             i = int(np.searchsorted(frames, pos, side="right"))
             if i < len(frames):
@@ -120,7 +137,13 @@ class RecordStarts:
 
     def next_blank(self, pos: int, limit: int) -> int | None:
         """The first BLANK after ``pos`` (before ``limit``) that fills the rest of the file."""
-        return self.framing.blank_after(self.buf, self.size, pos, limit)
+        if self.path is None:
+            return self.framing.blank_after(self.buf, self.size, pos, limit)
+        for a, b in data_extents(self.path, pos + 1, limit):  # a BLANK's head is data, never a hole
+            q = self.framing.blank_after(self.buf, self.size, max(pos, a - 64), b)
+            if q is not None:
+                return q
+        return None
 
     def resync(self, pos: int) -> int | None:
         """Where the walk goes on after damage at ``pos``: the first frame or file-ending BLANK after it."""

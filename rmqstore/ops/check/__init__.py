@@ -79,6 +79,7 @@ from rmqstore.problems import (
     shutdown_problems,
 )
 from rmqstore.rules import rules_for
+from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
 from rmqstore.store import config as cfgjson
@@ -1430,7 +1431,7 @@ def _read_checkpoint(path: Path, out: _Problems | None) -> Any:
     """The checkpoint as the broker reads it: it maps 4096 bytes, so a short file reads as if
     padded with zeros and bytes past 4096 are ignored (§6)."""
     try:
-        data = path.read_bytes()
+        data = read_file(path)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -1497,7 +1498,7 @@ def _check_config_file(p: Path, out: _Problems) -> None:
     """One fastjson file the broker loads by ``ConfigManager.load``: its main copy, or its .bak."""
     is_bak = p.name.endswith(".bak")
     try:
-        raw = p.read_bytes()
+        raw = read_file(p)
     except OSError as e:
         out.add(p, None, f"cannot read: {e.strerror}")
         return

@@ -1,8 +1,7 @@
 """The records of a run of intact frames as check's columns, many at a time (store-format.md §3, §4.2, §5.3).
 
-A record is *plain* when it says nothing check reports: V1 magic with IPv4 hosts, a body whose
-CRC matches, a stored PHYSICALOFFSET equal to its position, a transaction offset the broker writes
-and a topic other than ``SCHEDULE_TOPIC_XXXX``. Plain records are decoded as numpy columns by the
+A record is *plain* when it says nothing check reports (``walk.columns.plain_records``) and its
+topic is not ``SCHEDULE_TOPIC_XXXX``. Plain records are decoded as numpy columns by the
 dispatch decoder (``walk.columns.decode_columns``: tagsCode and index keys as the dispatcher
 computes them); the others are left to check's per-record path, in commit log order, so that the
 problems found are the same, in the same order, as when every record takes that path.
@@ -16,19 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from rmqstore.codec.columnar import be, body_crcs, decode_heads, head_column
 from rmqstore.codec.commitlog import (
-    BORNHOST_V6_FLAG,
-    HEAD_V4_SIZE,
-    MAGIC_V1,
     SCHEDULE_TOPIC,
-    STOREHOSTADDRESS_V6_FLAG,
-    TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
 )
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import indexed
-from rmqstore.walk.columns import decode_columns
+from rmqstore.walk.columns import decode_columns, plain_records
 
 # check's columns of one record and their types (small ones where the file's field is small)
 ROW_DTYPES: dict[str, Any] = {
@@ -58,26 +51,6 @@ def empty_rows(n: int) -> dict[str, np.ndarray]:
     return {name: np.zeros(n, dtype=dt) for name, dt in ROW_DTYPES.items()}
 
 
-def _plain(buf: Any, u8: np.ndarray, p: np.ndarray, base: int) -> np.ndarray:
-    """Which records at positions ``p`` check has nothing to say about (see the module doc)."""
-    head = decode_heads(u8, p)
-    magic, sys_flag = head_column(head, "magic"), head_column(head, "sys_flag")
-    body_len = head_column(head, "body_len")
-    plain = (magic == MAGIC_V1) & ((sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) == 0) & (body_len >= 0)
-    plain &= head_column(head, "phy_offset") == base + p
-    tx = sys_flag & TRANSACTION_MASK
-    plain &= (tx == 0) | (tx == TRANSACTION_COMMIT_TYPE) | (head_column(head, "queue_offset") == 0)
-    last = len(u8) - 1
-    tpos = np.minimum(p + HEAD_V4_SIZE + np.maximum(body_len, 0), last)
-    ppos = np.minimum(tpos + 1 + u8[tpos].astype(np.int64), last - 1)
-    plain &= be(u8, ppos, ">i2") >= 0  # a negative PROPERTIESLENGTH takes the decoder
-    crc_idx = np.flatnonzero(plain & (body_len > 0))
-    if crc_idx.size:
-        got = body_crcs(buf, p[crc_idx] + HEAD_V4_SIZE, body_len[crc_idx])
-        plain[crc_idx[got != head_column(head, "body_crc")[crc_idx]]] = False
-    return plain
-
-
 def record_rows(
     buf: Any,
     u8: np.ndarray,
@@ -94,7 +67,7 @@ def record_rows(
     of a topic name; ``light``: no tagsCode and no index keys (what recovery reads)."""
     n = len(p)
     cols = empty_rows(n)
-    plain = _plain(buf, u8, p, seg.base_offset)
+    plain = plain_records(buf, u8, p, seg.base_offset)
     idx = np.flatnonzero(plain)
     pairs = np.empty(0, np.int64)
     if idx.size:

@@ -11,6 +11,7 @@ from rmqstore.codec.commitlog import Record, decode_record
 from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
 from rmqstore.errors import CorruptData, UnsafePlan, UnsupportedStore
+from rmqstore.safety.openfile import read_file
 from rmqstore.store import Store
 from rmqstore.store.files import data_end, map_file
 from rmqstore.store.layout import Segment
@@ -192,8 +193,7 @@ def index_end_phy(st: Store) -> int:
     if not files:
         return 0
     try:
-        with open(files[-1], "rb") as f:
-            head = f.read(INDEX_HEADER_SIZE)
+        head = read_file(files[-1], limit=INDEX_HEADER_SIZE)
     except OSError as e:
         raise CorruptData(f"cannot read: {e.strerror}", path=files[-1], pos=0) from None
     return decode_index_header(head, path=str(files[-1])).end_phy_offset if len(head) == INDEX_HEADER_SIZE else 0

@@ -22,7 +22,7 @@ from rmqstore.codec.indexfile import header_problem
 from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
-from rmqstore.errors import CorruptData, InputError, RmqstoreError, UnsafePlan, from_os_error
+from rmqstore.errors import CorruptData, FileAccessError, InputError, RmqstoreError, UnsafePlan, from_os_error
 from rmqstore.ops.write.append import WriteOptions, WritePlan
 from rmqstore.ops.write.journal import (
     JOURNAL_FORMAT,
@@ -43,6 +43,7 @@ from rmqstore.ops.write.plan import plan_with
 from rmqstore.ops.write.validate import _load_topics
 from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook
+from rmqstore.safety.openfile import create_sized, open_fd, read_file
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store, open_store
 from rmqstore.store import config as cfgmod
@@ -172,8 +173,7 @@ def _refuse_damaged_index(st: Store, plan: WritePlan) -> None:
     if not files:
         return
     last = files[-1]
-    with open(last, "rb") as f:
-        head = f.read(INDEX_HEADER_SIZE)
+    head = read_file(last, limit=INDEX_HEADER_SIZE)
     why = "shorter than its header" if len(head) < INDEX_HEADER_SIZE else None
     if why is None:
         why = header_problem(decode_index_header(head, path=str(last)), st.config.max_index_num)
@@ -209,13 +209,9 @@ def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
     for w in plan.writes:
         if w.create:
             cfg.commitlog_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(w.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.ftruncate(fd, fs)
-            finally:
-                os.close(fd)
+            create_sized(w.path, fs)
             created = True
-        fd = os.open(w.path, os.O_RDWR)
+        fd = open_fd(w.path, os.O_RDWR)
         try:
             if os.fstat(fd).st_size != fs:
                 raise CorruptData(f"file is {os.fstat(fd).st_size} bytes, expected {fs}", path=w.path, pos=0)
@@ -376,8 +372,7 @@ def _apply_steps(
     cp = _write_checkpoint(st, plan, stats) if sync and not abort_existed else None
     abort_created = False
     if not plan.dispatch and not abort_existed:
-        fd = os.open(cfg.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.close(fd)
+        os.close(open_fd(cfg.abort_path, os.O_WRONLY | os.O_CREAT))
         abort_created = True
     if sync:
         _fsync_created_dirs(st, stats)
@@ -441,16 +436,32 @@ def _write_checkpoint(st: Store, plan: WritePlan, stats: DispatchStats | None) -
 
 
 def _roll_back_failed(root: Path, qdir: Path | None, e: BaseException) -> None:
-    """Undo a failed apply; an OS error is raised as one line saying so (the caller re-raises the rest)."""
+    """Undo a failed apply; an OS error is raised as one line saying what was done (the caller
+    re-raises the rest). A rollback that fails too keeps the journal: the next write finishes it."""
+    cause = from_os_error(e) if isinstance(e, OSError) else e
     j = pending_journal(root)
-    if j is not None:
-        _rollback(root, j)
-        _finish_journal(root)
+    try:
+        if j is not None:
+            _rollback(root, j)
+            _finish_journal(root)
+    except (OSError, RmqstoreError) as r:
+        why = from_os_error(r) if isinstance(r, OSError) else r
+        err = RmqstoreError(
+            f"write failed ({cause}) and so did its rollback ({why}); nothing is lost: the journal "
+            f"{_journal_path(root)} keeps what the write changed, and a re-run of `rmqstore write` on "
+            f"{root} (once the cause is removed) finishes the rollback before it writes"
+        )
+        err.exit_code = getattr(cause, "exit_code", 1)
+        raise err from e
     if qdir is not None:
         shutil.rmtree(qdir, ignore_errors=True)  # the bytes are back in place
-    if isinstance(e, OSError) and not isinstance(e, RmqstoreError):
-        fe = from_os_error(e)
-        raise RmqstoreError(f"write failed ({fe}); the store was rolled back") from e
+    if isinstance(e, OSError | FileAccessError):
+        err = RmqstoreError(
+            f"write failed ({cause}); the store was rolled back (the commit log, consume queues, index and "
+            "checkpoint are as before): run the write again once the cause is removed"
+        )
+        err.exit_code = getattr(cause, "exit_code", 1)
+        raise err from e
 
 
 def write_messages(
@@ -602,8 +613,7 @@ def _build_journal(st: Store, plan: WritePlan) -> dict[str, Any]:
             slots_end = INDEX_HEADER_SIZE + cfg.max_hash_slot_num * 4
             index["last"] = last.name
             index["head"] = save_range(root, last, 0, slots_end, "index")  # header and hash slots
-            with open(last, "rb") as f:
-                head = f.read(INDEX_HEADER_SIZE)
+            head = read_file(last, limit=INDEX_HEADER_SIZE)
             count = max(decode_index_header(head, path=str(last)).index_count, 1)
             entries_from = slots_end + count * 20
             index["entriesFrom"] = entries_from

@@ -13,6 +13,7 @@ from typing import Any
 from rmqstore.errors import CorruptData, UnsafePlan
 from rmqstore.safety.files import SCRATCH_DIR, atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, Progress, Resumed, StepHook, found_journal, journal_file, register
+from rmqstore.safety.openfile import json_loads, open_fd, read_file
 from rmqstore.store import Store
 from rmqstore.store.files import data_end as _nonzero_end
 
@@ -55,9 +56,11 @@ def save_range(root: Path, path: Path, pos: int, length: int, tag: str) -> str:
     d = _journal_dir(root)
     d.mkdir(parents=True, exist_ok=True)
     name = f"{tag}-{len(os.listdir(d))}"
-    with open(path, "rb") as f:
-        f.seek(pos)
-        data = f.read(length)
+    fd = open_fd(path)
+    try:
+        data = os.pread(fd, length, pos)
+    finally:
+        os.close(fd)
     atomic_write(d / name, data, tmp_dir=d)
     return name
 
@@ -65,7 +68,7 @@ def save_range(root: Path, path: Path, pos: int, length: int, tag: str) -> str:
 def _zero_range(path: Path, pos: int, length: int) -> None:
     if length <= 0:
         return
-    fd = os.open(path, os.O_RDWR)
+    fd = open_fd(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
         end = min(pos + length, size)
@@ -88,7 +91,7 @@ def _zero_range(path: Path, pos: int, length: int) -> None:
 
 
 def _write_at(path: Path, pos: int, data: bytes) -> None:
-    fd = os.open(path, os.O_RDWR)
+    fd = open_fd(path, os.O_RDWR)
     try:
         os.pwrite(fd, data, pos)
         os.fsync(fd)
@@ -145,10 +148,11 @@ def _rollback_commitlog(root: Path, cl: dict[str, Any], removed: list[Path]) -> 
             continue
         lo = max(zero_from, base) - base
         hi = min(zero_to, base + fs) - base
-        _zero_range(p, lo, hi - lo)
-        zeroed += 1
+        if _nonzero_end(p, lo, hi) > lo:  # a file the write never reached (it failed there) is left alone
+            _zero_range(p, lo, hi - lo)
+            zeroed += 1
     for b in cl["backups"]:
-        _write_at(Path(b["path"]), int(b["pos"]), (jd / b["file"]).read_bytes())
+        _write_at(Path(b["path"]), int(b["pos"]), read_file(jd / b["file"]))
     fsync_dir(cl_dir)
     return zeroed
 
@@ -168,7 +172,7 @@ def _rollback_queues(root: Path, queues: list[dict[str, Any]], removed: list[Pat
             if _zero_nonzero(p, int(q["end"])):
                 zeroed += 1
             if q.get("tail"):
-                _write_at(p, int(q["end"]), (jd / q["tail"]).read_bytes())
+                _write_at(p, int(q["end"]), read_file(jd / q["tail"]))
             fsync_dir(d)
         else:
             _remove_empty_dirs(d, cq_root)
@@ -188,9 +192,9 @@ def _rollback_index(root: Path, ix: dict[str, Any], removed: list[Path]) -> int:
         ef = int(ix["entriesFrom"])
         if _zero_nonzero(p, ef):
             zeroed += 1
-        _write_at(p, 0, (jd / ix["head"]).read_bytes())
+        _write_at(p, 0, read_file(jd / ix["head"]))
         if ix.get("entriesTail"):
-            _write_at(p, ef, (jd / ix["entriesTail"]).read_bytes())
+            _write_at(p, ef, read_file(jd / ix["entriesTail"]))
     fsync_dir(idir)
     return zeroed
 
@@ -208,7 +212,7 @@ def _rollback_files(root: Path, j: dict[str, Any], removed: list[Path]) -> None:
     for item in j["files"]:
         p = root / item["path"]
         if item["existed"]:
-            atomic_write(p, (jd / item["file"]).read_bytes(), tmp_dir=jd)
+            atomic_write(p, read_file(jd / item["file"]), tmp_dir=jd)
         elif p.exists():
             p.unlink()
             removed.append(p)
@@ -299,7 +303,8 @@ def _commitlog_fingerprint(commitlog_dir: Path) -> list[list[Any]]:
 def last_write(root: Path | str) -> dict[str, Any] | None:
     """What the last finished write recorded (input digest, phy offsets, messages), or None."""
     try:
-        data = json.loads(Path(root, SCRATCH_DIR, LAST_WRITE).read_bytes())
+        p = Path(root, SCRATCH_DIR, LAST_WRITE)
+        data = json_loads(read_file(p), path=p)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

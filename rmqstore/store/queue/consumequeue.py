@@ -17,6 +17,7 @@ from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, encode_entry, v
 from rmqstore.errors import CorruptData
 from rmqstore.problems import Problem, ProblemKind
 from rmqstore.rules import rules_for
+from rmqstore.safety.openfile import create_sized, map_for_writing
 from rmqstore.store.files import RELEASE_STEP, map_file, read_at, release_pages
 from rmqstore.store.layout import Segment, file_name, list_segments, queue_dir, segment_for
 from rmqstore.store.queue.interface import QueueCut, QueueRange, QueueRecovery, QueueTail
@@ -304,17 +305,12 @@ class ConsumeQueueWriter:
         m = self._maps.get(base)
         if m is None:
             p = self.dir / file_name(base)
-            if not p.exists():
+            if not os.path.lexists(p):
                 self.dir.mkdir(parents=True, exist_ok=True)
-                with open(p, "wb") as f:
-                    f.truncate(self.file_size)
+                create_sized(p, self.file_size)
                 assert self.segs is not None
                 self.segs.append(Segment(p, base, self.file_size))
-            fd = os.open(p, os.O_RDWR)
-            try:
-                m = mmap.mmap(fd, self.file_size)
-            finally:
-                os.close(fd)
+            m = map_for_writing(p, self.file_size)
             self._maps[base] = m
         return m
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from rmqstore.codec.topic import queue_path_problem
 from rmqstore.problems import Problem
+from rmqstore.safety.openfile import open_fd, reserve
 from rmqstore.store.files import data_end, map_file, names_in, read_at
 from rmqstore.store.layout import Segment, StoreConfig, file_name
 from rmqstore.store.queue.interface import QueueCut
@@ -99,9 +100,11 @@ class MappedFileQueue:
         if base != self._base:
             self.close()
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.directory / file_name(base), os.O_RDWR | os.O_CREAT, 0o644)
+            path = self.directory / file_name(base)
+            self._fd = open_fd(path, os.O_RDWR | os.O_CREAT)
             if os.fstat(self._fd).st_size < self.file_size:
                 os.ftruncate(self._fd, self.file_size)
+            reserve(self._fd, 0, self.file_size, path)
             self._base = base
         assert self._fd is not None
         os.pwrite(self._fd, data, byte_offset - base)
