@@ -22,14 +22,15 @@ import numpy as np
 import pytest
 
 import rmqstore.store
-from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2, OFFSETS_V4, Blank, Record, read_head
+from rmqstore.codec import commitlog
+from rmqstore.codec.commitlog import MAGIC_V1, MAGIC_V2, OFFSETS_V4, Blank, Record
 from rmqstore.codec.framing import BLANK, END, INVALID, RECORD, UNTIL, Framing
 from rmqstore.store import open_store
 from rmqstore.walk.chain import iter_commitlog
 
 FRAME = b"TOYF"
 FILLER = b"TOYB"
-HEAD = ">4si"  # a format, not a struct.Struct: the module is pickled by value for Spark's executors
+HEAD = ">4si"  # a format, not a struct.Struct: this module is pickled by value for Spark's executors
 _PHY_AT = OFFSETS_V4["phy_offset"]
 _PREPARED_AT = OFFSETS_V4["prepared_transaction_offset"] if "prepared_transaction_offset" in OFFSETS_V4 else None
 
@@ -52,7 +53,9 @@ class ToyFraming(Framing):
             return END, pos, pos
         if tag != FRAME or not 16 < length <= end - pos:
             return INVALID, pos, pos
-        total, magic = read_head(buf, pos + 8)
+        total, magic = commitlog.read_head(
+            buf, pos + 8
+        )  # by its module: read_head is a Struct's method, which cannot be pickled
         if magic not in (MAGIC_V1, MAGIC_V2) or total != length - 8:
             return INVALID, pos + 8, pos  # a sound frame around a bad record: the decoder explains the record
         return RECORD, pos + 8, pos + length
