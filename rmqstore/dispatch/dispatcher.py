@@ -102,6 +102,7 @@ class _IndexWriter:
             os.unlink(p)
             raise
         old, self._map, self._path, self._last_name = self._map, new, p, name
+        self._released = self.entries_pos  # a new file: nothing of it released yet
         self.created.append(p)
         if old is not None:
             if prev is not None and prev.index_count >= self.max_entries:
