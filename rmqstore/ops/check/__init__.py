@@ -1015,7 +1015,9 @@ def _check_queue_names(st: Store, segs: list[Segment], scan: _LogScan, out: _Pro
     if not scan.count:
         return bad
     consumable = queued(a["tx"])
-    pairs, first = np.unique((a["topic"] << 32) | (a["qid"] & 0xFFFFFFFF), return_index=True)
+    pairs, first = np.unique(
+        (a["topic"].astype(np.int64) << 32) | (a["qid"].astype(np.int64) & 0xFFFFFFFF), return_index=True
+    )
     bases = [sg.base_offset for sg in segs]
     for pair, r in zip(pairs.tolist(), first.tolist(), strict=True):
         name, qid = scan.topics[pair >> 32], int(a["qid"][r])
