@@ -64,7 +64,7 @@ from rmqstore.safety.files import (
     zero_range,
 )
 from rmqstore.safety.journal import Journal, Resumed, StepHook, journal_file, register
-from rmqstore.safety.openfile import create_sized, json_loads, open_fd, read_file, reserve
+from rmqstore.safety.openfile import create_sized, json_loads, kind_of, open_fd, read_file, reserve
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, check_quarantine_dir, default_quarantine_base
 from rmqstore.store import Store
@@ -594,7 +594,7 @@ def refuse_obstacles(actions: tuple[PlannedAction, ...]) -> None:
     for a in actions:
         if a.verb == "replace" or not os.path.lexists(a.path) or a.path.is_file():
             continue
-        kind = "a directory" if a.path.is_dir() else "not a regular file"
+        kind = kind_of(a.path.lstat().st_mode) or "not a regular file"
         raise CorruptData(
             f"is {kind}; a regular file was expected ({a.verb}: {a.why}); nothing was changed",
             path=a.path,

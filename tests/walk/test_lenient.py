@@ -129,10 +129,10 @@ def _toy_file(data: bytearray, n: int) -> tuple[bytes, list[int]]:
         total = struct.unpack_from(">i", data, start)[0]
         rec = bytearray(data[start : start + total])
         struct.pack_into(">q", rec, 28, BASE + pos + 8)
-        buf[pos : pos + 8 + total] = HEAD.pack(b"TOYF", total + 8) + rec
+        buf[pos : pos + 8 + total] = struct.pack(HEAD, b"TOYF", total + 8) + rec
         records.append(pos + 8)
         pos += 8 + total
-    HEAD.pack_into(buf, pos, FILLER, SIZE - pos)
+    struct.pack_into(HEAD, buf, pos, FILLER, SIZE - pos)
     return bytes(buf), records
 
 
