@@ -59,8 +59,9 @@ def token_hashes(tokens: pa.Array) -> np.ndarray:
         mat = mat * (np.arange(width) < length[rows, None])  # zero after each token
         words = np.ascontiguousarray(mat, dtype=np.uint8).view("<u8")
         h = length[rows].astype(np.uint64) * _MUL
+        own = np.maximum(-(-length[rows] // 8), 1)  # a token's own words: its hash never depends on its batch
         for j in range(words.shape[1]):
-            h = _fmix64(h ^ words[:, j])
+            h = np.where(j < own, _fmix64(h ^ words[:, j]), h)
         out[rows] = h
     for i in np.flatnonzero(~short).tolist():
         raw = u8[start[i] : start[i] + length[i]].tobytes()

@@ -35,3 +35,11 @@ def test_distinct_counts_exact_then_within_the_error(n: int) -> None:
     for p in parts[1:]:
         merged.merge(p)
     assert merged.count() == (count, exact)
+
+
+def test_a_token_hashes_the_same_whatever_else_is_in_its_batch() -> None:
+    """A batch's longest token sets how many words are read: a short token's hash must not change
+    with it, or one key counts twice when the records fall into other batches."""
+    alone = token_hashes(pa.array(["order-1", "k"]))
+    beside_long = token_hashes(pa.array(["order-1", "k", "x" * 40]))
+    assert alone.tolist() == beside_long[:2].tolist()
