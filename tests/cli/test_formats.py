@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import case_dir, copy_real_store, load_truth
+from conftest import _need_shared, case_dir, copy_real_store, load_truth
 from typer.testing import CliRunner
 
 from rmqstore.cli import _stream, app
@@ -29,6 +29,14 @@ from rmqstore.codec.commitlog import encode_blank
 
 runner = CliRunner()
 CASE = "4.9.4/clean-2topics"
+
+
+def _case_store() -> Path:
+    """The real store the format tests read (skipped with a reason where ../shared is absent)."""
+    _need_shared(CASE)
+    return case_dir(CASE) / "store"
+
+
 RMQSTORE = str(Path(sys.executable).with_name("rmqstore"))
 FILE_SIZE = 4 << 20
 FILES = 12
@@ -124,7 +132,7 @@ def test_a_streamed_json_array_and_the_plain_columns_stay_whole(big_store: Path)
 
 
 def test_csv_booleans_and_kind(tmp_path: Path) -> None:
-    store = case_dir(CASE) / "store"
+    store = _case_store()
     rows = list(csv.DictReader(io.StringIO(invoke("dump", "commitlog", store, "-f", "csv", "--verify-crc"))))
     assert {r["crcOk"] for r in rows if r["kind"] == "message"} == {"true"}
     assert {r["kind"] for r in rows} <= {"message", "blank", "end"}
@@ -139,7 +147,7 @@ def _truth_queue(topic: str, qid: int) -> dict:
 
 
 def test_checkpoint_times_are_fields_of_their_own_and_ndjson_is_one_line() -> None:
-    store = case_dir(CASE) / "store"
+    store = _case_store()
     nd = invoke("dump", "checkpoint", store, "-f", "ndjson")
     assert nd.count("\n") == 1 and ": " not in nd
     data = json.loads(nd)
@@ -152,7 +160,7 @@ def test_checkpoint_times_are_fields_of_their_own_and_ndjson_is_one_line() -> No
 
 
 def test_config_name_with_or_without_json() -> None:
-    store = case_dir(CASE) / "store"
+    store = _case_store()
     names = [c["name"] for c in json.loads(invoke("dump", "config", store, "-f", "json"))]
     name = next(n for n in names if n.endswith(".json"))
     assert invoke("dump", "config", store, name.removesuffix(".json"), "-f", "json") == invoke(
@@ -161,7 +169,7 @@ def test_config_name_with_or_without_json() -> None:
 
 
 def test_spans_carry_the_names_of_the_message_fields() -> None:
-    rows = ndjson_rows(invoke("dump", "commitlog", case_dir(CASE) / "store", "-f", "ndjson"))
+    rows = ndjson_rows(invoke("dump", "commitlog", _case_store(), "-f", "ndjson"))
     end = [r for r in rows if r["kind"] != "message"]
     assert end and all({"kind", "commitLogOffset", "storeSize"} <= r.keys() for r in end)
     last = [r for r in rows if r["kind"] == "message"][-1]
@@ -173,7 +181,7 @@ def test_spans_carry_the_names_of_the_message_fields() -> None:
 
 @pytest.mark.parametrize("body", ["base64", "hex"])
 def test_dump_ndjson_into_write_round_trips(tmp_path: Path, body: str) -> None:
-    store = case_dir(CASE) / "store"
+    store = _case_store()
     dumped = invoke("dump", "commitlog", store, "-f", "ndjson", "--body", body)
     assert '"kind":"end"' in dumped  # a row that is not a message: write skips it
     new = tmp_path / "store"
@@ -186,7 +194,7 @@ def test_dump_ndjson_into_write_round_trips(tmp_path: Path, body: str) -> None:
 
 
 def test_write_refuses_a_dumped_body_it_cannot_read_back(tmp_path: Path) -> None:
-    store = case_dir(CASE) / "store"
+    store = _case_store()
     argv = ["write", str(tmp_path / "s"), "-", "--create", "--broker-version", "4.9.4"]
     line = invoke("dump", "commitlog", store, "-f", "ndjson", "--body", "none", "--limit", "1")
     r = runner.invoke(app, argv, input=line)
@@ -204,7 +212,7 @@ def test_parquet_of_the_commit_log_and_a_consume_queue(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     from rmqstore.walk.arrow import COMMITLOG_COLUMNS, CONSUMEQUEUE_COLUMNS, arrow_schema
 
-    store = case_dir(CASE) / "store"
+    store = _case_store()
     out = tmp_path / "log.parquet"
     invoke("dump", "commitlog", store, "-f", "parquet", "-o", out)
     table = pq.read_table(out)
@@ -230,7 +238,7 @@ def test_parquet_of_the_commit_log_and_a_consume_queue(tmp_path: Path) -> None:
 
 
 def test_parquet_needs_a_file_and_names_the_extra_when_pyarrow_is_missing(tmp_path: Path) -> None:
-    store = case_dir(CASE) / "store"
+    store = _case_store()
     r = runner.invoke(app, ["dump", "commitlog", str(store), "-f", "parquet"])
     assert r.exit_code == 2 and "-o FILE" in r.output
     r = runner.invoke(app, ["info", str(store), "-f", "parquet"])

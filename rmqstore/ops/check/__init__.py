@@ -1577,24 +1577,6 @@ def _string_positions(raw: bytes) -> Callable[[bytes], int | None]:
     return first.get
 
 
-def _byte_of(raw: bytes, line: int | None, what: str) -> int | None:
-    """Byte position of a parse error given its line and ``(column N)`` in the message."""
-    if line is None:
-        return None
-    start = 0
-    for _ in range(line - 1):
-        nl = raw.find(b"\n", start)
-        if nl < 0:
-            break
-        start = nl + 1
-    m = re.search(r"\(column (\d+)\)", what)
-    if not m:
-        return start
-    end = raw.find(b"\n", start)
-    text = raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace")
-    return start + len(text[: int(m.group(1)) - 1].encode("utf-8"))
-
-
 # ------------------------------------------------------------------------------- recovery
 
 
