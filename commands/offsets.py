@@ -74,33 +74,47 @@ def show_command(
     totals = store_offsets.LagTotals()
     with reading.open(store) as st:
         table = store_offsets.committed_table(st, group, topic)
-        last = store_offsets.last_consumed_times(st, table)
-        at = functools.lru_cache(maxsize=4096)(format_time_ms)  # groups share their last consumed records
-
-        def rows() -> Iterator[dict[str, Any]]:  # streamed: one row in memory at a time
-            for g, t, qid, c, lo, hi in store_offsets.progress_tuples(st, table):
-                lag = None if c is None else hi - c
-                totals.add_lag(g, t, lag or 0)
-                ms = last.at(t, qid, c, lo, hi)
-                yield {
-                    "group": g,
-                    "topic": t,
-                    "queueId": qid,
-                    "consumerOffset": c,
-                    "minOffset": lo,
-                    "maxOffset": hi,
-                    "lag": lag,
-                    "lastConsumedTimestamp": ms,
-                    "lastConsumedAt": "" if ms is None else at(ms),
-                }
-
-        if fmt is Format.json:
-            _write_json(rows(), totals)
+        values = _progress(st, table, totals)
+        if fmt is Format.ndjson:
+            _write_ndjson(values, sys.stdout)
             return
-        n = render_rows(rows(), fmt, columns=PROGRESS_COLUMNS, title="consumer progress")
+        rows = (dict(zip(PROGRESS_COLUMNS, v, strict=True)) for v in values)  # streamed: one row at a time
+        if fmt is Format.json:
+            _write_json(rows, totals)
+            return
+        n = render_rows(rows, fmt, columns=PROGRESS_COLUMNS, title="consumer progress")
     if fmt in (Format.table, Format.plain) and n:
         star = [{k: "*" if v is None else v for k, v in t.items()} for t in totals.rows()]  # None = all
         render_rows(star, fmt, columns=["group", "topic", "lag"], title="lag totals", fit=True)
+
+
+def _progress(st: Any, table: Any, totals: store_offsets.LagTotals) -> Iterator[tuple[Any, ...]]:
+    """The values of each progress row, in ``PROGRESS_COLUMNS`` order; the lag totals as they go."""
+    last = store_offsets.last_consumed_times(st, table)
+    at = functools.lru_cache(maxsize=4096)(format_time_ms)  # groups share their last consumed records
+    add = totals.add_lag
+    for g, t, qid, c, lo, hi in store_offsets.progress_tuples(st, table):
+        lag = None if c is None else hi - c
+        add(g, t, lag or 0)
+        ms = last.at(t, qid, c, lo, hi)
+        yield g, t, qid, c, lo, hi, lag, ms, "" if ms is None else at(ms)
+
+
+def _write_ndjson(values: Iterator[tuple[Any, ...]], out: Any) -> None:
+    """Progress rows as NDJSON, each line what ``render_rows`` writes for it, made from a template:
+    the names repeat (groups, topics, times) and are encoded once each, not once a row."""
+    text = functools.lru_cache(maxsize=1 << 16)(json.JSONEncoder(ensure_ascii=False).encode)
+    write = out.write
+    for g, t, qid, c, lo, hi, lag, ms, when in values:
+        write(
+            f'{{"group":{text(g)},"topic":{text(t)},"queueId":{qid},"consumerOffset":{_num(c)},'
+            f'"minOffset":{lo},"maxOffset":{hi},"lag":{_num(lag)},"lastConsumedTimestamp":{_num(ms)},'
+            f'"lastConsumedAt":{text(when)}}}\n'
+        )
+
+
+def _num(v: int | None) -> int | str:
+    return "null" if v is None else v
 
 
 def _write_json(rows: Iterator[dict[str, Any]], totals: store_offsets.LagTotals) -> None:

@@ -171,6 +171,15 @@ def test_cli_show_filters_and_formats(store: Path):
     assert plain.exit_code == 0 and plain.stdout.splitlines()[0].split()[:3] == ["group", "topic", "queueId"]
 
 
+def test_ndjson_rows_are_the_json_rows_compact(store: Path):
+    """``-f ndjson`` is written from a template: each line is the json format's row, field for field."""
+    doc = json.loads(runner.invoke(app, ["offsets", str(store), "--format", "json"]).stdout)
+    nd = runner.invoke(app, ["offsets", str(store), "--format", "ndjson"]).stdout
+    lines = nd.splitlines()
+    assert doc["offsets"] and [json.loads(ln) for ln in lines] == doc["offsets"]
+    assert lines == [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in doc["offsets"]]
+
+
 PER_FILE = 400 // 20  # the real stores' consume queue files hold 20 entries
 
 
