@@ -63,7 +63,7 @@ from rmqstore.safety.openfile import map_readonly
 from rmqstore.store import Store
 from rmqstore.store import config as cfgmod
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import PAGE, data_extents, map_file, names_in, release_pages
+from rmqstore.store.files import data_extents, map_file, names_in, release_pages
 from rmqstore.store.layout import Segment, list_segments
 from rmqstore.store.queue.interface import ConsumeQueue
 from rmqstore.store.reader import CommitLogReader
@@ -601,8 +601,7 @@ def _worker_format(
         fmt = _WORKER[opts] = NdjsonFormatter(opts)
     try:
         lines, bad = fmt.format(buf, path, file_from, positions, framing=framing)
-        first = int(positions[0]) - int(positions[0]) % PAGE
-        release_pages(buf, first, int(positions[-1]))  # the batch's records: read, their pages dropped
+        release_pages(buf, int(positions[0]), int(positions[-1]), 0)  # the batch's records: read, pages dropped
     except CorruptData as e:  # the file changed under us; exceptions with keyword fields do not pickle
         return slot, -2, repr((e.what, str(e.path), e.pos, e.phy_offset)).encode(), 0, []
     data = _lines_bytes(lines)
