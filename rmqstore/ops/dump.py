@@ -41,7 +41,6 @@ from rmqstore.codec.commitlog import (
     TRANSACTION_ROLLBACK_TYPE,
     Blank,
     Record,
-    host_str,
     is_v1_ipv4,
     parse_properties,
 )
@@ -55,7 +54,8 @@ from rmqstore.codec.consumequeue import (
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
-from rmqstore.codec.rows import CRC_MISMATCH, message_row, store_time
+from rmqstore.codec.msglines import DERIVED, Hosts, LineOptions, Times, Topics, message_lines
+from rmqstore.codec.rows import CRC_MISMATCH, message_row
 from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
@@ -309,43 +309,6 @@ _LINE = (
     b'"uniqKey":%s,"properties":%s,"bodyLength":%d%s}'
 )
 _LINE_B64 = _LINE[:-3] + b',"body":"%s"}'  # the common case, without one concatenation a line
-_DERIVED = (b"KEYS", b"TAGS", b"UNIQ_KEY")  # the properties behind keys, tags and uniqKey
-
-
-class _Times(dict[int, tuple[bytes, bytes]]):
-    """Per second of store time: the JSON text of storeTime before and after its milliseconds."""
-
-    def __init__(self, local: bool) -> None:
-        super().__init__()
-        self.local = local
-
-    def __missing__(self, sec: int) -> tuple[bytes, bytes]:
-        text = store_time(sec * 1000, self.local)
-        dot = -1 if text is None else text.find(".", text.find("T"))
-        if text is None or dot < 0:  # no calendar time: the milliseconds alone would be wrong
-            v = self[sec] = (b"", b"")
-        else:
-            v = self[sec] = (b'"' + text[: dot + 1].encode(), text[dot + 4 :].encode() + b'"')
-        return v
-
-
-class _Hosts(dict[tuple[bytes, int, bytes, int], tuple[bytes, bytes, bytes]]):
-    """(born host, store host, msgId prefix) as JSON-ready bytes, per born and store address."""
-
-    def __missing__(self, key: tuple[bytes, int, bytes, int]) -> tuple[bytes, bytes, bytes]:
-        born_addr, born_port, store_addr, store_port = key
-        v = self[key] = (
-            host_str(born_addr, born_port).encode(),
-            host_str(store_addr, store_port).encode(),
-            (store_addr + _PORT.pack(store_port)).hex().upper().encode(),
-        )
-        return v
-
-
-class _Topics(dict[bytes, bytes]):
-    def __missing__(self, key: bytes) -> bytes:
-        v = self[key] = json.dumps(key.decode("utf-8", "replace"), ensure_ascii=False).encode()
-        return v
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,11 +340,15 @@ class NdjsonFormatter:
 
     def __init__(self, opts: MessageOptions) -> None:
         self.opts = opts
-        self._hosts = _Hosts()
-        self._topics = _Topics()
+        self._hosts = Hosts()
+        self._topics = Topics()
         flt = opts.filter
         self._topic_b = None if flt.topic is None else flt.topic.encode("utf-8")
-        self._times = _Times(opts.local_time)
+        self._times = Times(opts.local_time)
+        # unfiltered lines with bodies as base64, hex or none are formatted from columns
+        self._columns = None
+        if not flt.active and opts.body != "text":
+            self._columns = LineOptions(opts.body, opts.verify_crc, self._times, self._topics, self._props_json)
 
     def _props_json(self, raw: bytes) -> tuple[bytes, bytes, bytes, bytes]:
         """properties, keys, tags and uniqKey as JSON, through the broker version's property parser."""
@@ -437,13 +404,42 @@ class NdjsonFormatter:
     ) -> tuple[list[bytes], list[CrcMismatch]]:
         """Lines (UTF-8, without newline) of the records at ``positions`` that pass the filter, with
         the fields of their frame (a DLedger entry's index, term, offset and size) after the record's."""
-        lines, bad, at = self._format(buf, path, file_from, positions, limit)
+        if self._columns is not None:
+            lines, bad, at = self._columnar(buf, path, file_from, positions[:limit] if limit is not None else positions)
+        else:
+            lines, bad, at = self._format(buf, path, file_from, positions, limit)
         if framing.frame_fields:
             names = tuple(b',"%s":' % n.encode() for n in framing.frame_fields)
             for i, pos in enumerate(at):
                 extra = b"".join(b"%s%d" % nv for nv in zip(names, framing.frame_values(buf, pos), strict=True))
                 lines[i] = lines[i][:-1] + extra + b"}"
         return lines, bad
+
+    def _columnar(
+        self, buf: Any, path: str, file_from: int, positions: np.ndarray | Sequence[int]
+    ) -> tuple[list[bytes], list[CrcMismatch], list[int]]:
+        """``_format`` of every record at ``positions`` (no filter), a batch at a time from columns; the
+        records the columns leave out go through ``_format`` and take their places among the lines."""
+        assert self._columns is not None
+        pos = np.asarray(positions, dtype=np.int64)
+        got = message_lines(buf, pos, self._columns)
+        fast_pos = pos[got.rows]
+        bad = [CrcMismatch(path, int(fast_pos[i]), *self._crc_fields(buf, int(fast_pos[i])), c) for i, c in got.crc_bad]
+        if not len(got.slow):
+            return got.lines, bad, pos.tolist()
+        slow_lines, slow_bad, _ = self._format(buf, path, file_from, pos[got.slow])
+        merged = np.empty(len(pos), dtype=object)
+        merged[got.rows] = got.lines if len(got.lines) else []
+        merged[got.slow] = slow_lines
+        if slow_bad:
+            bad = sorted(bad + slow_bad, key=lambda b: b.pos)
+        return merged.tolist(), bad, pos.tolist()
+
+    @staticmethod
+    def _crc_fields(buf: Any, pos: int) -> tuple[int, int]:
+        """(PHYSICALOFFSET, BODYCRC) of the record at ``pos``."""
+        head = HEAD_V4.unpack_from(buf, pos)
+        return head[6], head[2]
 
     def _format(
         self, buf: Any, path: str, file_from: int, positions: np.ndarray | Sequence[int], limit: int | None = None
@@ -509,7 +505,7 @@ class NdjsonFormatter:
             ) == len(names):
                 pj = b'{"' + raw[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","') + b'"}'
                 found = dict(zip(names, g[1::2], strict=True))
-                keys, tags, uniq = (b"null" if (v := found.get(k)) is None else b'"' + v + b'"' for k in _DERIVED)
+                keys, tags, uniq = (b"null" if (v := found.get(k)) is None else b'"' + v + b'"' for k in DERIVED)
             else:
                 pj, keys, tags, uniq = props_json(raw)
             born_host, store_host, id_prefix = hosts[(born_addr, born_port, store_addr, store_port)]
