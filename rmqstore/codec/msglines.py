@@ -228,10 +228,12 @@ def properties_json(
         text, offs = _concat(u8, start[rows], n)
         ok, items = _plain_items(text, offs, offs + n)
         plain[rows[~ok]] = False
-        big = text.tobytes()[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","')
-        put = np.empty(len(rows), dtype=object)
-        put[:] = (b'{"' + big.replace(b"\n", b'"}\n{"') + b'"}').split(b"\n")
-        out.props[rows[ok]] = put[ok]
+        if ok.any():  # a newline inside a string that is not plain would cut the text in the wrong place
+            big = text.tobytes() if ok.all() else _concat(u8, start[rows[ok]], n[ok])[0].tobytes()
+            big = big[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","')
+            put = np.empty(int(ok.sum()), dtype=object)
+            put[:] = (b'{"' + big.replace(b"\n", b'"}\n{"') + b'"}').split(b"\n")
+            out.props[rows[ok]] = put
         for name, col in zip(DERIVED, (out.keys, out.tags, out.uniq), strict=True):
             hit = named(text, items, name)
             hit = hit[ok[items.row[hit]]]

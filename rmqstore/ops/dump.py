@@ -335,10 +335,13 @@ class NdjsonFormatter:
     """Message records as ndjson lines, each exactly ``json.dumps(message_row(...))`` compact.
 
     Records with IPv4 hosts, a V1 magic and an uncompressed body are formatted straight from
-    the buffer; every other record goes through ``decode_record`` and :func:`message_row`.
+    the buffer; every other record goes through ``decode_record`` and :func:`message_row`. Without a
+    filter, and with bodies as base64, hex or none, a batch is formatted from columns
+    (``codec.msglines``) and only the records those leave out take the per-record path (``columnar``
+    False: every record does, the reference the columns are tested against).
     """
 
-    def __init__(self, opts: MessageOptions) -> None:
+    def __init__(self, opts: MessageOptions, *, columnar: bool = True) -> None:
         self.opts = opts
         self._hosts = Hosts()
         self._topics = Topics()
@@ -347,7 +350,7 @@ class NdjsonFormatter:
         self._times = Times(opts.local_time)
         # unfiltered lines with bodies as base64, hex or none are formatted from columns
         self._columns = None
-        if not flt.active and opts.body != "text":
+        if columnar and not flt.active and opts.body != "text":
             self._columns = LineOptions(opts.body, opts.verify_crc, self._times, self._topics, self._props_json)
 
     def _props_json(self, raw: bytes) -> tuple[bytes, bytes, bytes, bytes]:

@@ -1,0 +1,190 @@
+"""The ndjson lines formatted from columns (``codec.msglines``) equal the per-record lines, byte for byte.
+
+On every real store (4.4.0, 4.9.4 and 5.2.0 engines: DLedger, compressed bodies, LMQ, V2 records,
+crashed tails, BLANK ends), on the commit log files collected from other brokers, on a store with a
+flipped body byte, and on generated records whose topics, properties and keys hold hostile text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ALL_REAL_CASES, REPLICA_PAIRS, REPLICAS, case_dir, copy_real_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmqstore.codec.commitlog import COMPRESSED_FLAG, HEAD_V4, Record, decode_record, encode_record
+from rmqstore.codec.rows import message_row
+from rmqstore.ops import dump as lib
+from rmqstore.store import open_store
+from rmqstore.store.layout import Segment
+from rmqstore.walk.lenient import Run, walk_files
+
+MODES = [("base64", False), ("base64", True), ("hex", False), ("none", True)]
+
+
+def both_paths(buf, path: str, base: int, positions, opts: lib.MessageOptions, framing=None) -> list[bytes]:
+    """The lines of both formatters; asserts they are equal, CRC mismatches included."""
+    extra = {} if framing is None else {"framing": framing}
+    cols, bad = lib.NdjsonFormatter(opts).format(buf, path, base, positions, **extra)
+    ref, ref_bad = lib.NdjsonFormatter(opts, columnar=False).format(buf, path, base, positions, **extra)
+    assert cols == ref
+    assert [b.problem() for b in bad] == [b.problem() for b in ref_bad]
+    return cols
+
+
+def compare_segments(segs, broker: str) -> int:
+    """Every run of every file through both paths, in every body mode; the number of records seen."""
+    seen = 0
+    for seg, buf, items in walk_files(segs, broker=broker):
+        for item in items:
+            if not isinstance(item, Run):
+                continue
+            for body, verify in MODES:
+                opts = lib.MessageOptions(body=body, verify_crc=verify, broker=broker)
+                both_paths(buf, str(seg.path), seg.base_offset, item.positions, opts, seg.framing)
+            seen += len(item.positions)
+    return seen
+
+
+def store_root(case_path: Path) -> Path:
+    return case_path / "store" if (case_path / "store").is_dir() else case_path
+
+
+@pytest.mark.parametrize("case", ALL_REAL_CASES)
+def test_columns_equal_the_per_record_lines_on_every_real_store(case):
+    where = case_dir(case)
+    if not where.is_dir():
+        pytest.skip(f"real stores not found at {where}")
+    with open_store(store_root(where)) as st_:
+        segs, _ = st_.commitlog_segments()
+        assert compare_segments(segs, st_.config.broker) > 0
+
+
+@pytest.mark.parametrize("pair", REPLICA_PAIRS)
+def test_columns_equal_the_per_record_lines_on_the_replicas(pair):
+    for side in ("a", "b"):
+        root = REPLICAS / pair / side / "store"
+        if not root.is_dir():
+            pytest.skip(f"replicas not found at {root}")
+        with open_store(root) as st_:
+            segs, _ = st_.commitlog_segments()
+            assert compare_segments(segs, st_.config.broker) > 0
+
+
+def test_columns_equal_the_per_record_lines_on_files_of_other_brokers():
+    from conftest import REAL_WORLD
+
+    files = sorted(REAL_WORLD.glob("*/*/**/commitlog/" + "[0-9]" * 20))
+    if not files:
+        pytest.skip(f"real-world files not found at {REAL_WORLD}")
+    segs = [Segment(p, int(p.name), p.stat().st_size) for p in files]
+    assert sum(compare_segments([s], "4.9.7") for s in segs) > 0
+
+
+def test_a_flipped_body_byte_is_the_same_crc_mismatch_on_both_paths(tmp_path):
+    root = copy_real_store("clean-2topics", tmp_path)
+    first = sorted((root / "commitlog").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    rec = decode_record(data, 0)
+    assert isinstance(rec, Record) and len(rec.body) > 4
+    data[HEAD_V4.size + 3] ^= 0x40  # a byte of the first record's body
+    first.write_bytes(bytes(data))
+    opts = lib.MessageOptions(verify_crc=True)
+    lines = both_paths(bytes(data), str(first), 0, np.array([0, rec.total_size]), opts)
+    assert b'"crcOk":false,"why":"CRC MISMATCH"' in lines[0] and b'"crcOk":true' in lines[1]
+    with open_store(root) as st_:
+        segs, _ = st_.commitlog_segments()
+        compare_segments(segs, st_.config.broker)
+
+
+# ----------------------------------------------------------------------------- generated records
+
+# Text a producer may put in a topic, a property name or value: quotes, backslashes, control
+# characters, the separators 0x01/0x02 and '=', non-ASCII and bytes that are not UTF-8.
+HOSTILE = st.lists(
+    st.sampled_from(
+        [
+            b'"',
+            b"\\",
+            b"\x00",
+            b"\n",
+            b"\x1f",
+            b"\x7f",
+            b"\x01",
+            b"\x02",
+            b"=",
+            b"&",
+            b"%",
+            b"%d",
+            "é".encode(),
+            "\u2028".encode(),
+            "日本".encode(),
+            b"\xff",
+            b"\xc3",
+            b"\xed\xa0\x80",
+            b"a",
+            b"Z",
+            b"KEYS",
+            b"TAGS",
+            b"UNIQ_KEY",
+            b" ",
+        ]
+    ),  # fmt: skip
+    max_size=6,
+).map(b"".join)
+PLAIN = st.text(alphabet="abcXYZ019-_. ", min_size=1, max_size=8).map(str.encode)
+NAME = st.one_of(st.sampled_from([b"KEYS", b"TAGS", b"UNIQ_KEY", b"WAIT"]), PLAIN, HOSTILE)
+ITEMS = st.lists(st.tuples(NAME, st.one_of(PLAIN, HOSTILE)), max_size=6)
+PROPS = st.one_of(
+    ITEMS.map(lambda items: b"".join(n + b"\x01" + v + b"\x02" for n, v in items)),
+    ITEMS.map(lambda items: b"\x02".join(n + b"\x01" + v for n, v in items)),  # no trailing 0x02
+    HOSTILE,
+)
+RECORD = st.fixed_dictionaries(
+    {
+        "topic": st.one_of(PLAIN, HOSTILE.filter(lambda t: 0 < len(t) <= 127)),
+        "properties": PROPS,
+        "body": st.binary(max_size=40),
+        "store_ts": st.sampled_from([1_700_000_000_123, 0, -1, 1_700_000_001_999, 253_402_300_800_000]),
+        "queue_id": st.integers(0, 3),
+        "compressed": st.booleans(),
+    }
+)
+
+
+def _record(at: int, i: int, r: dict) -> bytes:
+    topic = r["topic"]
+    out = bytearray(
+        encode_record(
+            topic="t" * len(topic), queue_id=r["queue_id"], queue_offset=i, phy_offset=at,
+            sys_flag=COMPRESSED_FLAG if r["compressed"] else 0, born_timestamp_ms=1_700_000_000_000,
+            born_addr=bytes([10, 0, 0, i % 3]), born_port=40000 + i, store_timestamp_ms=r["store_ts"],
+            store_addr=bytes([192, 168, 0, 1]), store_port=10911, body=r["body"], properties=r["properties"],
+        )
+    )  # fmt: skip
+    at_topic = len(out) - 2 - len(r["properties"]) - len(topic)
+    out[at_topic : at_topic + len(topic)] = topic  # bytes that need not be UTF-8
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(RECORD, min_size=1, max_size=12), st.sampled_from(MODES))
+def test_columns_equal_the_rows_on_hostile_text(records, mode):
+    buf = bytearray()
+    positions = []
+    for i, r in enumerate(records):
+        positions.append(len(buf))
+        buf += _record(len(buf), i, r)
+    buf = bytes(buf)
+    body, verify = mode
+    opts = lib.MessageOptions(body=body, verify_crc=verify)
+    lines = both_paths(buf, "gen", 0, np.array(positions, dtype=np.int64), opts)
+    for pos, line in zip(positions, lines, strict=True):
+        rec = decode_record(buf, pos)
+        assert isinstance(rec, Record)
+        row = message_row(rec, body=body, verify_crc=verify, path="gen")
+        assert line == json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode()
