@@ -105,7 +105,7 @@ OutputOpt = Annotated[
     ),
 ]
 JobsOpt = Annotated[
-    int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson dumps (0: automatic).")
+    int, typer.Option("--jobs", "-j", min=0, help="Worker processes for large ndjson and json dumps (0: automatic).")
 ]
 
 
@@ -175,9 +175,9 @@ def commitlog_command(
         return
     if count:
         _show_counts(scans(), fmt, multi=len(targets) > 1)
-    elif fmt is Format.ndjson and len(targets) == 1:
+    elif fmt in (Format.ndjson, Format.json) and len(targets) == 1:
         for _, scan, opts in scans():
-            _write_ndjson(scan, opts, jobs, limit)
+            _write_ndjson(scan, opts, jobs, limit, array=fmt is Format.json)
     else:
         _show_messages(scans(), fmt, multi=len(targets) > 1, limit=limit)
     sys.stdout.flush()
@@ -249,11 +249,17 @@ def _default_workers(size: int) -> int:
     return min(4, cores - 1) if cores >= 3 and size >= _PARALLEL_MIN_BYTES else 1
 
 
-def _write_ndjson(scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, limit: int | None) -> None:
-    """One store as ndjson straight from the scan, in worker processes for large dumps."""
+def _write_ndjson(
+    scan: lib.CommitLogScan, opts: lib.MessageOptions, jobs: int, limit: int | None, *, array: bool = False
+) -> None:
+    """One store as ndjson (or, with ``array``, the same rows as one JSON array) straight from the scan,
+    in worker processes for large dumps."""
     workers = jobs or _default_workers(scan.total_bytes())
     sys.stdout.flush()
-    lib.write_ndjson(scan, opts, sys.stdout.buffer.write, workers=workers, limit=limit)
+    out = lib.JsonArray(sys.stdout.buffer.write) if array else None
+    lib.write_ndjson(scan, opts, out or sys.stdout.buffer.write, workers=workers, limit=limit)
+    if out is not None:
+        out.close()
     sys.stdout.buffer.flush()
 
 

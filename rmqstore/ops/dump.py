@@ -621,6 +621,25 @@ class NdjsonStats:
 Write = Callable[[Any], Any]  # takes bytes or a memoryview, valid only during the call
 
 
+class JsonArray:
+    """A ``Write`` that turns the ndjson chunks it is given into one JSON array, a row a line (as
+    ``write_json_array`` writes rows); ``close`` writes its end. A JSON text holds no raw newline, so
+    each newline of a chunk is the end of a row."""
+
+    def __init__(self, write: Write) -> None:
+        self.write = write
+        self.rows = False
+
+    def __call__(self, chunk: Any) -> None:
+        data = bytes(chunk)
+        if data:
+            self.write((b",\n" if self.rows else b"[\n") + data[:-1].replace(b"\n", b",\n"))
+            self.rows = True
+
+    def close(self) -> None:
+        self.write(b"\n]\n" if self.rows else b"[]\n")
+
+
 def write_ndjson(
     scan: CommitLogScan,
     opts: MessageOptions,
