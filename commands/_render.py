@@ -20,6 +20,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rmqstore.codec.msglines import cell, csv_cells
+from rmqstore.codec.msglines import csv_cell as csv_cell  # the cell rule, for the tests
 from rmqstore.errors import UsageError
 
 from . import _console
@@ -37,7 +39,6 @@ class Format(str, enum.Enum):
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x00": "\\0"}
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def escape(text: str) -> str:
@@ -48,24 +49,6 @@ def escape(text: str) -> str:
 def _escape_one(m: re.Match[str]) -> str:
     c = m.group()
     return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-
-
-def cell(v: Any) -> Any:
-    """A value as one cell: containers as compact JSON, None as empty."""
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-    if v is None:
-        return ""
-    return v
-
-
-def csv_cell(v: Any) -> Any:
-    if isinstance(v, bool):  # JSON's spelling, which spreadsheets and CSV readers take as booleans
-        return "true" if v else "false"
-    v = cell(v)
-    if isinstance(v, str) and v.startswith(_FORMULA_START):
-        return "'" + v
-    return v
 
 
 def text_cell(v: Any) -> str:
@@ -237,17 +220,14 @@ def render_rows(
         import csv
 
         writer = quoting = None
+        cols: list[str] = []
         for row in rows:
             if writer is None:
                 cols = list(columns or row.keys())
-                writer = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
-                # csv quotes a lone \r only when it is in the line terminator: such rows quote every cell
-                quoting = csv.DictWriter(
-                    out, fieldnames=cols, extrasaction="ignore", lineterminator="\n", quoting=csv.QUOTE_ALL
-                )
-                writer.writeheader()
-            cells = {k: csv_cell(row.get(k)) for k in writer.fieldnames}
-            lone_cr = any(isinstance(v, str) and "\r" in v for v in cells.values())
+                writer = csv.writer(out, lineterminator="\n")
+                quoting = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
+                writer.writerow(cols)
+            cells, lone_cr = csv_cells(row, cols)
             (quoting if lone_cr else writer).writerow(cells)
             n += 1
         return n

@@ -178,6 +178,11 @@ def commitlog_command(
     elif fmt in (Format.ndjson, Format.json) and len(targets) == 1:
         for _, scan, opts in scans():
             _write_ndjson(scan, opts, jobs, limit, array=fmt is Format.json)
+    elif fmt is Format.csv and len(targets) == 1:
+        for _, scan, opts in scans():
+            sys.stdout.flush()
+            lib.write_csv(scan, opts, sys.stdout.buffer.write, _commitlog_columns(scan, fmt), limit=limit)
+            sys.stdout.buffer.flush()
     else:
         _show_messages(scans(), fmt, multi=len(targets) > 1, limit=limit)
     sys.stdout.flush()
@@ -276,16 +281,17 @@ def _show_messages(scans: Scans, fmt: Format, *, multi: bool, limit: int | None)
     if fmt is Format.json:
         write_json_array(rows)
     else:
-        cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
-        extra = list(dict.fromkeys(f for seg in first[1].segs for f in seg.framing.frame_fields))
-        if fmt is Format.table:
-            extra = extra[:1]  # a narrow screen: the entry index only
-        render_rows(
-            rows,
-            fmt,
-            columns=None if fmt is Format.ndjson else ["store"] * multi + list(cols) + extra,
-            title="commit log",
-        )
+        cols = ["store"] * multi + _commitlog_columns(first[1], fmt)
+        render_rows(rows, fmt, columns=None if fmt is Format.ndjson else cols, title="commit log")
+
+
+def _commitlog_columns(scan: lib.CommitLogScan, fmt: Format) -> list[str]:
+    """The columns of commit log rows in a table, plain or csv: a message's fields, then its frame's."""
+    cols = fields.COMMITLOG_TABLE if fmt is Format.table else fields.COMMITLOG
+    extra = list(dict.fromkeys(f for seg in scan.segs for f in seg.framing.frame_fields))
+    if fmt is Format.table:
+        extra = extra[:1]  # a narrow screen: the entry index only
+    return list(cols) + extra
 
 
 def _commitlog_targets(

@@ -12,9 +12,11 @@ records whose fields do not decode as arrays) are returned as ``slow`` for the p
 from __future__ import annotations
 
 import binascii
+import csv
+import io
 import json
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,44 @@ _PLAIN[[ord('"'), ord("\\")]] = False
 _PLAIN[[1, 2]] = True
 _MAX_PROPS = 2048  # longer property strings go through the property parser (a batch's text stays small)
 _NL = ord("\n")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a csv cell starting so gets a leading ' (OWASP's advice)
+_FORMULA = np.zeros(256, dtype=bool)
+_FORMULA[[ord(c) for c in FORMULA_START]] = True
+
+
+def cell(v: Any) -> Any:
+    """A value as one cell: containers as compact JSON, None as empty."""
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+    if v is None:
+        return ""
+    return v
+
+
+def csv_cell(v: Any) -> Any:
+    """A value as one csv cell: booleans as JSON spells them, a text a spreadsheet would run as a formula
+    behind a leading ``'``."""
+    if isinstance(v, bool):  # JSON's spelling, which spreadsheets and CSV readers take as booleans
+        return "true" if v else "false"
+    v = cell(v)
+    if isinstance(v, str) and v.startswith(FORMULA_START):
+        return "'" + v
+    return v
+
+
+def csv_cells(row: dict[str, Any], columns: Sequence[str]) -> tuple[list[Any], bool]:
+    """The cells of a row's columns, and whether one holds a carriage return: the csv module quotes a lone
+    ``\r`` only when it is in the line terminator, so such a row has every cell quoted."""
+    cells = [csv_cell(row.get(k)) for k in columns]
+    return cells, any(isinstance(v, str) and "\r" in v for v in cells)
+
+
+def csv_line(row: dict[str, Any], columns: Sequence[str]) -> bytes:
+    """One csv record (UTF-8, with its newline) of a row, as ``render_rows`` writes it."""
+    out = io.StringIO()
+    cells, lone_cr = csv_cells(row, columns)
+    csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL if lone_cr else csv.QUOTE_MINIMAL).writerow(cells)
+    return out.getvalue().encode()
 
 
 class Times(dict[int, tuple[bytes, bytes]]):
@@ -172,10 +212,11 @@ def _joined(u8: np.ndarray, start: np.ndarray, length: np.ndarray, head: bytes, 
 class Properties:
     """The JSON texts of properties, keys, tags and uniqKey of a batch's rows."""
 
-    props: list[bytes]
-    keys: list[bytes]
-    tags: list[bytes]
-    uniq: list[bytes]
+    props: Any  # list[bytes], an object array while filled
+    keys: Any
+    tags: Any
+    uniq: Any
+    odd: np.ndarray  # csv: rows the per-record path formats
 
 
 PropsJson = Callable[[bytes], tuple[bytes, bytes, bytes, bytes]]
@@ -211,15 +252,18 @@ def _plain_items(text: np.ndarray, offs: np.ndarray, ends: np.ndarray) -> tuple[
 
 
 def properties_json(
-    u8: np.ndarray, buf: Any, start: np.ndarray, length: np.ndarray, props_json: PropsJson
+    u8: np.ndarray, buf: Any, start: np.ndarray, length: np.ndarray, props_json: PropsJson | None
 ) -> Properties:
-    """Properties, keys, tags and uniqKey as JSON texts; strings that are not plain through ``props_json``."""
+    """Properties, keys, tags and uniqKey as JSON texts; strings that are not plain through ``props_json``
+    (None: as csv cells, and the rows whose cells need more than the plain strings give are ``odd``)."""
     m = len(start)
-    out = Properties(*(np.empty(m, dtype=object) for _ in range(4)))
+    as_csv = props_json is None
+    out = Properties(*(np.empty(m, dtype=object) for _ in range(4)), odd=np.zeros(m, dtype=bool))
     empty = length <= 0
-    for col, v in zip((out.props, out.keys, out.tags, out.uniq), (b"{}", b'""', b"null", b"null"), strict=True):
-        col[:] = b"null"
-        col[empty] = v  # no properties: KEYS is "" (§3.11)
+    nulls = (b"{}", b"", b"", b"") if as_csv else (b"{}", b'""', b"null", b"null")  # no properties: KEYS is "" (§3.11)
+    for col, v in zip((out.props, out.keys, out.tags, out.uniq), nulls, strict=True):
+        col[:] = nulls[3]
+        col[empty] = v
     plain = (length > 1) & (length <= _MAX_PROPS)
     plain[plain] = u8[start[plain] + length[plain] - 1] == 2  # the last 0x02 closes the object
     rows = np.flatnonzero(plain)
@@ -230,22 +274,37 @@ def properties_json(
         plain[rows[~ok]] = False
         if ok.any():  # a newline inside a string that is not plain would cut the text in the wrong place
             big = text.tobytes() if ok.all() else _concat(u8, start[rows[ok]], n[ok])[0].tobytes()
-            big = big[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","')
+            big = b'{"' + big[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","').replace(b"\n", b'"}\n{"') + b'"}'
+            if as_csv:  # the JSON text as one quoted cell
+                big = b'"' + big.replace(b'"', b'""').replace(b"\n", b'"\n"') + b'"'
             put = np.empty(int(ok.sum()), dtype=object)
-            put[:] = (b'{"' + big.replace(b"\n", b'"}\n{"') + b'"}').split(b"\n")
+            put[:] = big.split(b"\n")
             out.props[rows[ok]] = put
+        quote = b"" if as_csv else b'"'
         for name, col in zip(DERIVED, (out.keys, out.tags, out.uniq), strict=True):
             hit = named(text, items, name)
             hit = hit[ok[items.row[hit]]]
             if len(hit):
                 put = np.empty(len(hit), dtype=object)
-                put[:] = _joined(text, items.value_start[hit], items.value_len[hit], b'"', b'"')
+                put[:] = _joined(text, items.value_start[hit], items.value_len[hit], quote, quote)
                 col[rows[items.row[hit]]] = put
-    for i in np.flatnonzero(~plain & ~empty).tolist():
-        a = int(start[i])
-        raw = buf[a : a + int(length[i])]
-        out.props[i], out.keys[i], out.tags[i], out.uniq[i] = props_json(raw)
-    return Properties(out.props.tolist(), out.keys.tolist(), out.tags.tolist(), out.uniq.tolist())
+                if as_csv:
+                    out.odd[rows[items.row[hit[_csv_odd(text, items.value_start[hit], items.value_len[hit])]]]] = True
+    if as_csv:
+        out.odd |= ~plain & ~empty
+    else:
+        for i in np.flatnonzero(~plain & ~empty).tolist():
+            a = int(start[i])
+            raw = buf[a : a + int(length[i])]
+            out.props[i], out.keys[i], out.tags[i], out.uniq[i] = props_json(raw)
+    return Properties(out.props.tolist(), out.keys.tolist(), out.tags.tolist(), out.uniq.tolist(), out.odd)
+
+
+def _csv_odd(text: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Plain values that are not their own csv cell: holding a comma, or read as a formula (``csv_cell``)."""
+    commas = np.zeros(len(text) + 1, dtype=np.int64)
+    np.cumsum(text == ord(","), out=commas[1:])
+    return (commas[start + length] > commas[start]) | _FORMULA[text[start]]
 
 
 @dataclass
@@ -254,7 +313,8 @@ class LineOptions:
     verify_crc: bool
     times: Times
     topics: Topics
-    props_json: PropsJson
+    props_json: PropsJson | None  # None with csv
+    csv: bool = False  # csv records of ``ROW_FIELDS`` instead of JSON lines
 
 
 @dataclass
@@ -279,7 +339,7 @@ def fast_rows(ra: RecordArrays, times: Times) -> tuple[np.ndarray, np.ndarray, l
 
 
 def message_lines(buf: Any, positions: np.ndarray, opts: LineOptions) -> Lines:
-    """The JSON lines of the records at ``positions`` (an intact run's) that this path formats."""
+    """The JSON lines (or csv records) of the records at ``positions`` (an intact run's) that this path formats."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
         ra = record_arrays(u8, positions, len(u8))
@@ -289,18 +349,81 @@ def message_lines(buf: Any, positions: np.ndarray, opts: LineOptions) -> Lines:
             return Lines(rows, [], np.flatnonzero(~fast), [])
         ra = ra.take(rows)
         tpl = Template(len(rows))
-        _head_fields(tpl, u8, ra, opts.topics)
-        _time_host_fields(tpl, ra, sec_code[rows], heads, tails)
-        props = properties_json(u8, buf, ra.props_start, ra.props_len, opts.props_json)
-        for spec, col in zip((b',"keys":%s', b',"tags":%s', b',"uniqKey":%s', b',"properties":%s'),
-                             (props.keys, props.tags, props.uniq, props.props), strict=True):  # fmt: skip
-            tpl.texts(spec, col)
-        tpl.ints(b',"bodyLength":%d', ra.body_len)
-        crc_bad = _body_fields(tpl, buf, ra, opts)
-        tpl.text(b"}")
-        return Lines(rows, tpl.lines(), np.flatnonzero(~fast), crc_bad)
+        if opts.csv:
+            odd, crc_bad = _csv_fields(tpl, u8, buf, ra, sec_code[rows], heads, tails, opts)
+        else:
+            odd, crc_bad = _json_fields(tpl, u8, buf, ra, sec_code[rows], heads, tails, opts)
+        lines = tpl.lines()
+        if odd.any():  # left to the per-record path after all
+            fast[rows[odd]] = False
+            lines = [line for line, o in zip(lines, odd.tolist(), strict=True) if not o]
+            keep = np.cumsum(~odd) - 1
+            crc_bad = [(int(keep[i]), c) for i, c in crc_bad if not odd[i]]
+            rows = rows[~odd]
+        return Lines(rows, lines, np.flatnonzero(~fast), crc_bad)
     finally:
         del u8
+
+
+def _json_fields(
+    tpl: Template,
+    u8: np.ndarray,
+    buf: Any,
+    ra: RecordArrays,
+    sec_code: np.ndarray,
+    heads: list[bytes],
+    tails: list[bytes],
+    opts: LineOptions,
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    _head_fields(tpl, u8, ra, opts.topics)
+    _time_host_fields(tpl, ra, sec_code, heads, tails)
+    props = properties_json(u8, buf, ra.props_start, ra.props_len, opts.props_json)
+    for spec, col in zip((b',"keys":%s', b',"tags":%s', b',"uniqKey":%s', b',"properties":%s'),
+                         (props.keys, props.tags, props.uniq, props.props), strict=True):  # fmt: skip
+        tpl.texts(spec, col)
+    tpl.ints(b',"bodyLength":%d', ra.body_len)
+    crc_bad = _body_fields(tpl, buf, ra, opts)
+    tpl.text(b"}")
+    return props.odd, crc_bad
+
+
+def _csv_fields(
+    tpl: Template,
+    u8: np.ndarray,
+    buf: Any,
+    ra: RecordArrays,
+    sec_code: np.ndarray,
+    heads: list[bytes],
+    tails: list[bytes],
+    opts: LineOptions,
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The csv record of each row: the fields of ``ROW_FIELDS`` as ``csv_cell`` and the csv module write them."""
+    tpl.text(b"message")
+    for name in ("phy_offset", "total_size"):
+        tpl.ints(b",%d", getattr(ra, name))
+    labels, inverse = _texts_codes(u8, ra.topic_start, ra.topic_len)
+    cells = [csv_cell(t.decode("utf-8", "replace")) for t in labels]
+    odd = np.array([any(c in t for c in ',"\n\r') for t in cells], dtype=bool)[inverse]  # quoted: per record
+    tpl.codes(b",%s", [t.encode() for t in cells], inverse)
+    for name in ("queue_id", "queue_offset", "body_crc", "flag", "sys_flag", "born_timestamp_ms"):
+        tpl.ints(b",%d", getattr(ra, name))
+    born, stored, prefixes = _hosts(ra)
+    tpl.codes(b",%s", *born)
+    tpl.ints(b",%d", ra.store_timestamp_ms)
+    tpl.codes(b",%s", [h[1:] for h in heads], sec_code)
+    tpl.ints(b"%03d", ra.store_timestamp_ms % 1000)
+    tpl.codes(b"%s", [t[:-1] for t in tails], sec_code)
+    tpl.codes(b",%s", *stored)
+    tpl.ints(b",%d", ra.reconsume_times)
+    tpl.ints(b",%d", ra.prepared_transaction_offset)
+    tpl.codes(b",%s", prefixes, stored[1])
+    tpl.ints(b"%016X", ra.phy_offset)
+    props = properties_json(u8, buf, ra.props_start, ra.props_len, None)
+    for col in (props.keys, props.tags, props.uniq, props.props):
+        tpl.texts(b",%s", col)
+    tpl.ints(b",%d", ra.body_len)
+    crc_bad = _body_fields(tpl, buf, ra, opts, u8)
+    return odd | props.odd, crc_bad
 
 
 def _head_fields(tpl: Template, u8: np.ndarray, ra: RecordArrays, topics: Topics) -> None:
@@ -317,39 +440,62 @@ def _head_fields(tpl: Template, u8: np.ndarray, ra: RecordArrays, topics: Topics
     tpl.ints(b',"bornTimestamp":%d', ra.born_timestamp_ms)
 
 
+def _hosts(ra: RecordArrays) -> tuple[tuple[list[bytes], np.ndarray], tuple[list[bytes], np.ndarray], list[bytes]]:
+    """(born host texts, codes), (store host texts, codes) and the msgId prefix of each store host."""
+    first, born = _unique_codes(_addr_key(ra.born_addr, ra.born_port))
+    born_texts = [host_str(ra.born_addr[i].tobytes(), int(ra.born_port[i])).encode() for i in first.tolist()]
+    first, stored = _unique_codes(_addr_key(ra.store_addr, ra.store_port))
+    addrs = [(ra.store_addr[i].tobytes(), int(ra.store_port[i])) for i in first.tolist()]
+    store_texts = [host_str(a, p).encode() for a, p in addrs]
+    return (born_texts, born), (store_texts, stored), [msg_id_prefix(a, p) for a, p in addrs]
+
+
 def _time_host_fields(
     tpl: Template, ra: RecordArrays, sec_code: np.ndarray, heads: list[bytes], tails: list[bytes]
 ) -> None:
-    first, born = _unique_codes(_addr_key(ra.born_addr, ra.born_port))
-    tpl.codes(b',"bornHost":"%s"', [host_str(ra.born_addr[i].tobytes(), int(ra.born_port[i])).encode()
-                                     for i in first.tolist()], born)  # fmt: skip
+    born, stored, prefixes = _hosts(ra)
+    tpl.codes(b',"bornHost":"%s"', *born)
     tpl.ints(b',"storeTimestamp":%d', ra.store_timestamp_ms)
     tpl.codes(b',"storeTime":%s', heads, sec_code)
     tpl.ints(b"%03d", ra.store_timestamp_ms % 1000)
     tpl.codes(b"%s", tails, sec_code)
-    first, stored = _unique_codes(_addr_key(ra.store_addr, ra.store_port))
-    addrs = [(ra.store_addr[i].tobytes(), int(ra.store_port[i])) for i in first.tolist()]
-    tpl.codes(b',"storeHost":"%s"', [host_str(a, p).encode() for a, p in addrs], stored)
+    tpl.codes(b',"storeHost":"%s"', *stored)
     tpl.ints(b',"reconsumeTimes":%d', ra.reconsume_times)
     tpl.ints(b',"preparedTransactionOffset":%d', ra.prepared_transaction_offset)
-    tpl.codes(b',"msgId":"%s', [msg_id_prefix(a, p) for a, p in addrs], stored)
+    tpl.codes(b',"msgId":"%s', prefixes, stored[1])
     tpl.ints(b'%016X"', ra.phy_offset)
 
 
-def _body_fields(tpl: Template, buf: Any, ra: RecordArrays, opts: LineOptions) -> list[tuple[int, int]]:
-    """The body (base64 or hex) and, with ``verify_crc``, crcOk; returns (row, computed CRC) of mismatches."""
+def _body_fields(
+    tpl: Template, buf: Any, ra: RecordArrays, opts: LineOptions, u8: np.ndarray | None = None
+) -> list[tuple[int, int]]:
+    """The body (base64 or hex) and, with ``verify_crc``, crcOk; returns (row, computed CRC) of mismatches.
+    With ``u8`` (csv): the body, crcOk and why cells."""
     starts, ends = ra.body_start.tolist(), (ra.body_start + np.maximum(ra.body_len, 0)).tolist()
+    as_csv = u8 is not None
     if opts.body != "none":
         enc = binascii.hexlify if opts.body == "hex" else (lambda b: binascii.b2a_base64(b, newline=False))
         mv = memoryview(buf)
         try:
-            tpl.texts(b',"body":"%s"', [enc(mv[a:e]) for a, e in zip(starts, ends, strict=True)])
+            bodies = [enc(mv[a:e]) for a, e in zip(starts, ends, strict=True)]
         finally:
             mv.release()
+        if as_csv and opts.body == "base64":  # a body whose base64 starts with '+' reads as a formula
+            plus = np.flatnonzero((ra.body_len > 0) & (u8[ra.body_start] >> 2 == 62))
+            for i in plus.tolist():
+                bodies[i] = b"'" + bodies[i]
+        tpl.texts(b",%s" if as_csv else b',"body":"%s"', bodies)
+    elif as_csv:
+        tpl.text(b",")
     if not opts.verify_crc:
+        if as_csv:
+            tpl.text(b",,")
         return []
     computed = body_crcs(buf, ra.body_start, np.maximum(ra.body_len, 0))
     bad = computed != ra.body_crc
-    tpl.codes(b"%s", [b',"crcOk":true', b',"crcOk":false,"why":"%s"' % CRC_MISMATCH.encode()], bad.astype(np.int64))
+    texts = [b',"crcOk":true', b',"crcOk":false,"why":"%s"' % CRC_MISMATCH.encode()]
+    if as_csv:
+        texts = [b",true,", b",false,%s" % CRC_MISMATCH.encode()]
+    tpl.codes(b"%s", texts, bad.astype(np.int64))
     rows = np.flatnonzero(bad)
     return list(zip(rows.tolist(), computed[rows].tolist(), strict=True))

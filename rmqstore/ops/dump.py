@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,8 +54,8 @@ from rmqstore.codec.consumequeue import (
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
-from rmqstore.codec.msglines import DERIVED, Hosts, LineOptions, Times, Topics, message_lines
-from rmqstore.codec.rows import CRC_MISMATCH, message_row
+from rmqstore.codec.msglines import DERIVED, Hosts, LineOptions, Times, Topics, csv_line, message_lines
+from rmqstore.codec.rows import CRC_MISMATCH, ROW_FIELDS, message_row
 from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem
@@ -657,11 +657,39 @@ def write_ndjson(
         _write_parallel(scan, opts, write, workers, stats)
         return stats
     fmt = NdjsonFormatter(opts)
+    _write_serial(
+        scan, opts.filter, write, fmt, lambda span: (_json_line(span.to_json()) + "\n").encode(), limit, stats
+    )
+    return stats
+
+
+class Formatter(Protocol):
+    def format(
+        self,
+        buf: Any,
+        path: str,
+        file_from: int,
+        positions: np.ndarray,
+        limit: int | None = None,
+        framing: Framing = PLAIN,
+    ) -> tuple[list[bytes], list[CrcMismatch]]: ...
+
+
+def _write_serial(
+    scan: CommitLogScan,
+    flt: MessageFilter,
+    write: Write,
+    fmt: Formatter,
+    span_line: Callable[[Span], bytes],
+    limit: int | None,
+    stats: NdjsonStats,
+) -> None:
+    """The scan's records through ``fmt`` a batch at a time, its spans through ``span_line``, in order."""
     for buf, ev in scan.events():
         if isinstance(ev, Span):
-            if span_visible(ev, opts.filter):
+            if span_visible(ev, flt):
                 stats.spans[ev.kind] += 1
-                write((_json_line(ev.to_json()) + "\n").encode())
+                write(span_line(ev))
             continue
         path = str(ev.seg.path)
         for positions in _batches(ev):
@@ -672,7 +700,97 @@ def write_ndjson(
             if lines:
                 write(_lines_bytes(lines))
             if limit is not None and stats.messages >= limit:
-                return stats
+                return
+
+
+class CsvFormatter:
+    """Message records as csv records of ``columns`` (``ROW_FIELDS``, then the frame's fields), each
+    exactly what ``render_rows`` writes for the record's row: from columns (``codec.msglines``) when no
+    filter is set and bodies are base64, hex or none, the records those leave out one at a time."""
+
+    def __init__(self, opts: MessageOptions, columns: Sequence[str], *, columnar: bool = True) -> None:
+        self.opts = opts
+        self.columns = list(columns)
+        self._columns = None
+        if (
+            columnar
+            and not opts.filter.active
+            and opts.body != "text"
+            and tuple(self.columns[: len(ROW_FIELDS)]) == ROW_FIELDS
+        ):
+            self._columns = LineOptions(opts.body, opts.verify_crc, Times(opts.local_time), Topics(), None, csv=True)
+
+    def format(
+        self,
+        buf: Any,
+        path: str,
+        file_from: int,
+        positions: np.ndarray,
+        limit: int | None = None,
+        framing: Framing = PLAIN,
+    ) -> tuple[list[bytes], list[CrcMismatch]]:
+        pos = np.asarray(positions, dtype=np.int64)
+        if limit is not None and not self.opts.filter.active:
+            pos = pos[:limit]
+        lines = np.empty(len(pos), dtype=object)
+        bad: list[CrcMismatch] = []
+        slow = np.arange(len(pos))
+        if self._columns is not None:
+            got = message_lines(buf, pos, self._columns)
+            fast = pos[got.rows].tolist()
+            for i, c in got.crc_bad:
+                bad.append(CrcMismatch(path, fast[i], *NdjsonFormatter._crc_fields(buf, fast[i]), c))
+            if framing.frame_fields:
+                got.lines = [
+                    b"".join([line, *(b",%d" % v for v in framing.frame_values(buf, p))])
+                    for line, p in zip(got.lines, fast, strict=True)
+                ]
+            lines[got.rows] = got.lines if len(got.lines) else []
+            slow = got.slow
+        kept = np.ones(len(pos), dtype=bool)
+        for i in slow.tolist():
+            line = self._record_line(buf, path, file_from, int(pos[i]), framing, bad)
+            lines[i] = line
+            kept[i] = line is not None
+        at = np.flatnonzero(kept)
+        if limit is not None and len(at) > limit:  # filtered: the first ``limit`` rows that pass
+            at = at[:limit]
+        last = int(pos[at[-1]]) if len(at) else -1
+        bad.sort(key=lambda b: b.pos)
+        return lines[at].tolist(), [b for b in bad if b.pos <= last]
+
+    def _record_line(
+        self, buf: Any, path: str, file_from: int, pos: int, framing: Framing, bad: list[CrcMismatch]
+    ) -> bytes | None:
+        """The csv record (without its newline) of one record, through ``message_row``; None if filtered out."""
+        opts = self.opts
+        rec = intact_record(buf, pos, path=path, file_from=file_from, broker=opts.broker)
+        if opts.filter.active and not opts.filter.matches(rec):
+            return None
+        row = message_row(rec, body=opts.body, verify_crc=opts.verify_crc, path=path, local_time=opts.local_time)
+        if framing.frame_fields:
+            row.update(zip(framing.frame_fields, framing.frame_values(buf, pos), strict=True))
+        if opts.verify_crc and not row["crcOk"]:
+            bad.append(CrcMismatch(path, pos, rec.phy_offset, rec.body_crc, zlib.crc32(rec.body) & 0x7FFFFFFF))
+        return csv_line(row, self.columns)[:-1]
+
+
+def write_csv(
+    scan: CommitLogScan, opts: MessageOptions, write: Write, columns: Sequence[str], *, limit: int | None = None
+) -> NdjsonStats:
+    """Write the scan as csv (UTF-8) through ``write``: the header ``columns`` before the first row, then
+    every row as ``render_rows`` writes it, many per call. CRC problems are appended to ``scan.problems``."""
+    stats = NdjsonStats()
+    header = [csv_line(dict(zip(columns, columns, strict=True)), columns)]
+
+    def write_after_header(data: Any) -> None:
+        if header:
+            write(header.pop())
+        write(data)
+
+    fmt = CsvFormatter(opts, columns)
+    _write_serial(scan, opts.filter, write_after_header, fmt, lambda span: csv_line(span.to_json(), columns), limit,
+                  stats)  # fmt: skip
     return stats
 
 

@@ -1,4 +1,4 @@
-"""The ndjson lines formatted from columns (``codec.msglines``) equal the per-record lines, byte for byte.
+"""The ndjson lines and csv records formatted from columns (``codec.msglines``) equal the per-record ones.
 
 On every real store (4.4.0, 4.9.4 and 5.2.0 engines: DLedger, compressed bodies, LMQ, V2 records,
 crashed tails, BLANK ends), on the commit log files collected from other brokers, on a store with a
@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqstore.codec.commitlog import COMPRESSED_FLAG, HEAD_V4, Record, decode_record, encode_record
-from rmqstore.codec.rows import message_row
+from rmqstore.codec.framing import PLAIN
+from rmqstore.codec.msglines import csv_line
+from rmqstore.codec.rows import ROW_FIELDS, message_row
 from rmqstore.ops import dump as lib
 from rmqstore.store import open_store
 from rmqstore.store.layout import Segment
@@ -26,13 +28,18 @@ from rmqstore.walk.lenient import Run, walk_files
 MODES = [("base64", False), ("base64", True), ("hex", False), ("none", True)]
 
 
-def both_paths(buf, path: str, base: int, positions, opts: lib.MessageOptions, framing=None) -> list[bytes]:
-    """The lines of both formatters; asserts they are equal, CRC mismatches included."""
-    extra = {} if framing is None else {"framing": framing}
-    cols, bad = lib.NdjsonFormatter(opts).format(buf, path, base, positions, **extra)
-    ref, ref_bad = lib.NdjsonFormatter(opts, columnar=False).format(buf, path, base, positions, **extra)
+def both_paths(buf, path: str, base: int, positions, opts: lib.MessageOptions, framing=PLAIN) -> list[bytes]:
+    """The ndjson lines of both paths, then the csv records of both; asserts each pair is equal, CRC
+    mismatches included. Returns the ndjson lines."""
+    cols, bad = lib.NdjsonFormatter(opts).format(buf, path, base, positions, framing=framing)
+    ref, ref_bad = lib.NdjsonFormatter(opts, columnar=False).format(buf, path, base, positions, framing=framing)
     assert cols == ref
     assert [b.problem() for b in bad] == [b.problem() for b in ref_bad]
+    columns = [*ROW_FIELDS, *framing.frame_fields]
+    csv_cols, csv_bad = lib.CsvFormatter(opts, columns).format(buf, path, base, positions, framing=framing)
+    csv_ref, _ = lib.CsvFormatter(opts, columns, columnar=False).format(buf, path, base, positions, framing=framing)
+    assert csv_cols == csv_ref
+    assert [b.problem() for b in csv_bad] == [b.problem() for b in ref_bad]
     return cols
 
 
@@ -104,7 +111,8 @@ def test_a_flipped_body_byte_is_the_same_crc_mismatch_on_both_paths(tmp_path):
 # ----------------------------------------------------------------------------- generated records
 
 # Text a producer may put in a topic, a property name or value: quotes, backslashes, control
-# characters, the separators 0x01/0x02 and '=', non-ASCII and bytes that are not UTF-8.
+# characters, the separators 0x01/0x02 and '=', what a spreadsheet reads as a formula, commas,
+# non-ASCII and bytes that are not UTF-8.
 HOSTILE = st.lists(
     st.sampled_from(
         [
@@ -148,7 +156,7 @@ RECORD = st.fixed_dictionaries(
     {
         "topic": st.one_of(PLAIN, HOSTILE.filter(lambda t: 0 < len(t) <= 127)),
         "properties": PROPS,
-        "body": st.binary(max_size=40),
+        "body": st.one_of(st.binary(max_size=40), st.binary(max_size=8).map(lambda b: b"\xf9" + b)),  # base64 '+...'
         "store_ts": st.sampled_from([1_700_000_000_123, 0, -1, 1_700_000_001_999, 253_402_300_800_000]),
         "queue_id": st.integers(0, 3),
         "compressed": st.booleans(),
@@ -188,3 +196,8 @@ def test_columns_equal_the_rows_on_hostile_text(records, mode):
         assert isinstance(rec, Record)
         row = message_row(rec, body=body, verify_crc=verify, path="gen")
         assert line == json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode()
+    got, _ = lib.CsvFormatter(opts, ROW_FIELDS).format(buf, "gen", 0, np.array(positions, dtype=np.int64))
+    for pos, line in zip(positions, got, strict=True):
+        rec = decode_record(buf, pos)
+        row = message_row(rec, body=body, verify_crc=verify, path="gen")
+        assert line + b"\n" == csv_line(row, ROW_FIELDS)
