@@ -43,7 +43,11 @@ from rmqstore.walk.arrow import (
 )
 
 COMPRESSION = "snappy"  # Spark's default for Parquet
-WINDOW = 64 << 20  # bytes of a commit log file walked at once
+# Bytes of a commit log file walked at once, and records per batch (one row group each): the mapped
+# window's pages, a batch's arrays and the writer's pages of one row group are what the export holds,
+# well under 300 MB whatever the store's size.
+WINDOW = 16 << 20
+ROW_GROUP = 8192
 
 
 def commitlog_schema(*, crc_ok: bool = False) -> pa.Schema:
@@ -110,7 +114,7 @@ def _segment_batches(
             # A window at a time, as Spark splits a file (each record read in the window where it
             # starts): the walk never holds more than a window's pages, released once written.
             for lo in range(start, end, WINDOW):
-                yield from range_batches(ctx, lo, min(lo + WINDOW, end), schema, flt=rows)
+                yield from range_batches(ctx, lo, min(lo + WINDOW, end), schema, flt=rows, chunk=ROW_GROUP)
                 release_pages(buf, lo - lo % PAGE, min(lo + WINDOW, end))
         finally:
             del ctx  # release the views so the map can close
