@@ -1,7 +1,7 @@
 """Benchmark every output format of `rmqstore dump commitlog`: peak RSS, time to the first row, rows/s, ratio to `cat`.
 
 Usage: python benchmarks/bench_formats.py [--store DIR] [--size-gib 1] [--runs N] [--formats ndjson,csv,...]
-       [--rmqstore PATH] [--bytes N] [--jobs N]
+       [--rmqstore PATH] [--compare PATH] [--bytes N] [--jobs N]
 
 Without --store a store of --size-gib GiB is made with benchmarks/make_store.py under /tmp (and
 deleted at the end unless --keep). Each format runs the real command line with stdout read from a
@@ -10,6 +10,10 @@ from the child's rusage; Parquet writes a file (-o) and has no first row. `cat` 
 log files to the same kind of pipe is the reference: ratio = the command's time / cat's time, best
 of N for both, run back to back. --bytes N dumps the records before commit log offset N only
 (--to-offset N) and compares with `head -c N` of the first file: the same bytes either way.
+Each run also gives the child's CPU seconds (user + system), which a loaded machine disturbs less
+than wall time. --compare PATH runs the same commands with another build's rmqstore, alternating
+with this one run by run (best of N each), and prints its figures and the ratios of this build's
+CPU seconds and wall time to it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def run_piped(argv: list[str]) -> dict[str, float]:
         raise SystemExit(f"{argv} exited {os.waitstatus_to_exitcode(status)}")
     return {
         "seconds": elapsed,
+        "cpuSeconds": usage.ru_utime + usage.ru_stime,
         "firstRowSeconds": first if first is not None else elapsed,
         "bytes": total,
         "lines": lines,
@@ -64,6 +69,59 @@ def best(runs: int, fn) -> dict[str, float]:  # type: ignore[no-untyped-def]
     return min(out, key=lambda r: r["seconds"])
 
 
+def dump_argv(rmqstore: str, store: Path, fmt: str, args: argparse.Namespace, out: Path | None) -> list[str]:
+    cmd = [rmqstore, "dump", "commitlog", str(store), "-f", fmt]
+    if args.bytes is not None:
+        cmd += ["--to-offset", str(args.bytes)]
+    if args.jobs is not None and fmt in ("ndjson", "json"):
+        cmd += ["--jobs", str(args.jobs)]
+    return cmd + (["-o", str(out)] if out is not None else [])
+
+
+def measure(args: argparse.Namespace, store: Path, files: list[str], fmt: str) -> dict[str, float | None]:
+    """One format: this build (and the --compare build, alternating), best of --runs, and cat of the same bytes."""
+    out = Path(tempfile.mkdtemp(prefix="rmqstore-bench-parquet-")) / "dump.parquet" if fmt == "parquet" else None
+    builds = [args.rmqstore] + ([args.compare] if args.compare else [])
+    ref = ["cat", *files] if args.bytes is None else ["head", "-c", str(args.bytes), files[0]]
+    runs: dict[str, list[dict[str, float]]] = {b: [] for b in builds}
+    cats = []
+    try:
+        for _ in range(args.runs):
+            cats.append(run_piped(ref))
+            for b in builds:
+                got = run_piped(dump_argv(b, store, fmt, args, out))
+                if out is not None:
+                    got["bytes"] = out.stat().st_size
+                runs[b].append(got)
+    finally:
+        if out is not None:
+            shutil.rmtree(out.parent)
+    cat = min(cats, key=lambda r: r["seconds"])
+    mine = min(runs[args.rmqstore], key=lambda r: r["seconds"])
+    mine["cpuSeconds"] = min(r["cpuSeconds"] for r in runs[args.rmqstore])
+    rows = mine["lines"] if fmt in ("ndjson", "json", "csv", "plain") else None
+    result: dict[str, float | None] = {
+        **mine,
+        "catSeconds": cat["seconds"],
+        "ratioToCat": mine["seconds"] / cat["seconds"],
+        "cpuRatioToCatWall": mine["cpuSeconds"] / cat["seconds"],
+        "rowsPerSecond": (rows / mine["seconds"]) if rows else None,
+    }
+    if args.compare:
+        other = min(runs[args.compare], key=lambda r: r["seconds"])
+        other_cpu = min(r["cpuSeconds"] for r in runs[args.compare])
+        result.update(
+            compareSeconds=other["seconds"],
+            compareCpuSeconds=other_cpu,
+            comparePeakRssMB=other["peakRssMB"],
+            compareRatioToCat=other["seconds"] / cat["seconds"],
+            compareCpuRatioToCatWall=other_cpu / cat["seconds"],
+            cpuRatioToCompare=mine["cpuSeconds"] / other_cpu,
+            wallRatioToCompare=mine["seconds"] / other["seconds"],
+        )
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path)
@@ -72,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--rmqstore", default=str(Path(sys.executable).with_name("rmqstore")))
     ap.add_argument("--bytes", type=int, help="only the records before this commit log offset (first file)")
-    ap.add_argument("--jobs", type=int, help="--jobs of dump (ndjson)")
+    ap.add_argument("--compare", help="another build's rmqstore, run alternately with this one")
+    ap.add_argument("--jobs", type=int, help="--jobs of dump (ndjson and json)")
     ap.add_argument("--keep", action="store_true", help="keep the generated store")
     args = ap.parse_args(argv)
     made = None
@@ -91,28 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         run_piped(["cat", *files])  # the page cache holds the files from here on
         results: dict[str, dict[str, float]] = {}
         for fmt in args.formats.split(","):
-            cmd = [args.rmqstore, "dump", "commitlog", str(store), "-f", fmt]
-            if args.bytes is not None:
-                cmd += ["--to-offset", str(args.bytes)]
-            if args.jobs is not None and fmt == "ndjson":
-                cmd += ["--jobs", str(args.jobs)]
-            out = None
-            if fmt == "parquet":
-                out = Path(tempfile.mkdtemp(prefix="rmqstore-bench-parquet-")) / "dump.parquet"
-                cmd += ["-o", str(out)]
-            ref = ["cat", *files] if args.bytes is None else ["head", "-c", str(args.bytes), files[0]]
-            cat = best(args.runs, lambda ref=ref: run_piped(ref))
-            got = best(args.runs, lambda cmd=cmd: run_piped(cmd))
-            if out is not None:
-                got["bytes"] = out.stat().st_size
-                shutil.rmtree(out.parent)
-            rows = got["lines"] if fmt in ("ndjson", "json", "csv", "plain") else None
-            results[fmt] = {
-                **got,
-                "catSeconds": cat["seconds"],
-                "ratioToCat": got["seconds"] / cat["seconds"],
-                "rowsPerSecond": (rows / got["seconds"]) if rows else None,
-            }
+            results[fmt] = measure(args, store, files, fmt)
             print(json.dumps({"format": fmt, **results[fmt]}), flush=True)
         print(json.dumps({"store": str(store), "commitlogBytes": size, "results": results}, indent=2))
     finally:
