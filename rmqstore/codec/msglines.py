@@ -338,6 +338,18 @@ def fast_rows(ra: RecordArrays, times: Times) -> tuple[np.ndarray, np.ndarray, l
     return fast, inverse.reshape(-1), [h for h, _ in pairs], [t for _, t in pairs]
 
 
+@dataclass
+class Batch:
+    """The records a batch formats: their buffer, fields, and store seconds as codes into head and tail texts."""
+
+    u8: np.ndarray
+    buf: Any
+    ra: RecordArrays
+    sec_code: np.ndarray
+    heads: list[bytes]
+    tails: list[bytes]
+
+
 def message_lines(buf: Any, positions: np.ndarray, opts: LineOptions) -> Lines:
     """The JSON lines (or csv records) of the records at ``positions`` (an intact run's) that this path formats."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
@@ -349,10 +361,8 @@ def message_lines(buf: Any, positions: np.ndarray, opts: LineOptions) -> Lines:
             return Lines(rows, [], np.flatnonzero(~fast), [])
         ra = ra.take(rows)
         tpl = Template(len(rows))
-        if opts.csv:
-            odd, crc_bad = _csv_fields(tpl, u8, buf, ra, sec_code[rows], heads, tails, opts)
-        else:
-            odd, crc_bad = _json_fields(tpl, u8, buf, ra, sec_code[rows], heads, tails, opts)
+        batch = Batch(u8, buf, ra, sec_code[rows], heads, tails)
+        odd, crc_bad = (_csv_fields if opts.csv else _json_fields)(tpl, batch, opts)
         lines = tpl.lines()
         if odd.any():  # left to the per-record path after all
             fast[rows[odd]] = False
@@ -365,18 +375,10 @@ def message_lines(buf: Any, positions: np.ndarray, opts: LineOptions) -> Lines:
         del u8
 
 
-def _json_fields(
-    tpl: Template,
-    u8: np.ndarray,
-    buf: Any,
-    ra: RecordArrays,
-    sec_code: np.ndarray,
-    heads: list[bytes],
-    tails: list[bytes],
-    opts: LineOptions,
-) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def _json_fields(tpl: Template, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    u8, buf, ra = b.u8, b.buf, b.ra
     _head_fields(tpl, u8, ra, opts.topics)
-    _time_host_fields(tpl, ra, sec_code, heads, tails)
+    _time_host_fields(tpl, ra, b.sec_code, b.heads, b.tails)
     props = properties_json(u8, buf, ra.props_start, ra.props_len, opts.props_json)
     for spec, col in zip((b',"keys":%s', b',"tags":%s', b',"uniqKey":%s', b',"properties":%s'),
                          (props.keys, props.tags, props.uniq, props.props), strict=True):  # fmt: skip
@@ -387,17 +389,9 @@ def _json_fields(
     return props.odd, crc_bad
 
 
-def _csv_fields(
-    tpl: Template,
-    u8: np.ndarray,
-    buf: Any,
-    ra: RecordArrays,
-    sec_code: np.ndarray,
-    heads: list[bytes],
-    tails: list[bytes],
-    opts: LineOptions,
-) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def _csv_fields(tpl: Template, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """The csv record of each row: the fields of ``ROW_FIELDS`` as ``csv_cell`` and the csv module write them."""
+    u8, buf, ra, sec_code = b.u8, b.buf, b.ra, b.sec_code
     tpl.text(b"message")
     for name in ("phy_offset", "total_size"):
         tpl.ints(b",%d", getattr(ra, name))
@@ -410,9 +404,9 @@ def _csv_fields(
     born, stored, prefixes = _hosts(ra)
     tpl.codes(b",%s", *born)
     tpl.ints(b",%d", ra.store_timestamp_ms)
-    tpl.codes(b",%s", [h[1:] for h in heads], sec_code)
+    tpl.codes(b",%s", [h[1:] for h in b.heads], sec_code)
     tpl.ints(b"%03d", ra.store_timestamp_ms % 1000)
-    tpl.codes(b"%s", [t[:-1] for t in tails], sec_code)
+    tpl.codes(b"%s", [t[:-1] for t in b.tails], sec_code)
     tpl.codes(b",%s", *stored)
     tpl.ints(b",%d", ra.reconsume_times)
     tpl.ints(b",%d", ra.prepared_transaction_offset)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -663,23 +663,11 @@ def write_ndjson(
     return stats
 
 
-class Formatter(Protocol):
-    def format(
-        self,
-        buf: Any,
-        path: str,
-        file_from: int,
-        positions: np.ndarray,
-        limit: int | None = None,
-        framing: Framing = PLAIN,
-    ) -> tuple[list[bytes], list[CrcMismatch]]: ...
-
-
 def _write_serial(
     scan: CommitLogScan,
     flt: MessageFilter,
     write: Write,
-    fmt: Formatter,
+    fmt: NdjsonFormatter | CsvFormatter,
     span_line: Callable[[Span], bytes],
     limit: int | None,
     stats: NdjsonStats,
