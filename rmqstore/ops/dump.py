@@ -571,7 +571,13 @@ _WORKER: dict[Any, Any] = {}  # per worker process: mapped files, formatters, th
 
 
 def _lines_bytes(lines: list[bytes]) -> bytes:
-    return b"\n".join(lines) + b"\n" if lines else b""
+    """The lines, each ended by a newline, in one copy."""
+    if not lines:
+        return b""
+    lines.append(b"")
+    data = b"\n".join(lines)
+    lines.pop()
+    return data
 
 
 def _batches(run: Run) -> Iterator[np.ndarray]:
