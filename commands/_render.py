@@ -20,8 +20,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rmqstore.codec.msglines import cell, csv_cells
-from rmqstore.codec.msglines import csv_cell as csv_cell  # the cell rule, for the tests
+from rmqstore.codec.rows import cell, csv_cells
+from rmqstore.codec.rows import csv_cell as csv_cell  # the cell rule, for the tests
 from rmqstore.errors import UsageError
 
 from . import _console

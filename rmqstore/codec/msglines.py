@@ -12,11 +12,9 @@ records whose fields do not decode as arrays) are returned as ``slow`` for the p
 from __future__ import annotations
 
 import binascii
-import csv
-import io
 import json
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +29,7 @@ from rmqstore.codec.arrays import (
 )
 from rmqstore.codec.columnar import body_crcs, gather
 from rmqstore.codec.commitlog import BORNHOST_V6_FLAG, COMPRESSED_FLAG, MAGIC_V1, STOREHOSTADDRESS_V6_FLAG, host_str
-from rmqstore.codec.rows import CRC_MISMATCH, store_time
+from rmqstore.codec.rows import CRC_MISMATCH, FORMULA_START, csv_cell, store_time
 
 _PORT = struct.Struct(">i")
 DERIVED = (b"KEYS", b"TAGS", b"UNIQ_KEY")  # the properties behind keys, tags and uniqKey
@@ -44,44 +42,8 @@ _PLAIN[[ord('"'), ord("\\")]] = False
 _PLAIN[[1, 2]] = True
 _MAX_PROPS = 2048  # longer property strings go through the property parser (a batch's text stays small)
 _NL = ord("\n")
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a csv cell starting so gets a leading ' (OWASP's advice)
 _FORMULA = np.zeros(256, dtype=bool)
 _FORMULA[[ord(c) for c in FORMULA_START]] = True
-
-
-def cell(v: Any) -> Any:
-    """A value as one cell: containers as compact JSON, None as empty."""
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-    if v is None:
-        return ""
-    return v
-
-
-def csv_cell(v: Any) -> Any:
-    """A value as one csv cell: booleans as JSON spells them, a text a spreadsheet would run as a formula
-    behind a leading ``'``."""
-    if isinstance(v, bool):  # JSON's spelling, which spreadsheets and CSV readers take as booleans
-        return "true" if v else "false"
-    v = cell(v)
-    if isinstance(v, str) and v.startswith(FORMULA_START):
-        return "'" + v
-    return v
-
-
-def csv_cells(row: dict[str, Any], columns: Sequence[str]) -> tuple[list[Any], bool]:
-    """The cells of a row's columns, and whether one holds a carriage return: the csv module quotes a lone
-    ``\r`` only when it is in the line terminator, so such a row has every cell quoted."""
-    cells = [csv_cell(row.get(k)) for k in columns]
-    return cells, any(isinstance(v, str) and "\r" in v for v in cells)
-
-
-def csv_line(row: dict[str, Any], columns: Sequence[str]) -> bytes:
-    """One csv record (UTF-8, with its newline) of a row, as ``render_rows`` writes it."""
-    out = io.StringIO()
-    cells, lone_cr = csv_cells(row, columns)
-    csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL if lone_cr else csv.QUOTE_MINIMAL).writerow(cells)
-    return out.getvalue().encode()
 
 
 class Times(dict[int, tuple[bytes, bytes]]):

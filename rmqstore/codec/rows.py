@@ -7,6 +7,10 @@ imports it.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from rmqstore.codec.commitlog import Record
@@ -21,6 +25,7 @@ ROW_FIELDS = (
     "preparedTransactionOffset", "msgId", "keys", "tags", "uniqKey", "properties", "bodyLength", "body", "crcOk", "why",
 )  # fmt: skip
 CRC_MISMATCH = "CRC MISMATCH"
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a csv cell starting so gets a leading ' (OWASP's advice)
 
 
 def message_row(
@@ -48,3 +53,38 @@ def store_time(ms: int, local: bool = False) -> str | None:
         return format_time_ms(ms, local=local)
     except (ValueError, OverflowError, OSError):
         return None
+
+
+def cell(v: Any) -> Any:
+    """A value as one cell: containers as compact JSON, None as empty."""
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+    if v is None:
+        return ""
+    return v
+
+
+def csv_cell(v: Any) -> Any:
+    """A value as one csv cell: booleans as JSON spells them, a text a spreadsheet would run as a formula
+    behind a leading ``'``."""
+    if isinstance(v, bool):  # JSON's spelling, which spreadsheets and CSV readers take as booleans
+        return "true" if v else "false"
+    v = cell(v)
+    if isinstance(v, str) and v.startswith(FORMULA_START):
+        return "'" + v
+    return v
+
+
+def csv_cells(row: dict[str, Any], columns: Sequence[str]) -> tuple[list[Any], bool]:
+    """The cells of a row's columns, and whether one holds a carriage return: the csv module quotes a lone
+    ``\r`` only when it is in the line terminator, so such a row has every cell quoted."""
+    cells = [csv_cell(row.get(k)) for k in columns]
+    return cells, any(isinstance(v, str) and "\r" in v for v in cells)
+
+
+def csv_line(row: dict[str, Any], columns: Sequence[str]) -> bytes:
+    """One csv record (UTF-8, with its newline) of a row, as ``render_rows`` writes it."""
+    out = io.StringIO()
+    cells, lone_cr = csv_cells(row, columns)
+    csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL if lone_cr else csv.QUOTE_MINIMAL).writerow(cells)
+    return out.getvalue().encode()

@@ -54,8 +54,8 @@ from rmqstore.codec.consumequeue import (
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
-from rmqstore.codec.msglines import DERIVED, Hosts, LineOptions, Times, Topics, csv_line, message_lines
-from rmqstore.codec.rows import CRC_MISMATCH, ROW_FIELDS, message_row
+from rmqstore.codec.msglines import DERIVED, Hosts, LineOptions, Times, Topics, message_lines
+from rmqstore.codec.rows import CRC_MISMATCH, ROW_FIELDS, csv_line, message_row
 from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
 from rmqstore.problems import ERROR, INFO, WARNING, Problem

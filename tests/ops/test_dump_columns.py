@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 
 from rmqstore.codec.commitlog import COMPRESSED_FLAG, HEAD_V4, Record, decode_record, encode_record
 from rmqstore.codec.framing import PLAIN
-from rmqstore.codec.msglines import csv_line
-from rmqstore.codec.rows import ROW_FIELDS, message_row
+from rmqstore.codec.rows import ROW_FIELDS, csv_line, message_row
 from rmqstore.ops import dump as lib
 from rmqstore.store import open_store
 from rmqstore.store.layout import Segment
