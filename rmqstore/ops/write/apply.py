@@ -19,7 +19,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
 from rmqstore.codec.indexfile import header_problem
-from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch
+from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch, paused_gc
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, FileAccessError, InputError, RmqstoreError, UnsafePlan, from_os_error
@@ -105,6 +105,8 @@ def input_digest(messages: Sequence[Message] | MessageBatch) -> str:
             for body in column:
                 h.update(body)
         else:
+            if name == "properties" and column is not None:  # the NDJSON reader's dicts hash as their pairs
+                column = [tuple(p.items()) if type(p) is dict else p for p in column]
             h.update(repr(column).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
@@ -341,7 +343,9 @@ def apply_write(
     journal.save()
     abort_existed = cfg.abort_path.exists()
     try:
-        stats, cp, abort_created = _apply_steps(st, plan, journal, now, sync, abort_existed, index_clock, digest)
+        stats, cp, abort_created = paused_gc(
+            _apply_steps, st, plan, journal, now, sync, abort_existed, index_clock, digest
+        )
     except BaseException as e:
         _roll_back_failed(root, qdir, e)
         raise
