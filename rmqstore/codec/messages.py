@@ -589,7 +589,7 @@ def _read_chunks(chunks: Iterable[tuple[int, list[str]]], source: str) -> list[M
         except (StopIteration, ValueError):
             pairs = None
         if pairs:
-            objs, ends = zip(*pairs)
+            objs, ends = zip(*pairs, strict=True)
             if ends == tuple(map(len, lines)):
                 reader.add_scanned(list(objs), first)
                 continue
@@ -649,7 +649,7 @@ class _BatchReader:
         if set(map(type, objs)) != {dict} or any(map(dict.__contains__, objs, repeat("kind"))):
             kept = [
                 (o, n)
-                for n, o in zip(numbers, objs)
+                for n, o in zip(numbers, objs, strict=True)
                 if type(o) is not dict or o.get("kind", MESSAGE_KIND) == MESSAGE_KIND
             ]
             self.add([o for o, _ in kept], [n for _, n in kept])
@@ -700,7 +700,7 @@ def _block_columns(objs: list[Any], shape: tuple[str, ...] | None = None) -> lis
             rows = list(map(itemgetter(*shape), objs)) if len(shape) > 1 else [(o[shape[0]],) for o in objs]
         except KeyError:  # keys of the same count, not the same keys
             return _block_columns(objs)
-        given = dict(zip(shape, map(list, zip(*rows)), strict=True)) if n else {}
+        given = dict(zip(shape, map(list, zip(*rows, strict=True)), strict=True)) if n else {}
 
         def column(name: str, default: Any) -> list[Any]:
             return given.get(name) or [default] * n

@@ -259,7 +259,7 @@ class RunLane:
         nid = self.names_ids.get(names)
         if nid is None:
             good = len(set(names)) == len(names) and not any(
-                not k or "\x01" in k or "\x02" in k or k in _BROKER_NAMES for k in names
+                not k or "\x01" in k or "\x02" in k or k in _BROKER_NAMES or not _valid_unicode(k) for k in names
             )
             if good and len(self.user_names) < _MAX_NAME_SETS:
                 nid = len(self.user_names)
@@ -688,4 +688,14 @@ def _value_column(values: list[str], may_be_empty: bool, bad: np.ndarray) -> tup
         bad |= np.array([(not v and not may_be_empty) or "\x01" in v or "\x02" in v for v in values], dtype=bool)
     if joined.isascii():
         return np.fromiter(map(len, values), np.int64, len(values)), joined
-    return np.array([len(v.encode("utf-8")) for v in values], dtype=np.int64), joined
+    if not _valid_unicode(joined):  # a lone surrogate: the reference lane refuses it
+        bad |= np.array([not _valid_unicode(v) for v in values], dtype=bool)
+    return np.array([len(v.encode("utf-8", "surrogatepass")) for v in values], dtype=np.int64), joined
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
