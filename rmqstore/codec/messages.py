@@ -541,6 +541,16 @@ def read_ndjson_stream(stream: BinaryIO, *, source: str = "<stdin>") -> tuple[li
     return messages, digest.hexdigest()
 
 
+def read_ndjson_blocks(stream: BinaryIO, digest: Any, *, source: str = "<stdin>") -> Iterator[list[Message] | MessageBatch]:
+    """The messages of a binary NDJSON stream a chunk of lines at a time, as :func:`read_ndjson`
+    reads them (each chunk a batch, or a list of :class:`Message` when a line is more than a batch
+    holds), hashing every chunk read into ``digest``: the input is never held whole."""
+    for chunk in _hashed_chunks(stream, digest, source):
+        messages = paused_gc(_read_chunks, [chunk], source)
+        if len(messages):
+            yield messages
+
+
 _READ_CHUNK = 1 << 22
 
 

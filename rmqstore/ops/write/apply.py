@@ -39,7 +39,7 @@ from rmqstore.ops.write.journal import (
     rollback_pending,
     save_range,
 )
-from rmqstore.ops.write.plan import plan_with
+from rmqstore.ops.write.plan import plan_blocks, plan_with
 from rmqstore.ops.write.validate import _load_topics
 from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook
@@ -562,6 +562,24 @@ def prepare_write(
         digest = input_digest(messages)
     refuse_unsafe(st, plan, None if again else digest)
     return plan, digest, rolled
+
+
+def prepare_write_blocks(
+    st: Store,
+    blocks: Iterable[Sequence[Message] | MessageBatch],
+    digest: Any,
+    opts: WriteOptions,
+    *,
+    again: bool,
+    dry_run: bool,
+) -> tuple[WritePlan, str, RollbackReport | None]:
+    """:func:`prepare_write` of messages read a block at a time while the plan is made (the NDJSON
+    reader's blocks); ``digest`` is the hash the reader feeds with the bytes it reads."""
+    rolled = None if dry_run else rollback_pending(st)
+    plan = plan_blocks(st, blocks, opts)
+    hexdigest: str = digest.hexdigest()
+    refuse_unsafe(st, plan, None if again else hexdigest)
+    return plan, hexdigest, rolled
 
 
 def _remove_new_root(root: Path) -> None:
