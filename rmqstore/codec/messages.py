@@ -541,7 +541,9 @@ def read_ndjson_stream(stream: BinaryIO, *, source: str = "<stdin>") -> tuple[li
     return messages, digest.hexdigest()
 
 
-def read_ndjson_blocks(stream: BinaryIO, digest: Any, *, source: str = "<stdin>") -> Iterator[list[Message] | MessageBatch]:
+def read_ndjson_blocks(
+    stream: BinaryIO, digest: Any, *, source: str = "<stdin>"
+) -> Iterator[list[Message] | MessageBatch]:
     """The messages of a binary NDJSON stream a chunk of lines at a time, as :func:`read_ndjson`
     reads them (each chunk a batch, or a list of :class:`Message` when a line is more than a batch
     holds), hashing every chunk read into ``digest``: the input is never held whole."""
