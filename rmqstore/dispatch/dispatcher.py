@@ -33,7 +33,7 @@ from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.codec.topic import SkippedQueue, note_skipped
 from rmqstore.errors import CorruptData, from_os_error
 from rmqstore.safety.openfile import create_sized, map_for_writing
-from rmqstore.store.files import RELEASE_STEP, release_pages
+from rmqstore.store.files import FileWriter
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
@@ -62,7 +62,8 @@ class _IndexWriter:
         self.created: list[Path] = []
         self.full_end_timestamps: list[int] = []
         self.written = 0
-        self._map: mmap.mmap | None = None
+        self._map: mmap.mmap | None = None  # header and slots
+        self._file: FileWriter | None = None  # entries: appended, never read back
         self._path: Path | None = None
         self._last_name: str | None = None
         names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
@@ -79,8 +80,8 @@ class _IndexWriter:
                 pos=0,
             )
         self._map = map_for_writing(p, self.size)
+        self._file = FileWriter(p)
         self._path = p
-        self._released = self.entries_pos  # entry bytes before this are out of the resident set
 
     def header(self) -> ix.IndexHeader | None:
         return ix.decode_header(self._map) if self._map is not None else None
@@ -98,17 +99,20 @@ class _IndexWriter:
         create_sized(p, self.size)
         try:
             new = map_for_writing(p, self.size)
+            new_file = FileWriter(p)
         except BaseException:
             os.unlink(p)
             raise
         old, self._map, self._path, self._last_name = self._map, new, p, name
-        self._released = self.entries_pos  # a new file: nothing of it released yet
+        old_file, self._file = self._file, new_file
         self.created.append(p)
         if old is not None:
             if prev is not None and prev.index_count >= self.max_entries:
                 self.full_end_timestamps.append(prev.end_timestamp_ms)
             old.flush()
             old.close()
+        if old_file is not None:
+            old_file.close(sync=True)
         ix.write_header(self._map, ix.new_index_header_after(prev))
 
     def end_phy_offset(self) -> int:
@@ -175,11 +179,13 @@ class _IndexWriter:
         else:
             d = ts.astype(np.int64) - begin
             diffs[:] = np.where(d < 0, 0, np.minimum(d // 1000, INT_MAX)) if begin > 0 else 0
-        out = np.frombuffer(m, dtype=ix.ENTRY_DTYPE, count=k, offset=self.entries_pos + count * ix.ENTRY_SIZE)
+        out = np.empty(k, dtype=ix.ENTRY_DTYPE)
         out["key_hash"] = hashes
         out["phy_offset"] = phy
         out["time_diff"] = diffs
         out["prev"] = prev
+        assert self._file is not None
+        self._file.write_at(out, self.entries_pos + count * ix.ENTRY_SIZE)
         del out
         # slot values: the last entry of each slot wins
         last_of_slot = np.ones(k, dtype=bool)
@@ -194,8 +200,6 @@ class _IndexWriter:
             begin_phy, begin_ts = h.begin_phy_offset, h.begin_timestamp_ms
         ix.HEADER.pack_into(m, 0, begin_ts, int(ts[-1]), begin_phy, int(phy[-1]), slot_count, count + k)
         self.written += k
-        # entries are only appended: the ones written need no page of this process (the slots do)
-        self._released = release_pages(m, self._released, self.entries_pos + (count + k) * ix.ENTRY_SIZE, RELEASE_STEP)
 
     def close(self, sync: bool) -> None:
         if self._map is not None:
@@ -206,6 +210,9 @@ class _IndexWriter:
                 self._map.flush()
             self._map.close()
             self._map = None
+        if self._file is not None:
+            self._file.close(sync)
+            self._file = None
 
 
 def _select(c: Any, rec_mask: np.ndarray) -> Any:
