@@ -20,7 +20,9 @@ from __future__ import annotations
 import datetime as dt
 import mmap
 import os
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,6 +217,9 @@ class _IndexWriter:
             self._file = None
 
 
+_LANE_DEPTH = 2  # column batches queued for the index lane at most
+
+
 def _select(c: Any, rec_mask: np.ndarray) -> Any:
     """The records of ``c`` where ``rec_mask`` holds, with their index keys."""
     keep = np.flatnonzero(rec_mask)
@@ -278,6 +283,7 @@ class Dispatcher:
         clock: Callable[[], int] | None = None,
         topics: set[str] | None = None,
         cq_exclude: frozenset[str] = frozenset(),
+        index_lane: bool = False,
     ):
         self.cfg = cfg
         self.cq_exclude = cq_exclude  # batch consume queue topics: never written as plain queues
@@ -290,6 +296,10 @@ class Dispatcher:
         self._clock = clock or (lambda: int(dt.datetime.now().timestamp() * 1000))
         self._index: _IndexWriter | None = None
         self.stats = DispatchStats()
+        # ``index_lane``: the index half of ``dispatch_columns`` runs in a thread of its own, beside the
+        # consume queue half (numpy and pwrite let go of the GIL), batches in order, a few in flight
+        self._lane = ThreadPoolExecutor(1, thread_name_prefix="index") if index_lane else None
+        self._lane_pending: deque[Future[None]] = deque()
 
     def _queue(self, topic: str, qid: int, phy_offset: int, n: int) -> QueueWriter | None:
         """The writer of a queue, None for a name that cannot be a directory (counted in ``stats.skipped``:
@@ -315,6 +325,7 @@ class Dispatcher:
         """Dispatch a batch of requests (commit log order)."""
         if not reqs:
             return
+        self._drain_lane(0)
         if self.topics is not None:
             reqs = [r for r in reqs if r.topic in self.topics]
             if not reqs:
@@ -371,13 +382,25 @@ class Dispatcher:
             if last_ts:
                 self.stats.logics_msg_timestamp_ms = last_ts
         if self.build_index and len(c.key_rec):
-            w = self._index_writer()
-            rec_ok = (c.phy >= w.end_phy_offset()) & indexed(c.sys_flag)
-            sel = rec_ok[c.key_rec]
-            kr = c.key_rec[sel]
-            if len(kr):
-                w.put_hashes(c.key_hash[sel], c.phy[kr], c.store_ts[kr])
-                self.stats.index_entries = w.written
+            if self._lane is None:
+                self._index_columns(c)
+            else:
+                self._drain_lane(_LANE_DEPTH)
+                self._lane_pending.append(self._lane.submit(self._index_columns, c))
+
+    def _index_columns(self, c: Any) -> None:
+        w = self._index_writer()
+        rec_ok = (c.phy >= w.end_phy_offset()) & indexed(c.sys_flag)
+        sel = rec_ok[c.key_rec]
+        kr = c.key_rec[sel]
+        if len(kr):
+            w.put_hashes(c.key_hash[sel], c.phy[kr], c.store_ts[kr])
+            self.stats.index_entries = w.written
+
+    def _drain_lane(self, depth: int) -> None:
+        """Wait for the index lane until at most ``depth`` batches are in flight; its error is raised here."""
+        while len(self._lane_pending) > depth:
+            self._lane_pending.popleft().result()
 
     def _dispatch_cq(self, reqs: list[DispatchRequest]) -> None:
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
@@ -436,6 +459,14 @@ class Dispatcher:
             self.stats.index_entries = w.written
 
     def close(self, *, sync: bool = True) -> DispatchStats:
+        if self._lane is not None:
+            lane, self._lane = self._lane, None
+            for f in self._lane_pending if not sync else ():
+                f.cancel()  # a failed dispatch: what is queued is not written
+            lane.shutdown(wait=True)
+            pending, self._lane_pending = self._lane_pending, deque()
+            for f in pending if sync else ():
+                f.result()  # the lane's error, when the dispatch itself went well
         for w in self._queues.values():
             w.close(sync)
         self._cq.close(sync)

@@ -120,6 +120,14 @@ def release_pages(buf: mmap.mmap | bytes, start: int, end: int, step: int = _REL
     return hi
 
 
+def release_range(buf: mmap.mmap, start: int, end: int) -> None:
+    """Drop the pages of ``buf[start:end]`` (widened to whole pages) from this process's resident set."""
+    lo = start - start % PAGE
+    hi = min(end, len(buf))
+    if hi > lo:
+        buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
 def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]]:
     """Ranges of ``path[start:end]`` that hold data (the holes of a sparse file left out)."""
     try:
