@@ -259,7 +259,8 @@ def get_session(
     visibility on the executors of a cluster. ``silent_jvm``: the JVM's standard error goes to a
     log file in the temp directory (named in the error if Spark does not start). ``light_driver``:
     the driver's JVM starts with ``LIGHT_DRIVER_OPTIONS``, for jobs whose rows stay in Python
-    (``spark.driver.extraJavaOptions`` given in ``conf`` wins).
+    (``spark.driver.extraJavaOptions`` given in ``conf`` wins), and the data sources are left for
+    ``jobs.read_commitlog`` to register when a DataFrame is read after all.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -294,7 +295,8 @@ def get_session(
         if not is_local(master):
             spark.sparkContext.addPyFile(str(package_zip()))  # before register: sources capture the includes
             check_executors(spark, master, stores)
-        register(spark)
+        if not light_driver:  # a light job reads no DataFrame; registering starts a Python worker of its own
+            register(spark)
     except BaseException:
         spark.stop()
         raise
