@@ -35,6 +35,7 @@ _EMPTY_V1, _EMPTY_V2 = cal_msg_length(0, 0, 0, 0), cal_msg_length(0, 0, 0, 0, v2
 _V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _INT_FIELDS = tuple(f.name for f in RECORD_HEAD if f.code != "addr")
 MAX_FAST_PROPERTIES = 512  # longer property strings are left to ``parse_properties``
+_IN_PLACE_SPAN = 8  # property strings are split where they lie while the chunk is at most this many times their bytes
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _M32 = np.uint64(0xFFFFFFFF)
 
@@ -165,6 +166,46 @@ class PropertyItems:
     high: np.ndarray
 
 
+def _marks_gathered(
+    u8: np.ndarray, start: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The 0x01 and 0x02 bytes of the strings (row, column, is it 0x02) in row order, and the rows
+    holding a byte >= 0x80: the strings gathered into one matrix, a row each."""
+    width = max(int(lens.max()), 1)
+    mat = gather(u8, start, width)
+    inside = np.arange(width, dtype=np.int32) < lens[:, None]
+    high = ((mat >= 0x80) & inside).any(axis=1)
+    marks = ((mat - np.uint8(1)) <= np.uint8(1)) & inside  # 0x01 or 0x02
+    at = np.flatnonzero(marks)
+    r, c = np.divmod(at, width)
+    return r, c, mat.ravel()[at] == 2, high
+
+
+def _marks_in_place(
+    u8: np.ndarray, start: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_marks_gathered`` read from the buffer where the strings lie, in file order and close
+    together (a chunk of records): no matrix; None when they are not."""
+    m = len(start)
+    lo = int(start[0])
+    hi = int(start[-1]) + max(int(lens[-1]), 1)  # a byte past an empty last string keeps reduceat inside
+    ends = start + lens
+    if hi > len(u8) or lo < 0 or (m > 1 and bool((start[1:] < ends[:-1]).any())):
+        return None
+    if hi - lo > _IN_PLACE_SPAN * max(int(lens.sum()), 1):
+        return None  # mostly other bytes between them: gathering reads less
+    span = u8[lo:hi]
+    q = np.flatnonzero((span - np.uint8(1)) <= np.uint8(1))  # 0x01 or 0x02 anywhere in the span
+    row = np.searchsorted(start, q + lo, side="right") - 1
+    inside = q + lo < ends[row]
+    q, row = q[inside], row[inside]
+    bounds = np.empty(2 * m, dtype=np.int64)
+    bounds[0::2] = start - lo
+    bounds[1::2] = ends - lo
+    top = np.maximum.reduceat(span, bounds[:-1])[0::2]  # each string's largest byte
+    return row, q + lo - start[row], span[q] == 2, (top >= 0x80) & (lens > 0)
+
+
 def property_items(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> PropertyItems:
     """Split the property strings at ``start`` / ``length`` into items with array operations.
 
@@ -177,14 +218,8 @@ def property_items(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> Pro
     if m == 0 or int(length.max(initial=0)) == 0:
         return PropertyItems(z, z, z, z, z, bad, np.zeros(m, bool))
     lens = np.where(bad, 0, length)
-    width = max(int(lens.max()), 1)
-    mat = gather(u8, start, width)
-    inside = np.arange(width, dtype=np.int32) < lens[:, None]
-    high = ((mat >= 0x80) & inside).any(axis=1)
-    marks = ((mat - np.uint8(1)) <= np.uint8(1)) & inside  # 0x01 or 0x02
-    at = np.flatnonzero(marks)
-    r, c = np.divmod(at, width)
-    is2 = mat.ravel()[at] == 2
+    marks = _marks_in_place(u8, start, lens)
+    r, c, is2, high = marks if marks is not None else _marks_gathered(u8, start, lens)
     r2, c2 = r[is2], c[is2]
     # A row's first item starts at 0, one more after each 0x02; an item ends at the next 0x02 or the row's end.
     cnt2 = np.bincount(r2, minlength=m)
