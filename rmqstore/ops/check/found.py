@@ -125,3 +125,22 @@ def emit_firsts(out: Problems, f: Firsts | None, where: Path | str, group: str, 
         out.hide(where, group, severity, f.n - (out.limit + 1))
     for path, pos, what, phy in f.listed():
         out.add(path, pos, what, severity, phy_offset=phy, group=group)
+
+
+class Deferred(Problems):
+    """The calls a check makes to its collector, kept to be made in order later (findings of a
+    file read before the walk, reported after it)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def add(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        self.calls.append(("add", args, kwargs))
+
+    def hide(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        self.calls.append(("hide", args, kwargs))
+
+    def replay(self, out: Problems) -> None:
+        for name, args, kwargs in self.calls:
+            getattr(out, name)(*args, **kwargs)

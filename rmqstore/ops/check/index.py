@@ -22,7 +22,7 @@ from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.errors import CorruptData
-from rmqstore.ops.check.found import Firsts, Problems, emit_firsts, first_of
+from rmqstore.ops.check.found import Deferred, Firsts, Problems, emit_firsts, first_of
 from rmqstore.ops.check.window import OFFSET_MAX, Block, Cursors, Window
 from rmqstore.problems import ERROR, WARNING
 from rmqstore.store import Store
@@ -212,6 +212,7 @@ class _File:
     last_hit: tuple[int, int, int] | None = None  # (number, phy, store time) of the last entry's record
     any_hit: bool = False
     parsed: bool = True
+    chains: Deferred | None = None  # slot chain findings, read before the walk
 
 
 class IndexCheck:
@@ -244,20 +245,11 @@ class IndexCheck:
                 return _File(path, None, parsed=False)
             h = ix.header()
             count = _index_count(ix, h, Problems(0))
+            f = _File(path, h, cfg.max_hash_slot_num, count, prev_end_ts)
+            if count - 1 <= 0:
+                return f
+            self._chains(ix, f, len(self.files))
             del ix
-        f = _File(path, h, cfg.max_hash_slot_num, count, prev_end_ts)
-        if count - 1 <= 0:
-            return f
-        owner = len(self.files)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            for first in range(1, count, self.chunk):
-                end = min(first + self.chunk, count)
-                at = HEADER_SIZE + f.slots * 4 + first * INDEX_ENTRY_SIZE
-                e = np.frombuffer(os.pread(fd, (end - first) * INDEX_ENTRY_SIZE, at), dtype=_INDEX_DTYPE)
-                self.cursors.add(Block(owner, 0, first, end, True), e["p"].astype(np.int64))
-        finally:
-            os.close(fd)
         lo, hi = h.begin_phy_offset, h.end_phy_offset
         self.cover = (lo, hi) if self.cover is None else (min(self.cover[0], lo), max(self.cover[1], hi))
         return f
@@ -343,7 +335,7 @@ class IndexCheck:
                 fs = f.found[group] = Firsts(self.keep)
             for n in fs.want(num[idx]).tolist():
                 i = int(np.searchsorted(num, n))
-                fs.put(n, (f.path, entries_pos + n * INDEX_ENTRY_SIZE, what(i), int(phy[i])))
+                fs.put(n, (str(f.path), entries_pos + n * INDEX_ENTRY_SIZE, what(i), int(phy[i])))
             fs.settle()
 
         return add
@@ -393,11 +385,13 @@ class IndexCheck:
                 return decode_header(buf, path=str(path)) if len(buf) >= HEADER_SIZE else None
             h = ix.header()
             count = _index_count(ix, h, out)
-            if count - 1 > 0:
-                self._chains(ix, f, out)
             del ix
         if count - 1 <= 0:
             return h
+        if f.chains is not None:
+            f.chains.replay(out)
+        for group, severity in _RECORD_GROUPS:
+            emit_firsts(out, f.found.get(group), str(path), group, severity)
         counts["indexEntries"] += count - 1
         if f.any_hit:
             if f.first_hit is not None and (h.begin_phy_offset, h.begin_timestamp_ms) != f.first_hit:
@@ -406,18 +400,20 @@ class IndexCheck:
                 out.add(path, 8, f"header end offset/timestamp differ from entry {f.last_hit[0]}'s record", WARNING)
         return h
 
-    def _chains(self, ix: IndexFile, f: _File, out: Problems) -> None:
-        """Slot chains a chunk at a time, then the slot heads; then the findings against the records."""
+    def _chains(self, ix: IndexFile, f: _File, owner: int) -> None:
+        """Slot chains a chunk at a time, then the slot heads (their findings kept for the report);
+        the entries to match with the records become cursor blocks."""
         count = f.count
+        f.chains = Deferred(self.keep - 1 if self.keep else 0)
         w = _IndexWalk(ix, count, np.full(count, -1, dtype=np.int32), np.zeros(count, dtype=np.uint8),
-                       _Findings(out, ix.path), self.chunk)  # fmt: skip
+                       _Findings(f.chains, ix.path), self.chunk)  # fmt: skip
         fd = os.open(ix.path, os.O_RDONLY)
         try:
             for first in range(1, count, self.chunk):
-                _chunk_chains(w, _IndexChunk.read(fd, ix, first, min(first + self.chunk, count)))
+                c = _IndexChunk.read(fd, ix, first, min(first + self.chunk, count))
+                _chunk_chains(w, c)
+                self.cursors.add(Block(owner, 0, first, first + len(c.num), True), c.phy)
             w.chains.flush()
-            _slot_heads(w, fd, out)
+            _slot_heads(w, fd, f.chains)
         finally:
             os.close(fd)
-        for group, severity in _RECORD_GROUPS:
-            emit_firsts(out, f.found.get(group), ix.path, group, severity)

@@ -23,6 +23,7 @@ from rmqstore.ops.check.window import OFFSET_MAX, Block, Cursors, Window
 from rmqstore.problems import ERROR, Problem, ProblemKind
 from rmqstore.store import Store
 from rmqstore.store.layout import Segment, StoreConfig
+from rmqstore.store.queue.mappedfiles import FileQueueLifeCycle, pread_units
 from rmqstore.walk.chain import queued
 from rmqstore.walk.checked import TopicIds
 
@@ -41,6 +42,13 @@ class QueueInfo:
     fillers: int = 0
     filler_end: int = -1  # queue offset after the fillPreBlank prefix (-1: none)
     batch: bool = False  # a 5.x batch consume queue (first/end offsets count messages, not units)
+
+
+def _read_units(q: Any, seg: Segment, a: int, b: int) -> np.ndarray:
+    """Units ``a`` to ``b`` of one file of a queue: read from a file queue's file, asked of any other store."""
+    if isinstance(q, FileQueueLifeCycle):
+        return pread_units(seg.path, q.dtype, a, b)
+    return q.read(seg, a, b)
 
 
 def fix_segment_problems(problems: Iterable[Problem], segs: Sequence[Segment], expected: int) -> list[Problem]:
@@ -127,7 +135,7 @@ class QueueCheck:
         for part, seg in enumerate(segs):
             n = seg.size // ENTRY_SIZE
             for a in range(0, n, QUEUE_BLOCK):
-                self._units(x, pre, part, a, q.read(seg, a, min(a + QUEUE_BLOCK, n)))
+                self._units(x, pre, part, a, _read_units(q, seg, a, min(a + QUEUE_BLOCK, n)))
         self._settle(x, pre)
         return x
 
@@ -236,7 +244,7 @@ class QueueCheck:
     # -- during the walk ----------------------------------------------------------------
     def _read(self, block: Block, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         x = self.queues[block.owner]
-        arr = x.q.read(x.segs[block.part], a, b)
+        arr = _read_units(x.q, x.segs[block.part], a, b)
         phy = arr["phy_offset"].astype(np.int64)
         if x.info.batch:
             return np.arange(a, a + len(arr), dtype=np.int64), phy, arr
