@@ -22,7 +22,7 @@ from rmqstore.codec.fields import INT_MAX
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.errors import CorruptData
-from rmqstore.ops.check.found import Deferred, Firsts, Problems, emit_firsts, first_of
+from rmqstore.ops.check.found import Deferred, Firsts, Problems, emit_firsts
 from rmqstore.ops.check.window import OFFSET_MAX, Block, Cursors, Window
 from rmqstore.problems import ERROR, WARNING
 from rmqstore.store import Store
@@ -30,7 +30,7 @@ from rmqstore.store.files import map_file
 from rmqstore.walk.chain import indexed
 from rmqstore.walk.checked import TopicIds
 
-INDEX_CHUNK = 1 << 20  # index entries checked at a time
+INDEX_CHUNK = 1 << 18  # index entries (and slots) checked at a time
 _RECORD_GROUPS = (("past end", ERROR), ("not a record", ERROR), ("wrong key", ERROR), ("rollback", WARNING),
                   ("time diff", ERROR))  # fmt: skip
 
@@ -148,22 +148,29 @@ def _chunk_chains(w: _IndexWalk, c: _IndexChunk) -> None:
 
 
 def _slot_heads(w: _IndexWalk, fd: int, out: Problems) -> None:
-    """Slot heads (§5.2) and, once every link is counted, entries in no chain or in two."""
+    """Slot heads (§5.2), a chunk of slots at a time, and, once every link is counted, entries in no
+    chain or in two."""
     ix, count, path = w.ix, w.count, w.ix.path
-    heads = np.frombuffer(os.pread(fd, ix.slots * 4, HEADER_SIZE), dtype=">i4").astype(np.int32)
-    bad_head = (heads < 0) | (heads >= count)
-    for s in first_of(out, np.flatnonzero(bad_head), path, "bad slot"):
-        what = f"slot {s} points to entry {heads[s]}, past indexCount {count}"
-        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
-    live = np.flatnonzero((heads > 0) & ~bad_head)
-    head_slot = w.slot[heads[live]]
-    for s in first_of(out, live[head_slot != live], path, "bad slot"):
-        what = f"slot {s} starts with entry {heads[s]} whose keyHash belongs to another slot"
-        out.add(path, HEADER_SIZE + int(s) * 4, what, group="bad slot")
-    for lo in range(0, live.size, w.chunk):
-        w.link(heads[live[lo : lo + w.chunk]])
-    del heads, live, bad_head
-    refs = w.refs[1:count]
+    keep = out.limit + 1 if out.limit else 0
+    past, other = Firsts(keep), Firsts(keep)  # heads past indexCount; heads of another slot's entry
+    for lo in range(0, ix.slots, w.chunk):
+        n = min(w.chunk, ix.slots - lo)
+        heads = np.frombuffer(os.pread(fd, n * 4, HEADER_SIZE + lo * 4), dtype=">i4").astype(np.int64)
+        bad_head = (heads < 0) | (heads >= count)
+        for s in past.want(lo + np.flatnonzero(bad_head)).tolist():
+            past.put(
+                s,
+                (path, HEADER_SIZE + s * 4, f"slot {s} points to entry {heads[s - lo]}, past indexCount {count}", None),
+            )
+        live = np.flatnonzero((heads > 0) & ~bad_head)
+        wrong = live[w.slot[heads[live]] != lo + live]
+        for s in other.want(lo + wrong).tolist():
+            what = f"slot {s} starts with entry {heads[s - lo]} whose keyHash belongs to another slot"
+            other.put(s, (path, HEADER_SIZE + s * 4, what, None))
+        w.link(heads[live])
+    for f in (past, other):
+        f.settle()
+        emit_firsts(out, f, path, "bad slot")
 
     def at(i: int) -> int:
         return HEADER_SIZE + ix.slots * 4 + (i + 1) * INDEX_ENTRY_SIZE
@@ -172,10 +179,12 @@ def _slot_heads(w: _IndexWalk, fd: int, out: Problems) -> None:
         return int(np.frombuffer(os.pread(fd, 8, at(i) + 4), dtype=">i8")[0])
 
     what_refs = _Findings(out, path)
-    what_refs.add("unreachable", np.flatnonzero(refs == 0),
-                  lambda i: f"entry {i + 1} is in no slot chain: queries never find it", at, phy, WARNING)  # fmt: skip
-    merged = np.flatnonzero(refs > 1)
-    what_refs.add("merged chains", merged, lambda i: f"entry {i + 1} is linked {_links(w, fd, i + 1)} times: slot chains merge", at, phy)  # fmt: skip
+    for lo in range(1, count, w.chunk):
+        refs = w.refs[lo : min(lo + w.chunk, count)]
+        what_refs.add("unreachable", lo - 1 + np.flatnonzero(refs == 0),
+                      lambda i: f"entry {i + 1} is in no slot chain: queries never find it", at, phy, WARNING)  # fmt: skip
+        what_refs.add("merged chains", lo - 1 + np.flatnonzero(refs > 1),
+                      lambda i: f"entry {i + 1} is linked {_links(w, fd, i + 1)} times: slot chains merge", at, phy)  # fmt: skip
     what_refs.flush()
 
 
