@@ -193,8 +193,27 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+# Shells typer writes completion scripts for.
+_COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _take_completion_shell(argv: list[str]) -> None:
+    """Let ``--show-completion bash`` (or ``--install-completion zsh``) use the shell it names.
+
+    Typer otherwise ignores the name and guesses the shell from the process tree, which fails under
+    cron, CI or ``nohup`` ("Shell  not supported"); typer's own switch (made for its tests) makes the
+    option take a value.
+    """
+    for flag in ("--show-completion", "--install-completion"):
+        if flag in argv[:-1] and argv[argv.index(flag) + 1] in _COMPLETION_SHELLS:
+            import os
+
+            os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
+
+
 def main() -> None:
     """Console-script entry point."""
+    _take_completion_shell(sys.argv[1:])
     try:
         app(prog_name="rmqstore")
     except BrokenPipeError:
