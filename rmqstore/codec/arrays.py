@@ -384,6 +384,9 @@ def _values_by_layout(
     values = {}
     for name, parts in found.items():
         if parts:
+            if len(parts) == 1:  # one layout: its rows are in order already
+                values[name] = parts[0]
+                continue
             rr = np.concatenate([q[0] for q in parts])
             o = np.argsort(rr, kind="stable")
             values[name] = tuple(np.concatenate([q[i] for q in parts])[o] for i in range(3))
@@ -391,6 +394,14 @@ def _values_by_layout(
             z = np.zeros(0, np.int64)
             values[name] = (z, z, z)
     return values  # type: ignore[return-value]
+
+
+def _bytes_at(sub: np.ndarray, begin: int, want: bytes) -> np.ndarray:
+    """Rows of ``sub`` holding ``want`` at column ``begin``, one column at a time (no row copies)."""
+    eq = sub[:, begin] == want[0]
+    for j in range(1, len(want)):
+        eq &= sub[:, begin + j] == want[j]
+    return eq
 
 
 def _layout_values(
@@ -402,11 +413,13 @@ def _layout_values(
     for item in row.split(b"\x02"):
         items.append((at, at + len(item), item))
         at += len(item) + 1
+    # one layout for every row (the usual batch): columns are views of the matrix, not copies
+    sub = mat if len(rows) == len(mat) else mat[rows]
     # The layout says where separators are, not which: rows with a 0x01 where this one has a 0x02
     # (or the reverse) are another layout, left to the per-record path.
     twos = [end for _, end, _ in items[:-1]]
     if twos:
-        other = ~(mat[rows[:, None], twos] == 2).all(axis=1)
+        other = ~_bytes_at(sub[:, twos], 0, b"\x02" * len(twos))
         bad[rows[other]] = True
     widths = {len(t) for t in names}
     value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in names}
@@ -419,10 +432,9 @@ def _layout_values(
             return {}
         if k not in widths:
             continue
-        row_names = mat[rows, begin : begin + k]
         for name in names:
             if len(name) == k:
-                hit = (row_names == np.frombuffer(name, np.uint8)).all(axis=1)
+                hit = _bytes_at(sub, begin, name)
                 if hit.any():
                     value_at[name].append((hit, begin + k + 1, end - begin - k - 1))
     out = {}
