@@ -153,7 +153,7 @@ def command_argv(name: str, rmq: str, store: Path, n: int, version: str, scratch
 
 def measure(name: str, rmq: str, base: Path, n: int, version: str) -> Run:
     """One run of ``name``, its store prepared outside the timing."""
-    scratch = base / "redispatch-out"
+    scratch = base.parent / f"{base.name}-redispatch-out"  # beside the store: the store folder may be shared
     shutil.rmtree(scratch, ignore_errors=True)
     store = crashed_copy(base, base.parent / f"{base.name}-crashed") if name == "recover" else base / "store"
     try:

@@ -20,22 +20,40 @@ Without STORE the 1 GiB store of 200-byte messages of ``benchmarks/make_store.py
   the find job alone in the running session.
 
 Rows/s and ratios; the machine's core count and load average are printed with the figures.
+
+``--scaling`` instead measures ``spark stats`` and ``spark export`` at production sizes against the
+previous build, on the stores of ``bench_scaling.py`` (written under --workdir when missing, reused
+with --keep):
+
+    python benchmarks/bench_spark.py --scaling --workdir /tmp/bench30 --sizes 1m,4m --runs 3 \
+        --compare /work/venvs/base1/bin/rmqstore
+
+For each size, back to back and alternating with the previous build, best of --runs: the command
+lines (JVM start included: wall, CPU of every process of the command, the JVM and the Python workers
+included, and the peak proportional set size of them all), ``dump commitlog --count -j 1`` and
+``dump commitlog -f parquet -o FILE`` (pyarrow writing the same rows, one job); then the jobs alone
+in a running session (JVM start excluded: one session per build, a warm-up stats job first). The
+ratios printed are the goal's: stats / dump --count (wall, and per core: wall x cores / dump wall)
+and export / the pyarrow write.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 DEFAULT_STORE = Path("/tmp/rmqstore-bench/1g-200b")
 RMQSTORE = [sys.executable, "-c", "import sys; from rmqstore.cli import main; sys.argv[0] = 'rmqstore'; main()"]
@@ -69,6 +87,10 @@ class Report:
 
 
 def main() -> None:
+    if "--scaling" in sys.argv:
+        sys.argv.remove("--scaling")
+        scaling_main()
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("store", nargs="?", type=Path, help="directory holding store/ (default: the 1 GiB bench store)")
     ap.add_argument("--master", default="local[2]")
@@ -235,6 +257,170 @@ def direct_write(store: Path, out: Path, records: int) -> float:
         max_rows_per_group=1 << 20,
     )
     return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# --scaling: the commands at 1 M and 4 M messages against the previous build
+
+_CLK = os.sysconf("SC_CLK_TCK")
+# The jobs alone, in one running session of the build whose Python runs it: prints JSON lines.
+_SESSION_JOBS = """
+import json, shutil, sys, time
+from rmqstore.spark import jobs
+from rmqstore.spark.session import get_session
+store, out, runs, master = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+t = time.perf_counter()
+spark = get_session(master, conf={"spark.ui.showConsoleProgress": "false"}, silent_jvm=True)
+print(json.dumps({"session": time.perf_counter() - t}), flush=True)
+jobs.stats_rows(spark, [store])  # warm-up: Python workers started, modules imported
+for _ in range(runs):
+    t = time.perf_counter()
+    rows = jobs.stats_rows(spark, [store])
+    stats = time.perf_counter() - t
+    shutil.rmtree(out, ignore_errors=True)
+    t = time.perf_counter()
+    res = jobs.export_parquet(spark, [store], out)
+    print(json.dumps({"stats": stats, "export": time.perf_counter() - t, "messages": sum(r["messages"] for r in rows),
+                      "rows": res.rows, "groups": len(rows)}), flush=True)
+shutil.rmtree(out, ignore_errors=True)
+spark.stop()
+"""
+
+
+def _proc_tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK
+
+
+def run_tree(argv: list[str]) -> tuple[float, float, int]:
+    """Wall, CPU and peak proportional set size of ``argv`` and every process under it, sampled every
+    50 ms (a JVM that its parent never waits for is not in the parent's rusage)."""
+    from bench_scaling import _tree_pss
+
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cpu: dict[int, float] = {}
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for p in _proc_tree(proc.pid):
+                c = _cpu_seconds(p)
+                if c is not None:
+                    cpu[p] = max(cpu.get(p, 0.0), c)
+            peak[0] = max(peak[0], _tree_pss(proc.pid))
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}\n{err.decode(errors='replace')[-2000:]}")
+    return wall, sum(cpu.values()), peak[0]
+
+
+def scaling_commands(rmq: str, store: Path, out: Path, master: str) -> dict[str, list[str]]:
+    return {
+        "spark stats": [rmq, "spark", "stats", str(store), "--master", master, "-q", "-f", "csv"],
+        "spark export": [rmq, "spark", "export", str(store), "-o", str(out), "--master", master, "-q", "-f", "json"],
+        "dump --count -j 1": [rmq, "dump", "commitlog", str(store), "--count", "-j", "1", "-f", "ndjson"],
+        "dump -f parquet -o": [rmq, "dump", "commitlog", str(store), "-f", "parquet", "-o", str(out / "all.parquet")],
+    }
+
+
+def session_jobs(python: str, store: Path, out: Path, runs: int, master: str) -> dict[str, float]:
+    """Best stats and export job times of one session of the build that ``python`` runs."""
+    p = subprocess.run([python, "-c", _SESSION_JOBS, str(store), str(out), str(runs), master],
+                       capture_output=True, text=True, cwd=tempfile.gettempdir())  # fmt: skip
+    if p.returncode != 0:
+        raise SystemExit(f"session jobs ({python}): exit {p.returncode}\n{p.stderr[-2000:]}")
+    lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    best = {k: min(line[k] for line in lines[1:]) for k in ("stats", "export")}
+    return {"session": lines[0]["session"], **best, "messages": lines[1]["messages"], "rows": lines[1]["rows"]}
+
+
+def scaling_size(args: argparse.Namespace, n: int) -> None:
+    from bench_scaling import cat_seconds, write_store
+
+    base = write_store(args.workdir, n, 128 << 20)
+    store = base / "store"
+    files = sorted((store / "commitlog").iterdir())
+    cat = cat_seconds(files, 3)
+    out = Path(tempfile.mkdtemp(prefix="rmqstore-bench-spark-"))
+    builds = [("new", args.rmqstore)] + ([("previous", args.compare)] if args.compare else [])
+    print(f"\n{n:,} messages, {len(files)} commit log files, cat {cat:.2f} s; load {os.getloadavg()[0]:.1f}")
+    print(f"{'command':<34} {'wall s':>8} {'cpu s':>8} {'PSS MB':>8} {'/cat':>7}")
+    best: dict[tuple[str, str], tuple[float, float, int]] = {}
+    try:
+        for name in scaling_commands("", store, out, args.master):
+            for _ in range(args.runs):
+                for label, rmq in builds:
+                    shutil.rmtree(out, ignore_errors=True)
+                    out.mkdir()
+                    r = run_tree(scaling_commands(rmq, store, out, args.master)[name])
+                    old = best.get((label, name))
+                    best[label, name] = r if old is None else (min(old[0], r[0]), min(old[1], r[1]), max(old[2], r[2]))
+            for label, _ in builds:
+                w, c, pss = best[label, name]
+                print(f"{label + ' ' + name:<34} {w:8.2f} {c:8.2f} {pss / 2**20:8.0f} {w / cat:6.1f}x", flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+        jobs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in builds}
+        for _ in range(max(1, args.runs // 2)):
+            for label, rmq in builds:
+                jobs[label].append(session_jobs(str(Path(rmq).with_name("python")), store, out, 2, args.master))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    cores = int(args.master[6:-1]) if args.master.startswith("local[") and args.master[6:-1].isdigit() else 2
+    for label, _ in builds:
+        j = {k: min(x[k] for x in jobs[label]) for k in ("session", "stats", "export")}
+        count = jobs[label][0]
+        dump_w, parquet_w = best["new", "dump --count -j 1"][0], best["new", "dump -f parquet -o"][0]
+        cli_stats, cli_export = best[label, "spark stats"][0], best[label, "spark export"][0]
+        print(
+            f"{label}: session start {j['session']:.2f} s; jobs alone: stats {j['stats']:.2f} s, export {j['export']:.2f} s "
+            f"({count['messages']:,.0f} messages, {count['rows']:,.0f} rows exported)\n"
+            f"  stats / dump --count: job {j['stats'] / dump_w:.2f}x wall ({j['stats'] * cores / dump_w:.2f}x per core), "
+            f"command line {cli_stats / dump_w:.2f}x; export / pyarrow write: job {j['export'] / parquet_w:.2f}x, "
+            f"command line {cli_export / parquet_w:.2f}x"
+        )
+
+
+def scaling_main() -> None:
+    from bench_scaling import SIZES
+
+    ap = argparse.ArgumentParser(description="spark stats and export at production sizes, against a previous build")
+    ap.add_argument("--sizes", default="1m", help=f"comma-separated, of {', '.join(SIZES)} (default 1m)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--rmqstore", default=str(Path(sys.executable).with_name("rmqstore")))
+    ap.add_argument("--compare", help="the previous build's rmqstore (its python beside it runs its jobs)")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
+    args = ap.parse_args()
+    print(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for size in args.sizes.split(","):
+        scaling_size(args, SIZES[size])
 
 
 if __name__ == "__main__":

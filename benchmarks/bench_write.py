@@ -21,7 +21,8 @@ may be shared, and it shows how loaded it was during the run. The stores are del
 
 With ``--base CMD`` it only compares the command line with another build's (CMD) on engine-shaped
 NDJSON (every message with TAGS, KEYS, a UNIQ_KEY, WAIT and user properties; then also with born
-time and host, store host and flag), back to back, alternating, best of ``--rounds``: the ratio is
+time and host, store host and flag; then plain lines with no property), back to back, alternating,
+best of ``--rounds`` in wall and in CPU time (user + sys), with each side's peak RSS: the ratios are
 the base's time over this build's.
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -171,36 +173,71 @@ def engine_shaped_lines(count: int, body_size: int, *, harness: bool) -> list[st
     return out
 
 
-def vs_base(out: Path, count: int, body_size: int, base: str, rounds: int) -> list[dict]:
-    """``rmqstore write`` of engine-shaped NDJSON with this build and with ``base`` (another build's
-    command), back to back, alternating which goes first; the best of ``rounds`` of each."""
+def plain_lines(count: int, body_size: int) -> list[str]:
+    """Messages with topic, queue, TAGS, KEYS and body only (no UNIQ_KEY, WAIT or user property)."""
+    body = "b" * body_size
+    return [
+        json.dumps(
+            {"topic": f"BenchTopic{i % TOPICS:02d}", "queueId": (i // TOPICS) % QUEUES, "tags": "TagA"}
+            | {"keys": f"k-{i:010d}", "body": body}
+        )
+        for i in range(count)
+    ]
+
+
+def timed(cmd: list[str]) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (KiB) of one command."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if status:
+        raise SystemExit(f"{cmd[0]} failed: {proc.stderr.read().decode() if proc.stderr else status}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def vs_base(out: Path, count: int, body_size: int, base: str, rounds: int, this: str) -> list[dict]:
+    """``rmqstore write`` of engine-shaped NDJSON (and plain lines) with this build (``this``) and
+    with ``base`` (another build's command), back to back, alternating which goes first; the best
+    wall and CPU time of ``rounds`` of each, and the peak RSS."""
     results = []
-    for harness in (False, True):
-        src = out / f"engine-shaped-{'harness' if harness else 'producer'}.ndjson"
-        src.write_text("\n".join(engine_shaped_lines(count, body_size, harness=harness)) + "\n")
-        best = {"base": float("inf"), "this": float("inf")}
+    inputs = {"producer": lambda: engine_shaped_lines(count, body_size, harness=False)}
+    inputs |= {"harness": lambda: engine_shaped_lines(count, body_size, harness=True)}
+    inputs |= {"plain": lambda: plain_lines(count, body_size)}
+    for kind, lines in inputs.items():
+        src = out / f"input-{kind}.ndjson"
+        src.write_text("\n".join(lines()) + "\n")
+        best = {side: [float("inf"), float("inf"), 0] for side in ("base", "this")}
         for r in range(rounds):
             for side in ("base", "this") if r % 2 == 0 else ("this", "base"):
                 root = out / f"store-{side}"
                 shutil.rmtree(root, ignore_errors=True)
-                cli = base if side == "base" else "rmqstore"
+                cli = base if side == "base" else this
                 cmd = [cli, "write", str(root), str(src), "--create", "--topic-queue-nums", str(QUEUES), "-f", "json"]
-                t = time.perf_counter()
-                subprocess.run(cmd, capture_output=True, check=True)
-                best[side] = min(best[side], time.perf_counter() - t)
+                wall, cpu, rss = timed(cmd)
+                b = best[side]
+                b[0], b[1], b[2] = min(b[0], wall), min(b[1], cpu), max(b[2], rss)
                 shutil.rmtree(root, ignore_errors=True)
+        (bw, bc, brss), (tw, tc, trss) = best["base"], best["this"]
         r = {
-            "mode": f"CLI, engine-shaped NDJSON ({'harness' if harness else 'producer'} fields), vs {base}",
+            "mode": f"CLI, {kind} NDJSON, vs {base}",
             "messages": count,
-            "baseSeconds": round(best["base"], 2),
-            "seconds": round(best["this"], 2),
-            "msgPerSec": round(count / best["this"]),
-            "speedupOverBase": round(best["base"] / best["this"], 2),
+            "baseSeconds": round(bw, 2),
+            "baseCpuSeconds": round(bc, 2),
+            "basePeakRssMB": round(brss / 1024),
+            "seconds": round(tw, 2),
+            "cpuSeconds": round(tc, 2),
+            "peakRssMB": round(trss / 1024),
+            "msgPerSec": round(count / tw),
+            "msgPerCpuSec": round(count / tc),
+            "speedupOverBase": round(bw / tw, 2),
+            "cpuSpeedupOverBase": round(bc / tc, 2),
         }
         results.append(r)
         print(
-            f"{r['mode']}\n{'':<28} {count:>9,} msgs  base {r['baseSeconds']:.2f} s  this {r['seconds']:.2f} s "
-            f"{r['msgPerSec']:>9,} msg/s  x{r['speedupOverBase']} the base's rate",
+            f"{r['mode']}\n{'':<8} {count:>9,} msgs  base {bw:.2f} s (CPU {bc:.2f} s, {r['basePeakRssMB']} MB)  "
+            f"this {tw:.2f} s (CPU {tc:.2f} s, {r['peakRssMB']} MB)  x{r['speedupOverBase']} the base's rate, "
+            f"x{r['cpuSpeedupOverBase']} in CPU",
             flush=True,
         )
         src.unlink()
@@ -216,11 +253,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--base", help="another build's rmqstore command: compare engine-shaped writes with it only")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the --base comparison (best of)")
+    ap.add_argument("--this", help="this build's rmqstore command (default: the one beside this Python)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.base:
         try:
-            print(json.dumps(vs_base(args.out, args.ndjson, args.body, args.base, args.rounds), indent=2))
+            this = args.this or str(Path(sys.executable).with_name("rmqstore"))
+            print(json.dumps(vs_base(args.out, args.ndjson, args.body, args.base, args.rounds, this), indent=2))
         finally:
             if not args.keep:
                 shutil.rmtree(args.out, ignore_errors=True)

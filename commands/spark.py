@@ -97,7 +97,8 @@ class Spark:
     executor_python: ExecutorPythonOpt = None
     task_max_failures: MaxFailuresOpt = None
 
-    def session(self, quiet: bool, stores: list[str]) -> Any:
+    def session(self, quiet: bool, stores: list[str], *, light: bool = False) -> Any:
+        """The job's session; ``light``: the job's rows stay in the Python tasks (a lighter driver JVM)."""
         from rmqstore.spark.session import spark_session
 
         conf = _conf(quiet, self.conf, self.task_max_failures)
@@ -107,6 +108,7 @@ class Spark:
             executor_python=self.executor_python,
             stores=stores,
             silent_jvm=quiet or _console.quiet(),
+            light_driver=light,
         )
 
 
@@ -140,7 +142,7 @@ def export_command(
     opts = jobs.ReadOptions(split_size=split_size, verify_crc=verify_crc, broker=broker_version, crc_ok=crc_ok)
     roots = jobs.check_stores(_stores(stores), opts)  # bad input is reported before Spark starts
     jobs.check_output(output, overwrite=overwrite)
-    with spark.session(quiet, roots) as session:
+    with spark.session(quiet, roots, light="://" not in str(output)) as session:
         res = jobs.export_parquet(session, roots, output, overwrite=overwrite, options=opts, by_date=not no_date)
     err.print(f"exported {res.rows} records of {len(res.stores)} store(s) to {res.output}")
     render_mapping({"output": res.output, "rows": res.rows, "stores": list(res.stores)}, default_format(fmt))
@@ -180,7 +182,7 @@ def stats_command(
     fmt = default_format(fmt)
     opts = jobs.ReadOptions(split_size)
     roots = jobs.check_stores(_stores(stores), opts)
-    with spark.session(quiet, roots) as session:
+    with spark.session(quiet, roots, light=not exact_distinct) as session:
         rows = jobs.stats_rows(session, roots, options=opts, exact_distinct=exact_distinct)
     note = jobs.estimates_note(rows)
     if note:

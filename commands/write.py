@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,12 +16,14 @@ from rmqstore.codec.topic import skipped_lines
 from rmqstore.errors import InputError
 from rmqstore.ops import write as op
 from rmqstore.safety.journal import Resumed
+from rmqstore.store import Store
 
 from ._common import Format, err, parse_time_ms, render_mapping, render_rows, step_hook
 from ._options import Changing, Keeping, command
 from ._plan import PlanView, at_terminal, confirmed, plan_view, render_plan, resume_interrupted
 
 app = typer.Typer()
+Blocks = list[op.Message] | op.MessageBatch
 
 _ROWS_SHOWN = 20  # table/plain: one row per message up to this many, else a summary
 _JSON_ROWS = 1000  # json: per-message results up to this many
@@ -30,8 +35,31 @@ class Flush(str, enum.Enum):
     async_ = "async"
 
 
+def _input(source: str, stack: ExitStack, message_opts: tuple[Any, ...]) -> tuple[Iterator[Blocks], Any]:
+    """The NDJSON input's messages, read a chunk at a time while the write is planned, and the hash
+    its bytes are fed into as they are read (the input's digest)."""
+    topic, queue, tags, keys, body, body_file, props, delay_level, flag = message_opts
+    if topic or queue is not None or tags or keys or body is not None or body_file or props or delay_level or flag:
+        raise InputError("give either an NDJSON input or --topic and the message options, not both")
+    digest = hashlib.sha256()
+    if source == "-":
+        return op.read_ndjson_blocks(sys.stdin.buffer, digest, source="<stdin>"), digest
+    path = Path(source)
+    try:
+        f = stack.enter_context(open(path, "rb"))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    return _reading(op.read_ndjson_blocks(f, digest, source=str(path)), path), digest
+
+
+def _reading(blocks: Iterator[Blocks], path: Path) -> Iterator[Blocks]:
+    try:
+        yield from blocks
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+
+
 def _messages(
-    source: str | None,
     topic: str | None,
     queue: int | None,
     tags: str | None,
@@ -41,19 +69,8 @@ def _messages(
     props: list[str],
     delay_level: int,
     flag: int,
-) -> tuple[list[op.Message] | op.MessageBatch, str | None]:
-    """The messages, and the digest of the NDJSON input's bytes (None for one message from options)."""
-    if source is not None:
-        if topic or queue is not None or tags or keys or body is not None or body_file or props or delay_level or flag:
-            raise InputError("give either an NDJSON input or --topic and the message options, not both")
-        if source == "-":
-            return op.read_ndjson_stream(sys.stdin.buffer, source="<stdin>")
-        path = Path(source)
-        try:
-            with open(path, "rb") as f:
-                return op.read_ndjson_stream(f, source=str(path))
-        except OSError as e:
-            raise InputError(f"{path}: cannot read: {e.strerror}") from None
+) -> list[op.Message]:
+    """The one message the options give."""
     if not topic:
         raise InputError("nothing to write: give --topic (one message) or an NDJSON file / - for stdin")
     if body is not None and body_file is not None:
@@ -72,8 +89,7 @@ def _messages(
         if not sep:
             raise InputError(f"--property {p!r} is not NAME=VALUE")
         pairs.append((k, v))
-    message = op.Message(topic, data, queue, tags, keys, tuple(pairs), flag, delay_level=delay_level)
-    return [message], None
+    return [op.Message(topic, data, queue, tags, keys, tuple(pairs), flag, delay_level=delay_level)]
 
 
 # options of write_command whose declaration takes several lines
@@ -158,44 +174,68 @@ def write_command(
     if source is not None and input_file is not None:
         raise InputError("give the NDJSON input once (INPUT or --input)")
     message_opts = (topic, queue, tags, keys, body, body_file, prop or [], delay_level, flag)
-    msgs, digest = _messages(source if source is not None else input_file, *message_opts)
     fixed = parse_time_ms(now) if now is not None else None
     clock = (lambda: fixed) if now is not None else None
     uniq_keys = op.UniqKeySource(seed=uniq_key_seed) if uniq_key_seed is not None else None
     opts = op.WriteOptions(  # in its field order
         clock, not no_dispatch, store_host, born_host, allow_system_topic, max_topic_length, uniq_keys, topic_queue_nums
     )
-    fmt, dry_run = changing.format, changing.dry_run
-    with op.open_for_write(
-        store, broker_config=changing.broker_config, broker=changing.broker_version, create=create, dry_run=dry_run
-    ) as st:
-        resumed = resume_interrupted(st, "write", dry_run=dry_run)
-        plan, digest, _ = op.prepare_write(st, msgs, opts, again=again, dry_run=dry_run, digest=digest)
-        view = _view(plan, fmt)
-        if dry_run:
-            err.print("dry run: nothing was written")
-            render_plan(view, fmt)
-            return
-        asking = changing.ask and at_terminal()
-        if (
-            fmt in (Format.table, Format.plain) or asking
-        ):  # json: one document after the run; ndjson, csv: the rows written
-            render_plan(view, fmt)
-        if asking and not confirmed():
-            return
-        result = op.apply_write(
-            st,
-            plan,
-            flush=flush.value,
-            quarantine=keeping.quarantine,
-            use_quarantine=keeping.keep,
-            index_clock=clock,
-            now_ms=fixed,
-            on_step=step_hook(),
-            digest=digest,
-        )
-    _notes(result, resumed)
-    _report(result, view, fmt)
+    ndjson = source if source is not None else input_file
+    with ExitStack() as stack:
+        given = _input(ndjson, stack, message_opts) if ndjson is not None else None
+        msgs = _messages(*message_opts) if given is None else []
+        with op.open_for_write(
+            store,
+            broker_config=changing.broker_config,
+            broker=changing.broker_version,
+            create=create,
+            dry_run=changing.dry_run,
+        ) as st:
+            resumed = resume_interrupted(st, "write", dry_run=changing.dry_run)
+            if given is None:
+                plan, digest, _ = op.prepare_write(st, msgs, opts, again=again, dry_run=changing.dry_run)
+            else:
+                plan, digest, _ = op.prepare_write_blocks(st, *given, opts, again=again, dry_run=changing.dry_run)
+            done = _apply(st, plan, digest, flush, changing, keeping, clock, fixed)
+    if done is not None:
+        _notes(done[0], resumed)
+        _report(*done, changing.format)
+
+
+def _apply(
+    st: Store,
+    plan: op.WritePlan,
+    digest: str,
+    flush: Flush,
+    changing: Changing,
+    keeping: Keeping,
+    clock: Callable[[], int] | None,
+    fixed: int | None,
+) -> tuple[op.WriteResult, PlanView] | None:
+    """Show the plan, ask, apply it: the result and the plan's view (None: a dry run, or not confirmed)."""
+    fmt = changing.format
+    view = _view(plan, fmt)
+    if changing.dry_run:
+        err.print("dry run: nothing was written")
+        render_plan(view, fmt)
+        return None
+    asking = changing.ask and at_terminal()
+    if fmt in (Format.table, Format.plain) or asking:  # json: one document after the run; ndjson, csv: the rows written
+        render_plan(view, fmt)
+    if asking and not confirmed():
+        return None
+    result = op.apply_write(
+        st,
+        plan,
+        flush=flush.value,
+        quarantine=keeping.quarantine,
+        use_quarantine=keeping.keep,
+        index_clock=clock,
+        now_ms=fixed,
+        on_step=step_hook(),
+        digest=digest,
+    )
+    return result, view
 
 
 def _notes(result: op.WriteResult, resumed: Resumed | None) -> None:

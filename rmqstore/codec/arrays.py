@@ -35,6 +35,7 @@ _EMPTY_V1, _EMPTY_V2 = cal_msg_length(0, 0, 0, 0), cal_msg_length(0, 0, 0, 0, v2
 _V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _INT_FIELDS = tuple(f.name for f in RECORD_HEAD if f.code != "addr")
 MAX_FAST_PROPERTIES = 512  # longer property strings are left to ``parse_properties``
+_IN_PLACE_SPAN = 8  # property strings are split where they lie while the chunk is at most this many times their bytes
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _M32 = np.uint64(0xFFFFFFFF)
 
@@ -165,6 +166,46 @@ class PropertyItems:
     high: np.ndarray
 
 
+def _marks_gathered(
+    u8: np.ndarray, start: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The 0x01 and 0x02 bytes of the strings (row, column, is it 0x02) in row order, and the rows
+    holding a byte >= 0x80: the strings gathered into one matrix, a row each."""
+    width = max(int(lens.max()), 1)
+    mat = gather(u8, start, width)
+    inside = np.arange(width, dtype=np.int32) < lens[:, None]
+    high = ((mat >= 0x80) & inside).any(axis=1)
+    marks = ((mat - np.uint8(1)) <= np.uint8(1)) & inside  # 0x01 or 0x02
+    at = np.flatnonzero(marks)
+    r, c = np.divmod(at, width)
+    return r, c, mat.ravel()[at] == 2, high
+
+
+def _marks_in_place(
+    u8: np.ndarray, start: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_marks_gathered`` read from the buffer where the strings lie, in file order and close
+    together (a chunk of records): no matrix; None when they are not."""
+    m = len(start)
+    lo = int(start[0])
+    hi = int(start[-1]) + max(int(lens[-1]), 1)  # a byte past an empty last string keeps reduceat inside
+    ends = start + lens
+    if hi > len(u8) or lo < 0 or (m > 1 and bool((start[1:] < ends[:-1]).any())):
+        return None
+    if hi - lo > _IN_PLACE_SPAN * max(int(lens.sum()), 1):
+        return None  # mostly other bytes between them: gathering reads less
+    span = u8[lo:hi]
+    q = np.flatnonzero((span - np.uint8(1)) <= np.uint8(1))  # 0x01 or 0x02 anywhere in the span
+    row = np.searchsorted(start, q + lo, side="right") - 1
+    inside = q + lo < ends[row]
+    q, row = q[inside], row[inside]
+    bounds = np.empty(2 * m, dtype=np.int64)
+    bounds[0::2] = start - lo
+    bounds[1::2] = ends - lo
+    top = np.maximum.reduceat(span, bounds[:-1])[0::2]  # each string's largest byte
+    return row, q + lo - start[row], span[q] == 2, (top >= 0x80) & (lens > 0)
+
+
 def property_items(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> PropertyItems:
     """Split the property strings at ``start`` / ``length`` into items with array operations.
 
@@ -177,14 +218,8 @@ def property_items(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> Pro
     if m == 0 or int(length.max(initial=0)) == 0:
         return PropertyItems(z, z, z, z, z, bad, np.zeros(m, bool))
     lens = np.where(bad, 0, length)
-    width = max(int(lens.max()), 1)
-    mat = gather(u8, start, width)
-    inside = np.arange(width, dtype=np.int32) < lens[:, None]
-    high = ((mat >= 0x80) & inside).any(axis=1)
-    marks = ((mat - np.uint8(1)) <= np.uint8(1)) & inside  # 0x01 or 0x02
-    at = np.flatnonzero(marks)
-    r, c = np.divmod(at, width)
-    is2 = mat.ravel()[at] == 2
+    marks = _marks_in_place(u8, start, lens)
+    r, c, is2, high = marks if marks is not None else _marks_gathered(u8, start, lens)
     r2, c2 = r[is2], c[is2]
     # A row's first item starts at 0, one more after each 0x02; an item ends at the next 0x02 or the row's end.
     cnt2 = np.bincount(r2, minlength=m)
@@ -384,6 +419,9 @@ def _values_by_layout(
     values = {}
     for name, parts in found.items():
         if parts:
+            if len(parts) == 1:  # one layout: its rows are in order already
+                values[name] = parts[0]
+                continue
             rr = np.concatenate([q[0] for q in parts])
             o = np.argsort(rr, kind="stable")
             values[name] = tuple(np.concatenate([q[i] for q in parts])[o] for i in range(3))
@@ -391,6 +429,14 @@ def _values_by_layout(
             z = np.zeros(0, np.int64)
             values[name] = (z, z, z)
     return values  # type: ignore[return-value]
+
+
+def _bytes_at(sub: np.ndarray, begin: int, want: bytes) -> np.ndarray:
+    """Rows of ``sub`` holding ``want`` at column ``begin``, one column at a time (no row copies)."""
+    eq = sub[:, begin] == want[0]
+    for j in range(1, len(want)):
+        eq &= sub[:, begin + j] == want[j]
+    return eq
 
 
 def _layout_values(
@@ -402,11 +448,13 @@ def _layout_values(
     for item in row.split(b"\x02"):
         items.append((at, at + len(item), item))
         at += len(item) + 1
+    # one layout for every row (the usual batch): columns are views of the matrix, not copies
+    sub = mat if len(rows) == len(mat) else mat[rows]
     # The layout says where separators are, not which: rows with a 0x01 where this one has a 0x02
     # (or the reverse) are another layout, left to the per-record path.
     twos = [end for _, end, _ in items[:-1]]
     if twos:
-        other = ~(mat[rows[:, None], twos] == 2).all(axis=1)
+        other = ~_bytes_at(sub[:, twos], 0, b"\x02" * len(twos))
         bad[rows[other]] = True
     widths = {len(t) for t in names}
     value_at: dict[bytes, list[tuple[np.ndarray, int, int]]] = {t: [] for t in names}
@@ -419,10 +467,9 @@ def _layout_values(
             return {}
         if k not in widths:
             continue
-        row_names = mat[rows, begin : begin + k]
         for name in names:
             if len(name) == k:
-                hit = (row_names == np.frombuffer(name, np.uint8)).all(axis=1)
+                hit = _bytes_at(sub, begin, name)
                 if hit.any():
                     value_at[name].append((hit, begin + k + 1, end - begin - k - 1))
     out = {}

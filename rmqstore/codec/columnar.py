@@ -39,17 +39,25 @@ _CAND_BLOCK = 1 << 15  # candidate record starts checked per numpy step
 _INT_FIELDS = tuple(f.name for f in RECORD_HEAD if f.code != "addr")
 
 
+def _windows(u8: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of ``u8`` as one opaque item: fancy indexing copies whole rows at once
+    (about twice as fast as a ``sliding_window_view`` row of bytes)."""
+    if not u8.flags.c_contiguous:
+        u8 = np.ascontiguousarray(u8)
+    return np.ndarray((len(u8) - width + 1,), dtype=np.dtype((np.void, width)), buffer=u8, strides=(1,))
+
+
 def gather(u8: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
     """``width`` bytes at each position ``idx`` as an (n, width) uint8 array; bytes past the end read as 0."""
     n = len(u8)
     idx = np.asarray(idx, dtype=np.int64)
     outside = (idx < 0) | (idx > n - width)
     if n >= width and not outside.any():
-        return np.lib.stride_tricks.sliding_window_view(u8, width)[idx]
+        return _windows(u8, width)[idx].view(np.uint8).reshape(len(idx), width)
     rows = np.zeros((len(idx), width), dtype=np.uint8)
     inside = np.flatnonzero(~outside)
     if inside.size:
-        rows[inside] = np.lib.stride_tricks.sliding_window_view(u8, width)[idx[inside]]
+        rows[inside] = _windows(u8, width)[idx[inside]].view(np.uint8).reshape(len(inside), width)
     for i in np.flatnonzero(outside).tolist():
         a = int(idx[i])
         if 0 <= a < n:

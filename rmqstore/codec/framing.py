@@ -76,6 +76,50 @@ def magic_positions(buf: Any, size: int, lo: int, hi: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
+class _EqualRuns:
+    """Runs of records of one size, chained with numpy: after ``_RUN_START`` records of the same
+    TOTALSIZE, the next ones are read at once at ``pos + k * total`` and taken up to the first that
+    fails the chain's step check or has another size (the loop goes on from there, record by
+    record). The chain is the same: each record taken has the size that puts the next one there."""
+
+    def __init__(self, buf: Any, end: int, limit: int) -> None:
+        self.buf, self.end, self.limit = buf, end, limit
+        self.last, self.same, self.ahead = 0, 0, _RUN_FIRST
+        self.heads: Any = None
+
+    def seen(self, total: int) -> bool:
+        if total != self.last:
+            self.last, self.same = total, 1
+            return False
+        self.same += 1
+        return self.same >= _RUN_START
+
+    def take(self, pos: int, total: int, out: array) -> int:
+        import numpy as np
+
+        n = min(self.ahead, (self.end - pos) // total, -(-(self.limit - pos) // total))
+        if n <= 0 or total < 8:  # every record read here has its 8 head bytes before ``end``
+            return pos
+        if self.heads is None:  # TOTALSIZE and MAGICCODE at every byte position, read on demand
+            self.heads = np.ndarray((self.end - 3,), dtype=">i4", buffer=self.buf, strides=(1,))
+        at = pos + total * np.arange(n, dtype=np.int64)
+        magic = self.heads[at + 4]
+        ok = (self.heads[at] == total) & ((magic == MAGIC_V1) | (magic == MAGIC_V2))
+        bad = np.flatnonzero(~ok)
+        taken = int(bad[0]) if bad.size else n
+        out.frombytes(at[:taken].astype("=i8").tobytes())
+        # a run that goes on looks further ahead next time; a run that ends starts over
+        self.ahead = min(self.ahead * 2, _RUN_MOST) if taken == n else _RUN_FIRST
+        if taken < n:
+            self.same = 0
+        return pos + total * taken
+
+
+_RUN_START = 8  # records of one size in a row before the next ones are read at once
+_RUN_FIRST = 64  # records read ahead at first
+_RUN_MOST = 1 << 16
+
+
 class Framing:
     """The plain commit log: every frame is one record, with no header of its own."""
 
@@ -99,6 +143,7 @@ class Framing:
         unpack = read_head
         limit = end if until is None else min(until, end)
         reason = END
+        runs = _EqualRuns(buf, end, limit)
         while pos + 8 <= end:
             if pos >= limit:
                 reason = UNTIL
@@ -107,6 +152,8 @@ class Framing:
             if (magic == MAGIC_V1 or magic == MAGIC_V2) and 0 < total <= end - pos:
                 append(pos)
                 pos += total
+                if runs.seen(total):
+                    pos = runs.take(pos, total, out)
                 continue
             if magic == BLANK_MAGIC:
                 reason = BLANK
@@ -115,6 +162,7 @@ class Framing:
             else:
                 reason = INVALID
             break
+        runs.heads = None  # the buffer may be closed once the chain is known
         return np.frombuffer(out, dtype=np.int64) if len(out) else np.zeros(0, np.int64), pos, reason
 
     def step(self, buf: Any, pos: int, end: int) -> tuple[str, int, int]:

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any, BinaryIO
 
 from rmqstore.codec.commitlog import (
@@ -123,7 +124,7 @@ class MessageBatch:
     origin: list[str] | None = None
     uniq_key: list[str | None] | None = None
     wait: list[bool] | None = None
-    properties: list[tuple[tuple[str, str], ...]] | None = None
+    properties: list[tuple[tuple[str, str], ...] | dict[str, str]] | None = None  # pairs, or as read from NDJSON
     flag: list[int] | None = None
     born_timestamp_ms: list[int | None] | None = None
     born_host: list[str | None] | None = None
@@ -146,9 +147,9 @@ class MessageBatch:
             if column is not None and not _in_range(column, lo, hi):
                 i = next(i for i, v in enumerate(column) if v is not None and not lo <= v <= hi)
                 raise InputError(f"message {i} of the batch: {what} {column[i]} is out of range")
-        pairs = [] if self.properties is None else list(chain.from_iterable(self.properties))
+        pairs = [] if self.properties is None else list(chain.from_iterable(map(_pairs, self.properties)))
         if not (_types_in(pairs, {tuple}) and set(map(len, pairs)) <= {2} and _types_in(list(chain(*pairs)), {str})):
-            i = next(i for i, items in enumerate(self.properties or ()) if not _string_pairs(items))
+            i = next(i for i, items in enumerate(self.properties or ()) if not _string_pairs(_pairs(items)))
             raise InputError(f"message {i} of the batch: properties must be (name, value) string pairs")
 
     def __len__(self) -> int:
@@ -172,10 +173,16 @@ class MessageBatch:
             column = getattr(self, name)
             if column is not None:
                 setattr(m, name, column[i])
+        m.properties = _pairs(m.properties)
         return m
 
     def messages(self) -> list[Message]:
         return [self.message(i) for i in range(len(self))]
+
+
+def _pairs(items: Any) -> Any:
+    """Properties as (name, value) pairs (a batch may hold them as the dict NDJSON gave)."""
+    return tuple(items.items()) if type(items) is dict else items
 
 
 def _string_pairs(items: tuple[Any, ...]) -> bool:
@@ -191,7 +198,7 @@ _BATCH_TYPES = (
     ("origin", {str}),
     ("uniq_key", {str, type(None)}),
     ("wait", {bool}),
-    ("properties", {tuple}),
+    ("properties", {tuple, dict}),
     ("flag", {int}),
     ("born_timestamp_ms", {int, type(None)}),
     ("born_host", {str, type(None)}),
@@ -312,10 +319,8 @@ def _batch_row(obj: Any) -> tuple[Any, ...] | None:
     body = _row_body(obj)
     props = g("properties")
     if props is None:
-        props = ()
-    elif type(props) is dict and all(type(v) is str for v in props.values()):
-        props = tuple(props.items())
-    else:
+        props = {}
+    elif type(props) is not dict or not all(type(v) is str for v in props.values()):
         return None
     wait, flag = g("wait", True), g("flag", 0)
     born_ts, born_host, store_host, store_ts = g("bornTimestamp"), g("bornHost"), g("storeHost"), g("storeTimestamp")
@@ -360,7 +365,9 @@ def message_from_json(obj: Any, *, origin: str = "message") -> Message:
         raise InputError(f"{origin}: expected a JSON object, got {type(obj).__name__}")
     row = _batch_row(obj)
     if row is not None:
-        return Message(*row[:5], **dict(zip(BATCH_FIELDS[6:], row[5:], strict=True)), origin=origin)
+        m = Message(*row[:5], **dict(zip(BATCH_FIELDS[6:], row[5:], strict=True)), origin=origin)
+        m.properties = _pairs(m.properties)
+        return m
     _check_json_fields(obj, origin)
     topic = obj.get("topic")
     if not isinstance(topic, str) or not topic:
@@ -530,15 +537,28 @@ def read_ndjson_stream(stream: BinaryIO, *, source: str = "<stdin>") -> tuple[li
     """:func:`read_ndjson` of a binary stream, read in large chunks, and the sha256 of its bytes as
     read (the input's digest: the same file gives the same digest)."""
     digest = hashlib.sha256()
-    messages = paused_gc(_read_ndjson, _hashed_lines(stream, digest, source), source)
+    messages = paused_gc(_read_chunks, _hashed_chunks(stream, digest, source), source)
     return messages, digest.hexdigest()
+
+
+def read_ndjson_blocks(
+    stream: BinaryIO, digest: Any, *, source: str = "<stdin>"
+) -> Iterator[list[Message] | MessageBatch]:
+    """The messages of a binary NDJSON stream a chunk of lines at a time, as :func:`read_ndjson`
+    reads them (each chunk a batch, or a list of :class:`Message` when a line is more than a batch
+    holds), hashing every chunk read into ``digest``: the input is never held whole."""
+    for chunk in _hashed_chunks(stream, digest, source):
+        messages = paused_gc(_read_chunks, [chunk], source)
+        if len(messages):
+            yield messages
 
 
 _READ_CHUNK = 1 << 22
 
 
-def _hashed_lines(stream: BinaryIO, digest: Any, source: str) -> Iterator[str]:
-    """The lines of ``stream`` as text (split at ``\n`` only, as a file's lines), hashing every chunk."""
+def _hashed_chunks(stream: BinaryIO, digest: Any, source: str) -> Iterator[tuple[int, list[str]]]:
+    """The lines of ``stream`` as text (split at ``\n`` only, as a file's lines), a chunk at a time
+    with the number of the line before the chunk's first; every chunk read is hashed."""
     rest = b""
     line_no = 0
     while chunk := stream.read(_READ_CHUNK):
@@ -547,10 +567,12 @@ def _hashed_lines(stream: BinaryIO, digest: Any, source: str) -> Iterator[str]:
         cut = data.rfind(b"\n") + 1
         rest = data[cut:]
         if cut:
-            yield from _decoded_lines(data[:cut], line_no, source)[:-1]  # the empty piece after the last \n
-            line_no += data.count(b"\n", 0, cut)
+            lines = _decoded_lines(data[:cut], line_no, source)
+            lines.pop()  # the empty piece after the last \n
+            yield line_no, lines
+            line_no += len(lines)
     if rest:
-        yield from _decoded_lines(rest, line_no, source)
+        yield line_no, _decoded_lines(rest, line_no, source)
 
 
 def _decoded_lines(data: bytes, line_no: int, source: str) -> list[str]:
@@ -563,12 +585,37 @@ def _decoded_lines(data: bytes, line_no: int, source: str) -> list[str]:
 
 
 def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message] | MessageBatch:
-    columns: list[list[Any]] = [[] for _ in BATCH_FIELDS]  # origin among them
-    out: list[Message] | None = None  # once a line is more than a batch holds
+    reader = _BatchReader(source)
+    reader.add(*_line_objects(lines, 0, source))
+    return reader.result()
+
+
+def _read_chunks(chunks: Iterable[tuple[int, list[str]]], source: str) -> list[Message] | MessageBatch:
+    """The messages of the chunks' lines: each chunk parsed with one JSON scan per line in one
+    comprehension; a chunk with a line that does not scan as one value from its first character to
+    its last (blank, spaced, bad JSON) is read line by line instead, which skips or names it."""
+    reader = _BatchReader(source)
+    for first, lines in chunks:
+        try:
+            pairs = list(map(_SCAN_ONCE, lines, repeat(0)))
+        except (StopIteration, ValueError):
+            pairs = None
+        if pairs:
+            objs, ends = zip(*pairs, strict=True)
+            if ends == tuple(map(len, lines)):
+                reader.add_scanned(list(objs), first)
+                continue
+        reader.add(*_line_objects(lines, first, source))
+    return reader.result()
+
+
+def _line_objects(lines: Iterable[str | bytes], first: int, source: str) -> tuple[list[Any], list[int]]:
+    """The objects of NDJSON lines parsed one by one (blank lines and dumped rows that are no message
+    skipped) with their line numbers (the first line is ``first + 1``)."""
     objs: list[Any] = []
     numbers: list[int] = []
     decode = _JSON_DECODER.raw_decode
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(lines, first + 1):
         if isinstance(line, bytes):
             try:
                 line = line.decode("utf-8")
@@ -584,63 +631,117 @@ def _read_ndjson(lines: Iterable[str | bytes], source: str) -> list[Message] | M
             obj = _json_line(line, source, n)
         if type(obj) is dict and obj.get("kind", MESSAGE_KIND) != MESSAGE_KIND:
             continue  # a dumped blank, end of data or damaged range
-        if out is not None:
-            out.append(message_from_json(obj, origin=f"{source}:{n}"))
-            continue
         objs.append(obj)
         numbers.append(n)
-        if len(objs) == _BLOCK_LINES:
-            out = _take_block(objs, numbers, source, columns)
-            objs, numbers = [], []
-    if out is None and objs:
-        out = _take_block(objs, numbers, source, columns)
-    return _batch_of(columns) if out is None else out
+    return objs, numbers
 
 
 _BLOCK_LINES = 8192  # NDJSON objects checked as columns at a time
 
 
-def _take_block(objs: list[Any], numbers: list[int], source: str, columns: list[list[Any]]) -> list[Message] | None:
-    """Add a block of parsed lines to the batch's columns; once one is more than a batch holds, the
-    batch so far and the rest of the block as :class:`Message` values."""
-    origins = [f"{source}:{n}" for n in numbers]
-    block = _block_columns(objs)
-    if block is not None:
-        for column, values in zip(columns, (*block[:5], origins, *block[5:]), strict=True):
-            column.extend(values)
-        return None
-    for i, obj in enumerate(objs):
-        row = _batch_row(obj)
-        if row is None:
-            out = _batch_of(columns).messages()
-            out += [message_from_json(o, origin=origin) for o, origin in zip(objs[i:], origins[i:], strict=True)]
-            return out
-        for column, value in zip(columns, (*row[:5], origins[i], *row[5:]), strict=True):
-            column.append(value)
-    return None
+def _shape(objs: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """The keys of the first object when every object has as many (each then has exactly these
+    when an itemgetter of them finds them all), else None."""
+    shape = tuple(objs[0]) if objs else ()
+    return shape if shape and set(map(len, objs)) == {len(shape)} else None
 
 
-def _block_columns(objs: list[Any]) -> list[list[Any]] | None:
+class _BatchReader:
+    """Parsed NDJSON objects into the batch's columns, a block at a time; once one is more than a
+    batch holds, the batch so far and the rest as :class:`Message` values."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.columns: list[list[Any]] = [[] for _ in BATCH_FIELDS]  # origin among them
+        self.out: list[Message] | None = None
+
+    def add_scanned(self, objs: list[Any], first: int) -> None:
+        """Objects of consecutive lines from ``first + 1`` on, none skipped yet."""
+        numbers = range(first + 1, first + 1 + len(objs))
+        if set(map(type, objs)) != {dict} or any(map(dict.__contains__, objs, repeat("kind"))):
+            kept = [
+                (o, n)
+                for n, o in zip(numbers, objs, strict=True)
+                if type(o) is not dict or o.get("kind", MESSAGE_KIND) == MESSAGE_KIND
+            ]
+            self.add([o for o, _ in kept], [n for _, n in kept])
+            return
+        for a in range(0, len(objs), _BLOCK_LINES):
+            self._take(objs[a : a + _BLOCK_LINES], numbers[a : a + _BLOCK_LINES], _shape(objs[a : a + _BLOCK_LINES]))
+
+    def add(self, objs: list[Any], numbers: Sequence[int]) -> None:
+        for a in range(0, len(objs), _BLOCK_LINES):
+            self._take(objs[a : a + _BLOCK_LINES], numbers[a : a + _BLOCK_LINES], None)
+
+    def _take(self, objs: list[Any], numbers: Sequence[int], shape: tuple[str, ...] | None) -> None:
+        source = self.source
+        if self.out is not None:
+            self.out += [message_from_json(o, origin=f"{source}:{n}") for o, n in zip(objs, numbers, strict=True)]
+            return
+        origins = [f"{source}:{n}" for n in numbers]
+        columns = self.columns
+        block = _block_columns(objs, shape)
+        if block is not None:
+            for column, values in zip(columns, (*block[:5], origins, *block[5:]), strict=True):
+                column.extend(values)
+            return
+        for i, obj in enumerate(objs):
+            row = _batch_row(obj)
+            if row is None:
+                out = _batch_of(columns).messages()
+                out += [message_from_json(o, origin=origin) for o, origin in zip(objs[i:], origins[i:], strict=True)]
+                self.out = out
+                return
+            for column, value in zip(columns, (*row[:5], origins[i], *row[5:]), strict=True):
+                column.append(value)
+
+    def result(self) -> list[Message] | MessageBatch:
+        return _batch_of(self.columns) if self.out is None else self.out
+
+
+def _block_columns(objs: list[Any], shape: tuple[str, ...] | None = None) -> list[list[Any]] | None:
     """The batch columns (``BATCH_FIELDS`` without origin) of NDJSON objects that hold only batch
     fields, checked a column at a time as :func:`_batch_row` checks each; None when one does not
-    pass (:func:`_batch_row` then finds which)."""
-    if set(map(type, objs)) != {dict} or not all(map(_BATCH_JSON_FIELDS.issuperset, objs)):
+    pass (:func:`_batch_row` then finds which). ``shape``: the keys every object has, in order (its
+    columns are then taken with one itemgetter call per object)."""
+    n = len(objs)
+    if shape is not None:
+        if not _BATCH_JSON_FIELDS.issuperset(shape):
+            return None
+        try:
+            rows = list(map(itemgetter(*shape), objs)) if len(shape) > 1 else [(o[shape[0]],) for o in objs]
+        except KeyError:  # keys of the same count, not the same keys
+            return _block_columns(objs)
+        given = dict(zip(shape, map(list, zip(*rows, strict=True)), strict=True)) if n else {}
+
+        def column(name: str, default: Any) -> list[Any]:
+            return given.get(name) or [default] * n
+
+    elif set(map(type, objs)) != {dict} or not all(map(_BATCH_JSON_FIELDS.issuperset, objs)):
         return None
-    if any("bodyBase64" in o for o in objs):
+    else:
+
+        def column(name: str, default: Any) -> list[Any]:
+            return list(map(dict.get, objs, repeat(name, n), repeat(default, n)))
+
+    if (shape is None and any("bodyBase64" in o for o in objs)) or (shape is not None and "bodyBase64" in shape):
         bodies = list(map(_row_body, objs))
         if None in bodies:
             return None
     else:
-        texts = list(map(dict.get, objs, repeat("body", len(objs))))
+        texts = column("body", None)
         if not _types_in(texts, _STR_OR_NONE):
             return None
         try:
-            bodies = [b"" if t is None else t.encode("utf-8") for t in texts]
+            bodies = (
+                [b"" if t is None else t.encode("utf-8") for t in texts]
+                if None in texts
+                else list(map(str.encode, texts))
+            )
         except UnicodeEncodeError:
             return None
-    n = len(objs)
     topic, queue_id, tags, keys, uniq, wait, props, flag, born_ts, born_host, store_host, store_ts = (
-        list(map(dict.get, objs, repeat(name, n), repeat(default, n))) for name, default in _JSON_COLUMNS
+        column(name, default) for name, default in _JSON_COLUMNS
     )
     if not (
         _types_in(topic, {str})
@@ -700,13 +801,16 @@ def _keys_column(keys: list[Any]) -> list[str | None] | None:
     return [" ".join(v) if type(v) is list else v for v in keys]
 
 
-def _properties_column(props: list[Any]) -> list[tuple[tuple[str, str], ...]] | None:
-    """Properties as :func:`_json_properties` reads them (name, value) pairs; None: refused."""
+def _properties_column(props: list[Any]) -> list[dict[str, str]] | list[tuple[()]] | None:
+    """Properties as :func:`_json_properties` reads them, each message's as its dict (the default
+    for every message when none has any); None: refused."""
     if not _types_in(props, {dict, type(None)}):
         return None
-    if not _types_in([v for p in props if p for v in p.values()], {str}):
+    if not _types_in(list(chain.from_iterable(map(dict.values, filter(None, props)))), {str}):
         return None
-    return [tuple(p.items()) if p else () for p in props]
+    if not any(props):
+        return [()] * len(props)
+    return [p or {} for p in props] if None in props else props
 
 
 def _json_line(line: str, source: str, n: int) -> Any:
@@ -721,15 +825,20 @@ def _json_line(line: str, source: str, n: int) -> Any:
 
 
 def _batch_of(columns: list[list[Any]]) -> MessageBatch:
-    """The columns read as a batch; an optional column with only defaults is None."""
+    """The columns read as a batch; an optional column with only defaults is None. The reader
+    checked every value as the batch would: the batch is made without checking them again."""
     topic, body, queue_id, tags, keys, origin, *optional = columns
     n = len(topic)
     opt: list[list[Any] | None] = list(optional)
     for i, default in enumerate(BATCH_DEFAULTS):
-        if optional[i].count(default) == n:
+        if optional[i].count(default) == n or (default == () and not any(optional[i])):  # () or {}: no properties
             opt[i] = None
-    return MessageBatch(topic, body, queue_id, tags, keys, origin, *opt)
+    batch = object.__new__(MessageBatch)
+    for name, column in zip(BATCH_FIELDS, (topic, body, queue_id, tags, keys, origin, *opt), strict=True):
+        object.__setattr__(batch, name, column)
+    return batch
 
 
 _JSON_DECODER = json.JSONDecoder()
+_SCAN_ONCE = _JSON_DECODER.scan_once  # one JSON value from a position: raw_decode without its wrapper
 _JSON_SPACE = " \t\n\r"  # JSON's whitespace (str.strip() would take more)

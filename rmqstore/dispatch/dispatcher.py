@@ -20,7 +20,9 @@ from __future__ import annotations
 import datetime as dt
 import mmap
 import os
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.codec.topic import SkippedQueue, note_skipped
 from rmqstore.errors import CorruptData, from_os_error
 from rmqstore.safety.openfile import create_sized, map_for_writing
-from rmqstore.store.files import RELEASE_STEP, release_pages
+from rmqstore.store.files import FileWriter
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
@@ -62,7 +64,8 @@ class _IndexWriter:
         self.created: list[Path] = []
         self.full_end_timestamps: list[int] = []
         self.written = 0
-        self._map: mmap.mmap | None = None
+        self._map: mmap.mmap | None = None  # header and slots
+        self._file: FileWriter | None = None  # entries: appended, never read back
         self._path: Path | None = None
         self._last_name: str | None = None
         names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
@@ -79,8 +82,8 @@ class _IndexWriter:
                 pos=0,
             )
         self._map = map_for_writing(p, self.size)
+        self._file = FileWriter(p)
         self._path = p
-        self._released = self.entries_pos  # entry bytes before this are out of the resident set
 
     def header(self) -> ix.IndexHeader | None:
         return ix.decode_header(self._map) if self._map is not None else None
@@ -98,17 +101,20 @@ class _IndexWriter:
         create_sized(p, self.size)
         try:
             new = map_for_writing(p, self.size)
+            new_file = FileWriter(p)
         except BaseException:
             os.unlink(p)
             raise
         old, self._map, self._path, self._last_name = self._map, new, p, name
-        self._released = self.entries_pos  # a new file: nothing of it released yet
+        old_file, self._file = self._file, new_file
         self.created.append(p)
         if old is not None:
             if prev is not None and prev.index_count >= self.max_entries:
                 self.full_end_timestamps.append(prev.end_timestamp_ms)
             old.flush()
             old.close()
+        if old_file is not None:
+            old_file.close(sync=True)
         ix.write_header(self._map, ix.new_index_header_after(prev))
 
     def end_phy_offset(self) -> int:
@@ -175,11 +181,13 @@ class _IndexWriter:
         else:
             d = ts.astype(np.int64) - begin
             diffs[:] = np.where(d < 0, 0, np.minimum(d // 1000, INT_MAX)) if begin > 0 else 0
-        out = np.frombuffer(m, dtype=ix.ENTRY_DTYPE, count=k, offset=self.entries_pos + count * ix.ENTRY_SIZE)
+        out = np.empty(k, dtype=ix.ENTRY_DTYPE)
         out["key_hash"] = hashes
         out["phy_offset"] = phy
         out["time_diff"] = diffs
         out["prev"] = prev
+        assert self._file is not None
+        self._file.write_at(out, self.entries_pos + count * ix.ENTRY_SIZE)
         del out
         # slot values: the last entry of each slot wins
         last_of_slot = np.ones(k, dtype=bool)
@@ -194,8 +202,6 @@ class _IndexWriter:
             begin_phy, begin_ts = h.begin_phy_offset, h.begin_timestamp_ms
         ix.HEADER.pack_into(m, 0, begin_ts, int(ts[-1]), begin_phy, int(phy[-1]), slot_count, count + k)
         self.written += k
-        # entries are only appended: the ones written need no page of this process (the slots do)
-        self._released = release_pages(m, self._released, self.entries_pos + (count + k) * ix.ENTRY_SIZE, RELEASE_STEP)
 
     def close(self, sync: bool) -> None:
         if self._map is not None:
@@ -206,6 +212,12 @@ class _IndexWriter:
                 self._map.flush()
             self._map.close()
             self._map = None
+        if self._file is not None:
+            self._file.close(sync)
+            self._file = None
+
+
+_LANE_DEPTH = 2  # column batches queued for the index lane at most
 
 
 def _select(c: Any, rec_mask: np.ndarray) -> Any:
@@ -271,6 +283,7 @@ class Dispatcher:
         clock: Callable[[], int] | None = None,
         topics: set[str] | None = None,
         cq_exclude: frozenset[str] = frozenset(),
+        index_lane: bool = False,
     ):
         self.cfg = cfg
         self.cq_exclude = cq_exclude  # batch consume queue topics: never written as plain queues
@@ -283,6 +296,10 @@ class Dispatcher:
         self._clock = clock or (lambda: int(dt.datetime.now().timestamp() * 1000))
         self._index: _IndexWriter | None = None
         self.stats = DispatchStats()
+        # ``index_lane``: the index half of ``dispatch_columns`` runs in a thread of its own, beside the
+        # consume queue half (numpy and pwrite let go of the GIL), batches in order, a few in flight
+        self._lane = ThreadPoolExecutor(1, thread_name_prefix="index") if index_lane else None
+        self._lane_pending: deque[Future[None]] = deque()
 
     def _queue(self, topic: str, qid: int, phy_offset: int, n: int) -> QueueWriter | None:
         """The writer of a queue, None for a name that cannot be a directory (counted in ``stats.skipped``:
@@ -308,6 +325,7 @@ class Dispatcher:
         """Dispatch a batch of requests (commit log order)."""
         if not reqs:
             return
+        self._drain_lane(0)
         if self.topics is not None:
             reqs = [r for r in reqs if r.topic in self.topics]
             if not reqs:
@@ -364,13 +382,25 @@ class Dispatcher:
             if last_ts:
                 self.stats.logics_msg_timestamp_ms = last_ts
         if self.build_index and len(c.key_rec):
-            w = self._index_writer()
-            rec_ok = (c.phy >= w.end_phy_offset()) & indexed(c.sys_flag)
-            sel = rec_ok[c.key_rec]
-            kr = c.key_rec[sel]
-            if len(kr):
-                w.put_hashes(c.key_hash[sel], c.phy[kr], c.store_ts[kr])
-                self.stats.index_entries = w.written
+            if self._lane is None:
+                self._index_columns(c)
+            else:
+                self._drain_lane(_LANE_DEPTH)
+                self._lane_pending.append(self._lane.submit(self._index_columns, c))
+
+    def _index_columns(self, c: Any) -> None:
+        w = self._index_writer()
+        rec_ok = (c.phy >= w.end_phy_offset()) & indexed(c.sys_flag)
+        sel = rec_ok[c.key_rec]
+        kr = c.key_rec[sel]
+        if len(kr):
+            w.put_hashes(c.key_hash[sel], c.phy[kr], c.store_ts[kr])
+            self.stats.index_entries = w.written
+
+    def _drain_lane(self, depth: int) -> None:
+        """Wait for the index lane until at most ``depth`` batches are in flight; its error is raised here."""
+        while len(self._lane_pending) > depth:
+            self._lane_pending.popleft().result()
 
     def _dispatch_cq(self, reqs: list[DispatchRequest]) -> None:
         groups: dict[tuple[str, int], list[DispatchRequest]] = {}
@@ -429,6 +459,14 @@ class Dispatcher:
             self.stats.index_entries = w.written
 
     def close(self, *, sync: bool = True) -> DispatchStats:
+        if self._lane is not None:
+            lane, self._lane = self._lane, None
+            for f in self._lane_pending if not sync else ():
+                f.cancel()  # a failed dispatch: what is queued is not written
+            lane.shutdown(wait=True)
+            pending, self._lane_pending = self._lane_pending, deque()
+            for f in pending if sync else ():
+                f.result()  # the lane's error, when the dispatch itself went well
         for w in self._queues.values():
             w.close(sync)
         self._cq.close(sync)

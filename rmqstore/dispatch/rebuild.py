@@ -74,6 +74,7 @@ def build(
         index=index,
         topics=set(topics) if topics else None,
         cq_exclude=bcq,
+        index_lane=True,
     )
     end = start
     reason = "end"

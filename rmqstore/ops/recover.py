@@ -1263,7 +1263,9 @@ def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock,
         _rollback_dispatch(st, plan, journal)
     else:
         journal.set(dispatchStarted=True)
-    dispatcher = Dispatcher(cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock, cq_exclude=batch)
+    dispatcher = Dispatcher(
+        cfg, root=root, consume_queue=d.consume_queue, index=d.index, clock=clock, cq_exclude=batch, index_lane=True
+    )
     ok = False
     try:
         first = True

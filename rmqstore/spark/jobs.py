@@ -58,6 +58,7 @@ class ReadOptions:
     broker: str | None = None  # broker version whose property parser to follow
     crc_ok: bool = False  # add the crcOk column (a CRC of every body)
     keys: tuple[str, ...] = ()  # read only records with one of these as a KEYS token or UNIQ_KEY
+    cores: int | None = None  # without a split size: a multiple of this many splits of one size
 
     def source_options(self, roots: Sequence[str]) -> dict[str, str]:
         """The options as the ``rocketmq`` source takes them."""
@@ -74,6 +75,8 @@ class ReadOptions:
             out["crcOk"] = "true"
         if self.keys:
             out["keys"] = json.dumps(list(self.keys))
+        if self.cores:
+            out["cores"] = str(self.cores)
         return out
 
     def apply(self, reader: DataFrameReader) -> DataFrameReader:
@@ -185,8 +188,7 @@ def export_parquet(
     if overwrite and target.exists():
         shutil.rmtree(target) if target.is_dir() else target.unlink()
     target.mkdir(parents=True, exist_ok=True)
-    reader = CommitLogSourceReader(opts.source_options([s.root for s in infos]), commitlog_schema(crc_ok=opts.crc_ok))
-    splits = [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
+    reader, splits = _task_splits(spark, opts, infos, commitlog_schema(crc_ok=opts.crc_ok))
     rows = 0
     if splits:
         task = functools.partial(
@@ -196,6 +198,17 @@ def export_parquet(
         rows = sum(rdd.mapPartitions(task).collect())
     (target / "_SUCCESS").touch()
     return ExportResult(out, rows, tuple(s.root for s in infos))
+
+
+def _task_splits(
+    spark: SparkSession, opts: ReadOptions, infos: list[StoreInfo], schema: StructType
+) -> tuple[CommitLogSourceReader, list[CommitLogSplit]]:
+    """The source's splits of ``infos`` for a job whose tasks read them directly: without a split
+    size, an even cut over the session's cores (no core idle in the last round)."""
+    if opts.cores is None:
+        opts = replace(opts, cores=int(spark.sparkContext.defaultParallelism))
+    reader = CommitLogSourceReader(opts.source_options([s.root for s in infos]), schema)
+    return reader, [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
 
 
 # Characters Spark escapes in partition directory names (ExternalCatalogUtils.escapePathName).
@@ -368,8 +381,7 @@ def stats_rows(
     opts = options or ReadOptions()
     infos = _stores(stores, opts)
     schema = StructType([f for f in COMMITLOG_SCHEMA.fields if f.name in STATS_READ_COLUMNS])
-    reader = CommitLogSourceReader(opts.source_options([s.root for s in infos]), schema)
-    splits = [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
+    reader, splits = _task_splits(spark, opts, infos, schema)
     parts: list[dict[GroupKey, GroupStats]] = []
     if splits:
         task = functools.partial(stats_split, schema=reader.schema)

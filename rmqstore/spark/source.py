@@ -10,6 +10,8 @@ record, decoded column-wise by :mod:`rmqstore.walk.arrow` (equal to the record c
   partition up to that size, each counting ``openCost`` bytes (default 4m) more.
   ``partitionsPerFile`` instead splits every file into that many equal ranges, one per task.
   For consume queues: bytes of queue files per partition.
+* ``cores``: the cores the job runs on; without ``splitSize`` and ``partitionsPerFile`` the commit
+  logs are cut into a multiple of that many splits of one size (at most about 128 MiB each).
 * ``verifyCrc`` (``true``/``false``, default false): a record whose body CRC does not match is
   treated as damage (as recovery with checkCRCOnRecover does).
 * ``crcOk`` (default false): add the ``crcOk`` column (the body CRC checked) to the default
@@ -298,6 +300,39 @@ def plan_commitlog(
     return pack_pieces(pieces, split_size or DEFAULT_SPLIT_SIZE, open_cost)
 
 
+def plan_even(
+    stores: Sequence[StoreInfo], cores: int, *, offsets: tuple[int | None, int | None] = (None, None)
+) -> list[tuple[Piece, ...]]:
+    """The commit logs of ``stores`` cut into a multiple of ``cores`` splits of one size (each at most
+    about ``DEFAULT_SPLIT_SIZE``), cuts falling inside files or between them: on ``cores`` cores
+    every round of tasks ends together (3 files on 2 cores are 4 tasks, not 3 in two rounds)."""
+    files = [(st, f) for st in stores for f in st.commitlog]
+    total = sum(f[2] for _, f in files)
+    if total <= 0:
+        return []
+    tasks = cores * math.ceil(total / (cores * DEFAULT_SPLIT_SIZE))
+    step = math.ceil(total / tasks)
+    lo, hi = offsets
+    out: list[tuple[Piece, ...]] = []
+    group: list[Piece] = []
+    before = 0  # bytes of the files before this one
+    for st, (path, base, size, framing) in files:
+        start = 0
+        while start < size:
+            cut = ((before + start) // step + 1) * step - before
+            end = min(size, cut)
+            if not ((hi is not None and base + start > hi) or (lo is not None and base + end <= lo)):
+                group.append(Piece(st.root, st.broker_name, path, base, start, end, st.broker, framing))
+            if end == cut and group:
+                out.append(tuple(group))
+                group = []
+            start = end
+        before += size
+    if group:
+        out.append(tuple(group))
+    return out
+
+
 def read_piece_batches(
     piece: Piece, schema: pa.Schema, *, check_crc: bool = False, flt: RowFilter | None = None, chunk: int = CHUNK
 ) -> Iterator[pa.RecordBatch]:
@@ -435,9 +470,13 @@ class CommitLogSourceReader(_PlannedReader):
         check_crc = _bool(o.get("verifycrc"))
         batch = int(o.get("batchsize") or DEFAULT_BATCH_SIZE)
         stores = resolve_stores(option_paths(o), broker=o.get("brokerversion"))
-        groups = plan_commitlog(
-            stores, split_size=split_size, per_file=per_file, open_cost=open_cost, offsets=self.filter.offsets
-        )
+        cores = int(o["cores"]) if o.get("cores") else None
+        if cores and split_size is None and per_file is None:
+            groups = plan_even(stores, cores, offsets=self.filter.offsets)
+        else:
+            groups = plan_commitlog(
+                stores, split_size=split_size, per_file=per_file, open_cost=open_cost, offsets=self.filter.offsets
+            )
         return [CommitLogSplit(g, check_crc, batch, self.filter) for g in groups]
 
 

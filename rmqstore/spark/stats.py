@@ -30,6 +30,7 @@ _P = 12
 _WIDE = 64  # tokens longer than this are hashed one by one
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)  # MurmurHash3's fmix64
 _MUL = np.uint64(0x9E3779B97F4A7C15)
+_TABLE_RANGE = 1 << 16  # integer columns spanning fewer values are factorized by a table, not a sort
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
@@ -140,21 +141,41 @@ class GroupStats:
         self.distinct.merge(other.distinct)
 
 
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's index among the distinct values, and those values (sorted); a small range of
+    integers (queue ids, hours, dictionary codes) is counted in a table instead of sorted."""
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < _TABLE_RANGE:
+        present = np.zeros(hi - lo + 1, bool)
+        present[values - lo] = True
+        index = np.cumsum(present) - 1
+        return index[values - lo], np.flatnonzero(present) + lo
+    uniq, inv = np.unique(values, return_inverse=True)
+    return inv.reshape(-1), uniq
+
+
 def _factorized(columns: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
     """One group id per row for the combination of ``columns`` (each factorized on its own, then
     combined in mixed radix: no sort of rows), and each column's value per group id."""
     key = np.zeros(len(columns[0]), np.int64)
     values = []
     for col in columns:
-        uniq, inv = np.unique(col, return_inverse=True)
-        key = key * len(uniq) + inv.reshape(-1)
+        inv, uniq = _codes(col)
+        key = key * len(uniq) + inv
         values.append(uniq)
-    groups, gid = np.unique(key, return_inverse=True)
+    gid, groups = _codes(key)
     out = []
     for uniq in reversed(values):  # undo the mixed radix, last column first
         out.append(uniq[groups % len(uniq)])
         groups = groups // len(uniq)
-    return gid.reshape(-1), out[::-1]
+    return gid, out[::-1]
+
+
+def _group_order(gid: np.ndarray, g_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows in group order (stable) and where each group's rows start and end in it."""
+    narrow = gid.astype(np.uint16) if g_count < 1 << 16 else gid  # a radix sort for 16 bits
+    order = np.argsort(narrow, kind="stable")
+    return order, np.searchsorted(gid[order], np.arange(g_count + 1))
 
 
 def fold_batch(acc: dict[GroupKey, GroupStats], batch: pa.RecordBatch) -> None:
@@ -173,20 +194,17 @@ def fold_batch(acc: dict[GroupKey, GroupStats], batch: pa.RecordBatch) -> None:
         ]
     )
     g_count = len(qid)
-    size = batch.column("storeSize").to_numpy().astype(np.int64)
     messages = np.bincount(gid, minlength=g_count)
-    total = np.zeros(g_count, np.int64)
-    np.add.at(total, gid, size)
-    first = np.full(g_count, np.iinfo(np.int64).max)
-    np.minimum.at(first, gid, ts)
-    last = np.full(g_count, np.iinfo(np.int64).min)
-    np.maximum.at(last, gid, ts)
+    # float sums are exact here: a batch's bytes stay far below 2^53
+    total = np.bincount(gid, batch.column("storeSize").to_numpy(), minlength=g_count).astype(np.int64)
+    order, bounds = _group_order(gid, g_count)
+    ts_grouped = ts[order]
+    first = np.minimum.reduceat(ts_grouped, bounds[:-1])
+    last = np.maximum.reduceat(ts_grouped, bounds[:-1])
     keys = batch.column("keys")
     key_group = gid[pc.list_parent_indices(keys).to_numpy()]
     hashes = token_hashes(pc.list_flatten(keys))
-    narrow = key_group.astype(np.uint16) if g_count < 1 << 16 else key_group  # a radix sort for 16 bits
-    korder = np.argsort(narrow, kind="stable")
-    bounds = np.searchsorted(key_group[korder], np.arange(g_count + 1))
+    korder, kbounds = _group_order(key_group, g_count)
     store_names, topic_names = stores.dictionary.to_pylist(), topics.dictionary.to_pylist()
     for g, (s, t, q, h) in enumerate(zip(s_code.tolist(), t_code.tolist(), qid.tolist(), hour.tolist(), strict=True)):
         key = (store_names[s], topic_names[t], q, h * MS_PER_HOUR)
@@ -195,7 +213,7 @@ def fold_batch(acc: dict[GroupKey, GroupStats], batch: pa.RecordBatch) -> None:
             int(total[g]),
             int(first[g]),
             int(last[g]),
-            Distinct.of(hashes[korder[bounds[g] : bounds[g + 1]]]),
+            Distinct.of(hashes[korder[kbounds[g] : kbounds[g + 1]]]),
         )
         have = acc.get(key)
         if have is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import os
 import time
 from collections import deque
@@ -26,7 +25,7 @@ from rmqstore.codec.commitlog import (
 )
 from rmqstore.errors import ChecksumMismatch, CorruptData
 from rmqstore.safety.openfile import map_readonly
-from rmqstore.store.files import map_file
+from rmqstore.store.files import map_file, release_range
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import FileWalk, Stop, walk_chain
 from rmqstore.walk.columns import BATCH, decode_columns
@@ -155,7 +154,7 @@ def _walk_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool, 
         _WORKER_MAP.clear()
         m = _WORKER_MAP[key] = map_readonly(seg.path)
     part = _walk_part(m, seg, cfg, lo, hi, end, known, flags)
-    m.madvise(mmap.MADV_DONTNEED, lo - lo % mmap.PAGESIZE, min(hi, end) - (lo - lo % mmap.PAGESIZE))
+    release_range(m, lo, min(hi, end))
     return part
 
 

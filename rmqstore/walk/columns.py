@@ -47,7 +47,7 @@ from rmqstore.codec.commitlog import (
 from rmqstore.codec.javahash import index_key_hash, java_hash
 from rmqstore.errors import CorruptData, RecordSizeMismatch
 from rmqstore.safety.openfile import map_readonly
-from rmqstore.store.files import map_file
+from rmqstore.store.files import map_file, release_range
 from rmqstore.store.layout import Segment, StoreConfig, segment_ranges
 from rmqstore.walk.chain import frame_start
 from rmqstore.walk.requests import DispatchRequest, ScanStop, request_from_record
@@ -56,7 +56,7 @@ from rmqstore.walk.workers import close_pool, worker_pool
 _M32 = np.uint64(0xFFFFFFFF)
 _TARGETS = (b"TAGS", b"KEYS", b"UNIQ_KEY")
 BATCH = 1 << 18
-PART_SIZE = 32 << 20  # bytes of a file one worker walks and decodes at a time
+PART_SIZE = 16 << 20  # bytes of a file one worker walks and decodes at a time (what a worker holds at once)
 _SYNC_WINDOW = 8 << 20  # how far a worker looks for the first record of its range
 
 
@@ -514,11 +514,15 @@ def _scan_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool])
     seg, cfg, lo, hi, end, known = args
     key = str(seg.path)
     m = _WORKER_MAP.get(key)
-    if m is None:  # one mapping per file and worker process, kept for the pool's life
-        m = map_readonly(seg.path)
+    if m is None:  # one mapping per file and worker process
+        for old in _WORKER_MAP.values():
+            old.close()
         _WORKER_MAP.clear()
-        _WORKER_MAP[key] = m
-    return _scan_part(m, np.frombuffer(m, dtype=np.uint8, count=end), seg, cfg, lo, hi, end, known)
+        m = _WORKER_MAP[key] = map_readonly(seg.path)
+    part = _scan_part(m, np.frombuffer(m, dtype=np.uint8, count=end), seg, cfg, lo, hi, end, known)
+    # the range's pages leave this worker (the page cache keeps them): a worker holds one range at a time
+    release_range(m, lo, min(hi, end))
+    return part
 
 
 def _scan_file_parallel(

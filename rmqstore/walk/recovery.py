@@ -141,10 +141,10 @@ class CqCheck:
         if not ci.size:
             return
         key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
-        uk, inv = np.unique(key, return_inverse=True)
-        inv = inv.ravel()
-        order = np.argsort(inv, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(uk)))])
+        order = np.argsort(key, kind="stable")  # one sort: queues in key order, records in walk order
+        sorted_key = key[order]
+        bounds = np.concatenate([[0], np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1, [len(key)]])
+        uk = sorted_key[bounds[:-1]]
         for gi, k in enumerate(uk.tolist()):
             sel = ci[order[bounds[gi] : bounds[gi + 1]]]
             topic = topics.names[k >> 32]

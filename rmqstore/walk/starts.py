@@ -63,7 +63,7 @@ def zero_tail_start(buf: Any, start: int, end: int, *, path: Path | str | None =
     return start
 
 
-_WINDOW = 64 << 20  # record starts are indexed 64 MiB of a file at a time
+_WINDOW = 16 << 20  # record starts indexed at a time: the pages a window touches stay resident until read
 
 
 class RecordStarts:

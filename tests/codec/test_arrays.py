@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from strategies import prop_text, records
 
 from rmqstore.codec.arrays import (
+    _marks_gathered,
+    _marks_in_place,
     duplicate_name_rows,
     host_codes_v4,
     key_tokens,
@@ -122,6 +124,26 @@ def test_record_arrays_equal_decode_record(run):
         tokens = [buf[s : s + n].decode() for s, n in zip(tok_start, tok_len, strict=True)]
         assert tokens == [t for t in parsed.get("KEYS", "").split(" ") if t]
         assert list(tok_rec) == [i] * len(tokens)
+
+
+@given(
+    st.binary(min_size=1, max_size=600),
+    st.lists(st.tuples(st.integers(0, 600), st.integers(0, 40)), min_size=1, max_size=12),
+)
+def test_marks_found_in_place_equal_the_gathered_ones(data, ranges):
+    """Strings split where they lie (file order, not overlapping) give the separators and high-byte
+    rows of the gathered matrix; strings out of order or far apart are left to the matrix."""
+    u8 = np.frombuffer(data, np.uint8)
+    start = np.sort(np.array([min(s, len(data) - 1) for s, _ in ranges], np.int64))
+    lens = np.array([n for _, n in ranges], np.int64)
+    lens = np.minimum(lens, np.append(start[1:], len(data)) - start)  # each string ends before the next starts
+    lens = np.maximum(lens, 0)
+    found = _marks_in_place(u8, start, lens)
+    if found is None:
+        return
+    want = _marks_gathered(u8, start, lens)
+    for got, exp in zip(found, want, strict=True):
+        assert got.tolist() == exp.tolist()
 
 
 def test_record_arrays_of_no_records():

@@ -220,6 +220,32 @@ def test_every_record_exactly_once_for_any_split_size(case: str, split_size: int
     assert reader_rows(got) == codec_rows(local_records(root))
 
 
+@settings(max_examples=25, deadline=None)
+@given(case=st.sampled_from(REAL_CASES), cores=st.integers(1, 64))
+def test_even_splits_cover_every_record_once_in_equal_shares(case: str, cores: int) -> None:
+    """The cut over a job's cores (``plan_even``): a multiple of ``cores`` splits of one size (the
+    last shorter by the rounding), every record read once, in commit log order."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from rmqstore.spark.source import COMMITLOG_SCHEMA, buffer_batches, plan_even, resolve_stores
+
+    root = store_of(case)
+    data_of = {path: data for path, _, data in file_bytes(root)}
+    groups = plan_even(resolve_stores([str(root)]), cores)
+    total = sum(len(d) for d in data_of.values())
+    sizes = [sum(p.end - p.start for p in g) for g in groups]
+    assert len(groups) % cores == 0 and sum(sizes) == total and max(sizes) - min(sizes) < len(groups)
+    schema = to_arrow_schema(COMMITLOG_SCHEMA, timezone="UTC")
+    got = [
+        row
+        for g in groups
+        for piece in g
+        for batch in buffer_batches(data_of[piece.path], piece, schema, chunk=97)
+        for row in batch.to_pylist()
+    ]
+    assert reader_rows(got) == codec_rows(local_records(root))
+
+
 @functools.lru_cache(maxsize=16)
 def valid_records(path: str, base: int, data: bytes) -> list[Record]:
     """Reference for damaged files: every position, in order, holding a record that decodes and

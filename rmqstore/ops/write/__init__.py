@@ -67,7 +67,14 @@ driver), :mod:`.columns` and :mod:`.uniq` (the planned records as columns, UNIQ_
 
 from __future__ import annotations
 
-from rmqstore.codec.messages import Message, MessageBatch, message_from_json, read_ndjson, read_ndjson_stream
+from rmqstore.codec.messages import (
+    Message,
+    MessageBatch,
+    message_from_json,
+    read_ndjson,
+    read_ndjson_blocks,
+    read_ndjson_stream,
+)
 from rmqstore.dispatch.dispatcher import Dispatcher
 from rmqstore.ops.write.append import FileWrite, WriteOptions, WritePlan
 from rmqstore.ops.write.apply import (
@@ -77,6 +84,7 @@ from rmqstore.ops.write.apply import (
     input_digest,
     open_for_write,
     prepare_write,
+    prepare_write_blocks,
     refuse_unsafe,
     write_messages,
 )
@@ -88,7 +96,7 @@ from rmqstore.ops.write.journal import (
     pending_journal,
     rollback_pending,
 )
-from rmqstore.ops.write.plan import plan_with, plan_write
+from rmqstore.ops.write.plan import plan_blocks, plan_with, plan_write
 from rmqstore.ops.write.uniq import UniqKeySource
 from rmqstore.ops.write.validate import (
     BROKER_MANAGED_TOPICS,
@@ -129,10 +137,13 @@ __all__ = [
     "message_from_json",
     "open_for_write",
     "pending_journal",
+    "plan_blocks",
     "plan_with",
     "plan_write",
     "prepare_write",
+    "prepare_write_blocks",
     "read_ndjson",
+    "read_ndjson_blocks",
     "read_ndjson_stream",
     "refuse_unsafe",
     "rollback_pending",

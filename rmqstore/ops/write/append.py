@@ -29,6 +29,7 @@ from rmqstore.ops.write.validate import (
     check_send_topic,
     java_hashmap_order,
     topic_for_new,
+    utf8,
 )
 from rmqstore.rules import rules_for
 from rmqstore.safety.actions import PlannedAction, actions_json
@@ -286,7 +287,7 @@ class Planner:
         )
         if topic in self.batch_topics:  # never appended as a plain queue (the 5.x broker then refuses the store)
             raise InputError(f"{origin}: topic {topic!r} has queue.type=BatchCQ: write does not append to batch queues")
-        if len(topic.encode("utf-8")) > _V1_TOPIC_MAX and not self.rules.v2_magic:  # a V1 record's 1-byte length
+        if len(utf8(topic, origin, "topic")) > _V1_TOPIC_MAX and not self.rules.v2_magic:  # a V1 record's 1-byte length
             raise InputError(f"{origin}: topic {topic!r} is longer than 127 bytes: only 5.1.0+ brokers store it")
         tc = self.topics.get(topic)
         if tc is None:

@@ -9,7 +9,7 @@ import shlex
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +19,7 @@ from rmqstore.codec import checkpoint as cpmod
 from rmqstore.codec.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqstore.codec.indexfile import decode_header as decode_index_header
 from rmqstore.codec.indexfile import header_problem
-from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch
+from rmqstore.codec.messages import BATCH_FIELDS, Message, MessageBatch, paused_gc
 from rmqstore.dispatch.dispatcher import Dispatcher, DispatchStats
 from rmqstore.dispatch.multiqueue import dispatch_extra
 from rmqstore.errors import CorruptData, FileAccessError, InputError, RmqstoreError, UnsafePlan, from_os_error
@@ -39,7 +39,7 @@ from rmqstore.ops.write.journal import (
     rollback_pending,
     save_range,
 )
-from rmqstore.ops.write.plan import plan_with
+from rmqstore.ops.write.plan import plan_blocks, plan_with
 from rmqstore.ops.write.validate import _load_topics
 from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook
@@ -105,6 +105,8 @@ def input_digest(messages: Sequence[Message] | MessageBatch) -> str:
             for body in column:
                 h.update(body)
         else:
+            if name == "properties" and column is not None:  # the NDJSON reader's dicts hash as their pairs
+                column = [tuple(p.items()) if type(p) is dict else p for p in column]
             h.update(repr(column).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
@@ -341,7 +343,9 @@ def apply_write(
     journal.save()
     abort_existed = cfg.abort_path.exists()
     try:
-        stats, cp, abort_created = _apply_steps(st, plan, journal, now, sync, abort_existed, index_clock, digest)
+        stats, cp, abort_created = paused_gc(
+            _apply_steps, st, plan, journal, now, sync, abort_existed, index_clock, digest
+        )
     except BaseException as e:
         _roll_back_failed(root, qdir, e)
         raise
@@ -558,6 +562,24 @@ def prepare_write(
         digest = input_digest(messages)
     refuse_unsafe(st, plan, None if again else digest)
     return plan, digest, rolled
+
+
+def prepare_write_blocks(
+    st: Store,
+    blocks: Iterable[Sequence[Message] | MessageBatch],
+    digest: Any,
+    opts: WriteOptions,
+    *,
+    again: bool,
+    dry_run: bool,
+) -> tuple[WritePlan, str, RollbackReport | None]:
+    """:func:`prepare_write` of messages read a block at a time while the plan is made (the NDJSON
+    reader's blocks); ``digest`` is the hash the reader feeds with the bytes it reads."""
+    rolled = None if dry_run else rollback_pending(st)
+    plan = plan_blocks(st, blocks, opts)
+    hexdigest: str = digest.hexdigest()
+    refuse_unsafe(st, plan, None if again else hexdigest)
+    return plan, hexdigest, rolled
 
 
 def _remove_new_root(root: Path) -> None:

@@ -44,6 +44,7 @@ from rmqstore.ops.write.validate import (
     _check_properties,
     _lmq_offsets_entry,
     _PropsFormat,
+    utf8,
 )
 from rmqstore.walk.requests import delivery_tags_code
 
@@ -220,7 +221,7 @@ def _properties_bytes(p: Planner, props: dict[str, str], fmt: _PropsFormat, topi
         text += _lmq_offsets_entry(lmq_names, qid, p.cfg, p.queue_offset, p.next_qoff, p.lmq_keys)
     if not p.rules.props_trailing_separator and text.endswith("\x02"):
         text = text[:-1]  # 4.9.1-4.9.x: no separator after the last property
-    props_b = text.encode("utf-8")
+    props_b = utf8(text, origin, "the properties string")
     if p.prop_crc or (p.lmq_reserve and PROP_MULTI_DISPATCH in props):
         props_b += bytes(CRC32_RESERVED_LEN)  # the CRC entry goes here once the record is complete
     if len(props_b) > _PROPS_MAX:

@@ -21,7 +21,8 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,36 @@ _CLOCK_EVERY = 8  # plain messages per clock reading (a few microseconds apart)
 _MAX_NAME_SETS = 4096  # user property name lists with a run code; messages with others go one by one
 _NO_QUEUE = -(1 << 40)  # queue id "none given" in an int64 column
 _TopicInfo = tuple[cfgmod.TopicConfig | None, bytes]
+_SECOND = itemgetter(1)
+
+
+def _same_names(props: list[dict[str, str]]) -> tuple[str, ...] | None:
+    """The property names of the first message when every message has these, in this order (else
+    None): checked a key position at a time over all messages."""
+    names = tuple(props[0]) if props else ()
+    if set(map(len, props)) != {len(names)}:
+        return None
+    keys = list(map(iter, props))
+    for name in names:
+        if list(map(next, keys)).count(name) != len(props):
+            return None
+    return names
+
+
+def _property_values(props: list[Any]) -> list[str]:
+    """The values of the messages' properties (dicts, or pairs), one message after the other."""
+    if set(map(type, props)) == {dict}:
+        return list(chain.from_iterable(map(dict.values, props)))
+    return list(chain.from_iterable(p.values() if type(p) is dict else map(_SECOND, p) for p in props))
+
+
+def _not_none(column: list[Any] | None, n: int) -> np.ndarray:
+    """Which values of an optional column are given (a column left None gives none)."""
+    if column is None:
+        return np.zeros(n, dtype=bool)
+    if None not in column:
+        return np.ones(n, dtype=bool)
+    return np.array([v is not None for v in column], dtype=bool)
 
 
 class Block:
@@ -179,7 +210,7 @@ class RunLane:
         self.run_formats: dict[int, _PropsFormat] = {}
         self.record_formats: dict[tuple[tuple[str, ...], str | None, bool], bytes] = {}
         self.user_names: list[tuple[str, ...]] = [()]  # the user property names of run codes, by id
-        self.names_ids: dict[tuple[str, ...], int] = {}
+        self.names_ids: dict[tuple[str, ...], int] = {(): 0}
         self.topic_prefix: dict[str, bytes] = {}
         self.ns_clock = time.time_ns if p.opts.clock is None else None
         self.tnames: list[str] = []
@@ -191,39 +222,44 @@ class RunLane:
         if blk.producer_only:
             return codes
         n = len(codes)
-        uniq, wait, props = (
-            blk.uniq_key or repeat(None, n),
-            blk.wait or repeat(True, n),
-            blk.properties or repeat((), n),
-        )
-        born = blk.born_host or repeat(None, n)
-        born_ts, store_ts = blk.born_timestamp_ms or repeat(None, n), blk.store_timestamp_ms or repeat(None, n)
-        names_id = self.names_id
-        for i, u, w, items, bh, bt, st in zip(range(n), uniq, wait, props, born, born_ts, store_ts):  # noqa: B905
-            c = codes[i]
-            if u is not None:
-                c |= UNIQ_GIVEN
-            elif bh is not None or bt is not None:  # a UNIQ_KEY generated from them: one by one
-                codes[i] = -1
-                continue
-            if not w:
-                c |= WAIT_FALSE
-            if st is not None:
-                c |= STORE_TIME_GIVEN
-            if items:
-                nid = names_id(items)
-                c = -1 if nid < 0 else c | nid << _NAMES_SHIFT
-            codes[i] = c
-        return codes
+        c = np.array(codes, dtype=np.int64)
+        one = np.zeros(n, dtype=bool)
+        given = _not_none(blk.uniq_key, n)
+        c[given] |= UNIQ_GIVEN
+        # a UNIQ_KEY generated from a given born host or time: one by one
+        one |= ~given & (_not_none(blk.born_host, n) | _not_none(blk.born_timestamp_ms, n))
+        if blk.wait is not None:
+            c[~np.array(blk.wait, dtype=bool)] |= WAIT_FALSE
+        c[_not_none(blk.store_timestamp_ms, n)] |= STORE_TIME_GIVEN
+        if blk.properties is not None:
+            nids = np.array(self.names_ids_of(blk.properties), dtype=np.int64)
+            one |= nids < 0
+            c |= nids << _NAMES_SHIFT
+        c[one] = -1
+        return c.tolist()
 
-    def names_id(self, items: tuple[tuple[str, str], ...]) -> int:
-        """The id of a message's user property names in their order; -1 when the reference lane must
-        take it (a name given twice, empty, with a separator, or one the broker reads or adds)."""
-        names = tuple([k for k, _ in items])
+    def names_ids_of(self, props: list[tuple[tuple[str, str], ...]]) -> list[int]:
+        """:meth:`names_id` of each message's user properties (names taken out of all at once when
+        every message has as many)."""
+        if set(map(type, props)) == {dict}:  # as read from NDJSON
+            same = _same_names(props)
+            if same is not None:
+                return [self.names_id(same)] * len(props)
+            names = list(map(tuple, props))
+        else:
+            names = [tuple(items) if type(items) is dict else tuple([k for k, _ in items]) for items in props]
+        ids = list(map(self.names_ids.get, names))
+        if None in ids:
+            ids = [self.names_id(nm) if i is None else i for nm, i in zip(names, ids, strict=True)]
+        return ids
+
+    def names_id(self, names: tuple[str, ...]) -> int:
+        """The id of user property names in their order; -1 when the reference lane must take them
+        (a name given twice, empty, with a separator, or one the broker reads or adds)."""
         nid = self.names_ids.get(names)
         if nid is None:
             good = len(set(names)) == len(names) and not any(
-                not k or "\x01" in k or "\x02" in k or k in _BROKER_NAMES for k in names
+                not k or "\x01" in k or "\x02" in k or k in _BROKER_NAMES or not _valid_unicode(k) for k in names
             )
             if good and len(self.user_names) < _MAX_NAME_SETS:
                 nid = len(self.user_names)
@@ -312,7 +348,9 @@ class RunLane:
         if code & UNIQ_GIVEN:
             g.uniq = blk.uniq_key[lo:hi]  # type: ignore[index]
         if code >> _NAMES_SHIFT:
-            g.values = tuple(map(list, zip(*[[v for _, v in items] for items in blk.properties[lo:hi]])))  # type: ignore[index]  # noqa: B905
+            width = len(self.user_names[code >> _NAMES_SHIFT])  # every message of the run has these names
+            flat = _property_values(blk.properties[lo:hi])  # type: ignore[index]
+            g.values = tuple(flat[j::width] for j in range(width))
         try:
             if blk.flag is not None:
                 g.flag = np.array(blk.flag[lo:hi], dtype=np.int32).astype(np.int64)
@@ -498,12 +536,20 @@ class RunLane:
         return heads
 
     def _queue_ids(self, run: _Run) -> np.ndarray:
-        """Queue ids, the round robin's picks made in message order."""
+        """Queue ids, the round robin's picks made in message order: a topic's picks in a run are
+        consecutive positions of its round robin (its first pick ever went through put_one)."""
         qv = run.q.copy()
-        p = self.p
-        for i in np.flatnonzero(run.q < 0).tolist():
-            info = self.tinfo[int(run.tids[i])]
-            qv[i] = p.pick_queue(run.topics[i], info[0] if info else None, run.origin(i))
+        picked = run.q < 0
+        if not picked.any():
+            return qv
+        rr = self.p.rr
+        for t in np.unique(run.tids[picked]).tolist():
+            at = np.flatnonzero(picked & (run.tids == t))
+            info = self.tinfo[t]
+            assert info is not None and info[0] is not None  # else the checks sent them to put_one
+            topic, pos = self.tnames[t], rr[self.tnames[t]]
+            qv[at] = (pos + np.arange(len(at), dtype=np.int64)) % info[0].write_queue_nums
+            rr[topic] = pos + len(at)
         return qv
 
     def _store_times(self, n: int) -> np.ndarray:
@@ -549,17 +595,17 @@ class RunLane:
                 enc = {t: t.encode("utf-8") for t in set(run.tags)}  # type: ignore[arg-type]
                 args.append(list(map(enc.__getitem__, run.tags)))  # type: ignore[arg-type]
             elif name == cl.PROP_KEYS:
-                args.append([k.encode("utf-8") for k in run.keys])  # type: ignore[union-attr]
+                args.append(list(map(str.encode, run.keys)))  # type: ignore[arg-type]
             elif name == cl.PROP_UNIQ_KEY and uniq is not None:
                 tl = uniq[1].tolist()
                 hex8 = {v: b"%08X" % v for v in set(tl)}
                 args.append(list(map(hex8.__getitem__, tl)))
                 args.append(_hex4_bytes(uniq[2]))
             elif name == cl.PROP_UNIQ_KEY:
-                args.append([u.encode("utf-8") for u in run.given.uniq])  # type: ignore[union-attr]
+                args.append(list(map(str.encode, run.given.uniq)))  # type: ignore[arg-type]
             elif name != cl.PROP_WAIT and name != PROP_CLUSTER:  # a user property
                 values = run.given.values[user.index(name)]
-                args.append([v.encode("utf-8") for v in values])
+                args.append(list(map(str.encode, values)))
         return args
 
     def _lay_out(self, run: _Run, rf: bytes, args: list[Any], heads: dict[str, np.ndarray | int]) -> np.ndarray:
@@ -642,4 +688,14 @@ def _value_column(values: list[str], may_be_empty: bool, bad: np.ndarray) -> tup
         bad |= np.array([(not v and not may_be_empty) or "\x01" in v or "\x02" in v for v in values], dtype=bool)
     if joined.isascii():
         return np.fromiter(map(len, values), np.int64, len(values)), joined
-    return np.array([len(v.encode("utf-8")) for v in values], dtype=np.int64), joined
+    if not _valid_unicode(joined):  # a lone surrogate: the reference lane refuses it
+        bad |= np.array([not _valid_unicode(v) for v in values], dtype=bool)
+    return np.array([len(v.encode("utf-8", "surrogatepass")) for v in values], dtype=np.int64), joined
+
+
+def _valid_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

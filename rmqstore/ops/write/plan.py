@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -40,9 +40,25 @@ def plan_with(st: Store, messages: Sequence[Message] | MessageBatch, opts: Write
     return _paused_gc(_plan, st, messages, opts)
 
 
+def plan_blocks(st: Store, blocks: Iterable[Sequence[Message] | MessageBatch], opts: WriteOptions) -> WritePlan:
+    """:func:`plan_with` of messages given a block at a time (read as the plan goes: only the
+    encoded records are kept, never the whole input)."""
+    return _paused_gc(_plan_blocks, st, blocks, opts)
+
+
 def _plan(st: Store, messages: Sequence[Message] | MessageBatch, opts: WriteOptions) -> WritePlan:
+    return _plan_blocks(st, [messages], opts)
+
+
+def _plan_blocks(st: Store, blocks: Iterable[Sequence[Message] | MessageBatch], opts: WriteOptions) -> WritePlan:
     p = Planner(st, opts)
     lane = RunLane(p)
+    for messages in blocks:
+        _plan_block(p, lane, messages)
+    return p.finish()
+
+
+def _plan_block(p: Planner, lane: RunLane, messages: Sequence[Message] | MessageBatch) -> None:
     batch = messages if isinstance(messages, MessageBatch) else None
     for s0 in range(0, len(messages), _FAST_BLOCK):
         s1 = min(len(messages), s0 + _FAST_BLOCK)
@@ -64,7 +80,6 @@ def _plan(st: Store, messages: Sequence[Message] | MessageBatch, opts: WriteOpti
             else:
                 lane.put_run(blk, i, i + k, code)
             i += k
-    return p.finish()
 
 
 def _batch_block(batch: MessageBatch, s0: int, s1: int) -> Block:

@@ -158,6 +158,17 @@ class _HostCache(dict[str, tuple[bytes, int]]):
         return v
 
 
+def utf8(text: str, origin: str, what: str) -> bytes:
+    """``text`` as UTF-8; text that is not valid Unicode (a lone surrogate, as JSON's ``\\ud800``
+    gives) is refused, as a body that is not valid text is."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(
+            f"{origin}: {what} is not valid Unicode text (a lone surrogate at character {e.start})"
+        ) from None
+
+
 def _check_properties(items: Iterable[tuple[str, str]], origin: str) -> None:
     """The reason a property string is unusable (raised), for the names and values given."""
     for k, v in items:

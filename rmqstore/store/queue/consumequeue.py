@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rmqstore.codec import consumequeue as codec
-from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, encode_entry, valid_prefix, write_entry
+from rmqstore.codec.consumequeue import ENTRY_SIZE, FILLER_SIZE, encode_entry, valid_prefix
 from rmqstore.errors import CorruptData
 from rmqstore.problems import Problem, ProblemKind
 from rmqstore.rules import rules_for
 from rmqstore.safety.openfile import create_sized, map_for_writing
-from rmqstore.store.files import RELEASE_STEP, map_file, read_at, release_pages
+from rmqstore.store.files import FileWriter, map_file, read_at
 from rmqstore.store.layout import Segment, file_name, list_segments, queue_dir, segment_for
 from rmqstore.store.queue.interface import QueueCut, QueueRange, QueueRecovery, QueueTail
 from rmqstore.store.queue.mappedfiles import (
@@ -286,7 +286,7 @@ class ConsumeQueueWriter:
         self.last_ts = 0
         self.written = 0
         self._maps: dict[int, mmap.mmap] = {}
-        self._released: dict[int, int] = {}  # per file: bytes before this are out of the resident set
+        self._writers: dict[int, FileWriter] = {}  # runs of units are written, not stored through the map
         self._placed: MappedFileQueue | None = None
 
     def _load(self) -> list[Segment]:
@@ -313,6 +313,13 @@ class ConsumeQueueWriter:
             m = map_for_writing(p, self.file_size)
             self._maps[base] = m
         return m
+
+    def _writer(self, base: int) -> FileWriter:
+        w = self._writers.get(base)
+        if w is None:
+            self._map(base)  # created and reserved
+            w = self._writers[base] = FileWriter(self.dir / file_name(base))
+        return w
 
     def _last_file_for(self, expected: int) -> int:
         """``getLastMappedFile(expected)``: the current last file, or a new one (§4.4)."""
@@ -351,14 +358,12 @@ class ConsumeQueueWriter:
                 if bad.size:
                     j = i + int(bad[0])
                 if j > i:
-                    m = self._map(base)
-                    out = np.frombuffer(m, dtype=codec.ENTRY_DTYPE, count=j - i, offset=self.end - base)
+                    out = np.empty(j - i, dtype=codec.ENTRY_DTYPE)
                     out["phy_offset"] = phy[i:j]
                     out["size"] = size[i:j]
                     out["tags_code"] = tags_code[i:j]
-                    del out
+                    self._writer(base).write_at(out, self.end - base)
                     self.end += (j - i) * ENTRY_SIZE
-                    self._released[base] = release_pages(m, self._released.get(base, 0), self.end - base, RELEASE_STEP)
                     last = j - 1
                     self.max_phy = int(phy[last]) + (0 if self.old_dup_rule else int(size[last]))
                     self.last_ts = int(store_ts[last])
@@ -392,7 +397,7 @@ class ConsumeQueueWriter:
         # expected > end would be the broker's "[BUG]logic queue order maybe wrong": it appends anyway.
         if self.end < base:
             self.end = base
-        write_entry(m, self.end - base, phy, size, tags)
+        self._writer(base).write_at(encode_entry(phy, size, tags), self.end - base)
         self.end += ENTRY_SIZE
         self.max_phy = phy + (0 if self.old_dup_rule else size)
         self.last_ts = ts
@@ -411,6 +416,8 @@ class ConsumeQueueWriter:
                 m.flush()
             m.close()
         self._maps.clear()
-        self._released.clear()
+        for w in self._writers.values():
+            w.close(sync)
+        self._writers.clear()
         if self._placed is not None:
             self._placed.close()

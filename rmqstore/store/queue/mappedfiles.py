@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from rmqstore.codec.topic import queue_path_problem
+from rmqstore.errors import from_os_error
 from rmqstore.problems import Problem
 from rmqstore.safety.openfile import open_fd, reserve
 from rmqstore.store.files import data_end, map_file, names_in, read_at
@@ -35,6 +36,18 @@ def read_units(path: Path, dtype: np.dtype, start: int = 0, stop: int | None = N
         out = view.copy()
         del view
     return out
+
+
+def pread_units(path: Path, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
+    """Whole units ``start`` to ``stop`` of a file (fewer where the file ends), read rather than
+    mapped: a few units of many files cost a read each, and no page stays resident."""
+    import numpy as np
+
+    try:
+        data = read_at(path, start * dtype.itemsize, max(0, stop - start) * dtype.itemsize)
+    except OSError as e:  # the open's error, worded as a mapping's
+        raise from_os_error(e, path, doing="open it for reading") from None
+    return np.frombuffer(data, dtype=dtype, count=len(data) // dtype.itemsize)
 
 
 def nonzero_units(path: Path, start: int, end: int, unit_size: int) -> int:
