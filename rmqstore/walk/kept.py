@@ -72,7 +72,7 @@ class KeptColumns:
 
     def _spill(self, c: Columns) -> _Spilled:
         if self._fd is None:
-            self._fd = _unnamed_file()
+            self._fd = unnamed_file()
         at = self._size
         for name in _ARRAYS:
             data = np.ascontiguousarray(getattr(c, name)).data
@@ -115,7 +115,7 @@ class KeptColumns:
             os.close(self._fd)
 
 
-def _unnamed_file() -> int:
+def unnamed_file() -> int:
     """A file with no name in the temporary directory (a named one unlinked at once where O_TMPFILE is missing)."""
     directory = tempfile.gettempdir()
     flag = getattr(os, "O_TMPFILE", 0)

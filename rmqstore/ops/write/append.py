@@ -20,6 +20,7 @@ from rmqstore.ops.write.append_point import index_end_phy as _index_end_phy
 from rmqstore.ops.write.columns import RecordColumns, _ColumnsBuilder
 from rmqstore.ops.write.effects import known_topics, write_effects
 from rmqstore.ops.write.journal import pending_journal
+from rmqstore.ops.write.spill import Spill, SpilledPiece
 from rmqstore.ops.write.uniq import UniqKeySource
 from rmqstore.ops.write.validate import (
     _V1_TOPIC_MAX,
@@ -38,6 +39,8 @@ from rmqstore.store import config as cfgmod
 from rmqstore.store.layout import file_name
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.walk.requests import DispatchRequest
+
+_CHUNK_LIMIT = 8 << 20  # bytes of records put one by one before they become a piece
 
 
 class WriteOptions(NamedTuple):
@@ -67,12 +70,12 @@ class FileWrite:
     path: Path
     base_offset: int
     pos: int
-    pieces: tuple[bytes | bytearray, ...]
+    pieces: tuple[bytes | bytearray | SpilledPiece, ...]  # past the memory budget: in a temporary file
     create: bool  # the file does not exist yet: create it at full size first
 
     @property
     def data(self) -> bytes:
-        return b"".join(self.pieces)
+        return b"".join(p if isinstance(p, bytes | bytearray) else bytes(p) for p in self.pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +148,10 @@ class WritePlan:
 
 class Layout:
     """The commit log bytes being planned: the file being filled (its base offset and the position
-    in it), the records put one by one since the last piece (``chunk``), and the finished writes."""
+    in it), the records put one by one since the last piece (``chunk``), and the finished writes.
+    Pieces past the memory budget of :class:`~.spill.Spill` wait in its temporary file."""
 
-    __slots__ = ("dir", "fs", "existing", "writes", "blanks", "base", "pos", "chunk", "pieces", "chunk_pos")
+    __slots__ = ("dir", "fs", "existing", "writes", "blanks", "base", "pos", "chunk", "pieces", "chunk_pos", "spill")
 
     def __init__(self, commitlog_dir: Path, fs: int, end_phy: int, existing: set[int]):
         self.dir, self.fs, self.existing = commitlog_dir, fs, existing
@@ -156,13 +160,14 @@ class Layout:
         self.base = end_phy - end_phy % fs
         self.pos = end_phy - self.base
         self.chunk = bytearray()  # records put one by one, after ``pieces``
-        self.pieces: list[bytes | bytearray] = []  # what goes into the current file, in order
+        self.pieces: list[bytes | bytearray | SpilledPiece] = []  # what goes into the current file, in order
         self.chunk_pos = self.pos
+        self.spill = Spill()
 
     def flush(self, next_base: int) -> None:
         """Close the current file's write; the next bytes go to the file at ``next_base``."""
         if self.chunk:
-            self.pieces.append(self.chunk)
+            self.pieces.append(self.spill.keep(self.chunk))
         if self.pieces:
             base = self.base
             path = self.dir / file_name(base)
@@ -192,11 +197,15 @@ class Layout:
 
     def add_piece(self, data: bytes, end_pos: int) -> None:
         """Records encoded at once, ending at ``end_pos`` of the current file."""
-        if self.chunk:
-            self.pieces.append(self.chunk)
-            self.chunk = bytearray()
-        self.pieces.append(data)
+        self.settle(0)
+        self.pieces.append(self.spill.keep(data))
         self.pos = end_pos
+
+    def settle(self, limit: int = _CHUNK_LIMIT) -> None:
+        """Make the records put one by one a piece once they are over ``limit`` bytes (memory stays bounded)."""
+        if len(self.chunk) > limit:
+            self.pieces.append(self.spill.keep(self.chunk))
+            self.chunk = bytearray()
 
 
 class Planner:

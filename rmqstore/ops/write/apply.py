@@ -40,6 +40,7 @@ from rmqstore.ops.write.journal import (
     save_range,
 )
 from rmqstore.ops.write.plan import plan_blocks, plan_with
+from rmqstore.ops.write.spill import SpilledPiece, pwrite_all
 from rmqstore.ops.write.validate import _load_topics
 from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook
@@ -219,7 +220,10 @@ def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
                 raise CorruptData(f"file is {os.fstat(fd).st_size} bytes, expected {fs}", path=w.path, pos=0)
             at = w.pos
             for piece in w.pieces:
-                _pwrite_all(fd, piece, at, w.path)
+                if isinstance(piece, SpilledPiece):
+                    piece.write_to(fd, at, w.path)
+                else:
+                    pwrite_all(fd, piece, at, w.path)
                 at += len(piece)
             if sync:
                 os.fsync(fd)
@@ -248,18 +252,6 @@ class _Background(threading.Thread):
     def result(self) -> None:
         if self._error is not None:
             raise self._error
-
-
-def _pwrite_all(fd: int, data: bytes | bytearray, pos: int, path: Path) -> None:
-    """Write all of ``data`` at ``pos`` (pwrite copies straight into the page cache: no page faults
-    on a fresh file, as writing through a mapping has)."""
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        n = os.pwrite(fd, view[done : done + (64 << 20)], pos + done)
-        if n <= 0:
-            raise OSError(f"{path}: no progress writing at byte {pos + done}")
-        done += n
 
 
 def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync: bool) -> DispatchStats:

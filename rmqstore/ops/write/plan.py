@@ -70,6 +70,7 @@ def _plan_block(p: Planner, lane: RunLane, messages: Sequence[Message] | Message
         else:
             for m in messages[s0:s1]:
                 put_one(p, m)  # type: ignore[arg-type]
+            p.out.settle()
             continue
         i = 0
         for code, group in groupby(codes):
@@ -80,6 +81,7 @@ def _plan_block(p: Planner, lane: RunLane, messages: Sequence[Message] | Message
             else:
                 lane.put_run(blk, i, i + k, code)
             i += k
+        p.out.settle()
 
 
 def _batch_block(batch: MessageBatch, s0: int, s1: int) -> Block:
