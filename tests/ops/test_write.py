@@ -906,7 +906,7 @@ def _plan_or_error(root: Path, msgs: object, conf: Path, broker: str, min_run: i
         plan.blanks,
         [r.to_json() for r in plan.records],
         plan.records.tags_code.tolist(),
-        plan.records.keys,
+        list(plan.records.topic),
         [t.topic_name for t in plan.new_topics],
         plan.records.columns(0, len(plan.records)),
     )

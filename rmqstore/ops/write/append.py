@@ -247,7 +247,7 @@ class Planner:
         }
         self.cols = cols = _ColumnsBuilder()
         # the reference lane's column appends, bound once (the builder clears these lists in place)
-        self.appends = (*(c.append for c in cols.one), cols.keys.append, cols.origin.append, cols.topic.append)
+        self.appends = (*(c.append for c in cols.one), cols.keys.append, cols.origin.append)
         self.appends += (cols.one_uniq.append, cols.store_host.append)
         self.tags_codes: dict[str, int] = {}
         self.out = Layout(cfg.commitlog_dir, cfg.commitlog_file_size, ap.end_phy, {s.base_offset for s in ap.segments})

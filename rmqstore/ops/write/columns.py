@@ -38,55 +38,111 @@ class PlannedRecord(JsonModel):
         return offset_msg_id(self.store_addr, self.store_port, self.phy_offset)
 
 
-class UniqKeyColumn(Sequence[str | None]):
-    """The UNIQ_KEY of each planned record; keys generated a run at a time are kept as their
-    constant head plus per-record fields and made into strings only when read."""
+class _Joined(Sequence[str]):
+    """Strings kept as one string and where each ends: two objects for a run, not one per record."""
+
+    __slots__ = ("text", "ends")
+
+    def __init__(self, values: list[str]) -> None:
+        self.text = "".join(values)
+        self.ends = np.cumsum(np.fromiter(map(len, values), np.int64, len(values)))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, j: Any) -> Any:
+        return self.text[int(self.ends[j - 1]) if j else 0 : int(self.ends[j])]
+
+    def __iter__(self) -> Iterator[str]:
+        text, at = self.text, 0
+        for end in self.ends.tolist():
+            yield text[at:end]
+            at = end
+
+
+def _packed(values: list[str | None]) -> list[str | None] | _Joined:
+    try:
+        return _Joined(values)  # type: ignore[arg-type]
+    except TypeError:  # a None among them
+        return values
+
+
+class StringColumn(Sequence[str | None]):
+    """A string (or None) per planned record, packed a run at a time (:class:`_Joined`)."""
+
+    _TAIL = 4096  # values appended one by one before they are packed
 
     def __init__(self) -> None:
         self._starts: list[int] = []
-        self._parts: list[Any] = []  # list[str | None], or (head, time field, counter) arrays
+        self._parts: list[Any] = []
         self._len = 0
+        self._tail: list[str | None] = []
 
-    def extend_strings(self, keys: list[str | None]) -> None:
-        if keys:
-            self._starts.append(self._len)
-            self._parts.append(keys)
-            self._len += len(keys)
+    def append(self, value: str | None) -> None:
+        self._tail.append(value)
+        if len(self._tail) >= self._TAIL:
+            self._seal()
 
-    def extend_generated(self, head: str, time_field: np.ndarray, counter: np.ndarray) -> None:
-        if len(time_field):
+    def extend_strings(self, values: list[str | None]) -> None:
+        self._seal()
+        self._add(_packed(values), len(values))
+
+    def _add(self, part: Any, n: int) -> None:
+        if n:
             self._starts.append(self._len)
-            self._parts.append((head, time_field, counter))
-            self._len += len(time_field)
+            self._parts.append(part)
+            self._len += n
+
+    def _seal(self) -> None:
+        if self._tail:
+            tail, self._tail = self._tail, []
+            self._add(_packed(tail), len(tail))
 
     def __len__(self) -> int:
-        return self._len
-
-    def _part(self, i: int) -> tuple[Any, int]:
-        k = bisect.bisect_right(self._starts, i) - 1
-        return self._parts[k], i - self._starts[k]
+        return self._len + len(self._tail)
 
     def __getitem__(self, i: Any) -> Any:
+        self._seal()
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(self._len))]
         if i < 0:
             i += self._len
         if not 0 <= i < self._len:
             raise IndexError(i)
-        part, j = self._part(i)
-        if isinstance(part, list):
-            return part[j]
+        k = bisect.bisect_right(self._starts, i) - 1
+        return self._value(self._parts[k], i - self._starts[k])
+
+    def _value(self, part: Any, j: int) -> str | None:
+        return part[j]  # type: ignore[no-any-return]
+
+    def _values(self, part: Any) -> Iterator[str | None]:
+        return iter(part)
+
+    def __iter__(self) -> Iterator[str | None]:
+        self._seal()
+        for part in self._parts:
+            yield from self._values(part)
+
+
+class UniqKeyColumn(StringColumn):
+    """The UNIQ_KEY of each planned record; keys generated a run at a time are kept as their
+    constant head plus per-record fields and made into strings only when read."""
+
+    def extend_generated(self, head: str, time_field: np.ndarray, counter: np.ndarray) -> None:
+        self._seal()
+        self._add((head, time_field, counter), len(time_field))
+
+    def _value(self, part: Any, j: int) -> str | None:
+        if not isinstance(part, tuple):
+            return part[j]  # type: ignore[no-any-return]
         head, tf, ctr = part
         return f"{head}{int(tf[j]):08X}{int(ctr[j]):04X}"
 
-    def __iter__(self) -> Iterator[str | None]:
-        for part in self._parts:
-            if isinstance(part, list):
-                yield from part
-            else:
-                head, tf, ctr = part
-                for t, c in zip(tf.tolist(), ctr.tolist(), strict=True):
-                    yield f"{head}{t:08X}{c:04X}"
+    def _values(self, part: Any) -> Iterator[str | None]:
+        if not isinstance(part, tuple):
+            return iter(part)
+        head, tf, ctr = part
+        return (f"{head}{t:08X}{c:04X}" for t, c in zip(tf.tolist(), ctr.tolist(), strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +150,8 @@ class RecordColumns:
     """The planned records column by column: numbers in int64 arrays, names in lists (a million
     records stay a few arrays, not a million objects)."""
 
-    origin: list[str]
-    topic: list[str]
+    origin: StringColumn
+    topic: TopicColumn  # as stored: ``topics[topic_id[i]]``
     topic_id: np.ndarray  # index into ``topics`` of each record's topic (as stored)
     topics: list[str]
     queue_id: np.ndarray
@@ -107,7 +163,6 @@ class RecordColumns:
     uniq_key: UniqKeyColumn
     store_host: list[tuple[bytes, int]]
     tags_code: np.ndarray  # as the dispatcher derives them (§4.2, §3.11)
-    keys: list[str | None]
     key_rec: np.ndarray  # the index keys (§5.3) in the broker's put order: record of each
     key_hash: np.ndarray  # and its keyHash (``topic#UNIQ_KEY``, then each KEYS token)
 
@@ -182,23 +237,39 @@ def _merge_index_keys(
     return rec[order], np.concatenate((uhash, khash))[order]
 
 
+class TopicColumn(Sequence[str]):
+    """Each record's topic, read from its topic id (no string kept per record)."""
+
+    def __init__(self, topics: list[str], topic_id: np.ndarray) -> None:
+        self._topics, self._ids = topics, topic_id
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._topics[t] for t in self._ids[i].tolist()]
+        return self._topics[int(self._ids[i])]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._topics.__getitem__, self._ids.tolist())
+
+
 class _ColumnsBuilder:
     """Collects the plan's columns: records put one by one go into lists, runs put at once
     arrive as arrays; :meth:`finish` joins them."""
 
     def __init__(self) -> None:
         self.topic_ids: dict[str, int] = {}
-        self.origin: list[str] = []
-        self.topic: list[str] = []
+        self.origin = StringColumn()
         self.uniq = UniqKeyColumn()
         self.store_host: list[tuple[bytes, int]] = []
-        self.keys: list[str | None] = []
+        self.keys: list[str | None] = []  # of the records put one by one, not yet in parts
         self.parts: list[tuple[np.ndarray, ...]] = []  # tid, qid, qoff, phy, size, ts, sys, tcode, key_rec, key_hash
         self.count = 0
         # records put one by one, not yet in parts
         self.one: tuple[list[int], ...] = ([], [], [], [], [], [], [], [])
         self.one_uniq: list[str | None] = []
-        self.one_from = 0
 
     def topic_id(self, topic: str) -> int:
         t = self.topic_ids.get(topic)
@@ -213,7 +284,7 @@ class _ColumnsBuilder:
         for c in self.one:
             c.clear()
         n = len(tid)
-        keys = self.keys[self.one_from :]
+        keys = self.keys
         uniq = self.one_uniq
         urec = [i for i, u in enumerate(uniq) if u is not None]
         names = list(self.topic_ids)
@@ -223,9 +294,9 @@ class _ColumnsBuilder:
         key_rec, key_hash = _merge_index_keys(urec_a, uhash, krec, khash)
         self.parts.append((tid, qid, qoff, phy, size, ts, sys_flag, tcode, key_rec + self.count, key_hash))
         self.uniq.extend_strings(uniq.copy())
-        uniq.clear()  # in place: put_one holds its append
+        uniq.clear()  # in place: put_one holds these appends
+        keys.clear()
         self.count += n
-        self.one_from = self.count
 
     def add_run(self, arrays: tuple[np.ndarray, ...], key_rec: np.ndarray, key_hash: np.ndarray) -> None:
         """A run's numeric columns (tid, qid, qoff, phy, size, ts, sys, tcode) and index keys; the
@@ -234,7 +305,6 @@ class _ColumnsBuilder:
         n = len(arrays[0])
         self.parts.append((*arrays, key_rec + self.count, key_hash))
         self.count += n
-        self.one_from = self.count
 
     def finish(self) -> RecordColumns:
         self.flush_one()
@@ -243,11 +313,12 @@ class _ColumnsBuilder:
         else:
             cols = [np.zeros(0, dtype=np.int64)] * 10
         tid, qid, qoff, phy, size, ts, sys_flag, tcode, key_rec, key_hash = cols
+        topics = list(self.topic_ids)
         return RecordColumns(
             self.origin,
-            self.topic,
+            TopicColumn(topics, tid),
             tid,
-            list(self.topic_ids),
+            topics,
             qid,
             qoff,
             phy,
@@ -257,7 +328,6 @@ class _ColumnsBuilder:
             self.uniq,
             self.store_host,
             tcode,
-            self.keys,
             key_rec,
             key_hash,
         )

@@ -100,7 +100,7 @@ def put_one(p: Planner, m: Message) -> None:
             tcode = delivery_tags_code(props[PROP_DELAY], store_ts, p.levels, tcode)
         except ValueError:
             raise InputError(f"{origin}: DELAY {props[PROP_DELAY]!r} is not a number") from None
-    a_tid, a_qid, a_qoff, a_phy, a_size, a_ts, a_sys, a_tcode, a_keys, a_origin, a_topic, a_uniq, a_host = p.appends
+    a_tid, a_qid, a_qoff, a_phy, a_size, a_ts, a_sys, a_tcode, a_keys, a_origin, a_uniq, a_host = p.appends
     a_tid(p.cols.topic_id(topic))
     a_qid(qid)
     a_qoff(qoff)
@@ -111,7 +111,6 @@ def put_one(p: Planner, m: Message) -> None:
     a_tcode(tcode)
     a_keys(props.get(PROP_KEYS) if props_b else "")
     a_origin(origin)
-    a_topic(topic)
     a_uniq(props.get(PROP_UNIQ_KEY))
     a_host(store_hp)
 

@@ -670,9 +670,7 @@ class RunLane:
             krec, khash = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         key_rec, key_hash = _merge_index_keys(np.arange(n, dtype=np.int64), uhash, krec, khash)
         cols.add_run((tid, qv, qoff, phy, run.size, ts, np.zeros(n, dtype=np.int64), tcode), key_rec, key_hash)
-        cols.keys.extend(keys if keys is not None else repeat(None, n))
-        cols.origin.extend(repeat("message", n) if run.origins is None else run.origins)
-        cols.topic.extend(run.topics)
+        cols.origin.extend_strings(["message"] * n if run.origins is None else list(run.origins))
         if uniq is None:
             cols.uniq.extend_strings(list(given.uniq))  # type: ignore[arg-type]
         else:
