@@ -8,7 +8,8 @@ from the command line, the process start included:
   queue, index or checkpoint: full recovery from the first file, every record checked (CRC) and
   re-dispatched; ``--broker-version`` given (default 5.2.0) and, with --auto, detected;
 * ``redispatch --output``: every consume queue and index file built beside the store;
-* ``check``, ``dump commitlog --count -f ndjson``, ``query key`` (one key of the middle message),
+* ``check``, ``dump commitlog --count -f ndjson``, ``dump commitlog -f ndjson -j 1`` (``ndjson``: every
+  record formatted, on one core), ``query key`` (one key of the middle message),
   ``expire --dry-run``.
 
 Printed per command and size: wall time (best of --runs), CPU (user + system of the command and its
@@ -38,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = {"250k": 250_000, "1m": 1_000_000, "4m": 4_000_000, "16m": 16_000_000}
-COMMANDS = ("recover", "redispatch", "check", "dump", "query", "expire")
+COMMANDS = ("recover", "redispatch", "check", "dump", "ndjson", "query", "expire")
 FILE_SIZE = 128 << 20
 TOPIC0 = "BenchTopic00"
 
@@ -143,6 +144,8 @@ def command_argv(name: str, rmq: str, store: Path, n: int, version: str, scratch
         return [rmq, "check", str(store), "-q", "-f", "json", *ver]
     if name == "dump":
         return [rmq, "dump", "commitlog", str(store), "--count", "-f", "ndjson", *ver]
+    if name == "ndjson":  # every record formatted, on one core
+        return [rmq, "dump", "commitlog", str(store), "-f", "ndjson", "-j", "1", *ver]
     if name == "query":
         m = n // 2
         return [rmq, "query", "key", str(store), f"BenchTopic{m % 4:02d}", f"k-{m:010d}", "-f", "json", *ver]
