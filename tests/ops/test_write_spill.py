@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, copy_real_store
 from test_hostile_files import fill, small_disk
+from typer.testing import CliRunner
 
+from rmqstore.cli import app
 from rmqstore.ops import write as wr
 from rmqstore.ops.write import append as append_mod
 from rmqstore.ops.write import spill as spill_mod
@@ -122,4 +124,10 @@ def test_a_full_temporary_directory_is_one_error_and_the_store_untouched(
         with pytest.raises(OSError) as e:
             wr.write_messages(root, _one_by_one(300), **FIXED)
         assert e.value.filename == str(disk) and e.value.errno == 28
+        source = tmp_path / "in.ndjson"
+        source.write_bytes(_lines(300))
+        res = CliRunner().invoke(app, ["write", str(root), str(source), "-q"])
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert res.exit_code == 1 and len(lines) == 1, res.stderr
+        assert "no space left on the device" in lines[0] and str(disk) in lines[0], lines
     assert _hashes(root.parent) == before and wr.pending_journal(root) is None
