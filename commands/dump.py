@@ -350,6 +350,27 @@ def _page(rows: Iterator[lib.CqRow], start: int, count: int | None) -> Iterator[
             yield row
 
 
+def _queue_target(
+    store: Path, topic: str | None, queue: int | None, from_index: int | None, count: int | None
+) -> tuple[Path, str, int, int | None, int | None]:
+    """Store, topic, queue and page of a consume queue dump: given, or from one consume queue file's place."""
+    seg = stores.segment_file(store)
+    if seg is not None:
+        if seg.kind != "consumequeue" or seg.topic is None or seg.queue_id is None:
+            raise InputError(f"{store}: a commit log file; use rmqstore dump commitlog {store}")
+        if topic is not None:
+            raise InputError("give a consume queue file, or STORE TOPIC QUEUE, not both")
+        first = seg.base_offset // lib.ENTRY_SIZE
+        from_index = first if from_index is None else max(from_index, first)
+        end = first + seg.size // lib.ENTRY_SIZE
+        count = end - from_index if count is None else min(count, end - from_index)
+        return seg.root, seg.topic, seg.queue_id, from_index, count
+    if topic is None or queue is None:
+        raise InputError("give TOPIC and QUEUE after the store (or one consume queue file instead)")
+    stores.refuse_parent_of_store(store)
+    return store, topic, queue, from_index, count
+
+
 @command(app, "consumequeue", Reading, epilog="Example: rmqstore dump consumequeue STORE TopicA 0 --resolve")
 def consumequeue_command(
     store: Annotated[
@@ -389,21 +410,7 @@ def consumequeue_command(
     fmt = reading.format
     _check_output(fmt, output)
     problems: list[Problem] = []
-    seg = stores.segment_file(store)
-    if seg is not None:
-        if seg.kind != "consumequeue" or seg.topic is None or seg.queue_id is None:
-            raise InputError(f"{store}: a commit log file; use rmqstore dump commitlog {store}")
-        if topic is not None:
-            raise InputError("give a consume queue file, or STORE TOPIC QUEUE, not both")
-        store, topic, queue = seg.root, seg.topic, seg.queue_id
-        first = seg.base_offset // lib.ENTRY_SIZE
-        from_index = first if from_index is None else max(from_index, first)
-        end = first + seg.size // lib.ENTRY_SIZE
-        count = end - from_index if count is None else min(count, end - from_index)
-    elif topic is None or queue is None:
-        raise InputError("give TOPIC and QUEUE after the store (or one consume queue file instead)")
-    else:
-        stores.refuse_parent_of_store(store)
+    store, topic, queue, from_index, count = _queue_target(store, topic, queue, from_index, count)
     with reading.open(store) as st:
         if fmt is Format.parquet:
             assert output is not None
