@@ -62,6 +62,16 @@ def map_file(path: Path, *, write: bool = False) -> Iterator[mmap.mmap | bytes]:
             pass  # a numpy view still refers to it; it is unmapped when that view goes
 
 
+def pwrite_all(fd: int, data: bytes | memoryview | Any, pos: int) -> None:
+    """Write all of ``data`` (any contiguous buffer) at ``pos``: a short write goes on where it stopped."""
+    view = memoryview(data).cast("B")
+    while len(view):
+        n = os.pwrite(fd, view, pos)
+        if n <= 0:
+            raise OSError(errno.EIO, f"no progress writing at byte {pos}")
+        view, pos = view[n:], pos + n
+
+
 class FileWriter:
     """Writes runs of bytes into an existing file with ``pwrite``, beside its writable map.
 
@@ -78,13 +88,10 @@ class FileWriter:
 
     def write_at(self, data: bytes | memoryview | Any, pos: int) -> None:
         assert self.fd is not None
-        view = memoryview(data).cast("B")
-        while len(view):
-            try:
-                n = os.pwrite(self.fd, view, pos)
-            except OSError as e:
-                raise from_os_error(e, self.path, doing="write it") from None
-            view, pos = view[n:], pos + n
+        try:
+            pwrite_all(self.fd, data, pos)
+        except OSError as e:
+            raise from_os_error(e, self.path, doing="write it") from None
 
     def close(self, sync: bool) -> None:
         if self.fd is None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from rmqstore.store.files import pwrite_all
 from rmqstore.walk.columns import Columns
 
 MEMORY_BUDGET = 48 << 20  # bytes of columns kept in memory; the rest is spilled
@@ -76,7 +77,7 @@ class KeptColumns:
         at = self._size
         for name in _ARRAYS:
             data = np.ascontiguousarray(getattr(c, name)).data
-            os.pwrite(self._fd, data, self._size)
+            pwrite_all(self._fd, data, self._size)
             self._size += data.nbytes
         shapes = tuple((getattr(c, name).dtype.str, len(getattr(c, name))) for name in _ARRAYS)
         return _Spilled(at, shapes, tuple(c.topics))

@@ -89,8 +89,8 @@ _KILL = textwrap.dedent(
     append._CHUNK_LIMIT = 0
     copies = []
     write_to = spill.SpilledPiece.write_to
-    def die(self, fd, at, path):
-        write_to(self, fd, at, path)
+    def die(self, fd, at):
+        write_to(self, fd, at)
         copies.append(at)
         if len(copies) == 3:
             os._exit(9)  # killed while the spilled bytes are copied into the commit log

@@ -40,7 +40,7 @@ from rmqstore.ops.write.journal import (
     save_range,
 )
 from rmqstore.ops.write.plan import plan_blocks, plan_with
-from rmqstore.ops.write.spill import SpilledPiece, pwrite_all
+from rmqstore.ops.write.spill import SpilledPiece
 from rmqstore.ops.write.validate import _load_topics
 from rmqstore.safety.files import atomic_write, fsync_dir, scratch_dir
 from rmqstore.safety.journal import Journal, StepHook
@@ -48,7 +48,7 @@ from rmqstore.safety.openfile import create_sized, open_fd, read_file
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store, open_store
 from rmqstore.store import config as cfgmod
-from rmqstore.store.files import data_end
+from rmqstore.store.files import data_end, pwrite_all
 from rmqstore.store.layout import StoreConfig
 from rmqstore.walk.recovery import recovery_facts, refuse_unrecoverable
 
@@ -221,9 +221,9 @@ def _apply_commitlog(plan: WritePlan, cfg: StoreConfig, sync: bool) -> None:
             at = w.pos
             for piece in w.pieces:
                 if isinstance(piece, SpilledPiece):
-                    piece.write_to(fd, at, w.path)
+                    piece.write_to(fd, at)
                 else:
-                    pwrite_all(fd, piece, at, w.path)
+                    pwrite_all(fd, piece, at)
                 at += len(piece)
             if sync:
                 os.fsync(fd)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
+from rmqstore.store.files import pwrite_all
 from rmqstore.walk.kept import unnamed_file
 
 MEMORY_BUDGET = 48 << 20  # bytes of encoded records kept in memory; the rest is spilled
@@ -37,7 +37,7 @@ class Spill:
         try:
             if self._fd is None:
                 self._fd = unnamed_file()
-            pwrite_all(self._fd, data, at, tempfile.gettempdir())
+            pwrite_all(self._fd, data, at)
         except OSError as e:  # a full or unwritable temporary directory: name it, not the store
             raise OSError(e.errno, e.strerror or str(e), tempfile.gettempdir()) from None
         self._size += len(data)
@@ -69,22 +69,10 @@ class SpilledPiece:
     def __bytes__(self) -> bytes:
         return self.spill.read(self.pos, self.length)
 
-    def write_to(self, fd: int, at: int, path: Path) -> None:
-        """Copy the bytes to ``fd`` at ``at`` a slice at a time (``path`` names it in errors)."""
+    def write_to(self, fd: int, at: int) -> None:
+        """Copy the bytes to ``fd`` at ``at`` a slice at a time."""
         done = 0
         while done < self.length:
             n = min(_COPY, self.length - done)
-            pwrite_all(fd, self.spill.read(self.pos + done, n), at + done, path)
+            pwrite_all(fd, self.spill.read(self.pos + done, n), at + done)
             done += n
-
-
-def pwrite_all(fd: int, data: bytes | bytearray, pos: int, path: Path | str) -> None:
-    """Write all of ``data`` at ``pos`` (pwrite copies straight into the page cache: no page faults
-    on a fresh file, as writing through a mapping has)."""
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        n = os.pwrite(fd, view[done : done + (64 << 20)], pos + done)
-        if n <= 0:
-            raise OSError(f"{path}: no progress writing at byte {pos + done}")
-        done += n
