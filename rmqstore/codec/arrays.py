@@ -134,13 +134,18 @@ def msg_id_hex(store_addr: np.ndarray, store_port: np.ndarray, phy_offset: np.nd
     return out
 
 
-def host_codes_v4(addr: np.ndarray, port: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """``ip:port`` texts (as ``host_str`` writes them) of the distinct IPv4 hosts, and each row's index into them."""
+def distinct_hosts_v4(addr: np.ndarray, port: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct IPv4 host (address and port), and each row's index into them."""
     key = (addr.astype(np.uint64) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.uint64)) << np.uint64(32)
     key |= port.astype(np.int64).astype(np.uint64) & _M32
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    labels = [host_str(addr[i].tobytes(), int(port[i])) for i in first.tolist()]
-    return labels, inverse.reshape(-1)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+def host_codes_v4(addr: np.ndarray, port: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """``ip:port`` texts (as ``host_str`` writes them) of the distinct IPv4 hosts, and each row's index into them."""
+    first, inverse = distinct_hosts_v4(addr, port)
+    return [host_str(addr[i].tobytes(), int(port[i])) for i in first.tolist()], inverse
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,9 @@ import numpy as np
 from rmqstore.codec.arrays import (
     PropertyItems,
     RecordArrays,
+    distinct_hosts_v4,
     duplicate_name_rows,
+    host_codes_v4,
     named,
     record_arrays,
 )
@@ -133,12 +135,6 @@ def _unique_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The first row of each distinct key and each row's code."""
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
-
-
-def _addr_key(addr: np.ndarray, port: np.ndarray) -> np.ndarray:
-    """An IPv4 address and port as one integer per row."""
-    key = addr.astype(np.int64) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.int64)
-    return (key << 32) | (port.astype(np.int64) & 0xFFFFFFFF)
 
 
 def _texts_codes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[list[bytes], np.ndarray]:
@@ -398,9 +394,9 @@ def _head_fields(tpl: Template, u8: np.ndarray, ra: RecordArrays, topics: Topics
 
 def _hosts(ra: RecordArrays) -> tuple[tuple[list[bytes], np.ndarray], tuple[list[bytes], np.ndarray], list[bytes]]:
     """(born host texts, codes), (store host texts, codes) and the msgId prefix of each store host."""
-    first, born = _unique_codes(_addr_key(ra.born_addr, ra.born_port))
-    born_texts = [host_str(ra.born_addr[i].tobytes(), int(ra.born_port[i])).encode() for i in first.tolist()]
-    first, stored = _unique_codes(_addr_key(ra.store_addr, ra.store_port))
+    labels, born = host_codes_v4(ra.born_addr, ra.born_port)
+    born_texts = [h.encode() for h in labels]
+    first, stored = distinct_hosts_v4(ra.store_addr, ra.store_port)
     addrs = [(ra.store_addr[i].tobytes(), int(ra.store_port[i])) for i in first.tolist()]
     store_texts = [host_str(a, p).encode() for a, p in addrs]
     return (born_texts, born), (store_texts, stored), [msg_id_prefix(a, p) for a, p in addrs]
