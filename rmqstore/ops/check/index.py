@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rmqstore.codec.fields import INT_MAX
+from rmqstore.codec.indexfile import ENTRY_DTYPE as INDEX_ENTRY_DTYPE
 from rmqstore.codec.indexfile import ENTRY_SIZE as INDEX_ENTRY_SIZE
 from rmqstore.codec.indexfile import HEADER_SIZE, IndexFile, IndexHeader, decode_header
 from rmqstore.errors import CorruptData
@@ -48,9 +49,6 @@ def _index_count(ix: IndexFile, h: IndexHeader, out: Problems) -> int:
     if h.begin_timestamp_ms > h.end_timestamp_ms or h.begin_phy_offset > h.end_phy_offset:
         out.add(path, 0, "header begin timestamp/offset is after the end one", WARNING)
     return count
-
-
-_INDEX_DTYPE = np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")])
 
 
 class _Findings:
@@ -93,9 +91,9 @@ class _IndexChunk:
     def read(cls, fd: int, ix: IndexFile, first: int, end: int) -> _IndexChunk:
         """Read with pread, not through the mapping: the pages read do not stay resident."""
         at = HEADER_SIZE + ix.slots * 4 + first * INDEX_ENTRY_SIZE
-        e = np.frombuffer(os.pread(fd, (end - first) * INDEX_ENTRY_SIZE, at), dtype=_INDEX_DTYPE)
+        e = np.frombuffer(os.pread(fd, (end - first) * INDEX_ENTRY_SIZE, at), dtype=INDEX_ENTRY_DTYPE)
         num = np.arange(first, first + len(e), dtype=np.int64)
-        cols = (e["h"].astype(np.int64), e["p"].astype(np.int64), e["t"].astype(np.int64), e["v"].astype(np.int64))
+        cols = tuple(e[name].astype(np.int64) for name in ("key_hash", "phy_offset", "time_diff", "prev"))
         return cls(first, HEADER_SIZE + ix.slots * 4, num, *cols)
 
     def at(self, i: int) -> int:
@@ -269,10 +267,10 @@ class IndexCheck:
         fd = os.open(f.path, os.O_RDONLY)
         try:
             at = HEADER_SIZE + f.slots * 4 + a * INDEX_ENTRY_SIZE
-            e = np.frombuffer(os.pread(fd, (b - a) * INDEX_ENTRY_SIZE, at), dtype=_INDEX_DTYPE)
+            e = np.frombuffer(os.pread(fd, (b - a) * INDEX_ENTRY_SIZE, at), dtype=INDEX_ENTRY_DTYPE)
         finally:
             os.close(fd)
-        return np.arange(a, a + len(e), dtype=np.int64), e["p"].astype(np.int64), e
+        return np.arange(a, a + len(e), dtype=np.int64), e["phy_offset"].astype(np.int64), e
 
     def match(self, w: Window, names: TopicIds, log_min: int, data_end: int) -> None:
         """The entries that point into window ``w`` against its records; then the window's keys
@@ -291,7 +289,7 @@ class IndexCheck:
         """Entries of one file against the records they point to: offsets, keys, rollbacks, time differences."""
         log_min, end = bounds
         assert f.header is not None
-        key_hash, tdiff = rows["h"].astype(np.int64), rows["t"].astype(np.int64)
+        key_hash, tdiff = rows["key_hash"].astype(np.int64), rows["time_diff"].astype(np.int64)
         rec, hit = w.lookup(phy)
         entries_pos = HEADER_SIZE + f.slots * 4
         add = self._adder(f, num, phy, entries_pos)
