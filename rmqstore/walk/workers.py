@@ -8,13 +8,19 @@ the task queue's lock. Workers are forked so they share the parent's read-only s
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 
 def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
     """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge)."""
+    # here: a walk of small files runs in the process, and multiprocessing costs a command's start
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
     n = processes or max(2, min(4, os.cpu_count() or 1))
     return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
 
