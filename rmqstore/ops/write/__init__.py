@@ -97,6 +97,7 @@ from rmqstore.ops.write.journal import (
     rollback_pending,
 )
 from rmqstore.ops.write.plan import plan_blocks, plan_with, plan_write
+from rmqstore.ops.write.reading import read_blocks
 from rmqstore.ops.write.uniq import UniqKeySource
 from rmqstore.ops.write.validate import (
     BROKER_MANAGED_TOPICS,
@@ -142,6 +143,7 @@ __all__ = [
     "plan_write",
     "prepare_write",
     "prepare_write_blocks",
+    "read_blocks",
     "read_ndjson",
     "read_ndjson_blocks",
     "read_ndjson_stream",
