@@ -12,6 +12,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import marshal
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -852,10 +853,27 @@ def _batch_of(columns: list[list[Any]]) -> MessageBatch:
     for i, default in enumerate(BATCH_DEFAULTS):
         if optional[i].count(default) == n or (default == () and not any(optional[i])):  # () or {}: no properties
             opt[i] = None
+    return _batch_from([topic, body, queue_id, tags, keys, origin, *opt])
+
+
+def _batch_from(columns: list[Any]) -> MessageBatch:
     batch = object.__new__(MessageBatch)
-    for name, column in zip(BATCH_FIELDS, (topic, body, queue_id, tags, keys, origin, *opt), strict=True):
+    for name, column in zip(BATCH_FIELDS, columns, strict=True):
         object.__setattr__(batch, name, column)
     return batch
+
+
+def packed_messages(messages: list[Message] | MessageBatch) -> bytes | list[Message]:
+    """A batch as one ``marshal`` blob of its columns (builtin values only: about three times
+    quicker to pass to another process than a pickle of the batch); a list of messages as it is."""
+    if isinstance(messages, MessageBatch):
+        return marshal.dumps([getattr(messages, name) for name in BATCH_FIELDS])
+    return messages
+
+
+def unpacked_messages(packed: bytes | list[Message]) -> list[Message] | MessageBatch:
+    """The messages :func:`packed_messages` packed (the batch's values were checked before)."""
+    return _batch_from(marshal.loads(packed)) if isinstance(packed, bytes) else packed
 
 
 _JSON_DECODER = json.JSONDecoder()

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rmqstore.codec.commitlog import offset_msg_id
-from rmqstore.ops.write.spill import COLUMNS_BUDGET, Spill, SpilledPiece
+from rmqstore.ops.write.spill import Spill, SpilledPiece
 from rmqstore.ops.write.uniq import _topic_key_hashes
 from rmqstore.safety.plan import JsonModel
 from rmqstore.walk.columns import Columns
@@ -441,4 +441,5 @@ class _ColumnsBuilder:
 
 
 SEGMENT_RECORDS = 1 << 15  # records of a segment at least (cut between blocks of messages)
+COLUMNS_BUDGET = 8 << 20  # bytes of segments kept in memory; the rest is spilled
 _STRING_BYTES = 64  # about what a record's origin, UNIQ_KEY and store host take in memory

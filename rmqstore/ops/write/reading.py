@@ -15,11 +15,18 @@ from concurrent.futures import Future
 from itertools import chain
 from typing import Any, BinaryIO
 
-from rmqstore.codec.messages import Message, MessageBatch, ndjson_chunk_messages, ndjson_chunks
+from rmqstore.codec.messages import (
+    Message,
+    MessageBatch,
+    ndjson_chunk_messages,
+    ndjson_chunks,
+    packed_messages,
+    unpacked_messages,
+)
 from rmqstore.walk.workers import close_pool, worker_pool
 
 _WORKERS = 2  # a chunk is parsed in about the time the plan takes for it: two keep the plan fed
-_IN_FLIGHT = 4  # chunks read ahead of the plan (4 MiB each, and their parsed messages)
+_IN_FLIGHT = 2  # chunks read ahead of the plan (4 MiB each, and their parsed messages)
 
 
 def read_blocks(
@@ -38,15 +45,20 @@ def read_blocks(
         return
     pool = worker_pool(_WORKERS)
     try:
-        pending: deque[Future[list[Message] | MessageBatch]] = deque()
+        pending: deque[Future[bytes | list[Message]]] = deque()
         for line_no, data in chain((first, second), chunks):
-            pending.append(pool.submit(ndjson_chunk_messages, data, line_no, source))
+            pending.append(pool.submit(_parsed, data, line_no, source))
             if len(pending) >= _IN_FLIGHT:
-                yield from _nonempty(pending.popleft().result())
+                yield from _nonempty(unpacked_messages(pending.popleft().result()))
         while pending:
-            yield from _nonempty(pending.popleft().result())
+            yield from _nonempty(unpacked_messages(pending.popleft().result()))
     finally:
         close_pool(pool)
+
+
+def _parsed(data: bytes, line_no: int, source: str) -> bytes | list[Message]:
+    """In a worker: the chunk's messages, packed for the way back."""
+    return packed_messages(ndjson_chunk_messages(data, line_no, source))
 
 
 def _nonempty(messages: list[Message] | MessageBatch) -> Iterator[list[Message] | MessageBatch]:

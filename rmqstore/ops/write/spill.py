@@ -17,8 +17,7 @@ from typing import Any
 from rmqstore.store.files import pwrite_all
 from rmqstore.walk.kept import unnamed_file
 
-MEMORY_BUDGET = 48 << 20  # bytes of encoded records kept in memory; the rest is spilled
-COLUMNS_BUDGET = 16 << 20  # bytes of the planned records' dispatch columns kept in memory
+MEMORY_BUDGET = 24 << 20  # bytes of encoded records kept in memory; the rest is spilled
 _COPY = 16 << 20  # bytes read back and written at a time
 
 
