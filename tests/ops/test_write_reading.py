@@ -29,7 +29,9 @@ def _input(n: int, bad_at: int | None = None) -> bytes:
 
 def _blocks(read: object, data: bytes) -> tuple[list[list[object]], str]:
     digest = hashlib.sha256()
-    blocks = [b.messages() if isinstance(b, wr.MessageBatch) else b for b in read(io.BytesIO(data), digest, source="in")]  # type: ignore[operator]
+    blocks = [
+        b.messages() if isinstance(b, wr.MessageBatch) else b for b in read(io.BytesIO(data), digest, source="in")
+    ]  # type: ignore[operator]
     return blocks, digest.hexdigest()
 
 
