@@ -181,14 +181,6 @@ class _Segment:
 _COLUMN_AT = {name: i for i, name in enumerate(_NUMERIC + _KEYS)}
 
 
-def _whole_column(name: str) -> Any:
-    def whole(self: RecordColumns) -> np.ndarray:
-        parts = [seg.column(name) for seg in self.segments()]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-    return property(whole)
-
-
 class RecordColumns:
     """The planned records column by column, a segment of consecutive records at a time: numbers
     in int64 arrays, strings packed (a million records are a few arrays per segment, not a million
@@ -253,15 +245,15 @@ class RecordColumns:
             key_rec[ka:kb] - a, key_hash[ka:kb],
         )  # fmt: skip
 
-    # Whole columns, read back from every segment (a look at a small plan: never on the write's path).
-    topic_id = _whole_column("topic_id")
-    queue_id = _whole_column("queue_id")
-    queue_offset = _whole_column("queue_offset")
-    phy_offset = _whole_column("phy_offset")
-    size = _whole_column("size")
-    store_timestamp_ms = _whole_column("store_timestamp_ms")
-    sys_flag = _whole_column("sys_flag")
-    tags_code = _whole_column("tags_code")
+    def column(self, name: str) -> np.ndarray:
+        """One whole column (a name of ``_NUMERIC``), read back from every segment: a look at a
+        small plan, never on the write's own path."""
+        parts = [seg.column(name) for seg in self.segments()]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    topic_id = property(lambda self: self.column("topic_id"))
+    size = property(lambda self: self.column("size"))
+    tags_code = property(lambda self: self.column("tags_code"))
 
     @property
     def topic(self) -> TopicColumn:
