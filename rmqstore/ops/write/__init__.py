@@ -62,7 +62,9 @@ Where each part lives: :mod:`.validate` (what the broker accepts: topics, proper
 HashMap order), :mod:`.append` (the plan's state: file roll-over, queue offsets, new topics),
 :mod:`.encode_one` (the reference lane), :mod:`.encode_run` (the run lane), :mod:`.plan` (the
 driver), :mod:`.columns` and :mod:`.uniq` (the planned records as columns, UNIQ_KEYs, key hashes),
-:mod:`.journal` (journal, rollback), :mod:`.apply` (the checks before applying, and applying).
+:mod:`.journal` (journal, rollback), :mod:`.apply` (the checks before applying, and applying),
+:mod:`.reading` (NDJSON parsed by worker processes while the plan goes on), :mod:`.spill` (the
+planned bytes and column segments past their memory budgets, in a temporary file).
 """
 
 from __future__ import annotations
