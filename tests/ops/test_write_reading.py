@@ -7,9 +7,13 @@ import hashlib
 import io
 import json
 import os
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
-from conftest import copy_real_store
+from conftest import REPO, copy_real_store
 
 from rmqstore.codec import messages as messages_mod
 from rmqstore.errors import InputError
@@ -88,3 +92,43 @@ def test_a_write_read_by_workers_is_the_write_read_in_place(tmp_path, small_chun
         files = [p for p in root.rglob("*") if p.is_file() and ".rmqstore" not in p.parts]
         stores.append({p.relative_to(root): p.read_bytes() for p in files})
     assert stores[0] == stores[1]
+
+
+_KILLED = textwrap.dedent(
+    """\
+    import hashlib, io, os, sys, time
+    sys.path.insert(0, {repo!r})
+    from rmqstore.codec import messages
+    from rmqstore.ops import write as wr
+    messages._READ_CHUNK = 4096
+    blocks = wr.read_blocks(io.BytesIO(open({source!r}, "rb").read()), hashlib.sha256(), source="in")
+    next(blocks)
+    with open(f"/proc/{{os.getpid()}}/task/{{os.getpid()}}/children") as f:
+        print(f.read(), flush=True)
+    time.sleep(60)  # killed here, with its workers running
+    """
+)
+
+
+def test_workers_of_a_killed_write_exit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "in.ndjson"
+    source.write_bytes(_input(700))
+    script = _KILLED.format(repo=str(REPO), source=str(source))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    workers = [int(p) for p in proc.stdout.readline().split()]
+    assert workers and all(os.path.exists(f"/proc/{p}") for p in workers)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie is gone, waiting for init to reap it
+    except OSError:
+        return False
