@@ -9,6 +9,8 @@ the task queue's lock. Workers are forked so they share the parent's read-only s
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +25,26 @@ def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
 
     n = processes or max(2, min(4, os.cpu_count() or 1))
     return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
+
+
+def tied_worker_pool(processes: int) -> ProcessPoolExecutor:
+    """:func:`worker_pool` whose workers exit once this process is gone: a parent killed with
+    ``kill -9`` never shuts its pool down, and its workers would wait for tasks for ever."""
+    import multiprocessing as mp  # as in worker_pool
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(
+        processes, mp_context=mp.get_context("fork"), initializer=_exit_with_parent, initargs=(os.getpid(),)
+    )
+
+
+def _exit_with_parent(parent: int) -> None:
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rmqstore-parent-watch", daemon=True).start()
 
 
 def close_pool(pool: ProcessPoolExecutor) -> None:
