@@ -8,15 +8,21 @@ the task queue's lock. Workers are forked so they share the parent's read-only s
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 
 def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
     """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge)."""
+    # here: a walk of small files runs in the process, and multiprocessing costs a command's start
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
     n = processes or max(2, min(4, os.cpu_count() or 1))
     return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
 
@@ -24,6 +30,9 @@ def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
 def tied_worker_pool(processes: int) -> ProcessPoolExecutor:
     """:func:`worker_pool` whose workers exit once this process is gone: a parent killed with
     ``kill -9`` never shuts its pool down, and its workers would wait for tasks for ever."""
+    import multiprocessing as mp  # as in worker_pool
+    from concurrent.futures import ProcessPoolExecutor
+
     return ProcessPoolExecutor(
         processes, mp_context=mp.get_context("fork"), initializer=_exit_with_parent, initargs=(os.getpid(),)
     )
