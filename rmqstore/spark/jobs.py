@@ -34,11 +34,21 @@ from rmqstore.spark.source import (
     StoreInfo,
     commitlog_schema,
     parse_size,
+    piece_chunks,
     read_split_batches,
     register,
     resolve_stores,
+    split_chunk,
 )
-from rmqstore.spark.stats import HLL_ERROR, STATS_READ_COLUMNS, GroupKey, GroupStats, merge_summaries, summarise
+from rmqstore.spark.stats import (
+    HLL_ERROR,
+    STATS_READ_COLUMNS,
+    GroupKey,
+    GroupStats,
+    chunk_columns,
+    fold_columns,
+    merge_summaries,
+)
 from rmqstore.store import open_store
 from rmqstore.store.reader import CommitLogReader
 
@@ -381,11 +391,10 @@ def stats_rows(
     opts = options or ReadOptions()
     infos = _stores(stores, opts)
     schema = StructType([f for f in COMMITLOG_SCHEMA.fields if f.name in STATS_READ_COLUMNS])
-    reader, splits = _task_splits(spark, opts, infos, schema)
+    _, splits = _task_splits(spark, opts, infos, schema)
     parts: list[dict[GroupKey, GroupStats]] = []
     if splits:
-        task = functools.partial(stats_split, schema=reader.schema)
-        parts = spark.sparkContext.parallelize(splits, len(splits)).mapPartitions(task).collect()
+        parts = spark.sparkContext.parallelize(splits, len(splits)).mapPartitions(stats_split).collect()
     rows = []
     for (store, topic, qid, hour_ms), g in sorted(merge_summaries(parts).items()):
         hour = dt.datetime.fromtimestamp(hour_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:00Z")
@@ -405,9 +414,14 @@ def estimates_note(rows: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
-def stats_split(splits: Iterator[CommitLogSplit], *, schema: StructType) -> Iterator[dict[GroupKey, GroupStats]]:
+def stats_split(splits: Iterator[CommitLogSplit]) -> Iterator[dict[GroupKey, GroupStats]]:
     """The summary of a task's splits (runs in the task): one small dict, whatever the row count."""
-    yield summarise(batch for split in splits for batch in read_split_batches(split, schema))
+    acc: dict[GroupKey, GroupStats] = {}
+    for split in splits:
+        for piece in split.pieces:
+            for ctx, arrs, slow in piece_chunks(piece, check_crc=split.check_crc, chunk=split_chunk(split)):
+                fold_columns(acc, piece.store, chunk_columns(ctx, arrs, slow))
+    yield acc
 
 
 def _exact_stats(spark: SparkSession, stores: Sequence[str | Path], options: ReadOptions | None) -> DataFrame:
