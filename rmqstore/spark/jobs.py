@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DateType, LongType, StringType, StructField, StructType
 
 from rmqstore.errors import InputError, UnsafePlan
+from rmqstore.safety.files import fsync_dir
 from rmqstore.spark.codec import Record
 from rmqstore.spark.source import (
     COMMITLOG_SCHEMA,
@@ -184,8 +185,10 @@ def export_parquet(
     ``by_date=False``: ``output/topic=<topic>/``).
 
     Each task writes the record batches of its split with pyarrow, one file per task and
-    directory, without the rows going through the JVM. ``output`` with a scheme (``hdfs://``)
-    goes through Spark's own Parquet writer instead.
+    directory, without the rows going through the JVM, into a staging folder beside ``output``;
+    when every task has succeeded the driver renames the folder into place (``commit_export``),
+    so ``output`` holds either the whole export or what it held before. ``output`` with a scheme
+    (``hdfs://``) goes through Spark's own Parquet writer instead.
     """
     out = str(output)
     check_output(out, overwrite=overwrite)
@@ -194,20 +197,46 @@ def export_parquet(
     parts = EXPORT_PARTITIONS if by_date else EXPORT_PARTITIONS[:1]
     if "://" in out:
         return _export_with_spark(spark, infos, out, overwrite, opts, compression, parts)
-    target = Path(out)
-    if overwrite and target.exists():
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
-    target.mkdir(parents=True, exist_ok=True)
-    reader, splits = _task_splits(spark, opts, infos, commitlog_schema(crc_ok=opts.crc_ok))
-    rows = 0
-    if splits:
-        task = functools.partial(
-            export_split, output=str(target.resolve()), schema=reader.schema, parts=parts, compression=compression
-        )
-        rdd = spark.sparkContext.parallelize(list(enumerate(splits)), len(splits))
-        rows = sum(rdd.mapPartitions(task).collect())
-    (target / "_SUCCESS").touch()
+    target = Path(out).resolve()  # a link to a folder: the export goes where it leads
+    staging = staging_dir(target)
+    shutil.rmtree(staging, ignore_errors=True)  # a killed run's: only ever written by an export
+    staging.mkdir(parents=True)
+    try:
+        reader, splits = _task_splits(spark, opts, infos, commitlog_schema(crc_ok=opts.crc_ok))
+        rows = 0
+        if splits:
+            task = functools.partial(
+                export_split, output=str(staging), schema=reader.schema, parts=parts, compression=compression
+            )
+            rdd = spark.sparkContext.parallelize(list(enumerate(splits)), len(splits))
+            rows = sum(rdd.mapPartitions(task).collect())
+        (staging / "_SUCCESS").touch()
+        commit_export(staging, target, overwrite=overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return ExportResult(out, rows, tuple(s.root for s in infos))
+
+
+def staging_dir(target: Path) -> Path:
+    """Where an export to ``target`` is written before it is renamed into place (same filesystem)."""
+    return target.with_name(f".{target.name}.rmqstore-export")
+
+
+def commit_export(staging: Path, target: Path, *, overwrite: bool) -> None:
+    """Put a finished export in place: ``staging`` renamed to ``target`` (which may be an empty folder:
+    the rename replaces it, and fails on one that is no longer empty). With ``overwrite`` what
+    ``target`` held is moved aside first and removed once the export is in place."""
+    old = target.with_name(f".{target.name}.rmqstore-replaced")
+    if overwrite and (target.exists() or target.is_symlink()):
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)
+    os.rename(staging, target)
+    fsync_dir(target.parent)
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old)
+    elif old.exists() or old.is_symlink():
+        old.unlink()
 
 
 def _task_splits(
@@ -232,6 +261,16 @@ def partition_dir(name: str, value: str) -> str:
     return name + "=" + "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
+EXPORT_ROW_GROUP = 1 << 17  # rows a part file's row group gathers before it is written
+EXPORT_BUFFER = 64 << 20  # bytes of record batches a task holds for all its files at once, at most
+# Columns with a value per record: a dictionary of them is tried and dropped in every row group, at
+# twice the write's cost; the others (hosts, files, queues, flags, tags, sizes) are dictionary-encoded.
+_PLAIN_COLUMNS = frozenset(
+    "filePos commitLogOffset queueOffset bodyCRC bornTimestamp storeTimestamp preparedTransactionOffset "
+    "body msgId uniqKey keys properties".split()
+)
+
+
 def export_split(
     items: Iterator[tuple[int, CommitLogSplit]],
     *,
@@ -241,52 +280,94 @@ def export_split(
     compression: str,
 ) -> Iterator[int]:
     """Write the records of splits as Parquet files under ``output`` (runs in a task); yields row counts."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     for index, split in items:
-        writers: dict[tuple[str, ...], tuple[Any, Path, Path]] = {}
+        parts_out = PartFiles(Path(output), index, compression)
         rows = 0
         try:
             for batch in read_split_batches(split, schema):
-                topic = batch.column("topic").dictionary_encode()
-                codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-                labels = topic.dictionary.to_pylist()
-                day = batch.column("storeTimestamp").to_numpy() // MS_PER_DAY if "date" in parts else codes * 0
-                key = codes * (1 << 32) + day
-                data = batch.drop_columns(["topic"])
-                uniq, inverse = np.unique(key, return_inverse=True)
-                for j, k in enumerate(uniq.tolist()):
-                    dirs = [partition_dir("topic", labels[k >> 32])]
-                    if "date" in parts:
-                        date = dt.date(1970, 1, 1) + dt.timedelta(
-                            days=int(k & 0xFFFFFFFF) - (1 << 32 if k & (1 << 31) else 0)
-                        )
-                        dirs.append(f"date={date.isoformat()}")
-                    w = writers.get(tuple(dirs))
-                    if w is None:
-                        d = Path(output, *dirs)
-                        d.mkdir(parents=True, exist_ok=True)
-                        final = d / f"part-{index:05d}.{compression}.parquet"
-                        tmp = d / f".part-{index:05d}.{os.getpid()}.tmp"
-                        w = writers[tuple(dirs)] = (
-                            pq.ParquetWriter(tmp, data.schema, compression=compression),
-                            tmp,
-                            final,
-                        )
-                    sub = data.filter(pa.array(inverse == j)) if len(uniq) > 1 else data
-                    w[0].write_batch(sub)
+                for dirs, sub in partitioned(batch, parts):
+                    parts_out.add(dirs, sub)
                 rows += batch.num_rows
         except BaseException:
-            for w, tmp, _ in writers.values():
-                w.close()
-                tmp.unlink(missing_ok=True)
+            parts_out.abort()
             raise
-        for w, tmp, final in writers.values():
+        parts_out.close()
+        yield rows
+
+
+def partitioned(batch: Any, parts: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """The rows of a batch per partition directory (``topic=`` and ``date=``), without the topic
+    column, in commit log order."""
+    import numpy as np
+    import pyarrow as pa
+
+    topic = batch.column("topic").dictionary_encode()
+    codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    labels = topic.dictionary.to_pylist()
+    day = batch.column("storeTimestamp").to_numpy() // MS_PER_DAY if "date" in parts else codes * 0
+    key = codes * (1 << 32) + day
+    data = batch.drop_columns(["topic"])
+    uniq, inverse = np.unique(key, return_inverse=True)
+    for j, k in enumerate(uniq.tolist()):
+        dirs = [partition_dir("topic", labels[k >> 32])]
+        if "date" in parts:
+            date = dt.date(1970, 1, 1) + dt.timedelta(days=int(k & 0xFFFFFFFF) - (1 << 32 if k & (1 << 31) else 0))
+            dirs.append(f"date={date.isoformat()}")
+        yield (
+            tuple(dirs),
+            data.filter(pa.array(inverse == j)) if len(uniq) > 1 else data,
+        )  # a filter: cheaper than a take of maps
+
+
+class PartFiles:
+    """A task's Parquet files, one per partition directory: batches gathered into row groups of
+    ``EXPORT_ROW_GROUP`` rows, the largest written early when they hold ``EXPORT_BUFFER`` bytes;
+    each file is written under a temporary name and renamed when complete."""
+
+    def __init__(self, root: Path, index: int, compression: str) -> None:
+        self.root, self.index, self.compression = root, index, compression
+        self.files: dict[tuple[str, ...], tuple[Any, Path, Path]] = {}
+        self.pending: dict[tuple[str, ...], list[Any]] = {}
+        self.held = 0
+
+    def add(self, dirs: tuple[str, ...], batch: Any) -> None:
+        group = self.pending.setdefault(dirs, [])
+        group.append(batch)
+        self.held += batch.nbytes
+        if sum(b.num_rows for b in group) >= EXPORT_ROW_GROUP:
+            self._flush(dirs)
+        while self.held > EXPORT_BUFFER and self.pending:
+            self._flush(max(self.pending, key=lambda d: sum(b.nbytes for b in self.pending[d])))
+
+    def _flush(self, dirs: tuple[str, ...]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        batches = self.pending.pop(dirs)
+        self.held -= sum(b.nbytes for b in batches)
+        f = self.files.get(dirs)
+        if f is None:
+            d = self.root.joinpath(*dirs)
+            d.mkdir(parents=True, exist_ok=True)
+            final = d / f"part-{self.index:05d}.{self.compression}.parquet"
+            tmp = d / f".part-{self.index:05d}.{os.getpid()}.tmp"
+            schema = batches[0].schema
+            dictionary = [n for n in schema.names if n not in _PLAIN_COLUMNS]
+            writer = pq.ParquetWriter(tmp, schema, compression=self.compression, use_dictionary=dictionary)
+            f = self.files[dirs] = (writer, tmp, final)
+        f[0].write_table(pa.Table.from_batches(batches), row_group_size=EXPORT_ROW_GROUP * 2)
+
+    def close(self) -> None:
+        for dirs in list(self.pending):
+            self._flush(dirs)
+        for w, tmp, final in self.files.values():
             w.close()
             os.replace(tmp, final)
-        yield rows
+
+    def abort(self) -> None:
+        for w, tmp, _ in self.files.values():
+            w.close()
+            tmp.unlink(missing_ok=True)
 
 
 def _export_with_spark(

@@ -360,6 +360,43 @@ def test_export_reads_back_equal_to_source(spark, tmp_path: Path) -> None:
         jobs.export_parquet(spark, stores, out)
 
 
+def test_export_is_committed_whole_or_not_at_all(spark, tmp_path: Path, monkeypatch) -> None:
+    """Tasks write into a staging folder beside the output; only a job whose tasks all succeeded is
+    renamed into place, so a failed one leaves the output as it was (and no staging folder)."""
+    from py4j.protocol import Py4JJavaError
+
+    from rmqstore.spark import jobs
+
+    copy = copy_real_store("clean-2topics", tmp_path / "copy")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "before.txt").write_text("kept")
+    staging = jobs.staging_dir(out)
+    staging.mkdir()
+    (staging / "left-by-a-killed-run").write_text("")
+    planned = jobs._task_splits
+
+    def plan_then_lose_a_file(*a, **kw):  # the tasks then fail to open a file the driver planned
+        got = planned(*a, **kw)
+        next((copy / "commitlog").iterdir()).unlink()
+        return got
+
+    monkeypatch.setattr(jobs, "_task_splits", plan_then_lose_a_file)
+    with pytest.raises(Py4JJavaError, match="StoreNotFound|No such file"):
+        jobs.export_parquet(spark, [copy], out, overwrite=True)
+    assert [p.name for p in out.iterdir()] == ["before.txt"] and not staging.exists()
+    monkeypatch.undo()
+
+    root = store_of("clean-2topics")
+    res = jobs.export_parquet(spark, [root], out, overwrite=True)
+    assert res.rows == len(truth_messages("clean-2topics")) == jobs.read_export(spark, out).count()
+    assert (out / "_SUCCESS").exists() and not (out / "before.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "out"]  # no staging or replaced folder left
+    import pyarrow.dataset as ds
+
+    assert ds.dataset(out, format="parquet", partitioning="hive").count_rows() == res.rows
+
+
 def test_stats_per_queue_and_hour_match_truth(spark) -> None:
     from rmqstore.spark import jobs
 
