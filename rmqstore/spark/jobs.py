@@ -261,8 +261,8 @@ def partition_dir(name: str, value: str) -> str:
     return name + "=" + "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
-EXPORT_ROW_GROUP = 1 << 17  # rows a part file's row group gathers before it is written
-EXPORT_BUFFER = 64 << 20  # bytes of record batches a task holds for all its files at once, at most
+EXPORT_ROW_GROUP = 1 << 15  # rows a part file's row group gathers before it is written
+EXPORT_BUFFER = 16 << 20  # bytes of record batches a task holds for all its files at once, at most
 # Columns with a value per record: a dictionary of them is tried and dropped in every row group, at
 # twice the write's cost; the others (hosts, files, queues, flags, tags, sizes) are dictionary-encoded.
 _PLAIN_COLUMNS = frozenset(
