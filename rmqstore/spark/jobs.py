@@ -112,8 +112,14 @@ def check_output(output: str | Path, *, overwrite: bool) -> None:
     """Refuse (UnsafePlan) to write an export over a non-empty local directory unless ``overwrite``."""
     out = str(output)
     local = Path(out) if "://" not in out else None
-    if local is not None and local.exists() and not overwrite and (not local.is_dir() or any(local.iterdir())):
+    if local is not None and local.exists() and not overwrite and (not local.is_dir() or _holds_files(local)):
         raise UnsafePlan(f"{out}: output exists and is not empty; choose another directory or overwrite it")
+
+
+def _holds_files(folder: Path) -> bool:
+    """Whether ``folder`` holds anything but the staging folder a killed export left in it."""
+    staging = staging_dir(folder.resolve())
+    return any(p.name != staging.name or staging.parent != folder.resolve() for p in folder.iterdir())
 
 
 def read_commitlog(
@@ -219,7 +225,11 @@ def export_parquet(
 
 
 def staging_dir(target: Path) -> Path:
-    """Where an export to ``target`` is written before it is renamed into place (same filesystem)."""
+    """Where an export to ``target`` is written before it is renamed into place: beside it, on the same
+    filesystem; inside it when it is a mount point (which no rename replaces), as Spark's own
+    committer does."""
+    if os.path.ismount(target):
+        return target / "_temporary"
     return target.with_name(f".{target.name}.rmqstore-export")
 
 
@@ -227,6 +237,9 @@ def commit_export(staging: Path, target: Path, *, overwrite: bool) -> None:
     """Put a finished export in place: ``staging`` renamed to ``target`` (which may be an empty folder:
     the rename replaces it, and fails on one that is no longer empty). With ``overwrite`` what
     ``target`` held is moved aside first and removed once the export is in place."""
+    if staging.parent == target:
+        _commit_inside(staging, target, overwrite=overwrite)
+        return
     old = target.with_name(f".{target.name}.rmqstore-replaced")
     if overwrite and (target.exists() or target.is_symlink()):
         shutil.rmtree(old, ignore_errors=True)
@@ -248,6 +261,21 @@ def _task_splits(
         opts = replace(opts, cores=int(spark.sparkContext.defaultParallelism))
     reader = CommitLogSourceReader(opts.source_options([s.root for s in infos]), schema)
     return reader, [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
+
+
+def _commit_inside(staging: Path, target: Path, *, overwrite: bool) -> None:
+    """A finished export put in a mount point: what it held removed (``overwrite``), then each entry
+    of ``staging`` moved up, ``_SUCCESS`` last (until it is there the export is not complete)."""
+    for p in target.iterdir():
+        if p == staging:
+            continue
+        if not overwrite:
+            raise UnsafePlan(f"{target}: output exists and is not empty; choose another directory or overwrite it")
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for name in sorted(os.listdir(staging), key=lambda n: n == "_SUCCESS"):
+        os.rename(staging / name, target / name)
+    staging.rmdir()
+    fsync_dir(target)
 
 
 # Characters Spark escapes in partition directory names (ExternalCatalogUtils.escapePathName).

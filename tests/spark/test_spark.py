@@ -397,6 +397,37 @@ def test_export_is_committed_whole_or_not_at_all(spark, tmp_path: Path, monkeypa
     assert ds.dataset(out, format="parquet", partitioning="hive").count_rows() == res.rows
 
 
+@pytest.mark.parametrize("mount_point", [False, True])
+def test_export_commit_puts_the_staging_folder_in_place(tmp_path: Path, monkeypatch, mount_point: bool) -> None:
+    """The driver's commit: the staging folder renamed over an empty output, an old output moved aside
+    with --overwrite; on a mount point (no rename replaces one) the staging folder is inside it and its
+    entries move up, _SUCCESS last. A non-empty output is never replaced without --overwrite."""
+    from rmqstore.spark import jobs
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(jobs.os.path, "ismount", lambda p: mount_point and Path(p) == out)
+
+    def staged(name: str) -> Path:
+        staging = jobs.staging_dir(out)
+        assert (staging.parent == out) is mount_point
+        (staging / "topic=T").mkdir(parents=True)
+        (staging / "topic=T" / name).write_text(name)
+        (staging / "_SUCCESS").touch()
+        return staging
+
+    jobs.commit_export(staged("part-1"), out, overwrite=False)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["_SUCCESS", "topic=T", "topic=T/part-1"]
+    with pytest.raises((UnsafePlan, OSError)):
+        jobs.commit_export(staged("part-2"), out, overwrite=False)
+    assert (out / "topic=T" / "part-1").exists()
+    jobs.check_output(out, overwrite=True)
+    shutil.rmtree(jobs.staging_dir(out))
+    jobs.commit_export(staged("part-3"), out, overwrite=True)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["_SUCCESS", "topic=T", "topic=T/part-3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_stats_per_queue_and_hour_match_truth(spark) -> None:
     from rmqstore.spark import jobs
 
