@@ -363,7 +363,7 @@ def test_export_reads_back_equal_to_source(spark, tmp_path: Path) -> None:
 def test_export_is_committed_whole_or_not_at_all(spark, tmp_path: Path, monkeypatch) -> None:
     """Tasks write into a staging folder beside the output; only a job whose tasks all succeeded is
     renamed into place, so a failed one leaves the output as it was (and no staging folder)."""
-    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PythonException
 
     from rmqstore.spark import jobs
 
@@ -382,7 +382,7 @@ def test_export_is_committed_whole_or_not_at_all(spark, tmp_path: Path, monkeypa
         return got
 
     monkeypatch.setattr(jobs, "_task_splits", plan_then_lose_a_file)
-    with pytest.raises(Py4JJavaError, match="StoreNotFound|No such file"):
+    with pytest.raises(PythonException, match="does not exist"):
         jobs.export_parquet(spark, [copy], out, overwrite=True)
     assert [p.name for p in out.iterdir()] == ["before.txt"] and not staging.exists()
     monkeypatch.undo()
