@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 
@@ -17,6 +19,23 @@ def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
     """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge)."""
     n = processes or max(2, min(4, os.cpu_count() or 1))
     return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
+
+
+def tied_worker_pool(processes: int) -> ProcessPoolExecutor:
+    """:func:`worker_pool` whose workers exit once this process is gone: a parent killed with
+    ``kill -9`` never shuts its pool down, and its workers would wait for tasks for ever."""
+    return ProcessPoolExecutor(
+        processes, mp_context=mp.get_context("fork"), initializer=_exit_with_parent, initargs=(os.getpid(),)
+    )
+
+
+def _exit_with_parent(parent: int) -> None:
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rmqstore-parent-watch", daemon=True).start()
 
 
 def close_pool(pool: ProcessPoolExecutor) -> None:
