@@ -316,7 +316,9 @@ def run_tree(argv: list[str]) -> tuple[float, float, int]:
     from bench_scaling import _tree_pss
 
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # from the temp directory: Spark's Python workers put their working directory first on sys.path,
+    # so from a checkout they would import its rmqstore instead of the build's own
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tempfile.gettempdir())
     cpu: dict[int, float] = {}
     peak = [0]
     done = threading.Event()

@@ -134,8 +134,9 @@ def export_command(
     One row per record with every header field, topic, tags, keys, properties, body and msgId
     (the columns of the rocketmq data source; crcOk with --crc-ok), under
     OUTPUT/topic=<topic>/date=<yyyy-MM-dd>/ (topic only with --no-date). The executors write
-    the files with pyarrow straight from the record batches; OUTPUT must be a directory they
-    all see (a shared filesystem) on a cluster.
+    the files with pyarrow straight from the record batches into a staging folder beside OUTPUT,
+    renamed to OUTPUT once every task has succeeded (a failed job leaves OUTPUT as it was);
+    OUTPUT must be a directory they all see (a shared filesystem) on a cluster.
     """
     from rmqstore.spark import jobs
 

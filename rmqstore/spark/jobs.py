@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DateType, LongType, StringType, StructField, StructType
 
 from rmqstore.errors import InputError, UnsafePlan
+from rmqstore.safety.files import fsync_dir
 from rmqstore.spark.codec import Record
 from rmqstore.spark.source import (
     COMMITLOG_SCHEMA,
@@ -34,11 +35,21 @@ from rmqstore.spark.source import (
     StoreInfo,
     commitlog_schema,
     parse_size,
+    piece_chunks,
     read_split_batches,
     register,
     resolve_stores,
+    split_chunk,
 )
-from rmqstore.spark.stats import HLL_ERROR, STATS_READ_COLUMNS, GroupKey, GroupStats, merge_summaries, summarise
+from rmqstore.spark.stats import (
+    HLL_ERROR,
+    STATS_READ_COLUMNS,
+    GroupKey,
+    GroupStats,
+    chunk_columns,
+    fold_columns,
+    merge_summaries,
+)
 from rmqstore.store import open_store
 from rmqstore.store.reader import CommitLogReader
 
@@ -101,8 +112,14 @@ def check_output(output: str | Path, *, overwrite: bool) -> None:
     """Refuse (UnsafePlan) to write an export over a non-empty local directory unless ``overwrite``."""
     out = str(output)
     local = Path(out) if "://" not in out else None
-    if local is not None and local.exists() and not overwrite and (not local.is_dir() or any(local.iterdir())):
+    if local is not None and local.exists() and not overwrite and (not local.is_dir() or _holds_files(local)):
         raise UnsafePlan(f"{out}: output exists and is not empty; choose another directory or overwrite it")
+
+
+def _holds_files(folder: Path) -> bool:
+    """Whether ``folder`` holds anything but the staging folder a killed export left in it."""
+    staging = staging_dir(folder.resolve())
+    return any(p.name != staging.name or staging.parent != folder.resolve() for p in folder.iterdir())
 
 
 def read_commitlog(
@@ -174,8 +191,10 @@ def export_parquet(
     ``by_date=False``: ``output/topic=<topic>/``).
 
     Each task writes the record batches of its split with pyarrow, one file per task and
-    directory, without the rows going through the JVM. ``output`` with a scheme (``hdfs://``)
-    goes through Spark's own Parquet writer instead.
+    directory, without the rows going through the JVM, into a staging folder beside ``output``;
+    when every task has succeeded the driver renames the folder into place (``commit_export``),
+    so ``output`` holds either the whole export or what it held before. ``output`` with a scheme
+    (``hdfs://``) goes through Spark's own Parquet writer instead.
     """
     out = str(output)
     check_output(out, overwrite=overwrite)
@@ -184,20 +203,53 @@ def export_parquet(
     parts = EXPORT_PARTITIONS if by_date else EXPORT_PARTITIONS[:1]
     if "://" in out:
         return _export_with_spark(spark, infos, out, overwrite, opts, compression, parts)
-    target = Path(out)
-    if overwrite and target.exists():
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
-    target.mkdir(parents=True, exist_ok=True)
-    reader, splits = _task_splits(spark, opts, infos, commitlog_schema(crc_ok=opts.crc_ok))
-    rows = 0
-    if splits:
-        task = functools.partial(
-            export_split, output=str(target.resolve()), schema=reader.schema, parts=parts, compression=compression
-        )
-        rdd = spark.sparkContext.parallelize(list(enumerate(splits)), len(splits))
-        rows = sum(rdd.mapPartitions(task).collect())
-    (target / "_SUCCESS").touch()
+    target = Path(out).resolve()  # a link to a folder: the export goes where it leads
+    staging = staging_dir(target)
+    shutil.rmtree(staging, ignore_errors=True)  # a killed run's: only ever written by an export
+    staging.mkdir(parents=True)
+    try:
+        reader, splits = _task_splits(spark, opts, infos, commitlog_schema(crc_ok=opts.crc_ok))
+        rows = 0
+        if splits:
+            task = functools.partial(
+                export_split, output=str(staging), schema=reader.schema, parts=parts, compression=compression
+            )
+            rdd = spark.sparkContext.parallelize(list(enumerate(splits)), len(splits))
+            rows = sum(rdd.mapPartitions(task).collect())
+        (staging / "_SUCCESS").touch()
+        commit_export(staging, target, overwrite=overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return ExportResult(out, rows, tuple(s.root for s in infos))
+
+
+def staging_dir(target: Path) -> Path:
+    """Where an export to ``target`` is written before it is renamed into place: beside it, on the same
+    filesystem; inside it when it is a mount point (which no rename replaces), as Spark's own
+    committer does."""
+    if os.path.ismount(target):
+        return target / "_temporary"
+    return target.with_name(f".{target.name}.rmqstore-export")
+
+
+def commit_export(staging: Path, target: Path, *, overwrite: bool) -> None:
+    """Put a finished export in place: ``staging`` renamed to ``target`` (which may be an empty folder:
+    the rename replaces it, and fails on one that is no longer empty). With ``overwrite`` what
+    ``target`` held is moved aside first and removed once the export is in place."""
+    if staging.parent == target:
+        _commit_inside(staging, target, overwrite=overwrite)
+        return
+    old = target.with_name(f".{target.name}.rmqstore-replaced")
+    if overwrite and (target.exists() or target.is_symlink()):
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)
+    os.rename(staging, target)
+    fsync_dir(target.parent)
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old)
+    elif old.exists() or old.is_symlink():
+        old.unlink()
 
 
 def _task_splits(
@@ -211,6 +263,21 @@ def _task_splits(
     return reader, [p for p in reader.partitions() if isinstance(p, CommitLogSplit)]
 
 
+def _commit_inside(staging: Path, target: Path, *, overwrite: bool) -> None:
+    """A finished export put in a mount point: what it held removed (``overwrite``), then each entry
+    of ``staging`` moved up, ``_SUCCESS`` last (until it is there the export is not complete)."""
+    for p in target.iterdir():
+        if p == staging:
+            continue
+        if not overwrite:
+            raise UnsafePlan(f"{target}: output exists and is not empty; choose another directory or overwrite it")
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for name in sorted(os.listdir(staging), key=lambda n: n == "_SUCCESS"):
+        os.rename(staging / name, target / name)
+    staging.rmdir()
+    fsync_dir(target)
+
+
 # Characters Spark escapes in partition directory names (ExternalCatalogUtils.escapePathName).
 _ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(0x20))
 
@@ -222,6 +289,16 @@ def partition_dir(name: str, value: str) -> str:
     return name + "=" + "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
+EXPORT_ROW_GROUP = 1 << 15  # rows a part file's row group gathers before it is written
+EXPORT_BUFFER = 16 << 20  # bytes of record batches a task holds for all its files at once, at most
+# Columns with a value per record: a dictionary of them is tried and dropped in every row group, at
+# twice the write's cost; the others (hosts, files, queues, flags, tags, sizes) are dictionary-encoded.
+_PLAIN_COLUMNS = frozenset(
+    "filePos commitLogOffset queueOffset bodyCRC bornTimestamp storeTimestamp preparedTransactionOffset "
+    "body msgId uniqKey keys properties".split()
+)
+
+
 def export_split(
     items: Iterator[tuple[int, CommitLogSplit]],
     *,
@@ -231,52 +308,94 @@ def export_split(
     compression: str,
 ) -> Iterator[int]:
     """Write the records of splits as Parquet files under ``output`` (runs in a task); yields row counts."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     for index, split in items:
-        writers: dict[tuple[str, ...], tuple[Any, Path, Path]] = {}
+        parts_out = PartFiles(Path(output), index, compression)
         rows = 0
         try:
             for batch in read_split_batches(split, schema):
-                topic = batch.column("topic").dictionary_encode()
-                codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-                labels = topic.dictionary.to_pylist()
-                day = batch.column("storeTimestamp").to_numpy() // MS_PER_DAY if "date" in parts else codes * 0
-                key = codes * (1 << 32) + day
-                data = batch.drop_columns(["topic"])
-                uniq, inverse = np.unique(key, return_inverse=True)
-                for j, k in enumerate(uniq.tolist()):
-                    dirs = [partition_dir("topic", labels[k >> 32])]
-                    if "date" in parts:
-                        date = dt.date(1970, 1, 1) + dt.timedelta(
-                            days=int(k & 0xFFFFFFFF) - (1 << 32 if k & (1 << 31) else 0)
-                        )
-                        dirs.append(f"date={date.isoformat()}")
-                    w = writers.get(tuple(dirs))
-                    if w is None:
-                        d = Path(output, *dirs)
-                        d.mkdir(parents=True, exist_ok=True)
-                        final = d / f"part-{index:05d}.{compression}.parquet"
-                        tmp = d / f".part-{index:05d}.{os.getpid()}.tmp"
-                        w = writers[tuple(dirs)] = (
-                            pq.ParquetWriter(tmp, data.schema, compression=compression),
-                            tmp,
-                            final,
-                        )
-                    sub = data.filter(pa.array(inverse == j)) if len(uniq) > 1 else data
-                    w[0].write_batch(sub)
+                for dirs, sub in partitioned(batch, parts):
+                    parts_out.add(dirs, sub)
                 rows += batch.num_rows
         except BaseException:
-            for w, tmp, _ in writers.values():
-                w.close()
-                tmp.unlink(missing_ok=True)
+            parts_out.abort()
             raise
-        for w, tmp, final in writers.values():
+        parts_out.close()
+        yield rows
+
+
+def partitioned(batch: Any, parts: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """The rows of a batch per partition directory (``topic=`` and ``date=``), without the topic
+    column, in commit log order."""
+    import numpy as np
+    import pyarrow as pa
+
+    topic = batch.column("topic").dictionary_encode()
+    codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    labels = topic.dictionary.to_pylist()
+    day = batch.column("storeTimestamp").to_numpy() // MS_PER_DAY if "date" in parts else codes * 0
+    key = codes * (1 << 32) + day
+    data = batch.drop_columns(["topic"])
+    uniq, inverse = np.unique(key, return_inverse=True)
+    for j, k in enumerate(uniq.tolist()):
+        dirs = [partition_dir("topic", labels[k >> 32])]
+        if "date" in parts:
+            date = dt.date(1970, 1, 1) + dt.timedelta(days=int(k & 0xFFFFFFFF) - (1 << 32 if k & (1 << 31) else 0))
+            dirs.append(f"date={date.isoformat()}")
+        yield (
+            tuple(dirs),
+            data.filter(pa.array(inverse == j)) if len(uniq) > 1 else data,
+        )  # a filter: cheaper than a take of maps
+
+
+class PartFiles:
+    """A task's Parquet files, one per partition directory: batches gathered into row groups of
+    ``EXPORT_ROW_GROUP`` rows, the largest written early when they hold ``EXPORT_BUFFER`` bytes;
+    each file is written under a temporary name and renamed when complete."""
+
+    def __init__(self, root: Path, index: int, compression: str) -> None:
+        self.root, self.index, self.compression = root, index, compression
+        self.files: dict[tuple[str, ...], tuple[Any, Path, Path]] = {}
+        self.pending: dict[tuple[str, ...], list[Any]] = {}
+        self.held = 0
+
+    def add(self, dirs: tuple[str, ...], batch: Any) -> None:
+        group = self.pending.setdefault(dirs, [])
+        group.append(batch)
+        self.held += batch.nbytes
+        if sum(b.num_rows for b in group) >= EXPORT_ROW_GROUP:
+            self._flush(dirs)
+        while self.held > EXPORT_BUFFER and self.pending:
+            self._flush(max(self.pending, key=lambda d: sum(b.nbytes for b in self.pending[d])))
+
+    def _flush(self, dirs: tuple[str, ...]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        batches = self.pending.pop(dirs)
+        self.held -= sum(b.nbytes for b in batches)
+        f = self.files.get(dirs)
+        if f is None:
+            d = self.root.joinpath(*dirs)
+            d.mkdir(parents=True, exist_ok=True)
+            final = d / f"part-{self.index:05d}.{self.compression}.parquet"
+            tmp = d / f".part-{self.index:05d}.{os.getpid()}.tmp"
+            schema = batches[0].schema
+            dictionary = [n for n in schema.names if n not in _PLAIN_COLUMNS]
+            writer = pq.ParquetWriter(tmp, schema, compression=self.compression, use_dictionary=dictionary)
+            f = self.files[dirs] = (writer, tmp, final)
+        f[0].write_table(pa.Table.from_batches(batches), row_group_size=EXPORT_ROW_GROUP * 2)
+
+    def close(self) -> None:
+        for dirs in list(self.pending):
+            self._flush(dirs)
+        for w, tmp, final in self.files.values():
             w.close()
             os.replace(tmp, final)
-        yield rows
+
+    def abort(self) -> None:
+        for w, tmp, _ in self.files.values():
+            w.close()
+            tmp.unlink(missing_ok=True)
 
 
 def _export_with_spark(
@@ -381,11 +500,10 @@ def stats_rows(
     opts = options or ReadOptions()
     infos = _stores(stores, opts)
     schema = StructType([f for f in COMMITLOG_SCHEMA.fields if f.name in STATS_READ_COLUMNS])
-    reader, splits = _task_splits(spark, opts, infos, schema)
+    _, splits = _task_splits(spark, opts, infos, schema)
     parts: list[dict[GroupKey, GroupStats]] = []
     if splits:
-        task = functools.partial(stats_split, schema=reader.schema)
-        parts = spark.sparkContext.parallelize(splits, len(splits)).mapPartitions(task).collect()
+        parts = spark.sparkContext.parallelize(splits, len(splits)).mapPartitions(stats_split).collect()
     rows = []
     for (store, topic, qid, hour_ms), g in sorted(merge_summaries(parts).items()):
         hour = dt.datetime.fromtimestamp(hour_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:00Z")
@@ -405,9 +523,14 @@ def estimates_note(rows: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
-def stats_split(splits: Iterator[CommitLogSplit], *, schema: StructType) -> Iterator[dict[GroupKey, GroupStats]]:
+def stats_split(splits: Iterator[CommitLogSplit]) -> Iterator[dict[GroupKey, GroupStats]]:
     """The summary of a task's splits (runs in the task): one small dict, whatever the row count."""
-    yield summarise(batch for split in splits for batch in read_split_batches(split, schema))
+    acc: dict[GroupKey, GroupStats] = {}
+    for split in splits:
+        for piece in split.pieces:
+            for ctx, arrs, slow in piece_chunks(piece, check_crc=split.check_crc, chunk=split_chunk(split)):
+                fold_columns(acc, piece.store, chunk_columns(ctx, arrs, slow))
+    yield acc
 
 
 def _exact_stats(spark: SparkSession, stores: Sequence[str | Path], options: ReadOptions | None) -> DataFrame:

@@ -77,6 +77,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from rmqstore.codec.arrays import RecordArrays
+from rmqstore.codec.commitlog import Record
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.errors import InputError, StoreNotFound
 from rmqstore.store import open_store
@@ -89,10 +91,12 @@ from rmqstore.walk.arrow import (
     COMMITLOG_COLUMNS,
     CONSUMEQUEUE_COLUMNS,
     RowFilter,
+    SplitContext,
     column_types,
     file_context,
     queue_file_batch,
     range_batches,
+    valid_chunks,
 )
 
 COMMITLOG_SOURCE = "rocketmq"
@@ -342,6 +346,24 @@ def read_piece_batches(
             yield from buffer_batches(buf, piece, schema, check_crc=check_crc, flt=flt, chunk=chunk)
 
 
+def piece_chunks(
+    piece: Piece, *, check_crc: bool = False, chunk: int = CHUNK
+) -> Iterator[tuple[SplitContext, RecordArrays, dict[int, Record]]]:
+    """The checked chunks of the valid records starting in one piece (``walk.arrow.valid_chunks``:
+    the chunk's arrays and its slow rows' Records), each with its file's context: for a job that
+    reads columns without building record batches."""
+    with map_file(Path(piece.path)) as buf:
+        if len(buf):
+            ctx = file_context(piece.store, piece.broker_name, piece.path, piece.base, piece.broker, buf, piece.framing)
+            for arrs, slow in valid_chunks(ctx, piece.start, piece.end, check_crc=check_crc, chunk=chunk):
+                yield ctx, arrs, slow
+
+
+def split_chunk(split: CommitLogSplit) -> int:
+    """Records decoded at once in a split's tasks (its batch size, within bounds)."""
+    return max(1024, min(split.batch_size, 1 << 20))
+
+
 def buffer_batches(buf: Any, piece: Piece, schema: pa.Schema, **options: Any) -> Iterator[pa.RecordBatch]:
     """``read_piece_batches`` over the file's bytes ``buf`` (mapped or in memory); ``options`` as
     ``rmqstore.walk.arrow.range_batches`` takes them (check_crc, flt, chunk, row_fn)."""
@@ -359,7 +381,7 @@ def read_split_batches(split: CommitLogSplit, schema: StructType) -> Iterator[pa
     if unknown:
         raise InputError(f"unknown column(s) {unknown} for the {COMMITLOG_SOURCE} source")
     pa_schema = to_arrow_schema(schema, timezone="UTC")
-    chunk = max(1024, min(split.batch_size, 1 << 20))
+    chunk = split_chunk(split)
     for piece in split.pieces:
         yield from read_piece_batches(piece, pa_schema, check_crc=split.check_crc, flt=split.filter, chunk=chunk)
 

@@ -1,6 +1,9 @@
-"""``spark stats`` summed in the tasks: each task reads its splits' record batches (store, topic,
-queue, size, store time, KEYS) and folds them into one small summary per store, topic, queue and
-UTC hour; the driver merges the summaries. No row goes through Spark's aggregation or shuffle.
+"""``spark stats`` summed in the tasks: each task walks its splits' records a chunk at a time and
+folds their topic, queue, size, store time and KEYS tokens, as numpy columns cut from the mapped
+file (``chunk_columns``: no Arrow batch, no row object), into one small summary per store, topic,
+queue and UTC hour; the driver merges the summaries. No row goes through Spark's aggregation or
+shuffle. Records the fast layout does not cover are decoded by the record codec, as the Spark
+source decodes them, so the sums are those of the source's rows.
 
 Distinct KEYS tokens are counted with a mergeable sketch: the 64-bit hashes of a group's tokens
 while there are at most ``SET_LIMIT`` of them (exact, but for a hash collision, about 1 in 2^40 at
@@ -12,20 +15,23 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from rmqstore.codec.arrays import RecordArrays, key_tokens, named_values
 from rmqstore.codec.columnar import gather
+from rmqstore.codec.commitlog import PROP_KEYS, Record, decode_record
+from rmqstore.walk.arrow import SplitContext, keys_list, text_codes
 
 MS_PER_HOUR = 3_600_000
 REGISTERS = 4096  # 2^12 HyperLogLog registers: 4 KiB per group once it leaves the exact set
 HLL_ERROR = 1.04 / math.sqrt(REGISTERS)  # relative standard error of the estimate (1.6%)
 SET_LIMIT = 2048  # distinct hashes kept exactly per group before the registers take over
 STATS_READ_COLUMNS = ("store", "topic", "queueId", "storeSize", "storeTimestamp", "keys")
+_KEYS = PROP_KEYS.encode()
 _P = 12
 _WIDE = 64  # tokens longer than this are hashed one by one
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)  # MurmurHash3's fmix64
@@ -50,14 +56,21 @@ def token_hashes(tokens: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(tokens.buffers()[1], np.int32)[tokens.offset : tokens.offset + n + 1].astype(np.int64)
     data = tokens.buffers()[2]
     u8 = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    start, length = offsets[:-1], np.diff(offsets)
+    return range_hashes(u8, offsets[:-1], np.diff(offsets))[0]
+
+
+def range_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``token_hashes`` of byte ranges of ``u8``, and which ranges hold a byte >= 0x80."""
+    n = len(start)
     out = np.empty(n, np.uint64)
+    high = np.zeros(n, bool)
     short = length <= _WIDE
     rows = np.flatnonzero(short)
     if len(rows):
         width = max(8, -(-int(length[rows].max()) // 8) * 8)
         mat = gather(u8, start[rows], width) if len(u8) else np.zeros((len(rows), width), np.uint8)
         mat = mat * (np.arange(width) < length[rows, None])  # zero after each token
+        high[rows] = mat.max(axis=1) >= 0x80
         words = np.ascontiguousarray(mat, dtype=np.uint8).view("<u8")
         h = length[rows].astype(np.uint64) * _MUL
         own = np.maximum(-(-length[rows] // 8), 1)  # a token's own words: its hash never depends on its batch
@@ -65,9 +78,10 @@ def token_hashes(tokens: pa.Array) -> np.ndarray:
             h = np.where(j < own, _fmix64(h ^ words[:, j]), h)
         out[rows] = h
     for i in np.flatnonzero(~short).tolist():
-        raw = u8[start[i] : start[i] + length[i]].tobytes()
-        out[i] = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
-    return out
+        raw = u8[start[i] : start[i] + length[i]]
+        high[i] = bool(len(raw)) and int(raw.max()) >= 0x80
+        out[i] = int.from_bytes(hashlib.blake2b(raw.tobytes(), digest_size=8).digest(), "little")
+    return out, high
 
 
 @dataclass(slots=True)
@@ -178,42 +192,79 @@ def _group_order(gid: np.ndarray, g_count: int) -> tuple[np.ndarray, np.ndarray]
     return order, np.searchsorted(gid[order], np.arange(g_count + 1))
 
 
-def fold_batch(acc: dict[GroupKey, GroupStats], batch: pa.RecordBatch) -> None:
-    """Add one record batch (``STATS_READ_COLUMNS``) to the summaries ``acc``."""
-    if batch.num_rows == 0:
-        return
-    stores = batch.column("store").dictionary_encode()
-    topics = batch.column("topic").dictionary_encode()
-    ts = batch.column("storeTimestamp").to_numpy().astype(np.int64)
-    gid, (s_code, t_code, qid, hour) = _factorized(
-        [
-            stores.indices.to_numpy(zero_copy_only=False).astype(np.int64),
-            topics.indices.to_numpy(zero_copy_only=False).astype(np.int64),
-            batch.column("queueId").to_numpy().astype(np.int64),
-            ts // MS_PER_HOUR,
-        ]
+@dataclass(slots=True)
+class ChunkColumns:
+    """What stats reads of a chunk of records, as columns: a row per record, a key row per KEYS token."""
+
+    topics: list[str]
+    topic: np.ndarray  # each record's index into ``topics``
+    queue_id: np.ndarray
+    size: np.ndarray
+    timestamp: np.ndarray
+    key_row: np.ndarray  # the record of each token
+    key_hash: np.ndarray
+
+
+def chunk_columns(ctx: SplitContext, a: RecordArrays, slow: dict[int, Record]) -> ChunkColumns:
+    """The columns of a checked chunk (``valid_chunks``' arrays and decoded slow rows): KEYS values are
+    found by the dispatch's property splitter; rows whose properties are not plain, or whose KEYS are
+    not ASCII, are decoded by the record codec, as the source decodes them."""
+    fast = np.ones(len(a.pos), bool)
+    fast[list(slow)] = False
+    rows = np.flatnonzero(fast)
+    values, bad = named_values(ctx.u8, a.props_start[rows], a.props_len[rows], (_KEYS,))
+    rec, start, length, _ = key_tokens(ctx.u8, *values[_KEYS])
+    hashes, high = range_hashes(ctx.u8, start, length)
+    bad[rec[high]] = True
+    slow = dict(slow)
+    for k in rows[bad].tolist():
+        slow[k] = decode_record(ctx.buf, int(a.pos[k]), path=ctx.path, file_from=ctx.base, broker=ctx.broker)
+    keep = ~bad[rec]
+    rows = rows[~bad]
+    labels, codes = text_codes(ctx, a.topic_start[rows], a.topic_len[rows])
+    at = np.cumsum(~bad) - 1  # a fast row's place among the rows kept
+    records = list(slow.values())
+    index = {t: i for i, t in enumerate(labels)}
+    slow_codes = [index.setdefault(r.topic, len(index)) for r in records]
+    tokens = [keys_list(r.properties) for r in records]
+    slow_rows = np.repeat(np.arange(len(rows), len(rows) + len(records)), [len(t) for t in tokens])
+
+    def column(fast_values: np.ndarray, slow_values: list[int]) -> np.ndarray:
+        return np.concatenate([fast_values.astype(np.int64), np.array(slow_values, np.int64)])
+
+    return ChunkColumns(
+        list(index),
+        column(codes, slow_codes),
+        column(a.queue_id[rows], [r.queue_id for r in records]),
+        column(a.total_size[rows], [r.total_size for r in records]),
+        column(a.store_timestamp_ms[rows], [r.store_timestamp_ms for r in records]),
+        np.concatenate([at[rec[keep]], slow_rows]).astype(np.int64),
+        np.concatenate([hashes[keep], token_hashes(pa.array([k for t in tokens for k in t], pa.string()))]),
     )
+
+
+def fold_columns(acc: dict[GroupKey, GroupStats], store: str, c: ChunkColumns) -> None:
+    """Add one chunk's columns to the summaries ``acc`` of ``store``."""
+    if not len(c.topic):
+        return
+    gid, (t_code, qid, hour) = _factorized([c.topic, c.queue_id, c.timestamp // MS_PER_HOUR])
     g_count = len(qid)
     messages = np.bincount(gid, minlength=g_count)
-    # float sums are exact here: a batch's bytes stay far below 2^53
-    total = np.bincount(gid, batch.column("storeSize").to_numpy(), minlength=g_count).astype(np.int64)
+    total = np.bincount(gid, c.size, minlength=g_count).astype(np.int64)  # exact: far below 2^53
     order, bounds = _group_order(gid, g_count)
-    ts_grouped = ts[order]
+    ts_grouped = c.timestamp[order]
     first = np.minimum.reduceat(ts_grouped, bounds[:-1])
     last = np.maximum.reduceat(ts_grouped, bounds[:-1])
-    keys = batch.column("keys")
-    key_group = gid[pc.list_parent_indices(keys).to_numpy()]
-    hashes = token_hashes(pc.list_flatten(keys))
-    korder, kbounds = _group_order(key_group, g_count)
-    store_names, topic_names = stores.dictionary.to_pylist(), topics.dictionary.to_pylist()
-    for g, (s, t, q, h) in enumerate(zip(s_code.tolist(), t_code.tolist(), qid.tolist(), hour.tolist(), strict=True)):
-        key = (store_names[s], topic_names[t], q, h * MS_PER_HOUR)
+    korder, kbounds = _group_order(gid[c.key_row], g_count)
+    hashes = c.key_hash[korder]
+    for g, (t, q, h) in enumerate(zip(t_code.tolist(), qid.tolist(), hour.tolist(), strict=True)):
+        key = (store, c.topics[t], q, h * MS_PER_HOUR)
         part = GroupStats(
             int(messages[g]),
             int(total[g]),
             int(first[g]),
             int(last[g]),
-            Distinct.of(hashes[korder[kbounds[g] : kbounds[g + 1]]]),
+            Distinct.of(hashes[kbounds[g] : kbounds[g + 1]]),
         )
         have = acc.get(key)
         if have is None:
@@ -233,10 +284,3 @@ def merge_summaries(parts: Iterable[dict[GroupKey, GroupStats]]) -> dict[GroupKe
             else:
                 have.merge(g)
     return out
-
-
-def summarise(batches: Iterator[pa.RecordBatch]) -> dict[GroupKey, GroupStats]:
-    acc: dict[GroupKey, GroupStats] = {}
-    for batch in batches:
-        fold_batch(acc, batch)
-    return acc

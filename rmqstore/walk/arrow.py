@@ -390,7 +390,12 @@ def fast_columns(
 
 def _topics(ctx: SplitContext, a: RecordArrays) -> tuple[list[str], np.ndarray]:
     """Distinct topics (decoded as the record codec decodes them) and each row's index."""
-    enc = ranges(ctx.data, a.topic_start, a.topic_len).dictionary_encode()
+    return text_codes(ctx, a.topic_start, a.topic_len)
+
+
+def text_codes(ctx: SplitContext, start: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Distinct texts of byte ranges of the file (UTF-8, bad bytes replaced) and each range's index."""
+    enc = ranges(ctx.data, start, length).dictionary_encode()
     labels = [b.decode("utf-8", "replace") for b in enc.dictionary.to_pylist()]
     return labels, enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -458,7 +463,8 @@ def chunk_batch(
 # Rows from decoded records (the rows the fast layout does not cover)
 
 
-def _keys_list(props: dict[str, str]) -> list[str]:
+def keys_list(props: dict[str, str]) -> list[str]:
+    """The KEYS tokens of decoded properties, as the fast layout cuts them (empty ones dropped)."""
     raw = props.get(PROP_KEYS)
     return [k for k in raw.split(" ") if k] if raw else []
 
@@ -507,7 +513,7 @@ def row_function(names: Sequence[str]) -> Callable[[Record, Any, Any], tuple[Any
         return text
 
     body = ", ".join(_COLUMN_EXPR[n] for n in names)
-    env = {"host": host, "keys": _keys_list, "crc": body_crc, "TAGS": PROP_TAGS, "UNIQ_KEY": PROP_UNIQ_KEY}
+    env = {"host": host, "keys": keys_list, "crc": body_crc, "TAGS": PROP_TAGS, "UNIQ_KEY": PROP_UNIQ_KEY}
     return eval(f"lambda r, p, s: ({body},)", env)  # type: ignore[no-any-return]  # from the constants above only
 
 

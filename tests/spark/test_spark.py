@@ -360,6 +360,74 @@ def test_export_reads_back_equal_to_source(spark, tmp_path: Path) -> None:
         jobs.export_parquet(spark, stores, out)
 
 
+def test_export_is_committed_whole_or_not_at_all(spark, tmp_path: Path, monkeypatch) -> None:
+    """Tasks write into a staging folder beside the output; only a job whose tasks all succeeded is
+    renamed into place, so a failed one leaves the output as it was (and no staging folder)."""
+    from pyspark.errors import PythonException
+
+    from rmqstore.spark import jobs
+
+    copy = copy_real_store("clean-2topics", tmp_path / "copy")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "before.txt").write_text("kept")
+    staging = jobs.staging_dir(out)
+    staging.mkdir()
+    (staging / "left-by-a-killed-run").write_text("")
+    planned = jobs._task_splits
+
+    def plan_then_lose_a_file(*a, **kw):  # the tasks then fail to open a file the driver planned
+        got = planned(*a, **kw)
+        next((copy / "commitlog").iterdir()).unlink()
+        return got
+
+    monkeypatch.setattr(jobs, "_task_splits", plan_then_lose_a_file)
+    with pytest.raises(PythonException, match="does not exist"):
+        jobs.export_parquet(spark, [copy], out, overwrite=True)
+    assert [p.name for p in out.iterdir()] == ["before.txt"] and not staging.exists()
+    monkeypatch.undo()
+
+    root = store_of("clean-2topics")
+    res = jobs.export_parquet(spark, [root], out, overwrite=True)
+    assert res.rows == len(truth_messages("clean-2topics")) == jobs.read_export(spark, out).count()
+    assert (out / "_SUCCESS").exists() and not (out / "before.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "out"]  # no staging or replaced folder left
+    import pyarrow.dataset as ds
+
+    assert ds.dataset(out, format="parquet", partitioning="hive").count_rows() == res.rows
+
+
+@pytest.mark.parametrize("mount_point", [False, True])
+def test_export_commit_puts_the_staging_folder_in_place(tmp_path: Path, monkeypatch, mount_point: bool) -> None:
+    """The driver's commit: the staging folder renamed over an empty output, an old output moved aside
+    with --overwrite; on a mount point (no rename replaces one) the staging folder is inside it and its
+    entries move up, _SUCCESS last. A non-empty output is never replaced without --overwrite."""
+    from rmqstore.spark import jobs
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(jobs.os.path, "ismount", lambda p: mount_point and Path(p) == out)
+
+    def staged(name: str) -> Path:
+        staging = jobs.staging_dir(out)
+        assert (staging.parent == out) is mount_point
+        (staging / "topic=T").mkdir(parents=True)
+        (staging / "topic=T" / name).write_text(name)
+        (staging / "_SUCCESS").touch()
+        return staging
+
+    jobs.commit_export(staged("part-1"), out, overwrite=False)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["_SUCCESS", "topic=T", "topic=T/part-1"]
+    with pytest.raises((UnsafePlan, OSError)):
+        jobs.commit_export(staged("part-2"), out, overwrite=False)
+    assert (out / "topic=T" / "part-1").exists()
+    jobs.check_output(out, overwrite=True)
+    shutil.rmtree(jobs.staging_dir(out))
+    jobs.commit_export(staged("part-3"), out, overwrite=True)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["_SUCCESS", "topic=T", "topic=T/part-3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_stats_per_queue_and_hour_match_truth(spark) -> None:
     from rmqstore.spark import jobs
 
