@@ -654,7 +654,7 @@ def pieces(lines: Lines, slow_lines: Sequence[bytes]) -> list[tuple[bytes, bool]
 def _json_fields(line: Line, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
     u8, ra = b.u8, b.ra
     _head_fields(line, u8, ra, opts.topics)
-    _time_host_fields(line, ra, b.sec_code, b.heads, b.tails)
+    _time_host_fields(line, ra, b.sec_code, (b.heads, b.tails), _JSON_HOSTS)
     props = property_text(u8, ra.props_start, ra.props_len, (b'{"', b'":"', b'","', b'"}'))
     odd = np.flatnonzero(~props.plain & ~props.empty)
     assert opts.props_json is not None
@@ -706,21 +706,8 @@ def _csv_fields(line: Line, b: Batch, opts: LineOptions) -> tuple[np.ndarray, li
     for name in ("queue_id", "queue_offset", "body_crc", "flag", "sys_flag", "born_timestamp_ms"):
         line.text(b",")
         line.ints(getattr(ra, name))
-    born, stored, prefixes = _hosts(ra)
-    line.text(b",")
-    line.codes(*born)
-    line.text(b",")
-    line.ints(ra.store_timestamp_ms)
-    line.text(b",")
-    _store_time(line, ra, sec_code, [h[1:] for h in b.heads], [t[:-1] for t in b.tails])
-    line.text(b",")
-    line.codes(*stored)
-    line.text(b",")
-    line.ints(ra.reconsume_times)
-    line.text(b",")
-    line.ints(ra.prepared_transaction_offset)
-    line.text(b",")
-    _msg_id(line, ra, prefixes, stored[1])
+    times = [h[1:] for h in b.heads], [t[:-1] for t in b.tails]  # storeTime unquoted
+    _time_host_fields(line, ra, sec_code, times, _CSV_HOSTS)
     props = property_text(u8, ra.props_start, ra.props_len, (b'"{""', b'"":""', b'"",""', b'""}"'))
     odd |= ~props.plain & ~props.empty
     for d in props.derived:
@@ -792,25 +779,29 @@ def _msg_id(line: Line, ra: RecordArrays, prefixes: list[bytes], stored: np.ndar
         line.column(digits[:, same:], 0)
 
 
+_JSON_HOSTS = (b',"bornHost":"', b'","storeTimestamp":', b',"storeTime":', b',"storeHost":"', b'","reconsumeTimes":',
+               b',"preparedTransactionOffset":', b',"msgId":"', b'"')  # fmt: skip
+_CSV_HOSTS = (b",",) * 7 + (b"",)
+
+
 def _time_host_fields(
-    line: Line, ra: RecordArrays, sec_code: np.ndarray, heads: list[bytes], tails: list[bytes]
+    line: Line, ra: RecordArrays, sec_code: np.ndarray, times: tuple[list[bytes], list[bytes]], texts: Sequence[bytes]
 ) -> None:
+    """bornHost to msgId, each after its text of ``texts`` (``_JSON_HOSTS`` or ``_CSV_HOSTS``), then the last."""
     born, stored, prefixes = _hosts(ra)
-    line.text(b',"bornHost":"')
-    line.codes(*born)
-    line.text(b'","storeTimestamp":')
-    line.ints(ra.store_timestamp_ms)
-    line.text(b',"storeTime":')
-    _store_time(line, ra, sec_code, heads, tails)
-    line.text(b',"storeHost":"')
-    line.codes(*stored)
-    line.text(b'","reconsumeTimes":')
-    line.ints(ra.reconsume_times)
-    line.text(b',"preparedTransactionOffset":')
-    line.ints(ra.prepared_transaction_offset)
-    line.text(b',"msgId":"')
-    _msg_id(line, ra, prefixes, stored[1])
-    line.text(b'"')
+    put: list[Callable[[], None]] = [
+        lambda: line.codes(*born),
+        lambda: line.ints(ra.store_timestamp_ms),
+        lambda: _store_time(line, ra, sec_code, *times),
+        lambda: line.codes(*stored),
+        lambda: line.ints(ra.reconsume_times),
+        lambda: line.ints(ra.prepared_transaction_offset),
+        lambda: _msg_id(line, ra, prefixes, stored[1]),
+    ]
+    for text, field in zip(texts, put, strict=False):
+        line.text(text)
+        field()
+    line.text(texts[-1])
 
 
 def _body_fields(line: Line, b: Batch, opts: LineOptions) -> list[tuple[int, int]]:

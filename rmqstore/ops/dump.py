@@ -331,7 +331,46 @@ class CrcMismatch:
         )
 
 
-class NdjsonFormatter:
+class _Formatter:
+    """What the ndjson and csv formatters share: their lines as the text written."""
+
+    _columns: LineOptions | None
+
+    def format(
+        self,
+        buf: Any,
+        path: str,
+        file_from: int,
+        positions: Any,
+        limit: int | None = None,
+        framing: Framing = PLAIN,
+    ) -> tuple[list[bytes], list[CrcMismatch]]:
+        raise NotImplementedError
+
+    def _columnar(
+        self, buf: Any, path: str, file_from: int, pos: np.ndarray, framing: Framing
+    ) -> tuple[list[tuple[bytes, bool]], list[CrcMismatch]]:
+        raise NotImplementedError
+
+    def format_data(
+        self,
+        buf: Any,
+        path: str,
+        file_from: int,
+        positions: np.ndarray,
+        limit: int | None = None,
+        framing: Framing = PLAIN,
+    ) -> tuple[bytes, int, list[CrcMismatch]]:
+        """``format``'s lines as one text, each ended by a newline, and their number."""
+        if self._columns is None:
+            lines, bad = self.format(buf, path, file_from, positions, limit, framing)
+            return _lines_bytes(lines), len(lines), bad
+        pos = _first(positions, limit)
+        parts, bad = self._columnar(buf, path, file_from, pos, framing)
+        return parts[0][0] if len(parts) == 1 else b"".join(t for t, _ in parts), len(pos), bad
+
+
+class NdjsonFormatter(_Formatter):
     """Message records as ndjson lines, each exactly ``json.dumps(message_row(...))`` compact.
 
     Records with IPv4 hosts, a V1 magic and an uncompressed body are formatted straight from
@@ -412,23 +451,6 @@ class NdjsonFormatter:
             return [line for text, _ in parts for line in text.split(b"\n")[:-1]], bad  # JSON holds no newline
         lines, bad, at = self._format(buf, path, file_from, positions, limit)
         return self._framed(lines, at, buf, framing), bad
-
-    def format_data(
-        self,
-        buf: Any,
-        path: str,
-        file_from: int,
-        positions: np.ndarray,
-        limit: int | None = None,
-        framing: Framing = PLAIN,
-    ) -> tuple[bytes, int, list[CrcMismatch]]:
-        """``format``'s lines as one text, each ended by a newline, and their number."""
-        if self._columns is None:
-            lines, bad = self.format(buf, path, file_from, positions, limit, framing)
-            return _lines_bytes(lines), len(lines), bad
-        pos = _first(positions, limit)
-        parts, bad = self._columnar(buf, path, file_from, pos, framing)
-        return parts[0][0] if len(parts) == 1 else b"".join(t for t, _ in parts), len(pos), bad
 
     @staticmethod
     def _framed(lines: list[bytes], at: Sequence[int], buf: Any, framing: Framing) -> list[bytes]:
@@ -723,7 +745,7 @@ def _write_serial(
                 return
 
 
-class CsvFormatter:
+class CsvFormatter(_Formatter):
     """Message records as csv records of ``columns`` (``ROW_FIELDS``, then the frame's fields), each
     exactly what ``render_rows`` writes for the record's row: from columns (``codec.msglines``) when no
     filter is set and bodies are base64, hex or none, the records those leave out one at a time."""
@@ -766,23 +788,6 @@ class CsvFormatter:
                 if limit is not None and len(lines) >= limit:  # filtered: the first ``limit`` rows that pass
                     break
         return lines, bad
-
-    def format_data(
-        self,
-        buf: Any,
-        path: str,
-        file_from: int,
-        positions: np.ndarray,
-        limit: int | None = None,
-        framing: Framing = PLAIN,
-    ) -> tuple[bytes, int, list[CrcMismatch]]:
-        """``format``'s records as one text, each ended by a newline, and their number."""
-        if self._columns is None:
-            lines, bad = self.format(buf, path, file_from, positions, limit, framing)
-            return _lines_bytes(lines), len(lines), bad
-        pos = _first(positions, limit)
-        parts, bad = self._columnar(buf, path, file_from, pos, framing)
-        return parts[0][0] if len(parts) == 1 else b"".join(t for t, _ in parts), len(pos), bad
 
     def _columnar(
         self, buf: Any, path: str, file_from: int, pos: np.ndarray, framing: Framing
