@@ -353,19 +353,13 @@ class _Formatter:
         raise NotImplementedError
 
     def format_data(
-        self,
-        buf: Any,
-        path: str,
-        file_from: int,
-        positions: np.ndarray,
-        limit: int | None = None,
-        framing: Framing = PLAIN,
+        self, buf: Any, path: str, file_from: int, pos: np.ndarray, limit: int | None = None, framing: Framing = PLAIN
     ) -> tuple[bytes, int, list[CrcMismatch]]:
         """``format``'s lines as one text, each ended by a newline, and their number."""
         if self._columns is None:
-            lines, bad = self.format(buf, path, file_from, positions, limit, framing)
+            lines, bad = self.format(buf, path, file_from, pos, limit, framing)
             return _lines_bytes(lines), len(lines), bad
-        pos = _first(positions, limit)
+        pos = _first(pos, limit)
         parts, bad = self._columnar(buf, path, file_from, pos, framing)
         return parts[0][0] if len(parts) == 1 else b"".join(t for t, _ in parts), len(pos), bad
 
