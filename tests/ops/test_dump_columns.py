@@ -213,3 +213,18 @@ def test_columns_equal_the_rows_on_hostile_text(records, mode):
         rec = decode_record(buf, pos)
         row = message_row(rec, body=body, verify_crc=verify, path="gen")
         assert line + b"\n" == csv_line(row, ROW_FIELDS)
+
+
+def test_a_record_far_larger_than_its_batch_keeps_its_place():
+    """A record more than twice the batch's median size goes through the per-record path (the batch's
+    matrix stays as wide as its usual records), between the others' lines."""
+    records = [{"topic": b"T", "properties": b"KEYS\x01k\x02", "body": b"b" * n, "store_ts": 1_700_000_000_123,
+                "queue_id": 0, "compressed": False} for n in (10, 11, 5000, 12, 0, 13)]  # fmt: skip
+    buf, positions = bytearray(), []
+    for i, r in enumerate(records):
+        positions.append(len(buf))
+        buf += _record(len(buf), i, r)
+    pos = np.array(positions, dtype=np.int64)
+    for body, verify in MODES:
+        lines = both_paths(bytes(buf), "gen", 0, pos, lib.MessageOptions(body=body, verify_crc=verify))
+        assert len(lines) == len(records)
