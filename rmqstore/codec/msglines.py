@@ -124,7 +124,7 @@ def decimal(col: np.ndarray) -> tuple[np.ndarray, int]:
     w, d, n = int(width.max()), int(digits.max()), len(v)
     text = fixed_decimal(a, d)
     nuls = n * w - int(width.sum())
-    if not nuls and w == d:
+    if not nuls and not neg.any():
         return text, 0
     out = np.zeros((n, w), dtype=np.uint8)
     out[:, w - d :] = text

@@ -27,6 +27,7 @@ INT64 = st.integers(-(2**63), 2**63 - 1)
 @example([-(2**63), 2**63 - 1, 0, -1, 9, 10])
 @example([1_700_000_000_000 + i for i in range(5)])  # one prefix for all rows, then the digits that differ
 @example([999, 1000, 1001])
+@example([-100000000, 2100000000])  # a sign where the other row has one more digit: as wide, no padding
 def test_ints_are_percent_d(values):
     line = ml.Line(len(values))
     line.text(b"[")
