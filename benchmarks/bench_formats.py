@@ -11,7 +11,7 @@ log files to the same kind of pipe is the reference: ratio = the command's time 
 of N for both, run back to back. --bytes N dumps the records before commit log offset N only
 (--to-offset N) and compares with `head -c N` of the first file: the same bytes either way.
 Each run also gives the child's CPU seconds (user + system), which a loaded machine disturbs less
-than wall time. --compare PATH runs the same commands with another build's rmqstore, alternating
+than wall time, and the CPU microseconds a row. --compare PATH runs the same commands with another build's rmqstore, alternating
 with this one run by run (best of N each), and prints its figures and the ratios of this build's
 CPU seconds and wall time to it.
 """
@@ -106,6 +106,7 @@ def measure(args: argparse.Namespace, store: Path, files: list[str], fmt: str) -
         "ratioToCat": mine["seconds"] / cat["seconds"],
         "cpuRatioToCatWall": mine["cpuSeconds"] / cat["seconds"],
         "rowsPerSecond": (rows / mine["seconds"]) if rows else None,
+        "cpuMicrosPerRow": (mine["cpuSeconds"] * 1e6 / rows) if rows else None,
     }
     if args.compare:
         other = min(runs[args.compare], key=lambda r: r["seconds"])
@@ -116,6 +117,7 @@ def measure(args: argparse.Namespace, store: Path, files: list[str], fmt: str) -
             comparePeakRssMB=other["peakRssMB"],
             compareRatioToCat=other["seconds"] / cat["seconds"],
             compareCpuRatioToCatWall=other_cpu / cat["seconds"],
+            compareCpuMicrosPerRow=(other_cpu * 1e6 / rows) if rows else None,
             cpuRatioToCompare=mine["cpuSeconds"] / other_cpu,
             wallRatioToCompare=mine["seconds"] / other["seconds"],
         )

@@ -1,12 +1,18 @@
-"""Message records as JSON lines, a batch at a time from columns (the rows of :mod:`.rows`).
+"""Message records as JSON lines or csv records, a batch at a time from columns (the rows of :mod:`.rows`).
 
-A batch of record positions is decoded with :func:`.arrays.record_arrays`; each field of the line
-becomes a column (integers as arrays; hosts, topics and store times as codes into a few texts;
-properties, keys, tags and bodies cut from one text per batch), a field that holds one value in the
-whole batch is written into the line's template once, and every line is then one ``%`` of the
-template over its row. A line is byte for byte ``json.dumps(message_row(...))`` compact; the records
-this path does not format (V2 or IPv6 records, compressed bodies, store times no calendar holds,
-records whose fields do not decode as arrays) are returned as ``slow`` for the per-record path.
+A batch of record positions is decoded with :func:`.arrays.record_arrays`, and the batch's lines are
+laid out as one byte matrix, a row per line (:class:`Line`): each field takes columns of its own,
+integers as their decimal digits computed as arrays, hosts, topics and store times as codes into a
+few texts, keys, tags, uniqKey and the property strings copied from the records, bodies encoded as
+base64 or hex for the whole batch at once. A field that holds one value in the whole batch is
+written once, as text. A value narrower than its columns is padded with NUL bytes, which no line
+holds (JSON escapes them; a csv row whose topic holds one is left to the per-record path), and the
+batch's text is the matrix's bytes without its NULs. A plain property string becomes its JSON object
+by replacing its separators 0x01 and 0x02, in the batch's text at once (no other field holds those
+bytes). A line is byte for byte ``json.dumps(message_row(...))`` compact (or ``csv_line``); the
+records this path does not format (V2 or IPv6 records, compressed bodies, store times no calendar
+holds, records whose fields do not decode as arrays, records far larger than the batch's others)
+are returned as ``slow`` for the per-record path.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from __future__ import annotations
 import binascii
 import json
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,7 +32,6 @@ from rmqstore.codec.arrays import (
     distinct_hosts_v4,
     duplicate_name_rows,
     host_codes_v4,
-    named,
     record_arrays,
 )
 from rmqstore.codec.columnar import body_crcs, gather
@@ -42,10 +47,24 @@ _PLAIN = np.zeros(256, dtype=bool)
 _PLAIN[0x20:0x7F] = True
 _PLAIN[[ord('"'), ord("\\")]] = False
 _PLAIN[[1, 2]] = True
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+_DERIVED_WORDS = [(n, int.from_bytes(n, "little")) for n in DERIVED]  # each name is at most eight bytes
 _MAX_PROPS = 2048  # longer property strings go through the property parser (a batch's text stays small)
 _NL = ord("\n")
 _FORMULA = np.zeros(256, dtype=bool)
 _FORMULA[[ord(c) for c in FORMULA_START]] = True
+_CSV_QUOTED = ',"\n\r\x00\x01\x02'  # a topic cell holding one is quoted, or holds a byte the batch's text may not
+_P10 = np.array([10**k for k in range(1, 20)], dtype=np.uint64)  # a value >= 10**k has more than k digits
+_PAIRS = np.frombuffer(b"".join(b"%02d" % i for i in range(100)), dtype="<u2")  # 0-99 as two ASCII digits
+_HUNDRED = np.uint64(100)
+_FOLD = np.uint64(0x9E3779B97F4A7C15)  # folds a text's 8-byte words into one key
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_HEX_UPPER = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+# A record this many times the batch's median size (plus some) is formatted on its own: the matrix
+# is as wide as the batch's widest line.
+_WIDE, _WIDE_SLACK = 2, 512
+# bytes.replace costs about 25 times a byte's share of numpy's compress per NUL removed
+_REPLACE_NULS = 25
 
 
 class Times(dict[int, tuple[bytes, bytes]]):
@@ -91,44 +110,204 @@ class Topics(dict[bytes, bytes]):
         return v
 
 
-@dataclass
-class Template:
-    """A line template and the columns of its varying fields; a field whose column holds one value is
-    written into the template instead."""
+# ----------------------------------------------------------------------------- the line matrix
 
-    rows: int
-    parts: list[bytes] = field(default_factory=list)
-    columns: list[list[Any]] = field(default_factory=list)
+
+def decimal(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each integer as ``%d`` writes it, right-aligned in as many columns as the widest takes (NULs
+    before the narrower), and the number of NULs."""
+    v = col.astype(np.int64, copy=False)
+    neg = v < 0
+    a = np.abs(v).view(np.uint64)  # the absolute value of -2**63 wraps to itself: 2**63 as uint64
+    digits = np.searchsorted(_P10, a, side="right") + 1
+    width = digits + neg
+    w, d, n = int(width.max()), int(digits.max()), len(v)
+    text = fixed_decimal(a, d)
+    nuls = n * w - int(width.sum())
+    if not nuls and not neg.any():
+        return text, 0
+    out = np.zeros((n, w), dtype=np.uint8)
+    out[:, w - d :] = text
+    out[np.arange(w) < (w - digits)[:, None]] = 0  # the zeros before each value's first digit
+    minus = np.flatnonzero(neg)
+    out[minus, w - 1 - digits[minus]] = ord("-")
+    return out, nuls
+
+
+def fixed_decimal(col: np.ndarray, width: int) -> np.ndarray:
+    """Each integer of ``0 <= col < 10**width`` as ``%0{width}d`` writes it."""
+    a = col.astype(np.uint64)
+    pairs = np.empty((len(a), (width + 1) // 2), dtype="<u2")
+    for k in range(pairs.shape[1] - 1, -1, -1):  # two digits a step, from the right
+        q = a // _HUNDRED
+        pairs[:, k] = _PAIRS[a - q * _HUNDRED]
+        a = q
+    return pairs.view(np.uint8)[:, pairs.shape[1] * 2 - width :]
+
+
+def base64_column(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, int]:
+    """The base64 text of each ``u8[start:start + length]`` (``b2a_base64`` without newline), NULs after
+    the shorter ones, and the number of NULs. One ``b2a_base64`` call encodes every range: each is
+    read as whole 3-byte groups, the bytes after it zeroed, and the padding of a last group of one or
+    two bytes is then written as base64 writes it ('=' where zero bits would give 'A')."""
+    n = len(start)
+    top = int(length.max(initial=0))
+    if top == int(length.min(initial=0)):
+        return _base64_alike(u8, start, top), 0
+    groups = -(-top // 3)
+    raw = gather(u8, start, 3 * groups)
+    if not (length == 3 * groups).all():
+        raw[np.arange(3 * groups) >= length[:, None]] = 0
+    enc = np.frombuffer(bytearray(binascii.b2a_base64(raw, newline=False)), dtype=np.uint8).reshape(n, 4 * groups)
+    full, rest = np.divmod(length, 3)
+    one, two = np.flatnonzero(rest == 1), np.flatnonzero(rest == 2)
+    enc[one, 4 * full[one] + 2] = ord("=")
+    enc[one, 4 * full[one] + 3] = ord("=")
+    enc[two, 4 * full[two] + 3] = ord("=")
+    ends = 4 * ((length + 2) // 3)
+    nuls = n * 4 * groups - int(ends.sum())
+    if nuls:
+        enc[np.arange(4 * groups) >= ends[:, None]] = 0
+    return enc, nuls
+
+
+_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
+
+
+def _base64_alike(u8: np.ndarray, start: np.ndarray, length: int) -> np.ndarray:
+    """``base64_column`` of ranges of one length: the whole 3-byte groups in one call, the last one
+    or two bytes and their padding as arrays."""
+    full, rest = divmod(length, 3)
+    n = len(start)
+    text = np.frombuffer(binascii.b2a_base64(gather(u8, start, 3 * full), newline=False), dtype=np.uint8)
+    if not rest:
+        return text.reshape(n, 4 * full)
+    out = np.empty((n, 4 * full + 4), dtype=np.uint8)
+    out[:, : 4 * full] = text.reshape(n, 4 * full)
+    last = gather(u8, start + 3 * full, 2).astype(np.int64)
+    if rest == 1:
+        last[:, 1] = 0
+    out[:, -4] = _B64[last[:, 0] >> 2]
+    out[:, -3] = _B64[((last[:, 0] & 3) << 4) | (last[:, 1] >> 4)]
+    out[:, -2] = _B64[(last[:, 1] & 15) << 2] if rest == 2 else ord("=")
+    out[:, -1] = ord("=")
+    return out
+
+
+def hex_column(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, int]:
+    """The lowercase hex text of each ``u8[start:start + length]``, NULs after the shorter ones."""
+    w = int(length.max(initial=0))
+    if not w:
+        return np.zeros((len(start), 0), dtype=np.uint8), 0
+    raw = gather(u8, start, w)
+    out = np.empty((len(start), 2 * w), dtype=np.uint8)
+    out[:, 0::2] = _HEX[raw >> 4]
+    out[:, 1::2] = _HEX[raw & 0xF]
+    nuls = len(start) * 2 * w - 2 * int(length.sum())
+    if nuls:
+        out[np.arange(2 * w) >= 2 * length[:, None]] = 0
+    return out, nuls
+
+
+class Line:
+    """The lines of a batch as one byte matrix, a row per line: literal texts, and columns of a
+    value per row, padded with NUL bytes where a value is narrower than its columns."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.parts: list[bytes | np.ndarray] = []
+        self.nuls = 0
 
     def text(self, literal: bytes) -> None:
-        self.parts.append(literal.replace(b"%", b"%%"))
+        if literal:
+            if self.parts and isinstance(self.parts[-1], bytes):
+                self.parts[-1] += literal
+            else:
+                self.parts.append(literal)
 
-    def ints(self, spec: bytes, col: np.ndarray) -> None:
-        if len(col) and col[0] == col[-1] and (col == col[0]).all():
-            self.text(spec % int(col[0]))
+    def column(self, mat: np.ndarray, nuls: int) -> None:
+        """``mat`` (rows, width) uint8: each row's value, with ``nuls`` NUL bytes in all."""
+        if mat.shape[1]:
+            self.parts.append(mat)
+            self.nuls += nuls
+
+    def ints(self, col: np.ndarray) -> None:
+        """Integers as ``%d``: the leading digits all rows share (offsets and times of a batch) as text."""
+        lo, hi = int(col.min()), int(col.max())
+        if lo == hi:
+            self.text(b"%d" % lo)
+            return
+        scale = 10
+        while lo > 0 and lo // scale != hi // scale:
+            scale *= 10
+        if lo > 0 and lo // scale > 0:
+            self.text(b"%d" % (lo // scale))
+            self.column(fixed_decimal(col - lo // scale * scale, len(str(scale)) - 1), 0)
         else:
-            self.parts.append(spec)
-            self.columns.append(col.tolist())
+            self.column(*decimal(col))
 
-    def codes(self, spec: bytes, labels: list[bytes], inverse: np.ndarray) -> None:
+    def codes(self, labels: Sequence[bytes], inverse: np.ndarray) -> None:
         """A field whose row ``i`` is ``labels[inverse[i]]``."""
-        if len(labels) == 1 or (len(inverse) and (inverse == inverse[0]).all()):
-            self.text(spec % labels[int(inverse[0])] if len(inverse) else b"")
-        else:
-            table = np.empty(len(labels), dtype=object)
-            table[:] = labels
-            self.parts.append(spec)
-            self.columns.append(table[inverse].tolist())
+        if not len(inverse):
+            return
+        if len(labels) == 1 or (inverse == inverse[0]).all():
+            self.text(labels[int(inverse[0])])
+            return
+        lens = np.array([len(t) for t in labels], dtype=np.int64)
+        table = np.zeros((len(labels), int(lens.max())), dtype=np.uint8)
+        for i, t in enumerate(labels):
+            table[i, : len(t)] = np.frombuffer(t, dtype=np.uint8)
+        self.column(table[inverse], table.size // len(labels) * self.rows - int(lens[inverse].sum()))
 
-    def texts(self, spec: bytes, col: list[bytes]) -> None:
-        self.parts.append(spec)
-        self.columns.append(col)
+    def ranges(self, src: np.ndarray, start: np.ndarray, length: np.ndarray) -> None:
+        """The bytes ``src[start:start + length]`` of each row (length 0: none)."""
+        w = int(length.max(initial=0))
+        if not w:
+            return
+        mat = gather(src, start, w)
+        nuls = self.rows * w - int(length.sum())
+        if nuls:
+            mat[np.arange(w) >= length[:, None]] = 0
+        self.column(mat, nuls)
 
-    def lines(self) -> list[bytes]:
-        tpl = b"".join(self.parts)
-        if not self.columns:
-            return [tpl % ()] * self.rows
-        return list(map(tpl.__mod__, zip(*self.columns, strict=True)))
+    def objects(self, at: np.ndarray, texts: Sequence[bytes]) -> None:
+        """The texts of the rows ``at``, nothing for the others (a few rows' values made one at a time)."""
+        if not len(at):
+            return
+        lens = [len(t) for t in texts]
+        mat = np.zeros((self.rows, max(lens)), dtype=np.uint8)
+        for i, t in zip(at.tolist(), texts, strict=True):
+            mat[i, : len(t)] = np.frombuffer(t, dtype=np.uint8)
+        self.column(mat, mat.size - sum(lens))
+
+    def data(self, keep: np.ndarray | None = None) -> bytes:
+        """The rows (those of ``keep``), each the concatenation of its parts without NULs."""
+        widths = [len(p) if isinstance(p, bytes) else p.shape[1] for p in self.parts]
+        template = np.zeros(sum(widths), dtype=np.uint8)  # the literal texts in their places
+        columns = []
+        at = 0
+        for p, w in zip(self.parts, widths, strict=True):
+            if isinstance(p, bytes):
+                template[at : at + w] = np.frombuffer(p, dtype=np.uint8)
+            else:
+                columns.append((at, p))
+            at += w
+        mat = np.empty((self.rows, len(template)), dtype=np.uint8)
+        mat[:] = template
+        for at, p in columns:
+            mat[:, at : at + p.shape[1]] = p
+        nuls = self.nuls
+        if keep is not None:
+            mat = mat[keep]
+            nuls = mat.size - int(np.count_nonzero(mat))
+        if not nuls:
+            return mat.tobytes()
+        if nuls * _REPLACE_NULS < mat.size:
+            return mat.tobytes().replace(b"\0", b"")
+        return mat[mat != 0].tobytes()
+
+
+# ----------------------------------------------------------------------------- properties
 
 
 def _unique_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -138,11 +317,21 @@ def _unique_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _texts_codes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[list[bytes], np.ndarray]:
-    """The distinct byte strings at ``start``/``length`` and each row's code."""
-    width = max(int(length.max(initial=0)), 1)
-    mat = gather(u8, start, width) * (np.arange(width) < length[:, None])
-    key = np.concatenate([length.astype("<u2").view(np.uint8).reshape(-1, 2), mat], axis=1)
-    first, inverse = _unique_codes(np.ascontiguousarray(key).view(f"V{width + 2}").ravel())
+    """The distinct byte strings at ``start``/``length`` and each row's code: the rows keyed by their
+    bytes folded into one integer, the codes then checked against the bytes (two strings that fold
+    alike are told apart by comparing them whole)."""
+    width = -(-max(int(length.max(initial=0)), 1) // 8) * 8
+    mat = gather(u8, start, width)
+    mat[np.arange(width) >= length[:, None]] = 0
+    words = mat.view("<u8")
+    key = length.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(words.shape[1]):
+            key = key * _FOLD + words[:, j]
+    first, inverse = _unique_codes(key)
+    if not (mat[first][inverse] == mat).all():
+        keyed = np.concatenate([length.astype("<u2").view(np.uint8).reshape(-1, 2), mat], axis=1)
+        first, inverse = _unique_codes(np.ascontiguousarray(keyed).view(f"V{width + 2}").ravel())
     return [
         u8[s : s + n].tobytes() for s, n in zip(start[first].tolist(), length[first].tolist(), strict=True)
     ], inverse
@@ -151,111 +340,199 @@ def _texts_codes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple
 def _concat(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ranges one after the other, each followed by a newline, and where each starts in that text."""
     width = int(length.max()) + 1
-    mat = gather(u8, start, width).copy()
+    mat = gather(u8, start, width)
     mat[np.arange(len(start)), length] = _NL
     offs = np.zeros(len(start), dtype=np.int64)
     np.cumsum(length[:-1] + 1, out=offs[1:])
+    if width - 1 == int(length.min()):  # one length: every row whole
+        return mat.ravel(), offs
     return mat[np.arange(width) <= length[:, None]], offs
 
 
-def _joined(u8: np.ndarray, start: np.ndarray, length: np.ndarray, head: bytes, tail: bytes) -> list[bytes]:
-    """``head + bytes + tail`` for each range, cut from one text; the bytes must hold no newline."""
-    if not len(start):
-        return []
-    text = _concat(u8, start, length)[0].tobytes()[:-1]
-    return (head + text.replace(b"\n", tail + b"\n" + head) + tail).split(b"\n")
+@dataclass
+class Marks:
+    """The 0x01, 0x02 and newline bytes of a batch's property text (``_concat``): where they are, which
+    byte each is, the row it is in, the one before it, and which are newlines."""
+
+    at: np.ndarray
+    kind: np.ndarray
+    row: np.ndarray
+    prev: np.ndarray  # where the mark before it is (-1 before the first)
+    newline: np.ndarray  # the indices of the newlines
+    ends_only: bool  # newlines only where rows end (no string holds one)
+
+
+def _marks(text: np.ndarray, offs: np.ndarray) -> Marks:
+    at = np.flatnonzero(((text - np.uint8(1)) <= np.uint8(1)) | (text == _NL))
+    kind = text[at]
+    nl = kind == _NL
+    newline = np.flatnonzero(nl)
+    ends_only = len(newline) == len(offs)
+    if ends_only:  # a row is the newlines before
+        row = np.cumsum(nl) - nl
+    else:
+        row = np.searchsorted(offs, at, "right") - 1
+    prev = np.empty_like(at)
+    prev[0] = -1
+    prev[1:] = at[:-1]
+    return Marks(at, kind, row, prev, newline, ends_only)
 
 
 @dataclass
-class Properties:
-    """The JSON texts of properties, keys, tags and uniqKey of a batch's rows."""
+class Plain:
+    """The plain property strings of a batch's text (``_plain_items``)."""
 
-    props: Any  # list[bytes], an object array while filled
-    keys: Any
-    tags: Any
-    uniq: Any
-    odd: np.ndarray  # csv: rows the per-record path formats
-
-
-PropsJson = Callable[[bytes], tuple[bytes, bytes, bytes, bytes]]
+    ok: np.ndarray
+    items: PropertyItems
+    marks: np.ndarray  # 0x01 and 0x02 before each row, and in all
+    newlines: np.ndarray  # newlines before each row, and in all
+    names: int  # K when every row's items are the first row's K names in their order (a producer's batch), else 0
 
 
-def _plain_items(text: np.ndarray, offs: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, PropertyItems]:
+def _plain_items(text: np.ndarray, offs: np.ndarray, ends: np.ndarray) -> Plain:
     """Which rows of ``text`` (each a property string without its last 0x02, ended by a newline at
-    ``ends``) are plain, and their items. Plain: ``name 0x01 value`` items, both non-empty, apart by
-    0x02, only bytes whose JSON text is themselves, no name twice. Every broker version's parser reads
-    such a string the same way (§3.7), and its JSON object is the string with the separators replaced."""
+    ``ends``) are plain, their items, and how many separators and how many newlines lie before each
+    row (a string that is not plain may hold either). Plain: ``name 0x01 value`` items, both
+    non-empty, apart by 0x02, only bytes whose JSON text is themselves, no name twice. Every broker
+    version's parser reads such a string the same way (§3.7), and its JSON object is the string with
+    the separators replaced."""
     m = len(offs)
     ok = np.ones(m, dtype=bool)
-    odd = ~_PLAIN[text]
-    odd[ends] = False
-    if odd.any():
+    mk = _marks(text, offs)
+    # bytes past printable ASCII (control characters, DEL, >= 0x80) other than the marks, '"' or '\'
+    outside = int(np.count_nonzero((text - np.uint8(0x20)) > np.uint8(0x5E)))
+    if outside != len(mk.at) or b'"' in (raw := text.tobytes()) or b"\\" in raw:
+        odd = ~_PLAIN[text]
+        odd[ends] = False
         ok[np.searchsorted(offs, np.flatnonzero(odd), "right") - 1] = False
-    seps = np.flatnonzero(((text - np.uint8(1)) <= np.uint8(1)) | (text == _NL))
-    kind = text[seps]
-    row = np.searchsorted(offs, seps, "right") - 1
-    ordinal = np.arange(len(seps)) - np.searchsorted(row, np.arange(m))[row]
-    prev = np.empty_like(seps)
-    prev[1:] = seps[:-1]
-    prev = np.where(ordinal == 0, offs[row] - 1, prev)
-    fits = np.where(ordinal % 2 == 0, kind == 1, kind != 1) & (seps - prev > 1)
-    ok[row[~fits]] = False
-    ones = np.flatnonzero(kind == 1)
-    after = seps[np.minimum(ones + 1, len(seps) - 1)]
-    items = PropertyItems(
-        row[ones], prev[ones] + 1, seps[ones] - prev[ones] - 1, seps[ones] + 1, after - seps[ones] - 1, ~ok, ~ok
-    )
-    ok &= ~duplicate_name_rows(text, items, m)
-    return ok, items
+    # in a row 0x01 and 0x02 alternate from a 0x01, the last one before the newline a 0x01, none next
+    # to another or at the row's start (a newline ends the row before)
+    prev_kind = np.empty_like(mk.kind)
+    prev_kind[0] = _NL
+    prev_kind[1:] = mk.kind[:-1]
+    fits = np.where(mk.kind == 1, prev_kind != 1, prev_kind == 1) & (mk.at - mk.prev > 1)
+    ok[mk.row[~fits]] = False
+    ones = np.flatnonzero(mk.kind == 1)  # a 0x01 has at least its row's newline after it
+    at, prev, after = mk.at[ones], mk.prev[ones], mk.at[ones + 1]
+    items = PropertyItems(mk.row[ones], prev + 1, at - prev - 1, at + 1, after - at - 1, ~ok, ~ok)
+    names = _shared_names(text, items, m)
+    if names:  # the first row's names are every row's
+        ok &= not duplicate_name_rows(text, _first_items(items, names), 1)[0]
+    else:
+        ok &= ~duplicate_name_rows(text, items, m)
+    if mk.ends_only:
+        newlines = np.arange(m + 1)
+        marks = np.concatenate([[0], mk.newline + 1]) - newlines
+    else:
+        bounds = np.append(offs, len(text))
+        newlines = np.searchsorted(mk.at[mk.newline], bounds)
+        marks = np.searchsorted(mk.at, bounds) - newlines
+    return Plain(ok, items, marks, newlines, names)
 
 
-def properties_json(
-    u8: np.ndarray, buf: Any, start: np.ndarray, length: np.ndarray, props_json: PropsJson | None
-) -> Properties:
-    """Properties, keys, tags and uniqKey as JSON texts; strings that are not plain through ``props_json``
-    (None: as csv cells, and the rows whose cells need more than the plain strings give are ``odd``)."""
+def _first_items(items: PropertyItems, k: int) -> PropertyItems:
+    return PropertyItems(*(getattr(items, f.name)[:k] for f in fields(items)))
+
+
+def _shared_names(text: np.ndarray, items: PropertyItems, m: int) -> int:
+    """K when each of the ``m`` rows has K items named as the first row's, in that order; else 0."""
+    k = int(np.searchsorted(items.row, 1))
+    if not k or len(items.row) != k * m or not (items.row.reshape(m, k) == np.arange(m)[:, None]).all():
+        return 0
+    lens = items.name_len.reshape(m, k)
+    if not (lens == lens[0]).all():
+        return 0
+    width = int(lens.max())
+    names = gather(text, items.name_start, width).reshape(m, k * width)
+    if width * k != int(lens[0].sum()):  # names of several lengths: the bytes after each left out
+        names = names * (np.arange(width) < items.name_len[:, None]).reshape(m, k * width)
+    return k if (names == names[0]).all() else 0
+
+
+def _named_values(text: np.ndarray, plain: Plain) -> list[np.ndarray]:
+    """The items of ``DERIVED`` in the plain rows (a plain row names each once), per name: their names'
+    first eight bytes (zero past the name) compared at once; in a batch of shared names (``names``)
+    only the first row's."""
+    items, k = plain.items, plain.names
+    at = items.name_start[:k] if k else items.name_start
+    lens = items.name_len[:k] if k else items.name_len
+    word = gather(text, at, 8).view("<u8").ravel() & _LOW_BYTES[np.minimum(lens, 8)]
+    hits = [np.flatnonzero((word == w) & (lens == len(name))) for name, w in _DERIVED_WORDS]
+    if k:
+        rows = np.flatnonzero(plain.ok)
+        return [rows * k + int(h[0]) if len(h) else h for h in hits]
+    good = plain.ok[items.row]
+    return [h[good[h]] for h in hits]
+
+
+@dataclass
+class Derived:
+    """Where a plain property string's KEYS, TAGS or UNIQ_KEY value lies in the batch's property text."""
+
+    rows: np.ndarray  # rows of the batch holding the name
+    start: np.ndarray  # the values in ``PropertyText.text``
+    length: np.ndarray
+
+
+@dataclass
+class PropertyText:
+    """The property strings of a batch's rows: which are empty, which plain, the JSON object of each
+    plain one (in ``objects``), and the values behind keys, tags and uniqKey of the plain ones."""
+
+    empty: np.ndarray
+    plain: np.ndarray
+    text: np.ndarray  # the plain strings one after the other (the values point into it)
+    derived: list[Derived]
+    objects: np.ndarray  # the plain strings' objects one after the other
+    object_start: np.ndarray  # each row's object in ``objects`` (length 0: not plain)
+    object_len: np.ndarray
+
+
+def property_text(
+    u8: np.ndarray, start: np.ndarray, length: np.ndarray, spelling: tuple[bytes, bytes, bytes, bytes]
+) -> PropertyText:
+    """The batch's property strings: empty, plain (``_plain_items``), their KEYS, TAGS and UNIQ_KEY, and
+    the object of each plain one as ``spelling`` writes it (its start, what 0x01 and 0x02 become, its
+    end; the two separators' texts of one length), made for all rows by replacing bytes of one text."""
     m = len(start)
-    as_csv = props_json is None
-    out = Properties(*(np.empty(m, dtype=object) for _ in range(4)), odd=np.zeros(m, dtype=bool))
     empty = length <= 0
-    nulls = (b"{}", b"", b"", b"") if as_csv else (b"{}", b'""', b"null", b"null")  # no properties: KEYS is "" (§3.11)
-    for col, v in zip((out.props, out.keys, out.tags, out.uniq), nulls, strict=True):
-        col[:] = nulls[3]
-        col[empty] = v
     plain = (length > 1) & (length <= _MAX_PROPS)
     plain[plain] = u8[start[plain] + length[plain] - 1] == 2  # the last 0x02 closes the object
     rows = np.flatnonzero(plain)
-    if len(rows):
-        n = length[rows] - 1
-        text, offs = _concat(u8, start[rows], n)
-        ok, items = _plain_items(text, offs, offs + n)
-        plain[rows[~ok]] = False
-        if ok.any():  # a newline inside a string that is not plain would cut the text in the wrong place
-            big = text.tobytes() if ok.all() else _concat(u8, start[rows[ok]], n[ok])[0].tobytes()
-            big = b'{"' + big[:-1].replace(b"\x01", b'":"').replace(b"\x02", b'","').replace(b"\n", b'"}\n{"') + b'"}'
-            if as_csv:  # the JSON text as one quoted cell
-                big = b'"' + big.replace(b'"', b'""').replace(b"\n", b'"\n"') + b'"'
-            put = np.empty(int(ok.sum()), dtype=object)
-            put[:] = big.split(b"\n")
-            out.props[rows[ok]] = put
-        quote = b"" if as_csv else b'"'
-        for name, col in zip(DERIVED, (out.keys, out.tags, out.uniq), strict=True):
-            hit = named(text, items, name)
-            hit = hit[ok[items.row[hit]]]
-            if len(hit):
-                put = np.empty(len(hit), dtype=object)
-                put[:] = _joined(text, items.value_start[hit], items.value_len[hit], quote, quote)
-                col[rows[items.row[hit]]] = put
-                if as_csv:
-                    out.odd[rows[items.row[hit[_csv_odd(text, items.value_start[hit], items.value_len[hit])]]]] = True
-    if as_csv:
-        out.odd |= ~plain & ~empty
-    else:
-        for i in np.flatnonzero(~plain & ~empty).tolist():
-            a = int(start[i])
-            raw = buf[a : a + int(length[i])]
-            out.props[i], out.keys[i], out.tags[i], out.uniq[i] = props_json(raw)
-    return Properties(out.props.tolist(), out.keys.tolist(), out.tags.tolist(), out.uniq.tolist(), out.odd)
+    none = np.zeros(0, dtype=np.int64)
+    zeros = np.zeros(m, dtype=np.int64)
+    if not len(rows):
+        no = Derived(none, none, none)
+        return PropertyText(
+            empty, plain, np.zeros(0, np.uint8), [no] * len(DERIVED), np.zeros(0, np.uint8), zeros, zeros
+        )
+    n = length[rows] - 1
+    text, offs = _concat(u8, start[rows], n)
+    found = _plain_items(text, offs, offs + n)
+    ok, items, marks, newlines = found.ok, found.items, found.marks, found.newlines
+    plain[rows[~ok]] = False
+    derived = [
+        Derived(rows[items.row[hit]], items.value_start[hit], items.value_len[hit])
+        for hit in _named_values(text, found)
+    ]
+    head, one, two, tail = spelling
+    grow, frame = len(one) - 1, len(head) + len(tail)
+    objects = text.tobytes().replace(b"\x01", one).replace(b"\x02", two).replace(b"\n", tail + b"\n" + head)
+    object_start, object_len = zeros.copy(), zeros.copy()
+    object_start[rows] = offs + frame * newlines[:-1] + grow * marks[:-1]
+    object_len[rows] = np.where(ok, n + frame + grow * np.diff(marks), 0)
+    return PropertyText(
+        empty, plain, text, derived, np.frombuffer(head + objects, dtype=np.uint8), object_start, object_len
+    )
+
+
+def _value_ranges(props: PropertyText, d: Derived, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and length of each row's value (length 0 where it has none)."""
+    start = np.zeros(rows, dtype=np.int64)
+    length = np.zeros(rows, dtype=np.int64)
+    start[d.rows] = d.start
+    length[d.rows] = d.length
+    return start, length
 
 
 def _csv_odd(text: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -263,6 +540,18 @@ def _csv_odd(text: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndar
     commas = np.zeros(len(text) + 1, dtype=np.int64)
     np.cumsum(text == ord(","), out=commas[1:])
     return (commas[start + length] > commas[start]) | _FORMULA[text[start]]
+
+
+# ----------------------------------------------------------------------------- a batch's lines
+
+
+class Frames(Protocol):
+    frame_fields: tuple[str, ...]
+
+    def frame_values(self, buf: Any, record_pos: int) -> tuple[int, ...]: ...
+
+
+PropsJson = Callable[[bytes], tuple[bytes, bytes, bytes, bytes]]
 
 
 @dataclass
@@ -277,18 +566,22 @@ class LineOptions:
 
 @dataclass
 class Lines:
-    """The lines of a batch's fast rows (``rows``: their indices), the indices left to the per-record
-    path, and the rows whose body CRC does not match (with the CRC computed)."""
+    """The lines of a batch's fast rows (``rows``: their indices), each ended by a newline, the
+    indices left to the per-record path, and the rows whose body CRC does not match (with the CRC
+    computed)."""
 
     rows: np.ndarray
-    lines: list[bytes]
+    data: bytes
     slow: np.ndarray
     crc_bad: list[tuple[int, int]]
 
 
 def fast_rows(ra: RecordArrays, times: Times) -> tuple[np.ndarray, np.ndarray, list[bytes], list[bytes]]:
     """The rows this path formats, and their store times' seconds as codes into head and tail texts."""
-    fast = ra.ok & (ra.magic == MAGIC_V1) & ((ra.sys_flag & (_V6 | COMPRESSED_FLAG)) == 0)
+    fast = ra.ok & (ra.magic == MAGIC_V1) & ((ra.sys_flag & (_V6 | COMPRESSED_FLAG)) == 0) & (ra.phy_offset >= 0)
+    size = ra.total_size
+    if len(size) and int(size.max()) > _WIDE * int(size.min()) + _WIDE_SLACK:
+        fast &= size <= _WIDE * int(np.median(size)) + _WIDE_SLACK  # or every line would be as wide
     secs = ra.store_timestamp_ms // 1000
     uniq, inverse = np.unique(secs, return_inverse=True)
     pairs = [times[s] for s in uniq.tolist()]
@@ -306,148 +599,233 @@ class Batch:
     sec_code: np.ndarray
     heads: list[bytes]
     tails: list[bytes]
+    frames: list[tuple[str, np.ndarray]]  # the fields of each record's frame (a DLedger entry's)
 
 
-def message_lines(buf: Any, positions: np.ndarray, opts: LineOptions) -> Lines:
-    """The JSON lines (or csv records) of the records at ``positions`` (an intact run's) that this path formats."""
+def message_lines(buf: Any, positions: np.ndarray, opts: LineOptions, framing: Frames | None = None) -> Lines:
+    """The JSON lines (or csv records) of the records at ``positions`` (an intact run's) that this path
+    formats, with the fields of their frames after the record's."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
         ra = record_arrays(u8, positions, len(u8))
         fast, sec_code, heads, tails = fast_rows(ra, opts.times)
         rows = np.flatnonzero(fast)
         if not len(rows):
-            return Lines(rows, [], np.flatnonzero(~fast), [])
-        ra = ra.take(rows)
-        tpl = Template(len(rows))
-        batch = Batch(u8, buf, ra, sec_code[rows], heads, tails)
-        odd, crc_bad = (_csv_fields if opts.csv else _json_fields)(tpl, batch, opts)
-        lines = tpl.lines()
-        if odd.any():  # left to the per-record path after all
-            fast[rows[odd]] = False
-            lines = [line for line, o in zip(lines, odd.tolist(), strict=True) if not o]
-            keep = np.cumsum(~odd) - 1
-            crc_bad = [(int(keep[i]), c) for i, c in crc_bad if not odd[i]]
-            rows = rows[~odd]
-        return Lines(rows, lines, np.flatnonzero(~fast), crc_bad)
+            return Lines(rows, b"", np.flatnonzero(~fast), [])
+        if len(rows) < len(fast):
+            ra = ra.take(rows)
+        frames: list[tuple[str, np.ndarray]] = []
+        if framing is not None and framing.frame_fields:
+            values = np.array([framing.frame_values(buf, p) for p in ra.pos.tolist()], dtype=np.int64)
+            frames = list(zip(framing.frame_fields, values.T, strict=True))
+        line = Line(len(rows))
+        batch = Batch(u8, buf, ra, sec_code[rows], heads, tails, frames)
+        odd, crc_bad = (_csv_fields if opts.csv else _json_fields)(line, batch, opts)
+        if not odd.any():
+            return Lines(rows, line.data(), np.flatnonzero(~fast), crc_bad)
+        fast[rows[odd]] = False  # left to the per-record path after all
+        keep = np.cumsum(~odd) - 1
+        crc_bad = [(int(keep[i]), c) for i, c in crc_bad if not odd[i]]
+        return Lines(rows[~odd], line.data(~odd), np.flatnonzero(~fast), crc_bad)
     finally:
         del u8
 
 
-def _json_fields(tpl: Template, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    u8, buf, ra = b.u8, b.buf, b.ra
-    _head_fields(tpl, u8, ra, opts.topics)
-    _time_host_fields(tpl, ra, b.sec_code, b.heads, b.tails)
-    props = properties_json(u8, buf, ra.props_start, ra.props_len, opts.props_json)
-    for spec, col in zip((b',"keys":%s', b',"tags":%s', b',"uniqKey":%s', b',"properties":%s'),
-                         (props.keys, props.tags, props.uniq, props.props), strict=True):  # fmt: skip
-        tpl.texts(spec, col)
-    tpl.ints(b',"bodyLength":%d', ra.body_len)
-    crc_bad = _body_fields(tpl, buf, ra, opts)
-    tpl.text(b"}")
-    return props.odd, crc_bad
+def pieces(lines: Lines, slow_lines: Sequence[bytes]) -> list[tuple[bytes, bool]]:
+    """The batch's text in record order: runs of fast lines (True) and the per-record path's lines
+    (without newline) of the ``slow`` rows between them, each ended by a newline."""
+    if not len(lines.slow):
+        return [(lines.data, True)] if lines.data else []
+    ends = np.flatnonzero(np.frombuffer(lines.data, dtype=np.uint8) == _NL) + 1
+    before = np.searchsorted(lines.rows, lines.slow)  # fast lines before each slow row
+    cuts = np.concatenate([[0], ends])[before].tolist()
+    out: list[tuple[bytes, bool]] = []
+    at = 0
+    for cut, text in zip(cuts, slow_lines, strict=True):
+        if cut > at:
+            out.append((lines.data[at:cut], True))
+            at = cut
+        out.append((text + b"\n", False))
+    if at < len(lines.data):
+        out.append((lines.data[at:], True))
+    return out
 
 
-def _csv_fields(tpl: Template, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def _json_fields(line: Line, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    u8, ra = b.u8, b.ra
+    _head_fields(line, u8, ra, opts.topics)
+    _time_host_fields(line, ra, b.sec_code, (b.heads, b.tails), _JSON_HOSTS)
+    props = property_text(u8, ra.props_start, ra.props_len, (b'{"', b'":"', b'","', b'"}'))
+    odd = np.flatnonzero(~props.plain & ~props.empty)
+    assert opts.props_json is not None
+    made = [
+        opts.props_json(bytes(b.buf[a : a + n]))
+        for a, n in zip(ra.props_start[odd].tolist(), ra.props_len[odd].tolist(), strict=True)
+    ]
+    nulls = (b'""', b"null", b"null")  # no properties: KEYS is "" (§3.11)
+    for k, (spec, d) in enumerate(zip((b',"keys":', b',"tags":', b',"uniqKey":'), props.derived, strict=True)):
+        line.text(spec)
+        code = np.where(props.empty, 2, 1)  # "" or null
+        code[d.rows] = 3  # a quoted value
+        code[odd] = 0
+        line.codes([b"", b"null", nulls[k], b'"'], code)
+        line.ranges(props.text, *_value_ranges(props, d, line.rows))
+        line.codes([b"", b'"'], (code == 3).astype(np.int64))
+        line.objects(odd, [m[k + 1] for m in made])
+    line.text(b',"properties":')
+    _property_object(line, props)
+    line.objects(odd, [m[0] for m in made])
+    line.text(b',"bodyLength":')
+    line.ints(ra.body_len)
+    crc_bad = _body_fields(line, b, opts)
+    for name, col in b.frames:
+        line.text(b',"%s":' % name.encode())
+        line.ints(col)
+    line.text(b"}\n")
+    return np.zeros(line.rows, dtype=bool), crc_bad
+
+
+def _property_object(line: Line, props: PropertyText) -> None:
+    """The object of each plain property string (``property_text``) and of each empty one, nothing for
+    the others."""
+    line.codes([b"", b"{}"], props.empty.astype(np.int64))
+    line.ranges(props.objects, props.object_start, props.object_len)
+
+
+def _csv_fields(line: Line, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """The csv record of each row: the fields of ``ROW_FIELDS`` as ``csv_cell`` and the csv module write them."""
-    u8, buf, ra, sec_code = b.u8, b.buf, b.ra, b.sec_code
-    tpl.text(b"message")
+    u8, ra, sec_code = b.u8, b.ra, b.sec_code
+    line.text(b"message,")
     for name in ("phy_offset", "total_size"):
-        tpl.ints(b",%d", getattr(ra, name))
+        line.ints(getattr(ra, name))
+        line.text(b",")
     labels, inverse = _texts_codes(u8, ra.topic_start, ra.topic_len)
     cells = [csv_cell(t.decode("utf-8", "replace")) for t in labels]
-    odd = np.array([any(c in t for c in ',"\n\r') for t in cells], dtype=bool)[inverse]  # quoted: per record
-    tpl.codes(b",%s", [t.encode() for t in cells], inverse)
+    odd = np.array([any(c in t for c in _CSV_QUOTED) for t in cells], dtype=bool)[inverse]  # per record
+    line.codes([t.encode() for t in cells], inverse)
     for name in ("queue_id", "queue_offset", "body_crc", "flag", "sys_flag", "born_timestamp_ms"):
-        tpl.ints(b",%d", getattr(ra, name))
-    born, stored, prefixes = _hosts(ra)
-    tpl.codes(b",%s", *born)
-    tpl.ints(b",%d", ra.store_timestamp_ms)
-    tpl.codes(b",%s", [h[1:] for h in b.heads], sec_code)
-    tpl.ints(b"%03d", ra.store_timestamp_ms % 1000)
-    tpl.codes(b"%s", [t[:-1] for t in b.tails], sec_code)
-    tpl.codes(b",%s", *stored)
-    tpl.ints(b",%d", ra.reconsume_times)
-    tpl.ints(b",%d", ra.prepared_transaction_offset)
-    tpl.codes(b",%s", prefixes, stored[1])
-    tpl.ints(b"%016X", ra.phy_offset)
-    props = properties_json(u8, buf, ra.props_start, ra.props_len, None)
-    for col in (props.keys, props.tags, props.uniq, props.props):
-        tpl.texts(b",%s", col)
-    tpl.ints(b",%d", ra.body_len)
-    crc_bad = _body_fields(tpl, buf, ra, opts, u8)
-    return odd | props.odd, crc_bad
+        line.text(b",")
+        line.ints(getattr(ra, name))
+    times = [h[1:] for h in b.heads], [t[:-1] for t in b.tails]  # storeTime unquoted
+    _time_host_fields(line, ra, sec_code, times, _CSV_HOSTS)
+    props = property_text(u8, ra.props_start, ra.props_len, (b'"{""', b'"":""', b'"",""', b'""}"'))
+    odd |= ~props.plain & ~props.empty
+    for d in props.derived:
+        line.text(b",")
+        line.ranges(props.text, *_value_ranges(props, d, line.rows))
+        odd[d.rows[_csv_odd(props.text, d.start, d.length)]] = True
+    line.text(b",")
+    _property_object(line, props)
+    line.text(b",")
+    line.ints(ra.body_len)
+    crc_bad = _body_fields(line, b, opts)
+    for _, col in b.frames:
+        line.text(b",")
+        line.ints(col)
+    line.text(b"\n")
+    return odd, crc_bad
 
 
-def _head_fields(tpl: Template, u8: np.ndarray, ra: RecordArrays, topics: Topics) -> None:
-    tpl.text(b'{"kind":"message"')
-    tpl.ints(b',"commitLogOffset":%d', ra.phy_offset)
-    tpl.ints(b',"storeSize":%d', ra.total_size)
+def _head_fields(line: Line, u8: np.ndarray, ra: RecordArrays, topics: Topics) -> None:
+    line.text(b'{"kind":"message","commitLogOffset":')
+    line.ints(ra.phy_offset)
+    line.text(b',"storeSize":')
+    line.ints(ra.total_size)
     labels, inverse = _texts_codes(u8, ra.topic_start, ra.topic_len)
-    tpl.codes(b',"topic":%s', [topics[t] for t in labels], inverse)
-    tpl.ints(b',"queueId":%d', ra.queue_id)
-    tpl.ints(b',"queueOffset":%d', ra.queue_offset)
-    tpl.ints(b',"bodyCRC":%d', ra.body_crc)
-    tpl.ints(b',"flag":%d', ra.flag)
-    tpl.ints(b',"sysFlag":%d', ra.sys_flag)
-    tpl.ints(b',"bornTimestamp":%d', ra.born_timestamp_ms)
+    line.text(b',"topic":')
+    line.codes([topics[t] for t in labels], inverse)
+    for spec, name in ((b',"queueId":', "queue_id"), (b',"queueOffset":', "queue_offset"), (b',"bodyCRC":', "body_crc"),
+                       (b',"flag":', "flag"), (b',"sysFlag":', "sys_flag"), (b',"bornTimestamp":', "born_timestamp_ms")):  # fmt: skip
+        line.text(spec)
+        line.ints(getattr(ra, name))
 
 
 def _hosts(ra: RecordArrays) -> tuple[tuple[list[bytes], np.ndarray], tuple[list[bytes], np.ndarray], list[bytes]]:
     """(born host texts, codes), (store host texts, codes) and the msgId prefix of each store host."""
     labels, born = host_codes_v4(ra.born_addr, ra.born_port)
-    born_texts = [h.encode() for h in labels]
     first, stored = distinct_hosts_v4(ra.store_addr, ra.store_port)
     addrs = [(ra.store_addr[i].tobytes(), int(ra.store_port[i])) for i in first.tolist()]
     store_texts = [host_str(a, p).encode() for a, p in addrs]
-    return (born_texts, born), (store_texts, stored), [msg_id_prefix(a, p) for a, p in addrs]
+    return ([h.encode() for h in labels], born), (store_texts, stored), [msg_id_prefix(a, p) for a, p in addrs]
+
+
+def _store_time(line: Line, ra: RecordArrays, sec_code: np.ndarray, heads: list[bytes], tails: list[bytes]) -> None:
+    """storeTime: its text up to the milliseconds per second, the milliseconds, then the rest."""
+    line.codes(heads, sec_code)
+    ms = ra.store_timestamp_ms % 1000
+    if (ms == ms[0]).all():
+        line.text(b"%03d" % int(ms[0]))
+    else:
+        digits = np.empty((line.rows, 3), dtype=np.uint8)
+        digits[:, 0] = ms // 100
+        digits[:, 1] = ms // 10 % 10
+        digits[:, 2] = ms % 10
+        line.column(digits + np.uint8(ord("0")), 0)
+    line.codes(tails, sec_code)
+
+
+def _msg_id(line: Line, ra: RecordArrays, prefixes: list[bytes], stored: np.ndarray) -> None:
+    """The offset msgId: store host and port (a code per host), then the physical offset (never
+    negative here) in hex, its leading digits shared by the whole batch written once."""
+    line.codes(prefixes, stored)
+    lo, hi = b"%016X" % int(ra.phy_offset.min()), b"%016X" % int(ra.phy_offset.max())
+    same = next((i for i in range(16) if lo[i] != hi[i]), 16)
+    line.text(lo[:same])
+    if same < 16:
+        raw = ra.phy_offset.astype(">u8").view(np.uint8).reshape(-1, 8)
+        digits = np.empty((len(raw), 16), dtype=np.uint8)
+        digits[:, 0::2] = _HEX_UPPER[raw >> 4]
+        digits[:, 1::2] = _HEX_UPPER[raw & 0xF]
+        line.column(digits[:, same:], 0)
+
+
+_JSON_HOSTS = (b',"bornHost":"', b'","storeTimestamp":', b',"storeTime":', b',"storeHost":"', b'","reconsumeTimes":',
+               b',"preparedTransactionOffset":', b',"msgId":"', b'"')  # fmt: skip
+_CSV_HOSTS = (b",",) * 7 + (b"",)
 
 
 def _time_host_fields(
-    tpl: Template, ra: RecordArrays, sec_code: np.ndarray, heads: list[bytes], tails: list[bytes]
+    line: Line, ra: RecordArrays, sec_code: np.ndarray, times: tuple[list[bytes], list[bytes]], texts: Sequence[bytes]
 ) -> None:
+    """bornHost to msgId, each after its text of ``texts`` (``_JSON_HOSTS`` or ``_CSV_HOSTS``), then the last."""
     born, stored, prefixes = _hosts(ra)
-    tpl.codes(b',"bornHost":"%s"', *born)
-    tpl.ints(b',"storeTimestamp":%d', ra.store_timestamp_ms)
-    tpl.codes(b',"storeTime":%s', heads, sec_code)
-    tpl.ints(b"%03d", ra.store_timestamp_ms % 1000)
-    tpl.codes(b"%s", tails, sec_code)
-    tpl.codes(b',"storeHost":"%s"', *stored)
-    tpl.ints(b',"reconsumeTimes":%d', ra.reconsume_times)
-    tpl.ints(b',"preparedTransactionOffset":%d', ra.prepared_transaction_offset)
-    tpl.codes(b',"msgId":"%s', prefixes, stored[1])
-    tpl.ints(b'%016X"', ra.phy_offset)
+    put: list[Callable[[], None]] = [
+        lambda: line.codes(*born),
+        lambda: line.ints(ra.store_timestamp_ms),
+        lambda: _store_time(line, ra, sec_code, *times),
+        lambda: line.codes(*stored),
+        lambda: line.ints(ra.reconsume_times),
+        lambda: line.ints(ra.prepared_transaction_offset),
+        lambda: _msg_id(line, ra, prefixes, stored[1]),
+    ]
+    for text, field in zip(texts, put, strict=False):
+        line.text(text)
+        field()
+    line.text(texts[-1])
 
 
-def _body_fields(
-    tpl: Template, buf: Any, ra: RecordArrays, opts: LineOptions, u8: np.ndarray | None = None
-) -> list[tuple[int, int]]:
+def _body_fields(line: Line, b: Batch, opts: LineOptions) -> list[tuple[int, int]]:
     """The body (base64 or hex) and, with ``verify_crc``, crcOk; returns (row, computed CRC) of mismatches.
-    With ``u8`` (csv): the body, crcOk and why cells."""
-    starts, ends = ra.body_start.tolist(), (ra.body_start + np.maximum(ra.body_len, 0)).tolist()
-    as_csv = u8 is not None
+    In csv: the body, crcOk and why cells."""
+    u8, ra, as_csv = b.u8, b.ra, opts.csv
+    length = np.maximum(ra.body_len, 0)
     if opts.body != "none":
-        enc = binascii.hexlify if opts.body == "hex" else (lambda b: binascii.b2a_base64(b, newline=False))
-        mv = memoryview(buf)
-        try:
-            bodies = [enc(mv[a:e]) for a, e in zip(starts, ends, strict=True)]
-        finally:
-            mv.release()
+        line.text(b"," if as_csv else b',"body":"')
         if as_csv and opts.body == "base64":  # a body whose base64 starts with '+' reads as a formula
-            plus = np.flatnonzero((ra.body_len > 0) & (u8[ra.body_start] >> 2 == 62))
-            for i in plus.tolist():
-                bodies[i] = b"'" + bodies[i]
-        tpl.texts(b",%s" if as_csv else b',"body":"%s"', bodies)
+            line.codes([b"", b"'"], ((length > 0) & (u8[ra.body_start] >> 2 == 62)).astype(np.int64))
+        line.column(*(hex_column if opts.body == "hex" else base64_column)(u8, ra.body_start, length))
+        line.text(b"" if as_csv else b'"')
     elif as_csv:
-        tpl.text(b",")
+        line.text(b",")
     if not opts.verify_crc:
         if as_csv:
-            tpl.text(b",,")
+            line.text(b",,")
         return []
-    computed = body_crcs(buf, ra.body_start, np.maximum(ra.body_len, 0))
+    computed = body_crcs(b.buf, ra.body_start, length)
     bad = computed != ra.body_crc
     texts = [b',"crcOk":true', b',"crcOk":false,"why":"%s"' % CRC_MISMATCH.encode()]
     if as_csv:
         texts = [b",true,", b",false,%s" % CRC_MISMATCH.encode()]
-    tpl.codes(b"%s", texts, bad.astype(np.int64))
+    line.codes(texts, bad.astype(np.int64))
     rows = np.flatnonzero(bad)
     return list(zip(rows.tolist(), computed[rows].tolist(), strict=True))

@@ -54,7 +54,7 @@ from rmqstore.codec.consumequeue import (
 from rmqstore.codec.describe import index_header_json
 from rmqstore.codec.framing import PLAIN, Framing
 from rmqstore.codec.javahash import index_key_hash
-from rmqstore.codec.msglines import DERIVED, Hosts, LineOptions, Times, Topics, message_lines
+from rmqstore.codec.msglines import DERIVED, Hosts, LineOptions, Times, Topics, message_lines, pieces
 from rmqstore.codec.rows import CRC_MISMATCH, ROW_FIELDS, csv_line, message_row
 from rmqstore.codec.topic import queue_path_problem, shown
 from rmqstore.errors import CorruptData, InputError, UnsupportedStore
@@ -331,7 +331,40 @@ class CrcMismatch:
         )
 
 
-class NdjsonFormatter:
+class _Formatter:
+    """What the ndjson and csv formatters share: their lines as the text written."""
+
+    _columns: LineOptions | None
+
+    def format(
+        self,
+        buf: Any,
+        path: str,
+        file_from: int,
+        positions: Any,
+        limit: int | None = None,
+        framing: Framing = PLAIN,
+    ) -> tuple[list[bytes], list[CrcMismatch]]:
+        raise NotImplementedError
+
+    def _columnar(
+        self, buf: Any, path: str, file_from: int, pos: np.ndarray, framing: Framing
+    ) -> tuple[list[tuple[bytes, bool]], list[CrcMismatch]]:
+        raise NotImplementedError
+
+    def format_data(
+        self, buf: Any, path: str, file_from: int, pos: np.ndarray, limit: int | None = None, framing: Framing = PLAIN
+    ) -> tuple[bytes, int, list[CrcMismatch]]:
+        """``format``'s lines as one text, each ended by a newline, and their number."""
+        if self._columns is None:
+            lines, bad = self.format(buf, path, file_from, pos, limit, framing)
+            return _lines_bytes(lines), len(lines), bad
+        pos = _first(pos, limit)
+        parts, bad = self._columnar(buf, path, file_from, pos, framing)
+        return parts[0][0] if len(parts) == 1 else b"".join(t for t, _ in parts), len(pos), bad
+
+
+class NdjsonFormatter(_Formatter):
     """Message records as ndjson lines, each exactly ``json.dumps(message_row(...))`` compact.
 
     Records with IPv4 hosts, a V1 magic and an uncompressed body are formatted straight from
@@ -408,35 +441,37 @@ class NdjsonFormatter:
         """Lines (UTF-8, without newline) of the records at ``positions`` that pass the filter, with
         the fields of their frame (a DLedger entry's index, term, offset and size) after the record's."""
         if self._columns is not None:
-            lines, bad, at = self._columnar(buf, path, file_from, positions[:limit] if limit is not None else positions)
-        else:
-            lines, bad, at = self._format(buf, path, file_from, positions, limit)
+            parts, bad = self._columnar(buf, path, file_from, _first(positions, limit), framing)
+            return [line for text, _ in parts for line in text.split(b"\n")[:-1]], bad  # JSON holds no newline
+        lines, bad, at = self._format(buf, path, file_from, positions, limit)
+        return self._framed(lines, at, buf, framing), bad
+
+    @staticmethod
+    def _framed(lines: list[bytes], at: Sequence[int], buf: Any, framing: Framing) -> list[bytes]:
+        """The lines with the fields of their records' frames before their closing brace."""
         if framing.frame_fields:
             names = tuple(b',"%s":' % n.encode() for n in framing.frame_fields)
             for i, pos in enumerate(at):
                 extra = b"".join(b"%s%d" % nv for nv in zip(names, framing.frame_values(buf, pos), strict=True))
                 lines[i] = lines[i][:-1] + extra + b"}"
-        return lines, bad
+        return lines
 
     def _columnar(
-        self, buf: Any, path: str, file_from: int, positions: np.ndarray | Sequence[int]
-    ) -> tuple[list[bytes], list[CrcMismatch], list[int]]:
-        """``_format`` of every record at ``positions`` (no filter), a batch at a time from columns; the
-        records the columns leave out go through ``_format`` and take their places among the lines."""
+        self, buf: Any, path: str, file_from: int, pos: np.ndarray, framing: Framing
+    ) -> tuple[list[tuple[bytes, bool]], list[CrcMismatch]]:
+        """``_format`` of every record at ``pos`` (no filter), a batch at a time from columns, as the
+        ``pieces`` of its text; the records the columns leave out go through ``_format`` and take
+        their places among the lines."""
         assert self._columns is not None
-        pos = np.asarray(positions, dtype=np.int64)
-        got = message_lines(buf, pos, self._columns)
+        got = message_lines(buf, pos, self._columns, framing)
         fast_pos = pos[got.rows]
         bad = [CrcMismatch(path, int(fast_pos[i]), *self._crc_fields(buf, int(fast_pos[i])), c) for i, c in got.crc_bad]
         if not len(got.slow):
-            return got.lines, bad, pos.tolist()
-        slow_lines, slow_bad, _ = self._format(buf, path, file_from, pos[got.slow])
-        merged = np.empty(len(pos), dtype=object)
-        merged[got.rows] = got.lines if len(got.lines) else []
-        merged[got.slow] = slow_lines
+            return pieces(got, []), bad
+        slow_lines, slow_bad, at = self._format(buf, path, file_from, pos[got.slow])
         if slow_bad:
             bad = sorted(bad + slow_bad, key=lambda b: b.pos)
-        return merged.tolist(), bad, pos.tolist()
+        return pieces(got, self._framed(slow_lines, at, buf, framing)), bad
 
     @staticmethod
     def _crc_fields(buf: Any, pos: int) -> tuple[int, int]:
@@ -526,6 +561,12 @@ class NdjsonFormatter:
         return lines, bad, at
 
 
+def _first(positions: np.ndarray | Sequence[int], limit: int | None) -> np.ndarray:
+    """The first ``limit`` positions (all with None) as an int64 array."""
+    pos = np.asarray(positions, dtype=np.int64)
+    return pos if limit is None else pos[:limit]
+
+
 def span_visible(span: Span, flt: MessageFilter) -> bool:
     """Blank and end-of-data rows are left out when messages are filtered; damage never is."""
     return span.kind == "corrupt" or not flt.active
@@ -563,10 +604,10 @@ def iter_messages(
 
 # -- ndjson output, serial or in worker processes ---------------------------------------------
 
-_BATCH = 8192  # records per formatting task
-_BATCH_BYTES = 4 << 20  # and at most this many record bytes, so one task's output fits a slot
+_BATCH = 2048  # records per formatting task
+_BATCH_BYTES = 1 << 20  # and at most this many record bytes, so one task's output fits a slot
 _SLOTS_PER_STEP = 1 << 20  # timer wheel slots looked at per numpy step (32 MiB)
-_SLOT_SIZE = 32 << 20  # shared output buffer per task in flight; bigger outputs are sent as bytes
+_SLOT_SIZE = 8 << 20  # shared output buffer per task in flight; bigger outputs are sent as bytes
 _WORKER: dict[Any, Any] = {}  # per worker process: mapped files, formatters, the shared slots
 
 
@@ -605,17 +646,16 @@ def _worker_format(
     if fmt is None:
         fmt = _WORKER[opts] = NdjsonFormatter(opts)
     try:
-        lines, bad = fmt.format(buf, path, file_from, positions, framing=framing)
+        data, count, bad = fmt.format_data(buf, path, file_from, positions, framing=framing)
         release_pages(buf, int(positions[0]), int(positions[-1]), 0)  # the batch's records: read, pages dropped
     except CorruptData as e:  # the file changed under us; exceptions with keyword fields do not pickle
         return slot, -2, repr((e.what, str(e.path), e.pos, e.phy_offset)).encode(), 0, []
-    data = _lines_bytes(lines)
     shared = _WORKER.get("slots")
     if shared is not None and len(data) <= _SLOT_SIZE:
         # The parent writes straight from the shared slot: no pickling, no pipe, no copy.
         shared[slot * _SLOT_SIZE : slot * _SLOT_SIZE + len(data)] = data
-        return slot, len(data), b"", len(lines), bad
-    return slot, -1, data, len(lines), bad
+        return slot, len(data), b"", count, bad
+    return slot, -1, data, count, bad
 
 
 @dataclass
@@ -639,7 +679,9 @@ class JsonArray:
     def __call__(self, chunk: Any) -> None:
         data = bytes(chunk)
         if data:
-            self.write((b",\n" if self.rows else b"[\n") + data[:-1].replace(b"\n", b",\n"))
+            self.write(b",\n" if self.rows else b"[\n")
+            with memoryview(data.replace(b"\n", b",\n")) as rows:
+                self.write(rows[:-2])  # the last row's end is the next chunk's or close's
             self.rows = True
 
     def close(self) -> None:
@@ -688,16 +730,16 @@ def _write_serial(
         path = str(ev.seg.path)
         for positions in _batches(ev):
             left = None if limit is None else limit - stats.messages
-            lines, bad = fmt.format(buf, path, ev.seg.base_offset, positions, left, ev.seg.framing)
+            data, count, bad = fmt.format_data(buf, path, ev.seg.base_offset, positions, left, ev.seg.framing)
             scan.problems.extend(b.problem() for b in bad)
-            stats.messages += len(lines)
-            if lines:
-                write(_lines_bytes(lines))
+            stats.messages += count
+            if data:
+                write(data)
             if limit is not None and stats.messages >= limit:
                 return
 
 
-class CsvFormatter:
+class CsvFormatter(_Formatter):
     """Message records as csv records of ``columns`` (``ROW_FIELDS``, then the frame's fields), each
     exactly what ``render_rows`` writes for the record's row: from columns (``codec.msglines``) when no
     filter is set and bodies are base64, hex or none, the records those leave out one at a time."""
@@ -723,35 +765,40 @@ class CsvFormatter:
         limit: int | None = None,
         framing: Framing = PLAIN,
     ) -> tuple[list[bytes], list[CrcMismatch]]:
+        """The csv records (without their newline) of the records at ``positions`` that pass the filter."""
+        if self._columns is not None:
+            parts, bad = self._columnar(buf, path, file_from, _first(positions, limit), framing)
+            # the columns' records hold no newline; a record of the per-record path may (a quoted cell)
+            return [line for text, fast in parts for line in (text.split(b"\n")[:-1] if fast else [text[:-1]])], bad
         pos = np.asarray(positions, dtype=np.int64)
         if limit is not None and not self.opts.filter.active:
             pos = pos[:limit]
-        lines = np.empty(len(pos), dtype=object)
+        lines: list[bytes] = []
         bad: list[CrcMismatch] = []
-        slow = np.arange(len(pos))
-        if self._columns is not None:
-            got = message_lines(buf, pos, self._columns)
-            fast = pos[got.rows].tolist()
-            for i, c in got.crc_bad:
-                bad.append(CrcMismatch(path, fast[i], *NdjsonFormatter._crc_fields(buf, fast[i]), c))
-            if framing.frame_fields:
-                got.lines = [
-                    b"".join([line, *(b",%d" % v for v in framing.frame_values(buf, p))])
-                    for line, p in zip(got.lines, fast, strict=True)
-                ]
-            lines[got.rows] = got.lines if len(got.lines) else []
-            slow = got.slow
-        kept = np.ones(len(pos), dtype=bool)
-        for i in slow.tolist():
-            line = self._record_line(buf, path, file_from, int(pos[i]), framing, bad)
-            lines[i] = line
-            kept[i] = line is not None
-        at = np.flatnonzero(kept)
-        if limit is not None and len(at) > limit:  # filtered: the first ``limit`` rows that pass
-            at = at[:limit]
-        last = int(pos[at[-1]]) if len(at) else -1
+        for p in pos.tolist():
+            line = self._record_line(buf, path, file_from, p, framing, bad)
+            if line is not None:
+                lines.append(line)
+                if limit is not None and len(lines) >= limit:  # filtered: the first ``limit`` rows that pass
+                    break
+        return lines, bad
+
+    def _columnar(
+        self, buf: Any, path: str, file_from: int, pos: np.ndarray, framing: Framing
+    ) -> tuple[list[tuple[bytes, bool]], list[CrcMismatch]]:
+        """The records at ``pos`` (no filter) from columns, those the columns leave out one at a time,
+        as the ``pieces`` of their text."""
+        assert self._columns is not None
+        got = message_lines(buf, pos, self._columns, framing)
+        fast = pos[got.rows].tolist()
+        bad = [CrcMismatch(path, fast[i], *NdjsonFormatter._crc_fields(buf, fast[i]), c) for i, c in got.crc_bad]
+        slow: list[bytes] = []
+        for p in pos[got.slow].tolist():
+            line = self._record_line(buf, path, file_from, p, framing, bad)
+            assert line is not None  # no filter
+            slow.append(line)
         bad.sort(key=lambda b: b.pos)
-        return lines[at].tolist(), [b for b in bad if b.pos <= last]
+        return pieces(got, slow), bad
 
     def _record_line(
         self, buf: Any, path: str, file_from: int, pos: int, framing: Framing, bad: list[CrcMismatch]

@@ -29,16 +29,21 @@ MODES = [("base64", False), ("base64", True), ("hex", False), ("none", True)]
 
 def both_paths(buf, path: str, base: int, positions, opts: lib.MessageOptions, framing=PLAIN) -> list[bytes]:
     """The ndjson lines of both paths, then the csv records of both; asserts each pair is equal, CRC
-    mismatches included. Returns the ndjson lines."""
+    mismatches included, and that the text written (``format_data``) is those lines. Returns the
+    ndjson lines."""
     cols, bad = lib.NdjsonFormatter(opts).format(buf, path, base, positions, framing=framing)
     ref, ref_bad = lib.NdjsonFormatter(opts, columnar=False).format(buf, path, base, positions, framing=framing)
     assert cols == ref
     assert [b.problem() for b in bad] == [b.problem() for b in ref_bad]
+    text, count, _ = lib.NdjsonFormatter(opts).format_data(buf, path, base, np.asarray(positions), framing=framing)
+    assert (text, count) == (b"".join(line + b"\n" for line in ref), len(ref))
     columns = [*ROW_FIELDS, *framing.frame_fields]
     csv_cols, csv_bad = lib.CsvFormatter(opts, columns).format(buf, path, base, positions, framing=framing)
     csv_ref, _ = lib.CsvFormatter(opts, columns, columnar=False).format(buf, path, base, positions, framing=framing)
     assert csv_cols == csv_ref
     assert [b.problem() for b in csv_bad] == [b.problem() for b in ref_bad]
+    text, _, _ = lib.CsvFormatter(opts, columns).format_data(buf, path, base, np.asarray(positions), framing=framing)
+    assert text == b"".join(line + b"\n" for line in csv_ref)
     return cols
 
 
@@ -151,6 +156,8 @@ PROPS = st.one_of(
     ITEMS.map(lambda items: b"\x02".join(n + b"\x01" + v for n, v in items)),  # no trailing 0x02
     HOSTILE,
 )
+INT32 = st.one_of(st.integers(0, 9), st.integers(-(2**31), 2**31 - 1))
+INT64 = st.one_of(st.integers(0, 99), st.integers(-(2**63), 2**63 - 1), st.integers(10**12, 10**12 + 999))
 RECORD = st.fixed_dictionaries(
     {
         "topic": st.one_of(PLAIN, HOSTILE.filter(lambda t: 0 < len(t) <= 127)),
@@ -159,18 +166,24 @@ RECORD = st.fixed_dictionaries(
         "store_ts": st.sampled_from([1_700_000_000_123, 0, -1, 1_700_000_001_999, 253_402_300_800_000]),
         "queue_id": st.integers(0, 3),
         "compressed": st.booleans(),
-    }
-)
+    },
+    optional={  # the head's integers, each of any value it may hold
+        "queue_offset": INT64, "flag": INT32, "born_ts": INT64, "reconsume": INT32, "prepared": INT64, "crc": INT32,
+        "sys_flag": st.sampled_from([0, 4, 8, 12, 128, 2**31 - 1 - 48 - 1]),
+    },
+)  # fmt: skip
 
 
 def _record(at: int, i: int, r: dict) -> bytes:
     topic = r["topic"]
     out = bytearray(
         encode_record(
-            topic="t" * len(topic), queue_id=r["queue_id"], queue_offset=i, phy_offset=at,
-            sys_flag=COMPRESSED_FLAG if r["compressed"] else 0, born_timestamp_ms=1_700_000_000_000,
-            born_addr=bytes([10, 0, 0, i % 3]), born_port=40000 + i, store_timestamp_ms=r["store_ts"],
-            store_addr=bytes([192, 168, 0, 1]), store_port=10911, body=r["body"], properties=r["properties"],
+            topic="t" * len(topic), queue_id=r["queue_id"], queue_offset=r.get("queue_offset", i), phy_offset=at,
+            flag=r.get("flag", 0), sys_flag=r.get("sys_flag", 0) | (COMPRESSED_FLAG if r["compressed"] else 0),
+            born_timestamp_ms=r.get("born_ts", 1_700_000_000_000), born_addr=bytes([10, 0, 0, i % 3]),
+            born_port=40000 + i, store_timestamp_ms=r["store_ts"], store_addr=bytes([192, 168, 0, 1 + i % 2]),
+            store_port=10911, reconsume_times=r.get("reconsume", 0), prepared_transaction_offset=r.get("prepared", 0),
+            body=r["body"], properties=r["properties"], crc=r.get("crc"),
         )
     )  # fmt: skip
     at_topic = len(out) - 2 - len(r["properties"]) - len(topic)
@@ -200,3 +213,18 @@ def test_columns_equal_the_rows_on_hostile_text(records, mode):
         rec = decode_record(buf, pos)
         row = message_row(rec, body=body, verify_crc=verify, path="gen")
         assert line + b"\n" == csv_line(row, ROW_FIELDS)
+
+
+def test_a_record_far_larger_than_its_batch_keeps_its_place():
+    """A record more than twice the batch's median size goes through the per-record path (the batch's
+    matrix stays as wide as its usual records), between the others' lines."""
+    records = [{"topic": b"T", "properties": b"KEYS\x01k\x02", "body": b"b" * n, "store_ts": 1_700_000_000_123,
+                "queue_id": 0, "compressed": False} for n in (10, 11, 5000, 12, 0, 13)]  # fmt: skip
+    buf, positions = bytearray(), []
+    for i, r in enumerate(records):
+        positions.append(len(buf))
+        buf += _record(len(buf), i, r)
+    pos = np.array(positions, dtype=np.int64)
+    for body, verify in MODES:
+        lines = both_paths(bytes(buf), "gen", 0, pos, lib.MessageOptions(body=body, verify_crc=verify))
+        assert len(lines) == len(records)
