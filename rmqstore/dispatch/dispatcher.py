@@ -149,24 +149,9 @@ class _IndexWriter:
         assert m is not None
         k = len(hashes)
         nums = np.arange(count, count + k, dtype=np.int64)
-        slot = hashes % self.slots
         slots_view = np.frombuffer(m, dtype=">i4", count=self.slots, offset=ix.HEADER_SIZE)
-        # prev pointer: the previous entry of the same slot in this chunk, else the slot's old value
-        order = np.argsort(slot, kind="stable")
-        s_sorted = slot[order]
-        n_sorted = nums[order]
-        prev_sorted = np.empty(k, dtype=np.int64)
-        prev_sorted[1:] = n_sorted[:-1]
-        starts = np.ones(k, dtype=bool)
-        starts[1:] = s_sorted[1:] != s_sorted[:-1]
-        old = slots_view[s_sorted[starts]].astype(np.int64)
-        # the broker checks old against indexCount at the time of each put; the first put of a
-        # slot in this chunk sees the count at its own position
-        limit = n_sorted[starts]
-        old[(old <= 0) | (old > limit)] = 0
-        prev_sorted[starts] = old
-        prev = np.empty(k, dtype=np.int64)
-        prev[order] = prev_sorted
+        prev = slot_chain(slots_view, hashes % self.slots, nums)
+        del slots_view
         # time diffs (§5.2): the first entry of an empty file is measured against the old begin
         begin = h.begin_timestamp_ms
         diffs = np.empty(k, dtype=np.int64)
@@ -189,12 +174,7 @@ class _IndexWriter:
         assert self._file is not None
         self._file.write_at(out, self.entries_pos + count * ix.ENTRY_SIZE)
         del out
-        # slot values: the last entry of each slot wins
-        last_of_slot = np.ones(k, dtype=bool)
-        last_of_slot[:-1] = s_sorted[1:] != s_sorted[:-1]
-        slots_view[s_sorted[last_of_slot]] = n_sorted[last_of_slot]
-        new_slots = int(np.count_nonzero(prev_sorted[starts] == 0))
-        del slots_view
+        new_slots = int(np.count_nonzero(prev == 0))  # a later entry of a slot points at an earlier one
         slot_count = h.hash_slot_count + (new_slots if self.new_slots_only else k)
         if count <= 1:
             begin_phy, begin_ts = int(phy[0]), int(ts[0])
@@ -215,6 +195,35 @@ class _IndexWriter:
         if self._file is not None:
             self._file.close(sync)
             self._file = None
+
+
+def slot_chain(table: np.ndarray, slot: np.ndarray, nums: np.ndarray) -> np.ndarray:
+    """The broker's ``putKey`` chain for entries ``nums`` (consecutive numbers) put in order into ``slot``:
+    each entry's prevIndex, with ``table`` (the slot values) updated to the last entry of each slot.
+
+    A slot value counts only if it is above 0 and not past the entry's own number (the broker checks it
+    against indexCount at each put). Few slots get two entries of one chunk, so the table is read and
+    written for all at once, and only the entries of the slots hit twice are ordered one after the other.
+    """
+    old = table[slot].astype(np.int64)
+    prev = np.where((old <= 0) | (old > nums), 0, old)
+    table[slot] = nums
+    lost = np.flatnonzero(table[slot] != nums)  # another entry of the chunk holds the slot now
+    if lost.size:
+        shared = np.zeros(len(slot), dtype=bool)
+        shared[lost] = True
+        shared[table[slot[lost]].astype(np.int64) - int(nums[0])] = True  # and the one holding it
+        idx = np.flatnonzero(shared)
+        order = idx[np.argsort(slot[idx], kind="stable")]
+        s = slot[order]
+        first = np.ones(len(s), dtype=bool)
+        first[1:] = s[1:] != s[:-1]
+        later = order[~first]
+        prev[later] = nums[order[np.flatnonzero(~first) - 1]]  # the entry before it in the same slot
+        last = np.ones(len(s), dtype=bool)
+        last[:-1] = first[1:]
+        table[s[last]] = nums[order[last]]
+    return prev
 
 
 _LANE_DEPTH = 2  # column batches queued for the index lane at most
