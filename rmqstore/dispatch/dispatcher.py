@@ -35,7 +35,7 @@ from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.codec.topic import SkippedQueue, note_skipped
 from rmqstore.errors import CorruptData, from_os_error
 from rmqstore.safety.openfile import create_sized, map_for_writing
-from rmqstore.store.files import FileWriter
+from rmqstore.store.files import FileWriter, read_at
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
@@ -64,8 +64,9 @@ class _IndexWriter:
         self.created: list[Path] = []
         self.full_end_timestamps: list[int] = []
         self.written = 0
-        self._map: mmap.mmap | None = None  # header and slots
-        self._file: FileWriter | None = None  # entries: appended, never read back
+        self._map: mmap.mmap | None = None  # the header
+        self._file: FileWriter | None = None  # entries: appended, never read back; slots written back
+        self._slots: _SlotTable | None = None
         self._path: Path | None = None
         self._last_name: str | None = None
         names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
@@ -83,6 +84,7 @@ class _IndexWriter:
             )
         self._map = map_for_writing(p, self.size)
         self._file = FileWriter(p)
+        self._slots = _SlotTable(self.slots, read_at(p, ix.HEADER_SIZE, self.slots * 4))
         self._path = p
 
     def header(self) -> ix.IndexHeader | None:
@@ -107,6 +109,7 @@ class _IndexWriter:
             raise
         old, self._map, self._path, self._last_name = self._map, new, p, name
         old_file, self._file = self._file, new_file
+        old_slots, self._slots = self._slots, _SlotTable(self.slots, None)
         self.created.append(p)
         if old is not None:
             if prev is not None and prev.index_count >= self.max_entries:
@@ -114,6 +117,8 @@ class _IndexWriter:
             old.flush()
             old.close()
         if old_file is not None:
+            assert old_slots is not None
+            old_slots.write_back(old_file)
             old_file.close(sync=True)
         ix.write_header(self._map, ix.new_index_header_after(prev))
 
@@ -149,9 +154,8 @@ class _IndexWriter:
         assert m is not None
         k = len(hashes)
         nums = np.arange(count, count + k, dtype=np.int64)
-        slots_view = np.frombuffer(m, dtype=">i4", count=self.slots, offset=ix.HEADER_SIZE)
-        prev = slot_chain(slots_view, hashes % self.slots, nums)
-        del slots_view
+        assert self._slots is not None
+        prev = self._slots.put(hashes % self.slots, nums)
         # time diffs (§5.2): the first entry of an empty file is measured against the old begin
         begin = h.begin_timestamp_ms
         diffs = np.empty(k, dtype=np.int64)
@@ -193,8 +197,40 @@ class _IndexWriter:
             self._map.close()
             self._map = None
         if self._file is not None:
-            self._file.close(sync)
-            self._file = None
+            assert self._slots is not None
+            try:
+                self._slots.write_back(self._file)  # also after a failure: what the entries written need
+            finally:
+                self._file.close(sync)
+                self._file = self._slots = None
+
+
+class _SlotTable:
+    """An index file's slot table held in memory and written back with ``pwrite`` (the pages changed):
+    through a map every page of it faulted in the file system's write path, a journal handle each,
+    which waits for the disk when it is busy."""
+
+    _BLOCK = 1024  # slots in a 4 KiB page
+
+    def __init__(self, slots: int, data: bytes | None) -> None:
+        self.values = np.zeros(slots, np.int32) if data is None else np.frombuffer(data, ">i4").astype(np.int32)
+        self.dirty = np.zeros(-(-slots // self._BLOCK), dtype=bool)
+
+    def put(self, slot: np.ndarray, nums: np.ndarray) -> np.ndarray:
+        """``slot_chain`` of these entries; the pages it changes are written back later."""
+        self.dirty[slot // self._BLOCK] = True
+        return slot_chain(self.values, slot, nums)
+
+    def write_back(self, file: FileWriter) -> None:
+        """Write the changed pages, each run of them with one call."""
+        blocks = np.flatnonzero(self.dirty)
+        if not blocks.size:
+            return
+        breaks = np.flatnonzero(np.diff(blocks) > 1)
+        for a, b in zip(blocks[np.r_[0, breaks + 1]].tolist(), blocks[np.r_[breaks, -1]].tolist(), strict=True):
+            lo, hi = a * self._BLOCK, min((b + 1) * self._BLOCK, len(self.values))
+            file.write_at(self.values[lo:hi].astype(">i4"), ix.HEADER_SIZE + lo * 4)
+        self.dirty[:] = False
 
 
 def slot_chain(table: np.ndarray, slot: np.ndarray, nums: np.ndarray) -> np.ndarray:
