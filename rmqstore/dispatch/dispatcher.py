@@ -18,6 +18,7 @@ and the file writes are vectorised); the result is byte-identical to one-at-a-ti
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import mmap
 import os
 from collections import deque
@@ -35,7 +36,7 @@ from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.codec.topic import SkippedQueue, note_skipped
 from rmqstore.errors import CorruptData, from_os_error
 from rmqstore.safety.openfile import create_sized, map_for_writing
-from rmqstore.store.files import FileWriter, read_at
+from rmqstore.store.files import FileWriter, read_at, run_together
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
@@ -512,11 +513,12 @@ class Dispatcher:
             pending, self._lane_pending = self._lane_pending, deque()
             for f in pending if sync else ():
                 f.result()  # the lane's error, when the dispatch itself went well
-        for w in self._queues.values():
-            w.close(sync)
+        closes = [functools.partial(w.close, sync) for w in self._queues.values()]
+        if self._index is not None:
+            closes.append(functools.partial(self._index.close, sync))
+        run_together(closes)  # their syncs at once
         self._cq.close(sync)
         if self._index is not None:
-            self._index.close(sync)
             self.stats.index_files_created = list(self._index.created)
             if self._index.full_end_timestamps:
                 self.stats.index_msg_timestamp_ms = self._index.full_end_timestamps[-1]
