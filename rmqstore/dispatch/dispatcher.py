@@ -40,7 +40,7 @@ from rmqstore.store.files import FileWriter, read_at, run_together
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
-from rmqstore.walk.chain import indexed, queued
+from rmqstore.walk.chain import indexed, queue_order, queued
 from rmqstore.walk.requests import DispatchRequest
 
 
@@ -400,39 +400,44 @@ class Dispatcher:
         self.stats.records += n
         self.stats.max_phy_offset = max(self.stats.max_phy_offset, int(c.phy[-1] + c.size[-1]))
         if self.build_cq:
-            cq_ok = queued(c.sys_flag)
-            if self.cq_exclude:
-                keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
-                cq_ok &= keep[c.topic_id]
-            idx = np.flatnonzero(cq_ok)
-            grp = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
-            order = np.argsort(grp, kind="stable")
-            idx = idx[order]
-            g = grp[order]
-            bounds = np.flatnonzero(np.diff(g)) + 1
-            last_phy, last_ts = -1, 0
-            for part in np.split(idx, bounds):
-                if not len(part):
-                    continue
-                key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
-                w = self._queue(*key, int(c.phy[part[0]]), len(part))
-                if w is None:
-                    continue
-                before = w.written
-                w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
-                if w.written > before:
-                    self.stats.queues_touched.add(key)
-                    self.stats.cq_entries += w.written - before
-                    if int(c.phy[part[-1]]) > last_phy:
-                        last_phy, last_ts = int(c.phy[part[-1]]), w.last_ts
-            if last_ts:
-                self.stats.logics_msg_timestamp_ms = last_ts
+            self._cq_columns(c)
         if self.build_index and len(c.key_rec):
             if self._lane is None:
                 self._index_columns(c)
             else:
                 self._drain_lane(_LANE_DEPTH)
                 self._lane_pending.append(self._lane.submit(self._index_columns, c))
+
+    def _cq_columns(self, c: Any) -> None:
+        """The consume queue half of ``dispatch_columns``: each queue's records in one put."""
+        cq_ok = queued(c.sys_flag)
+        if self.cq_exclude:
+            keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
+            cq_ok &= keep[c.topic_id]
+        idx = np.flatnonzero(cq_ok)
+        order = queue_order(c.topic_id[idx], c.queue_id[idx])
+        if order is None:
+            order = np.argsort(c.topic_id[idx] * (1 << 33) + c.queue_id[idx], kind="stable")
+        idx = idx[order]
+        g = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
+        bounds = np.flatnonzero(np.diff(g)) + 1
+        last_phy, last_ts = -1, 0
+        for part in np.split(idx, bounds):
+            if not len(part):
+                continue
+            key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
+            w = self._queue(*key, int(c.phy[part[0]]), len(part))
+            if w is None:
+                continue
+            before = w.written
+            w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
+            if w.written > before:
+                self.stats.queues_touched.add(key)
+                self.stats.cq_entries += w.written - before
+                if int(c.phy[part[-1]]) > last_phy:
+                    last_phy, last_ts = int(c.phy[part[-1]]), w.last_ts
+        if last_ts:
+            self.stats.logics_msg_timestamp_ms = last_ts
 
     def _index_columns(self, c: Any) -> None:
         w = self._index_writer()

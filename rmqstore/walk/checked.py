@@ -28,7 +28,7 @@ from rmqstore.safety.openfile import map_readonly
 from rmqstore.store.files import map_file, release_range
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import FileWalk, Stop, walk_chain
-from rmqstore.walk.columns import BATCH, decode_columns
+from rmqstore.walk.columns import BATCH, decode_columns_and_heads
 from rmqstore.walk.kept import KeptColumns
 from rmqstore.walk.requests import request_from_record
 from rmqstore.walk.workers import close_pool, worker_pool
@@ -102,10 +102,9 @@ def _check_part(
     """Dispatch columns of the records at ``p`` if every one passes recovery's checks, else None."""
 
     check_crc, ipv6_hosts, v2_magic = flags
-    cols, bad = decode_columns(buf, u8, p, seg, cfg, end)
+    cols, bad, heads = decode_columns_and_heads(buf, u8, p, seg, cfg, end)
     if bad is not None or cols is None or len(cols) != len(p):
         return None  # an invalid record or a size mismatch: the exact walk explains it
-    heads = decode_heads(u8, p)
     sys_flag = head_column(heads, "sys_flag")
     if not ipv6_hosts and (sys_flag & 0x30).any():
         return None  # brokers before 4.6.0 read 8-byte hosts whatever the flags say
