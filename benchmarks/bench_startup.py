@@ -1,5 +1,5 @@
-"""Benchmark the start of a one-shot call: ``rmqstore --help``, ``info`` and ``query key`` on the
-small fixture store, against a bare interpreter start (``python -c pass``).
+"""Benchmark the start of a one-shot call: ``rmqstore --help``, ``info``, ``query key`` and ``dump
+commitlog --count`` on the small fixture store, against a bare interpreter start (``python -c pass``).
 
 Each command runs ``--runs`` times (default 15, after one warm-up run); the report gives the
 median wall time and its ratio to the median of the bare start. The target is at most 8x.
@@ -37,6 +37,7 @@ CASES = {
     "rmqstore --version": [*rmqstore_argv(), "--version"],
     "rmqstore info (small)": [*rmqstore_argv(), "info", str(SMALL), "-f", "plain"],
     "rmqstore query key (small)": [*rmqstore_argv(), "query", "key", str(SMALL), "TopicA", "order-0", "-f", "plain"],
+    "rmqstore dump --count (small)": [*rmqstore_argv(), "dump", "commitlog", str(SMALL), "--count", "-f", "ndjson"],
 }
 
 

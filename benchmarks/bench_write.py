@@ -22,8 +22,9 @@ may be shared, and it shows how loaded it was during the run. The stores are del
 With ``--base CMD`` it only compares the command line with another build's (CMD) on engine-shaped
 NDJSON (every message with TAGS, KEYS, a UNIQ_KEY, WAIT and user properties; then also with born
 time and host, store host and flag; then plain lines with no property), back to back, alternating,
-best of ``--rounds`` in wall and in CPU time (user + sys), with each side's peak RSS: the ratios are
-the base's time over this build's.
+best of ``--rounds`` in wall and in CPU time (user + sys, worker processes included), with each
+side's peak RSS (largest process) and peak PSS of all its processes together: the ratios are the
+base's time over this build's. ``--inputs producer`` runs the engine-shaped input only.
 """
 
 from __future__ import annotations
@@ -31,16 +32,19 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
 import timeit
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_scaling  # noqa: E402
 
 from rmqstore.ops.write import Message, MessageBatch, UniqKeySource, write_messages  # noqa: E402
 
@@ -156,12 +160,12 @@ def run_cli(out: Path, count: int, body_size: int) -> dict:
     }
 
 
-def engine_shaped_lines(count: int, body_size: int, *, harness: bool) -> list[str]:
+def engine_shaped_lines(count: int, body_size: int, *, harness: bool, start: int = 0) -> list[str]:
     """What producers hand the broker: TAGS, KEYS, a UNIQ_KEY, WAIT and two user properties
     (``harness``: also the born time and host, store host and flag, as the engine harness gives them)."""
     body = "b" * body_size
     out = []
-    for i in range(count):
+    for i in range(start, start + count):
         m: dict[str, object] = {"topic": f"BenchTopic{i % TOPICS:02d}", "tags": "TagA", "keys": f"k-{i:010d}"}
         m |= {"uniqKey": f"C0A8000A1F9018B4AAC22A3B{i:08X}", "wait": True}
         m["properties"] = {"traceId": f"t{i:08d}", "region": "cn-north"}
@@ -173,7 +177,7 @@ def engine_shaped_lines(count: int, body_size: int, *, harness: bool) -> list[st
     return out
 
 
-def plain_lines(count: int, body_size: int) -> list[str]:
+def plain_lines(count: int, body_size: int, start: int = 0) -> list[str]:
     """Messages with topic, queue, TAGS, KEYS and body only (no UNIQ_KEY, WAIT or user property)."""
     body = "b" * body_size
     return [
@@ -181,67 +185,81 @@ def plain_lines(count: int, body_size: int) -> list[str]:
             {"topic": f"BenchTopic{i % TOPICS:02d}", "queueId": (i // TOPICS) % QUEUES, "tags": "TagA"}
             | {"keys": f"k-{i:010d}", "body": body}
         )
-        for i in range(count)
+        for i in range(start, start + count)
     ]
 
 
-def timed(cmd: list[str]) -> tuple[float, float, int]:
-    """Wall seconds, CPU seconds (user + sys) and peak RSS (KiB) of one command."""
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    if status:
-        raise SystemExit(f"{cmd[0]} failed: {proc.stderr.read().decode() if proc.stderr else status}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+def timed(cmd: list[str]) -> tuple[float, float, int, int]:
+    """Wall seconds, CPU seconds (user + sys, its worker processes included), the peak RSS of its
+    largest process and the peak proportional set size of all its processes together (bytes)."""
+    r = bench_scaling.run(cmd)
+    return r.wall, r.cpu, r.max_rss, r.tree_rss
 
 
-def vs_base(out: Path, count: int, body_size: int, base: str, rounds: int, this: str) -> list[dict]:
+INPUTS = ("producer", "harness", "plain")
+_SLICE = 50_000  # input lines made at a time
+
+
+def vs_base(out: Path, count: int, body_size: int, base: str, rounds: int, this: str, kinds: list[str]) -> list[dict]:
     """``rmqstore write`` of engine-shaped NDJSON (and plain lines) with this build (``this``) and
     with ``base`` (another build's command), back to back, alternating which goes first; the best
-    wall and CPU time of ``rounds`` of each, and the peak RSS."""
+    wall and CPU time of ``rounds`` of each, the peak RSS of the largest process and the peak PSS of
+    all processes together (the command and its workers)."""
     results = []
-    inputs = {"producer": lambda: engine_shaped_lines(count, body_size, harness=False)}
-    inputs |= {"harness": lambda: engine_shaped_lines(count, body_size, harness=True)}
-    inputs |= {"plain": lambda: plain_lines(count, body_size)}
-    for kind, lines in inputs.items():
+    inputs: dict[str, Callable[[int, int], list[str]]] = {
+        "producer": lambda n, at: engine_shaped_lines(n, body_size, harness=False, start=at),
+        "harness": lambda n, at: engine_shaped_lines(n, body_size, harness=True, start=at),
+        "plain": lambda n, at: plain_lines(n, body_size, start=at),
+    }
+    for kind in kinds:
         src = out / f"input-{kind}.ndjson"
-        src.write_text("\n".join(lines()) + "\n")
-        best = {side: [float("inf"), float("inf"), 0] for side in ("base", "this")}
+        # a slice at a time: a command forked from a big process reports that process's size as
+        # its own peak RSS (the kernel keeps the high-water mark of the memory exec replaced)
+        with open(src, "w") as f:
+            for at in range(0, count, _SLICE):
+                f.write("\n".join(inputs[kind](min(_SLICE, count - at), at)) + "\n")
+        best = {side: [float("inf"), float("inf"), 0, 0] for side in ("base", "this")}
         for r in range(rounds):
             for side in ("base", "this") if r % 2 == 0 else ("this", "base"):
                 root = out / f"store-{side}"
                 shutil.rmtree(root, ignore_errors=True)
                 cli = base if side == "base" else this
                 cmd = [cli, "write", str(root), str(src), "--create", "--topic-queue-nums", str(QUEUES), "-f", "json"]
-                wall, cpu, rss = timed(cmd)
+                wall, cpu, rss, pss = timed(cmd)
                 b = best[side]
-                b[0], b[1], b[2] = min(b[0], wall), min(b[1], cpu), max(b[2], rss)
+                b[0], b[1], b[2], b[3] = min(b[0], wall), min(b[1], cpu), max(b[2], rss), max(b[3], pss)
                 shutil.rmtree(root, ignore_errors=True)
-        (bw, bc, brss), (tw, tc, trss) = best["base"], best["this"]
-        r = {
-            "mode": f"CLI, {kind} NDJSON, vs {base}",
-            "messages": count,
-            "baseSeconds": round(bw, 2),
-            "baseCpuSeconds": round(bc, 2),
-            "basePeakRssMB": round(brss / 1024),
-            "seconds": round(tw, 2),
-            "cpuSeconds": round(tc, 2),
-            "peakRssMB": round(trss / 1024),
-            "msgPerSec": round(count / tw),
-            "msgPerCpuSec": round(count / tc),
-            "speedupOverBase": round(bw / tw, 2),
-            "cpuSpeedupOverBase": round(bc / tc, 2),
-        }
-        results.append(r)
-        print(
-            f"{r['mode']}\n{'':<8} {count:>9,} msgs  base {bw:.2f} s (CPU {bc:.2f} s, {r['basePeakRssMB']} MB)  "
-            f"this {tw:.2f} s (CPU {tc:.2f} s, {r['peakRssMB']} MB)  x{r['speedupOverBase']} the base's rate, "
-            f"x{r['cpuSpeedupOverBase']} in CPU",
-            flush=True,
-        )
+        results.append(_compared(kind, count, base, best))
         src.unlink()
     return results
+
+
+def _compared(kind: str, count: int, base: str, best: dict[str, list[float]]) -> dict:
+    (bw, bc, brss, bpss), (tw, tc, trss, tpss) = best["base"], best["this"]
+    r = {
+        "mode": f"CLI, {kind} NDJSON, vs {base}",
+        "messages": count,
+        "baseSeconds": round(bw, 2),
+        "baseCpuSeconds": round(bc, 2),
+        "basePeakRssMB": round(brss / 2**20),
+        "basePeakPssAllMB": round(bpss / 2**20),
+        "seconds": round(tw, 2),
+        "cpuSeconds": round(tc, 2),
+        "peakRssMB": round(trss / 2**20),
+        "peakPssAllMB": round(tpss / 2**20),
+        "msgPerSec": round(count / tw),
+        "baseMsgPerSec": round(count / bw),
+        "msgPerCpuSec": round(count / tc),
+        "speedupOverBase": round(bw / tw, 2),
+        "cpuSpeedupOverBase": round(bc / tc, 2),
+    }
+    print(
+        f"{r['mode']}\n{'':<8} {count:>9,} msgs  base {bw:.2f} s (CPU {bc:.2f} s, {r['basePeakRssMB']} MB, all "
+        f"{r['basePeakPssAllMB']} MB)  this {tw:.2f} s (CPU {tc:.2f} s, {r['peakRssMB']} MB, all "
+        f"{r['peakPssAllMB']} MB)  x{r['speedupOverBase']} the base's rate, x{r['cpuSpeedupOverBase']} in CPU",
+        flush=True,
+    )
+    return r
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,12 +272,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base", help="another build's rmqstore command: compare engine-shaped writes with it only")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the --base comparison (best of)")
     ap.add_argument("--this", help="this build's rmqstore command (default: the one beside this Python)")
+    ap.add_argument("--inputs", default=",".join(INPUTS), help=f"inputs of the --base comparison ({', '.join(INPUTS)})")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.base:
         try:
             this = args.this or str(Path(sys.executable).with_name("rmqstore"))
-            print(json.dumps(vs_base(args.out, args.ndjson, args.body, args.base, args.rounds, this), indent=2))
+            kinds = [k for k in args.inputs.split(",") if k]
+            if not set(kinds) <= set(INPUTS):
+                ap.error(f"--inputs: one or more of {', '.join(INPUTS)}")
+            result = vs_base(args.out, args.ndjson, args.body, args.base, args.rounds, this, kinds)
+            print(json.dumps(result, indent=2))
         finally:
             if not args.keep:
                 shutil.rmtree(args.out, ignore_errors=True)

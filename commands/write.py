@@ -43,13 +43,17 @@ def _input(source: str, stack: ExitStack, message_opts: tuple[Any, ...]) -> tupl
         raise InputError("give either an NDJSON input or --topic and the message options, not both")
     digest = hashlib.sha256()
     if source == "-":
-        return op.read_ndjson_blocks(sys.stdin.buffer, digest, source="<stdin>"), digest
+        blocks = op.read_blocks(sys.stdin.buffer, digest, source="<stdin>")
+        stack.callback(blocks.close)  # its worker stops with the command
+        return blocks, digest
     path = Path(source)
     try:
         f = stack.enter_context(open(path, "rb"))
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    return _reading(op.read_ndjson_blocks(f, digest, source=str(path)), path), digest
+    blocks = op.read_blocks(f, digest, source=str(path))
+    stack.callback(blocks.close)
+    return _reading(blocks, path), digest
 
 
 def _reading(blocks: Iterator[Blocks], path: Path) -> Iterator[Blocks]:

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import marshal
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -547,8 +548,8 @@ def read_ndjson_blocks(
     """The messages of a binary NDJSON stream a chunk of lines at a time, as :func:`read_ndjson`
     reads them (each chunk a batch, or a list of :class:`Message` when a line is more than a batch
     holds), hashing every chunk read into ``digest``: the input is never held whole."""
-    for chunk in _hashed_chunks(stream, digest, source):
-        messages = paused_gc(_read_chunks, [chunk], source)
+    for line_no, data in ndjson_chunks(stream, digest):
+        messages = ndjson_chunk_messages(data, line_no, source)
         if len(messages):
             yield messages
 
@@ -556,9 +557,10 @@ def read_ndjson_blocks(
 _READ_CHUNK = 1 << 22
 
 
-def _hashed_chunks(stream: BinaryIO, digest: Any, source: str) -> Iterator[tuple[int, list[str]]]:
-    """The lines of ``stream`` as text (split at ``\n`` only, as a file's lines), a chunk at a time
-    with the number of the line before the chunk's first; every chunk read is hashed."""
+def ndjson_chunks(stream: BinaryIO, digest: Any) -> Iterator[tuple[int, bytes]]:
+    """The bytes of ``stream`` a chunk of whole lines at a time (each cut after a ``\n``, the last
+    one as the input ends), with the number of lines before the chunk; every byte read is hashed
+    into ``digest`` in order."""
     rest = b""
     line_no = 0
     while chunk := stream.read(_READ_CHUNK):
@@ -567,12 +569,30 @@ def _hashed_chunks(stream: BinaryIO, digest: Any, source: str) -> Iterator[tuple
         cut = data.rfind(b"\n") + 1
         rest = data[cut:]
         if cut:
-            lines = _decoded_lines(data[:cut], line_no, source)
-            lines.pop()  # the empty piece after the last \n
-            yield line_no, lines
-            line_no += len(lines)
+            whole = data[:cut] if rest else data
+            yield line_no, whole
+            line_no += whole.count(b"\n")
     if rest:
-        yield line_no, _decoded_lines(rest, line_no, source)
+        yield line_no, rest
+
+
+def ndjson_chunk_messages(data: bytes, line_no: int, source: str) -> list[Message] | MessageBatch:
+    """The messages of one chunk of :func:`ndjson_chunks` (its first line numbered ``line_no + 1``)."""
+    return paused_gc(_read_chunks, [(line_no, _chunk_lines(data, line_no, source))], source)  # type: ignore[no-any-return]
+
+
+def _hashed_chunks(stream: BinaryIO, digest: Any, source: str) -> Iterator[tuple[int, list[str]]]:
+    """The lines of ``stream`` as text (split at ``\n`` only, as a file's lines), a chunk at a time
+    with the number of the line before the chunk's first; every chunk read is hashed."""
+    for line_no, data in ndjson_chunks(stream, digest):
+        yield line_no, _chunk_lines(data, line_no, source)
+
+
+def _chunk_lines(data: bytes, line_no: int, source: str) -> list[str]:
+    lines = _decoded_lines(data, line_no, source)
+    if data.endswith(b"\n"):
+        lines.pop()  # the empty piece after the last \n
+    return lines
 
 
 def _decoded_lines(data: bytes, line_no: int, source: str) -> list[str]:
@@ -833,10 +853,27 @@ def _batch_of(columns: list[list[Any]]) -> MessageBatch:
     for i, default in enumerate(BATCH_DEFAULTS):
         if optional[i].count(default) == n or (default == () and not any(optional[i])):  # () or {}: no properties
             opt[i] = None
+    return _batch_from([topic, body, queue_id, tags, keys, origin, *opt])
+
+
+def _batch_from(columns: list[Any]) -> MessageBatch:
     batch = object.__new__(MessageBatch)
-    for name, column in zip(BATCH_FIELDS, (topic, body, queue_id, tags, keys, origin, *opt), strict=True):
+    for name, column in zip(BATCH_FIELDS, columns, strict=True):
         object.__setattr__(batch, name, column)
     return batch
+
+
+def packed_messages(messages: list[Message] | MessageBatch) -> bytes | list[Message]:
+    """A batch as one ``marshal`` blob of its columns (builtin values only: about three times
+    quicker to pass to another process than a pickle of the batch); a list of messages as it is."""
+    if isinstance(messages, MessageBatch):
+        return marshal.dumps([getattr(messages, name) for name in BATCH_FIELDS])
+    return messages
+
+
+def unpacked_messages(packed: bytes | list[Message]) -> list[Message] | MessageBatch:
+    """The messages :func:`packed_messages` packed (the batch's values were checked before)."""
+    return _batch_from(marshal.loads(packed)) if isinstance(packed, bytes) else packed
 
 
 _JSON_DECODER = json.JSONDecoder()

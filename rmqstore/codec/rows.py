@@ -7,7 +7,6 @@ imports it.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Sequence
@@ -84,6 +83,8 @@ def csv_cells(row: dict[str, Any], columns: Sequence[str]) -> tuple[list[Any], b
 
 def csv_line(row: dict[str, Any], columns: Sequence[str]) -> bytes:
     """One csv record (UTF-8, with its newline) of a row, as ``render_rows`` writes it."""
+    import csv  # here, as in the command line's csv output: no other format loads it
+
     out = io.StringIO()
     cells, lone_cr = csv_cells(row, columns)
     csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL if lone_cr else csv.QUOTE_MINIMAL).writerow(cells)

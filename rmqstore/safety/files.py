@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import re
 import shutil
@@ -147,6 +146,8 @@ def read_if_present(path: Path, what: str) -> bytes | None:
 
 def sha256_file(path: Path, limit: int | None = None) -> str:
     """The sha256 of a regular file's bytes, read up to its size when opened (or ``limit``)."""
+    import hashlib  # here: OpenSSL loads in a few ms, which a command that only reads never needs
+
     h = hashlib.sha256()
     fd = open_fd(path)
     try:
@@ -165,6 +166,8 @@ def sha256_file(path: Path, limit: int | None = None) -> str:
 def copy_range(src: Path, dst: Path, start: int = 0, end: int | None = None, *, root: Path | None = None) -> str:
     """Copy bytes ``[start, end)`` of a regular file (``end`` None: its size when opened, never more)
     to a new ``dst``, durably; the sha256 of the bytes copied. A full disk names ``dst``."""
+    import hashlib
+
     digest = hashlib.sha256()
     fd = open_fd(src, root=root)
     try:

@@ -26,7 +26,6 @@ import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
@@ -436,6 +435,8 @@ def _java_double(x: float) -> str:
         return "null"  # fastjson writes NaN and infinities as null
     if x == 0.0:
         return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    from decimal import Decimal  # here: only a config value holding a float needs it
+
     d = Decimal(repr(x)).normalize()
     if 1e-3 <= abs(x) < 1e7:
         s = format(d, "f")

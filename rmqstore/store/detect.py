@@ -2,13 +2,15 @@
 a fact admits is decided in ``rules``).
 
 The commit log is sampled, never read whole: in at most 8 files (the first two, the last two and
-evenly spaced ones between) the chain of frames is followed from the file's start by the framing's
-steps (magic of every record, the end-of-file blank) up to a budget of hops per file, and the
-properties of the first records are decoded; then a few records are decoded at evenly spaced places
-of the file, each found by the framing as the next intact record that stores its own physical offset,
-so a V2 record or a ``__CRC32#`` property in the middle of a large store is seen. Detection runs
-while a store is opened, below the walk's layer: it steps through the framing (``codec.framing``)
-itself.
+evenly spaced ones between) the chain of frames is followed from the file's start (magic of every
+record, the end-of-file blank) up to a budget of hops per file, and the properties of the first
+records are decoded; then a few records are decoded at evenly spaced places of the file, each found
+by the framing as the next intact record that stores its own physical offset, so a V2 record or a
+``__CRC32#`` property in the middle of a large store is seen. The first frames of a file are followed
+one step at a time (a store of a few records is read without numpy); the rest of the budget goes
+through the framing's numpy chain, the records' structure, magic and host flags tested as arrays,
+with the same facts as steps would give. Detection runs while a store is opened, below the walk's
+layer: it follows the framing (``codec.framing``) itself.
 """
 
 from __future__ import annotations
@@ -21,17 +23,21 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmqstore.codec.commitlog import (
+    BORNHOST_V6_FLAG,
+    MAGIC_V2,
     OFFSETS_V4,
     PROPERTY_SEPARATOR,
+    STOREHOSTADDRESS_V6_FLAG,
     Record,
     checked_size,
+    checked_sizes,
     decode_record,
     record_version,
 )
-from rmqstore.codec.framing import BLANK, PLAIN, RECORD, Framing
+from rmqstore.codec.framing import BLANK, PLAIN, RECORD, UNTIL, Framing
 from rmqstore.errors import UnsafePlan, VersionContradicted
 from rmqstore.rules import (
     EVIDENCE,
@@ -47,11 +53,15 @@ from rmqstore.rules import (
 from rmqstore.safety.openfile import json_loads, map_readonly, read_file
 from rmqstore.store.layout import Segment, StoreConfig, log_segments
 
+if TYPE_CHECKING:
+    import numpy as np
+
 P = TypeVar("P")
 
 AUTO = "auto"
 _HOP_BUDGET = 50_000  # record headers followed in all the files sampled (shared out evenly)
 _SAMPLED_RECORDS = 64  # records per file whose properties are decoded
+_STEPPED = 128  # frames per file followed one step at a time before the rest go through the numpy chain
 _FILES_SAMPLED = 8  # the first two, the last two and evenly spaced files between
 _PLACES = 4  # evenly spaced places per file where a few records are decoded
 _PLACE_RECORDS = 8  # records read at each place
@@ -219,7 +229,7 @@ def _record_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, decode: bool) -
     if not seen.v2 and record_version(buf, pos) == 2:
         seen.v2 = True
         out.append(Fact("v2-record", f"{seg.path} @{pos}"))
-    if not seen.v6 and buf[pos + _SYS_FLAG_LOW] & 0x30:  # sysFlag's IPv6 bits (its lowest byte)
+    if not seen.v6 and buf[pos + _SYS_FLAG_LOW] & _V6_BITS:
         seen.v6 = True
         out.append(Fact("ipv6-host", f"{seg.path} @{pos}"))
     if decode:
@@ -230,24 +240,88 @@ def _record_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, decode: bool) -
 
 
 def _file_facts(seg: Segment, hops: int) -> list[Fact]:
-    out: list[Fact] = []
     seen = _Seen()
-    step = seg.framing.step
     with map_readonly(seg.path) as buf:
-        pos, n, end = 0, 0, len(buf)
-        while hops > 0:
-            hops -= 1
-            kind, at, frame_end = step(buf, pos, end)
-            if kind == BLANK:
-                return out + _blank_fact(buf, pos, end, seg)
-            if kind != RECORD or checked_size(buf, at, end) is None:
-                return out  # the end of the data (or damage): nothing after it is the broker's
-            out += _record_facts(buf, at, seg, seen, n < _SAMPLED_RECORDS)
-            n += 1
-            pos = frame_end
-        for i in range(1, _PLACES + 1):  # inside the walked part too: only its first records were decoded
-            out += _place_facts(buf, end * i // (_PLACES + 1), seg, seen)
+        out, pos, ended = _stepped_facts(buf, seg, seen, min(hops, _STEPPED))
+        if not ended and hops > _STEPPED:
+            more, ended = _chained_facts(buf, pos, seg, seen, hops - _STEPPED)
+            out += more
+        if not ended:  # the budget ran out: a few records further in (only the first ones were decoded)
+            for i in range(1, _PLACES + 1):
+                out += _place_facts(buf, len(buf) * i // (_PLACES + 1), seg, seen)
     return out
+
+
+def _stepped_facts(buf: Any, seg: Segment, seen: _Seen, hops: int) -> tuple[list[Fact], int, bool]:
+    """Facts of the first ``hops`` frames, one step at a time: (facts, where the next frame starts,
+    whether the chain ended there: a blank, the end of the data or damage)."""
+    out: list[Fact] = []
+    step = seg.framing.step
+    pos, end = 0, len(buf)
+    for n in range(hops):
+        kind, at, frame_end = step(buf, pos, end)
+        if kind == BLANK:
+            return out + _blank_fact(buf, pos, end, seg), pos, True
+        if kind != RECORD or checked_size(buf, at, end) is None:
+            return out, pos, True  # the end of the data (or damage): nothing after it is the broker's
+        out += _record_facts(buf, at, seg, seen, n < _SAMPLED_RECORDS)
+        pos = frame_end
+    return out, pos, False
+
+
+def _chained_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, hops: int) -> tuple[list[Fact], bool]:
+    """The facts ``_stepped_facts`` would find in the next ``hops`` frames from ``pos``, with the numpy
+    chain: the records' structure, magic and host flags tested as arrays, the per-record facts taken
+    from the first V2 record and the first with an IPv6 host (and the first ones, when fewer than
+    ``_SAMPLED_RECORDS`` were stepped)."""
+    records, kind, stop = _chain_records(buf, pos, seg.framing, hops)
+    bad = (checked_sizes(buf, records, len(buf)) < 0).nonzero()[0]
+    intact = records[: bad[0]] if len(bad) else records
+    firsts = set(range(min(len(intact), max(_SAMPLED_RECORDS - _STEPPED, 0))))
+    out: list[Fact] = []
+    for i in sorted(firsts | _first_v2_v6(buf, intact)):
+        out += _record_facts(buf, int(intact[i]), seg, seen, i + _STEPPED < _SAMPLED_RECORDS)
+    if len(bad):
+        return out, True
+    if kind == BLANK:
+        return out + _blank_fact(buf, stop, len(buf), seg), True
+    return out, kind is not None
+
+
+def _chain_records(buf: Any, pos: int, framing: Framing, hops: int) -> tuple[np.ndarray, str | None, int]:
+    """Record positions of the next ``hops`` frames from ``pos`` that ``framing.step`` calls records, and
+    the kind and position of the frame after them (None: the budget ran out first). The chain is read
+    in spans sized by the records seen so far, so no more of the file is chained than the budget needs."""
+    import numpy as np  # a store of a few records is read step by step, without numpy
+
+    parts, n, start, span, end = [], 0, pos, 1 << 16, len(buf)
+    while n < hops:
+        got, stop, reason = framing.chain(buf, pos, end, pos + span)
+        parts.append(got[: hops - n])
+        n += len(parts[-1])
+        pos = stop
+        if n == hops or reason == UNTIL:
+            span = max(span, (stop - start) * (hops - n) // max(n, 1) + 4096)
+            continue
+        kind, at, frame_end = framing.step(buf, stop, end)
+        if kind != RECORD:
+            return np.concatenate(parts), kind, stop
+        parts.append(np.array([at], np.int64))  # a frame the chain refuses but one step takes (a DLedger
+        n, pos = n + 1, frame_end  # entry out of the file's position sequence): the old walk went on
+    return np.concatenate(parts), None, pos
+
+
+def _first_v2_v6(buf: Any, records: np.ndarray) -> set[int]:
+    """Indexes of the first V2 record and of the first record with an IPv6 host among ``records``."""
+    import numpy as np
+
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        v2 = (u8[records + _MAGIC_LOW] == _MAGIC_V2_LOW).nonzero()[0][:1]
+        v6 = (u8[records + _SYS_FLAG_LOW] & _V6_BITS).nonzero()[0][:1]
+    finally:
+        del u8
+    return {int(i) for i in (*v2, *v6)}
 
 
 def _intact(buf: Any, pos: int, seg: Segment) -> tuple[int, int] | None:
@@ -276,6 +350,9 @@ def _place_facts(buf: Any, start: int, seg: Segment, seen: _Seen) -> list[Fact]:
 _PHY = struct.Struct(">q")
 _PHY_AT = OFFSETS_V4["phy_offset"]
 _SYS_FLAG_LOW = OFFSETS_V4["sys_flag"] + 3  # the lowest byte of the big-endian SYSFLAG
+_V6_BITS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG  # sysFlag's IPv6 bits (in its lowest byte)
+_MAGIC_LOW = OFFSETS_V4["magic"] + 3  # the magic codes differ in their lowest byte only: A7 and AB
+_MAGIC_V2_LOW = MAGIC_V2 & 0xFF
 
 
 def _phy_field(buf: Any, pos: int) -> int:

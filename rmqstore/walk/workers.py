@@ -8,9 +8,13 @@ the task queue's lock. Workers are forked so they share the parent's read-only s
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 # glibc's mallopt parameters
 _M_TRIM_THRESHOLD = -1
@@ -43,9 +47,33 @@ def keep_freed_heap() -> None:
 def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
     """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge);
     they and this process keep their freed heap (``keep_freed_heap``)."""
+    # here: a walk of small files runs in the process, and multiprocessing costs a command's start
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
     n = processes or max(2, min(4, os.cpu_count() or 1))
     keep_freed_heap()  # before the fork: the workers inherit it
     return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
+
+
+def tied_worker_pool(processes: int) -> ProcessPoolExecutor:
+    """:func:`worker_pool` whose workers exit once this process is gone: a parent killed with
+    ``kill -9`` never shuts its pool down, and its workers would wait for tasks for ever."""
+    import multiprocessing as mp  # as in worker_pool
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(
+        processes, mp_context=mp.get_context("fork"), initializer=_exit_with_parent, initargs=(os.getpid(),)
+    )
+
+
+def _exit_with_parent(parent: int) -> None:
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rmqstore-parent-watch", daemon=True).start()
 
 
 def close_pool(pool: ProcessPoolExecutor) -> None:

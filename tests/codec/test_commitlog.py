@@ -8,9 +8,10 @@ import struct
 import zlib
 
 import crcmod.predefined
+import numpy as np
 import pytest
 from conftest import small_record
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import INT32, damaged, hx, prop_text, records
 
@@ -26,6 +27,8 @@ from rmqstore.codec.commitlog import (
     Record,
     body_crc,
     cal_msg_length,
+    checked_size,
+    checked_sizes,
     compress_body,
     decode_batch,
     decode_record,
@@ -478,3 +481,45 @@ def test_damaged_record_raises_only_corrupt_data(data, check_crc):
     if isinstance(rec, Record):
         rec.to_json()  # every derived field must work on whatever decoded
         rec.keys, rec.tags, rec.uniq_key  # noqa: B018
+
+
+# ------------------------------------------------------------------------- many records' structure
+
+
+def _each_checked_size(buf: bytes, end: int) -> list[int]:
+    size = checked_size
+    return [-1 if (n := size(buf, p, end)) is None else n for p in range(len(buf))]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(records().map(lambda f: encode_record(**f)), damaged()), max_size=6), st.floats(0, 1))
+def test_checked_sizes_are_checked_size_at_every_position(pieces, cut):
+    buf = b"".join(pieces)
+    end = int(len(buf) * cut)
+    assert checked_sizes(buf, np.arange(len(buf)), end).tolist() == _each_checked_size(buf, end)
+
+
+def _v1(body_len: int, tail: bytes, total: int | None = None) -> bytes:
+    """A V1 record head with IPv4 hosts and BODYLENGTH ``body_len``, then ``tail`` (body and the rest)."""
+    head = bytearray(88)
+    struct.pack_into(">ii", head, 0, total or 88 + len(tail), MAGIC_V1)
+    struct.pack_into(">i", head, 84, body_len)
+    return bytes(head) + tail
+
+
+@pytest.mark.parametrize(
+    "buf",
+    [
+        _v1(1, b"b" + b"\xff\xff"),  # a TOPICLENGTH of -1 that makes the lengths add up to TOTALSIZE
+        _v1(0, b"\x00"),  # the topic length is the last byte of the buffer
+        _v1(0, b"\x00\x00\x00", total=91)[:90],  # a record cut one byte short
+        _v1(-5, b"\x00\x00\x00"),  # a negative BODYLENGTH counts as none
+        _v1(0, b"\x00\x00\x05abcde"),  # properties
+        _v1(0, b"\x00\x00\x06abcde"),  # properties running past the record
+        struct.pack(">ii", 95, MAGIC_V1) + bytes(28) + struct.pack(">i", 0x30) + bytes(60),  # IPv6 heads past it
+        struct.pack(">ii", 200, MAGIC_V2) + bytes(192),
+    ],
+)
+def test_checked_sizes_at_the_edges(buf):
+    for end in (len(buf), len(buf) - 1, min(91, len(buf))):
+        assert checked_sizes(buf, np.arange(len(buf)), end).tolist() == _each_checked_size(buf, end)

@@ -25,6 +25,8 @@ from typer.testing import CliRunner
 from rmqstore.cli import app
 from rmqstore.ops import write as wr
 from rmqstore.ops.write import append as append_mod
+from rmqstore.ops.write import columns as columns_mod
+from rmqstore.ops.write import plan as plan_mod
 from rmqstore.ops.write import spill as spill_mod
 from rmqstore.ops.write.spill import SpilledPiece
 
@@ -61,14 +63,24 @@ def _write_both(root: Path, **kw: object) -> list[wr.WriteResult]:
 def _spill_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spill_mod, "MEMORY_BUDGET", 0)
     monkeypatch.setattr(append_mod, "_CHUNK_LIMIT", 0)
+    monkeypatch.setattr(columns_mod, "COLUMNS_BUDGET", 0)  # the dispatch columns too, in short segments
+    monkeypatch.setattr(columns_mod, "SEGMENT_RECORDS", 37)
+    monkeypatch.setattr(plan_mod, "_FAST_BLOCK", 50)  # segments are cut between blocks
+
+
+def _records(res: wr.WriteResult) -> tuple[list[dict[str, object]], object]:
+    recs = res.plan.records
+    return [r.to_json() for r in recs], recs.columns(0, len(recs))
 
 
 def test_a_spilled_plan_writes_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kept = copy_real_store("clean-2topics", tmp_path / "kept")
     spilled = copy_real_store("clean-2topics", tmp_path / "spilled")
     dry_kept = [r.plan.to_json() for r in _write_both(kept, dry_run=True)]
-    for res in _write_both(kept):
+    written = _write_both(kept)
+    for res in written:
         assert not any(isinstance(p, SpilledPiece) for w in res.plan.writes for p in w.pieces)
+        assert not any(isinstance(s, SpilledPiece) for s in res.plan.records._segments)
     _spill_everything(monkeypatch)
     dry_spilled = [r.plan.to_json() for r in _write_both(spilled, dry_run=True)]
     assert json.dumps(dry_spilled).replace("/spilled/", "/kept/") == json.dumps(dry_kept)
@@ -77,6 +89,12 @@ def test_a_spilled_plan_writes_the_same_store(tmp_path: Path, monkeypatch: pytes
     assert pieces and all(isinstance(p, SpilledPiece) for p in pieces)
     assert len(results[0].plan.writes) > 3  # rolled over into new files
     assert _hashes(spilled.parent) == _hashes(kept.parent)
+    for a, b in zip(results, written, strict=True):
+        segments = a.plan.records._segments
+        assert len(segments) >= 3 and all(isinstance(s, SpilledPiece) for s in segments)
+        (rows_a, cols_a), (rows_b, cols_b) = _records(a), _records(b)
+        assert rows_a == rows_b and rows_a[-1]["commitLogOffset"] + rows_a[-1]["storeSize"] == a.plan.end_phy
+        assert all((getattr(cols_a, f) == getattr(cols_b, f)).all() for f in ("phy", "queue_offset", "key_hash"))
 
 
 _KILL = textwrap.dedent(
@@ -84,9 +102,10 @@ _KILL = textwrap.dedent(
     import io, os, sys
     sys.path.insert(0, {repo!r})
     from rmqstore.ops import write as wr
-    from rmqstore.ops.write import append, spill
-    spill.MEMORY_BUDGET = 0
+    from rmqstore.ops.write import append, columns, spill
+    spill.MEMORY_BUDGET = columns.COLUMNS_BUDGET = 0
     append._CHUNK_LIMIT = 0
+    columns.SEGMENT_RECORDS = 16
     copies = []
     write_to = spill.SpilledPiece.write_to
     def die(self, fd, at):

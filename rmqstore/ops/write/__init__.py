@@ -62,7 +62,9 @@ Where each part lives: :mod:`.validate` (what the broker accepts: topics, proper
 HashMap order), :mod:`.append` (the plan's state: file roll-over, queue offsets, new topics),
 :mod:`.encode_one` (the reference lane), :mod:`.encode_run` (the run lane), :mod:`.plan` (the
 driver), :mod:`.columns` and :mod:`.uniq` (the planned records as columns, UNIQ_KEYs, key hashes),
-:mod:`.journal` (journal, rollback), :mod:`.apply` (the checks before applying, and applying).
+:mod:`.journal` (journal, rollback), :mod:`.apply` (the checks before applying, and applying),
+:mod:`.reading` (NDJSON parsed by worker processes while the plan goes on), :mod:`.spill` (the
+planned bytes and column segments past their memory budgets, in a temporary file).
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ from rmqstore.ops.write.journal import (
     rollback_pending,
 )
 from rmqstore.ops.write.plan import plan_blocks, plan_with, plan_write
+from rmqstore.ops.write.reading import read_blocks
 from rmqstore.ops.write.uniq import UniqKeySource
 from rmqstore.ops.write.validate import (
     BROKER_MANAGED_TOPICS,
@@ -142,6 +145,7 @@ __all__ = [
     "plan_write",
     "prepare_write",
     "prepare_write_blocks",
+    "read_blocks",
     "read_ndjson",
     "read_ndjson_blocks",
     "read_ndjson_stream",

@@ -338,7 +338,7 @@ class Planner:
         out, ap = self.out, self.ap
         out.flush(out.base)
         records = self.cols.finish()
-        end_phy = int(records.phy_offset[-1] + records.size[-1]) if len(records) else ap.end_phy
+        end_phy = self.cols.end if len(records) else ap.end_phy
         return WritePlan(
             root=self.st.root,
             start_phy=ap.end_phy,

@@ -52,8 +52,6 @@ from rmqstore.store.files import data_end, pwrite_all
 from rmqstore.store.layout import StoreConfig
 from rmqstore.walk.recovery import recovery_facts, refuse_unrecoverable
 
-_DISPATCH_CHUNK = 1 << 17  # records per dispatch_columns call: bounds the memory of the index keys
-
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
@@ -261,9 +259,8 @@ def _dispatch_written(st: Store, plan: WritePlan, clock: Callable[[], int], sync
     try:
         if plan.catch_up:
             disp.dispatch(list(plan.catch_up))
-        n = len(plan.records)
-        for a in range(0, n, _DISPATCH_CHUNK):
-            disp.dispatch_columns(plan.records.columns(a, min(n, a + _DISPATCH_CHUNK)))
+        for columns in plan.records.batches():
+            disp.dispatch_columns(columns)
     finally:
         stats = disp.close(sync=sync)
     return stats

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rmqstore.codec.commitlog import offset_msg_id
+from rmqstore.ops.write.spill import Spill, SpilledPiece
 from rmqstore.ops.write.uniq import _topic_key_hashes
 from rmqstore.safety.plan import JsonModel
 from rmqstore.walk.columns import Columns
@@ -87,6 +89,15 @@ class StringColumn(Sequence[str | None]):
         self._seal()
         self._add(_packed(values), len(values))
 
+    def take(self) -> StringColumn:
+        """The values so far as a column of their own; this one goes on empty (its bound
+        ``append`` still works)."""
+        self._seal()
+        out = type(self)()
+        out._starts, out._parts, out._len = self._starts, self._parts, self._len
+        self._starts, self._parts, self._len = [], [], 0
+        return out
+
     def _add(self, part: Any, n: int) -> None:
         if n:
             self._starts.append(self._len)
@@ -145,72 +156,138 @@ class UniqKeyColumn(StringColumn):
         return (f"{head}{t:08X}{c:04X}" for t, c in zip(tf.tolist(), ctr.tolist(), strict=True))
 
 
-@dataclass(frozen=True, slots=True)
-class RecordColumns:
-    """The planned records column by column: numbers in int64 arrays, names in lists (a million
-    records stay a few arrays, not a million objects)."""
+# The numeric columns of a segment, in order (key_rec: the record of each index key, in the segment).
+_NUMERIC = ("topic_id", "queue_id", "queue_offset", "phy_offset", "size", "store_timestamp_ms", "sys_flag", "tags_code")
+_KEYS = ("key_rec", "key_hash")
 
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """Consecutive planned records: their numeric columns and index keys, and their strings."""
+
+    start: int  # the index of its first record in the plan
+    arrays: tuple[np.ndarray, ...]  # _NUMERIC, then _KEYS
     origin: StringColumn
-    topic: TopicColumn  # as stored: ``topics[topic_id[i]]``
-    topic_id: np.ndarray  # index into ``topics`` of each record's topic (as stored)
-    topics: list[str]
-    queue_id: np.ndarray
-    queue_offset: np.ndarray
-    phy_offset: np.ndarray
-    size: np.ndarray
-    store_timestamp_ms: np.ndarray
-    sys_flag: np.ndarray
     uniq_key: UniqKeyColumn
     store_host: list[tuple[bytes, int]]
-    tags_code: np.ndarray  # as the dispatcher derives them (§4.2, §3.11)
-    key_rec: np.ndarray  # the index keys (§5.3) in the broker's put order: record of each
-    key_hash: np.ndarray  # and its keyHash (``topic#UNIQ_KEY``, then each KEYS token)
 
     def __len__(self) -> int:
-        return len(self.phy_offset)
+        return len(self.arrays[0])
+
+    def column(self, name: str) -> np.ndarray:
+        return self.arrays[_COLUMN_AT[name]]
+
+
+_COLUMN_AT = {name: i for i, name in enumerate(_NUMERIC + _KEYS)}
+
+
+class RecordColumns:
+    """The planned records column by column, a segment of consecutive records at a time: numbers
+    in int64 arrays, strings packed (a million records are a few arrays per segment, not a million
+    objects). Segments past the budget of :class:`~.spill.Spill` wait in its temporary file, so
+    the plan's memory stays bounded; the dispatch reads them back one at a time, in order."""
+
+    def __init__(
+        self,
+        topics: list[str],
+        segments: list[_Segment | SpilledPiece],
+        starts: list[int],
+        count: int,
+        ranges: dict[int, list[int]],
+        keys: int,
+    ) -> None:
+        self.topics = topics
+        self._segments, self._starts, self._count = segments, starts, count
+        self._ranges, self.key_count = ranges, keys
+
+    def __len__(self) -> int:
+        return self._count
+
+    def segments(self) -> Iterator[_Segment]:
+        """The segments in record order (a spilled one read back)."""
+        return map(_loaded, self._segments)
+
+    def batches(self) -> Iterator[Columns]:
+        """Each segment as :class:`rmqstore.walk.columns.Columns` for ``Dispatcher.dispatch_columns``."""
+        for seg in self.segments():
+            yield self._as_columns(seg, 0, len(seg))
 
     def queues(self) -> set[tuple[str, int]]:
         """Every (topic, queue id) a record goes to."""
-        if not len(self):
-            return set()
-        pairs = np.unique(self.topic_id * (1 << 32) + self.queue_id)
-        return {(self.topics[int(v) >> 32], int(v) & 0xFFFFFFFF) for v in pairs.tolist()}
+        return set(self.queue_offset_ranges())
+
+    def queue_offset_ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, queue id) -> the first and last queue offset the records take there."""
+        return {(self.topics[k >> 32], k & 0xFFFFFFFF): (lo, hi) for k, (lo, hi) in sorted(self._ranges.items())}
 
     def columns(self, start: int, stop: int) -> Columns:
-        """Records ``start:stop`` as :class:`rmqstore.columnar.Columns` for ``Dispatcher.dispatch_columns``."""
-        ka, kb = np.searchsorted(self.key_rec, [start, stop]).tolist()
+        """Records ``start:stop`` as :class:`rmqstore.walk.columns.Columns`."""
+        parts = []
+        for seg in self.segments():
+            a, b = max(start - seg.start, 0), min(stop - seg.start, len(seg))
+            if a < b:
+                parts.append(self._as_columns(seg, a, b))
+        if not parts:
+            parts.append(self._as_columns(_empty_segment(), 0, 0))
+        base = np.cumsum([0] + [len(c) for c in parts[:-1]])
         return Columns(
-            self.phy_offset[start:stop],
-            self.size[start:stop],
-            self.queue_id[start:stop],
-            self.queue_offset[start:stop],
-            self.store_timestamp_ms[start:stop],
-            self.sys_flag[start:stop],
-            self.tags_code[start:stop],
-            self.topic_id[start:stop],
+            *(np.concatenate([getattr(c, f) for c in parts]) for f in _COLUMNS_FIELDS),
             self.topics,
-            self.key_rec[ka:kb] - start,
-            self.key_hash[ka:kb],
+            np.concatenate([c.key_rec + b for c, b in zip(parts, base.tolist(), strict=True)]),
+            np.concatenate([c.key_hash for c in parts]),
         )
 
+    def _as_columns(self, seg: _Segment, a: int, b: int) -> Columns:
+        tid, qid, qoff, phy, size, ts, sys_flag, tcode, key_rec, key_hash = seg.arrays
+        ka, kb = np.searchsorted(key_rec, [a, b]).tolist()
+        return Columns(
+            phy[a:b], size[a:b], qid[a:b], qoff[a:b], ts[a:b], sys_flag[a:b], tcode[a:b], tid[a:b], self.topics,
+            key_rec[ka:kb] - a, key_hash[ka:kb],
+        )  # fmt: skip
+
+    def column(self, name: str) -> np.ndarray:
+        """One whole column (a name of ``_NUMERIC``), read back from every segment: a look at a
+        small plan, never on the write's own path."""
+        parts = [seg.column(name) for seg in self.segments()]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    topic_id = property(lambda self: self.column("topic_id"))
+    size = property(lambda self: self.column("size"))
+    tags_code = property(lambda self: self.column("tags_code"))
+
+    @property
+    def topic(self) -> TopicColumn:
+        return TopicColumn(self.topics, self.topic_id)
+
     def record(self, i: int) -> PlannedRecord:
-        addr, port = self.store_host[i]
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        k = bisect.bisect_right(self._starts, i) - 1
+        return self._record(_loaded(self._segments[k]), i - self._starts[k])
+
+    def _record(self, seg: _Segment, j: int) -> PlannedRecord:
+        tid, qid, qoff, phy, size, ts, sys_flag = (int(c[j]) for c in seg.arrays[:7])
+        addr, port = seg.store_host[j]
         return PlannedRecord(
-            self.origin[i],
-            self.topic[i],
-            int(self.queue_id[i]),
-            int(self.queue_offset[i]),
-            int(self.phy_offset[i]),
-            int(self.size[i]),
-            int(self.store_timestamp_ms[i]),
-            int(self.sys_flag[i]),
-            self.uniq_key[i],
-            addr,
-            port,
+            seg.origin[j], self.topics[tid], qid, qoff, phy, size, ts, sys_flag, seg.uniq_key[j], addr, port
         )
 
     def __iter__(self) -> Iterator[PlannedRecord]:
-        return (self.record(i) for i in range(len(self)))
+        for seg in self.segments():
+            for j in range(len(seg)):
+                yield self._record(seg, j)
+
+
+_COLUMNS_FIELDS = ("phy", "size", "queue_id", "queue_offset", "store_ts", "sys_flag", "tags_code", "topic_id")
+
+
+def _loaded(seg: _Segment | SpilledPiece) -> _Segment:
+    return seg if isinstance(seg, _Segment) else pickle.loads(bytes(seg))  # type: ignore[no-any-return]
+
+
+def _empty_segment() -> _Segment:
+    empty = np.zeros(0, dtype=np.int64)
+    return _Segment(0, (empty,) * 10, StringColumn(), UniqKeyColumn(), [])
 
 
 def _keys_index(topics: list[str], tid: np.ndarray, keys: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +334,8 @@ class TopicColumn(Sequence[str]):
 
 class _ColumnsBuilder:
     """Collects the plan's columns: records put one by one go into lists, runs put at once
-    arrive as arrays; :meth:`finish` joins them."""
+    arrive as arrays; between blocks of messages (:meth:`settle`) the records so far become a
+    segment, kept by the :class:`~.spill.Spill` (in memory, then in its temporary file)."""
 
     def __init__(self) -> None:
         self.topic_ids: dict[str, int] = {}
@@ -270,6 +348,13 @@ class _ColumnsBuilder:
         # records put one by one, not yet in parts
         self.one: tuple[list[int], ...] = ([], [], [], [], [], [], [], [])
         self.one_uniq: list[str | None] = []
+        self.cut_at = 0  # records in segments
+        self.segments: list[_Segment | SpilledPiece] = []
+        self.starts: list[int] = []
+        self.ranges: dict[int, list[int]] = {}  # topic id << 32 | queue id -> first, last queue offset
+        self.key_count = 0
+        self.end = -1  # commit log offset after the last record of the segments
+        self.spill = Spill(COLUMNS_BUDGET)
 
     def topic_id(self, topic: str) -> int:
         t = self.topic_ids.get(topic)
@@ -306,28 +391,47 @@ class _ColumnsBuilder:
         self.parts.append((*arrays, key_rec + self.count, key_hash))
         self.count += n
 
+    def settle(self) -> None:
+        """Between two messages: the records so far become a segment once there are enough of them."""
+        self.flush_one()
+        if self.count - self.cut_at >= SEGMENT_RECORDS:
+            self._cut()
+
+    def _cut(self) -> None:
+        if self.count == self.cut_at:
+            return
+        cols = [np.concatenate(c) for c in zip(*self.parts, strict=True)]
+        self.parts = []
+        cols[8] -= self.cut_at  # index keys: their record in the segment
+        self._track(cols[0], cols[1], cols[2])
+        self.key_count += len(cols[9])
+        self.end = int(cols[3][-1] + cols[4][-1])
+        hosts = self.store_host.copy()
+        self.store_host.clear()  # in place: put_one holds its append
+        seg = _Segment(self.cut_at, tuple(cols), self.origin.take(), self.uniq.take(), hosts)  # type: ignore[arg-type]
+        nbytes = sum(c.nbytes for c in cols) + _STRING_BYTES * len(seg)
+        self.segments.append(self.spill.keep_object(seg, nbytes))
+        self.starts.append(self.cut_at)
+        self.cut_at = self.count
+
+    def _track(self, tid: np.ndarray, qid: np.ndarray, qoff: np.ndarray) -> None:
+        """The first and last queue offset of each queue, over every segment."""
+        keys, inv = np.unique(tid * (1 << 32) + qid, return_inverse=True)
+        lo = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(len(keys), -1, dtype=np.int64)
+        np.minimum.at(lo, inv, qoff)
+        np.maximum.at(hi, inv, qoff)
+        for k, a, b in zip(keys.tolist(), lo.tolist(), hi.tolist(), strict=True):
+            r = self.ranges.setdefault(k, [a, b])
+            r[0], r[1] = min(r[0], a), max(r[1], b)
+
     def finish(self) -> RecordColumns:
         self.flush_one()
-        if self.parts:
-            cols = [np.concatenate(c) for c in zip(*self.parts, strict=True)]
-        else:
-            cols = [np.zeros(0, dtype=np.int64)] * 10
-        tid, qid, qoff, phy, size, ts, sys_flag, tcode, key_rec, key_hash = cols
+        self._cut()
         topics = list(self.topic_ids)
-        return RecordColumns(
-            self.origin,
-            TopicColumn(topics, tid),
-            tid,
-            topics,
-            qid,
-            qoff,
-            phy,
-            size,
-            ts,
-            sys_flag,
-            self.uniq,
-            self.store_host,
-            tcode,
-            key_rec,
-            key_hash,
-        )
+        return RecordColumns(topics, self.segments, self.starts, self.count, self.ranges, self.key_count)
+
+
+SEGMENT_RECORDS = 1 << 15  # records of a segment at least (cut between blocks of messages)
+COLUMNS_BUDGET = 8 << 20  # bytes of segments kept in memory; the rest is spilled
+_STRING_BYTES = 64  # about what a record's origin, UNIQ_KEY and store host take in memory

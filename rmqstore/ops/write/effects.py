@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-
 from rmqstore.codec.consumequeue import ENTRY_SIZE
 from rmqstore.codec.indexfile import decode_header
 from rmqstore.ops.write.columns import RecordColumns
@@ -39,7 +37,7 @@ def write_effects(
     out: list[PlannedAction] = []
     if dispatch:
         out += _queue_actions(st, _queue_ranges(records, pending))
-        out += _index_actions(st, len(records.key_rec) + sum(_keys(r) for r in pending))
+        out += _index_actions(st, records.key_count + sum(_keys(r) for r in pending))
     out += _topics_actions(st, [t.topic_name for t in new_topics])
     cfg = st.config
     if not st.abort_exists():
@@ -65,15 +63,8 @@ def _queue_ranges(records: RecordColumns, pending: Sequence[DispatchRequest]) ->
 
     for req in pending:
         put((req.topic, req.queue_id), req.queue_offset, req.queue_offset)
-    if len(records):
-        pair = records.topic_id * (1 << 32) + records.queue_id
-        keys, inv = np.unique(pair, return_inverse=True)
-        lo = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
-        hi = np.full(len(keys), -1, dtype=np.int64)
-        np.minimum.at(lo, inv, records.queue_offset)
-        np.maximum.at(hi, inv, records.queue_offset)
-        for k, a, b in zip(keys.tolist(), lo.tolist(), hi.tolist(), strict=True):
-            put((records.topics[k >> 32], k & 0xFFFFFFFF), a, b)
+    for key, (lo, hi) in records.queue_offset_ranges().items():
+        put(key, lo, hi)
     return ranges
 
 

@@ -71,6 +71,7 @@ def _plan_block(p: Planner, lane: RunLane, messages: Sequence[Message] | Message
             for m in messages[s0:s1]:
                 put_one(p, m)  # type: ignore[arg-type]
             p.out.settle()
+            p.cols.settle()
             continue
         i = 0
         for code, group in groupby(codes):
@@ -82,6 +83,7 @@ def _plan_block(p: Planner, lane: RunLane, messages: Sequence[Message] | Message
                 lane.put_run(blk, i, i + k, code)
             i += k
         p.out.settle()
+        p.cols.settle()
 
 
 def _batch_block(batch: MessageBatch, s0: int, s1: int) -> Block:

@@ -9,13 +9,15 @@ into the store: only the temporary directory holds the spilled bytes, and only w
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 from rmqstore.store.files import pwrite_all
 from rmqstore.walk.kept import unnamed_file
 
-MEMORY_BUDGET = 48 << 20  # bytes of encoded records kept in memory; the rest is spilled
+MEMORY_BUDGET = 24 << 20  # bytes of encoded records kept in memory; the rest is spilled
 _COPY = 16 << 20  # bytes read back and written at a time
 
 
@@ -33,6 +35,17 @@ class Spill:
         if self._fd is None and self._in_memory + len(data) <= self.memory_budget:
             self._in_memory += len(data)
             return data
+        return self._append(data)
+
+    def keep_object(self, obj: Any, nbytes: int) -> Any:
+        """``obj`` itself while its ``nbytes`` fit in the budget, else where it now lies in the
+        temporary file, pickled (read back with ``pickle.loads(bytes(piece))``)."""
+        if self._fd is None and self._in_memory + nbytes <= self.memory_budget:
+            self._in_memory += nbytes
+            return obj
+        return self._append(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _append(self, data: bytes | bytearray) -> SpilledPiece:
         at = self._size
         try:
             if self._fd is None:
