@@ -18,6 +18,7 @@ and the file writes are vectorised); the result is byte-identical to one-at-a-ti
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import mmap
 import os
 from collections import deque
@@ -35,11 +36,11 @@ from rmqstore.codec.javahash import index_key_hash_batch
 from rmqstore.codec.topic import SkippedQueue, note_skipped
 from rmqstore.errors import CorruptData, from_os_error
 from rmqstore.safety.openfile import create_sized, map_for_writing
-from rmqstore.store.files import FileWriter
+from rmqstore.store.files import FileWriter, read_at, run_together
 from rmqstore.store.layout import StoreConfig, record_place
 from rmqstore.store.queue.interface import QueueWriter
 from rmqstore.store.queue.kinds import consume_queue_store
-from rmqstore.walk.chain import indexed, queued
+from rmqstore.walk.chain import indexed, queue_order, queued
 from rmqstore.walk.requests import DispatchRequest
 
 
@@ -64,8 +65,9 @@ class _IndexWriter:
         self.created: list[Path] = []
         self.full_end_timestamps: list[int] = []
         self.written = 0
-        self._map: mmap.mmap | None = None  # header and slots
-        self._file: FileWriter | None = None  # entries: appended, never read back
+        self._map: mmap.mmap | None = None  # the header
+        self._file: FileWriter | None = None  # entries: appended, never read back; slots written back
+        self._slots: _SlotTable | None = None
         self._path: Path | None = None
         self._last_name: str | None = None
         names = sorted(n for n in os.listdir(directory) if n.isdigit()) if directory.is_dir() else []
@@ -83,6 +85,7 @@ class _IndexWriter:
             )
         self._map = map_for_writing(p, self.size)
         self._file = FileWriter(p)
+        self._slots = _SlotTable(self.slots, read_at(p, ix.HEADER_SIZE, self.slots * 4))
         self._path = p
 
     def header(self) -> ix.IndexHeader | None:
@@ -107,6 +110,7 @@ class _IndexWriter:
             raise
         old, self._map, self._path, self._last_name = self._map, new, p, name
         old_file, self._file = self._file, new_file
+        old_slots, self._slots = self._slots, _SlotTable(self.slots, None)
         self.created.append(p)
         if old is not None:
             if prev is not None and prev.index_count >= self.max_entries:
@@ -114,6 +118,8 @@ class _IndexWriter:
             old.flush()
             old.close()
         if old_file is not None:
+            assert old_slots is not None
+            old_slots.write_back(old_file)
             old_file.close(sync=True)
         ix.write_header(self._map, ix.new_index_header_after(prev))
 
@@ -149,24 +155,8 @@ class _IndexWriter:
         assert m is not None
         k = len(hashes)
         nums = np.arange(count, count + k, dtype=np.int64)
-        slot = hashes % self.slots
-        slots_view = np.frombuffer(m, dtype=">i4", count=self.slots, offset=ix.HEADER_SIZE)
-        # prev pointer: the previous entry of the same slot in this chunk, else the slot's old value
-        order = np.argsort(slot, kind="stable")
-        s_sorted = slot[order]
-        n_sorted = nums[order]
-        prev_sorted = np.empty(k, dtype=np.int64)
-        prev_sorted[1:] = n_sorted[:-1]
-        starts = np.ones(k, dtype=bool)
-        starts[1:] = s_sorted[1:] != s_sorted[:-1]
-        old = slots_view[s_sorted[starts]].astype(np.int64)
-        # the broker checks old against indexCount at the time of each put; the first put of a
-        # slot in this chunk sees the count at its own position
-        limit = n_sorted[starts]
-        old[(old <= 0) | (old > limit)] = 0
-        prev_sorted[starts] = old
-        prev = np.empty(k, dtype=np.int64)
-        prev[order] = prev_sorted
+        assert self._slots is not None
+        prev = self._slots.put(hashes % self.slots, nums)
         # time diffs (§5.2): the first entry of an empty file is measured against the old begin
         begin = h.begin_timestamp_ms
         diffs = np.empty(k, dtype=np.int64)
@@ -189,12 +179,7 @@ class _IndexWriter:
         assert self._file is not None
         self._file.write_at(out, self.entries_pos + count * ix.ENTRY_SIZE)
         del out
-        # slot values: the last entry of each slot wins
-        last_of_slot = np.ones(k, dtype=bool)
-        last_of_slot[:-1] = s_sorted[1:] != s_sorted[:-1]
-        slots_view[s_sorted[last_of_slot]] = n_sorted[last_of_slot]
-        new_slots = int(np.count_nonzero(prev_sorted[starts] == 0))
-        del slots_view
+        new_slots = int(np.count_nonzero(prev == 0))  # a later entry of a slot points at an earlier one
         slot_count = h.hash_slot_count + (new_slots if self.new_slots_only else k)
         if count <= 1:
             begin_phy, begin_ts = int(phy[0]), int(ts[0])
@@ -213,8 +198,69 @@ class _IndexWriter:
             self._map.close()
             self._map = None
         if self._file is not None:
-            self._file.close(sync)
-            self._file = None
+            assert self._slots is not None
+            try:
+                self._slots.write_back(self._file)  # also after a failure: what the entries written need
+            finally:
+                self._file.close(sync)
+                self._file = self._slots = None
+
+
+class _SlotTable:
+    """An index file's slot table held in memory and written back with ``pwrite`` (the pages changed):
+    through a map every page of it faulted in the file system's write path, a journal handle each,
+    which waits for the disk when it is busy."""
+
+    _BLOCK = 1024  # slots in a 4 KiB page
+
+    def __init__(self, slots: int, data: bytes | None) -> None:
+        self.values = np.zeros(slots, np.int32) if data is None else np.frombuffer(data, ">i4").astype(np.int32)
+        self.dirty = np.zeros(-(-slots // self._BLOCK), dtype=bool)
+
+    def put(self, slot: np.ndarray, nums: np.ndarray) -> np.ndarray:
+        """``slot_chain`` of these entries; the pages it changes are written back later."""
+        self.dirty[slot // self._BLOCK] = True
+        return slot_chain(self.values, slot, nums)
+
+    def write_back(self, file: FileWriter) -> None:
+        """Write the changed pages, each run of them with one call."""
+        blocks = np.flatnonzero(self.dirty)
+        if not blocks.size:
+            return
+        breaks = np.flatnonzero(np.diff(blocks) > 1)
+        for a, b in zip(blocks[np.r_[0, breaks + 1]].tolist(), blocks[np.r_[breaks, -1]].tolist(), strict=True):
+            lo, hi = a * self._BLOCK, min((b + 1) * self._BLOCK, len(self.values))
+            file.write_at(self.values[lo:hi].astype(">i4"), ix.HEADER_SIZE + lo * 4)
+        self.dirty[:] = False
+
+
+def slot_chain(table: np.ndarray, slot: np.ndarray, nums: np.ndarray) -> np.ndarray:
+    """The broker's ``putKey`` chain for entries ``nums`` (consecutive numbers) put in order into ``slot``:
+    each entry's prevIndex, with ``table`` (the slot values) updated to the last entry of each slot.
+
+    A slot value counts only if it is above 0 and not past the entry's own number (the broker checks it
+    against indexCount at each put). Few slots get two entries of one chunk, so the table is read and
+    written for all at once, and only the entries of the slots hit twice are ordered one after the other.
+    """
+    old = table[slot].astype(np.int64)
+    prev = np.where((old <= 0) | (old > nums), 0, old)
+    table[slot] = nums
+    lost = np.flatnonzero(table[slot] != nums)  # another entry of the chunk holds the slot now
+    if lost.size:
+        shared = np.zeros(len(slot), dtype=bool)
+        shared[lost] = True
+        shared[table[slot[lost]].astype(np.int64) - int(nums[0])] = True  # and the one holding it
+        idx = np.flatnonzero(shared)
+        order = idx[np.argsort(slot[idx], kind="stable")]
+        s = slot[order]
+        first = np.ones(len(s), dtype=bool)
+        first[1:] = s[1:] != s[:-1]
+        later = order[~first]
+        prev[later] = nums[order[np.flatnonzero(~first) - 1]]  # the entry before it in the same slot
+        last = np.ones(len(s), dtype=bool)
+        last[:-1] = first[1:]
+        table[s[last]] = nums[order[last]]
+    return prev
 
 
 _LANE_DEPTH = 2  # column batches queued for the index lane at most
@@ -354,39 +400,44 @@ class Dispatcher:
         self.stats.records += n
         self.stats.max_phy_offset = max(self.stats.max_phy_offset, int(c.phy[-1] + c.size[-1]))
         if self.build_cq:
-            cq_ok = queued(c.sys_flag)
-            if self.cq_exclude:
-                keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
-                cq_ok &= keep[c.topic_id]
-            idx = np.flatnonzero(cq_ok)
-            grp = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
-            order = np.argsort(grp, kind="stable")
-            idx = idx[order]
-            g = grp[order]
-            bounds = np.flatnonzero(np.diff(g)) + 1
-            last_phy, last_ts = -1, 0
-            for part in np.split(idx, bounds):
-                if not len(part):
-                    continue
-                key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
-                w = self._queue(*key, int(c.phy[part[0]]), len(part))
-                if w is None:
-                    continue
-                before = w.written
-                w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
-                if w.written > before:
-                    self.stats.queues_touched.add(key)
-                    self.stats.cq_entries += w.written - before
-                    if int(c.phy[part[-1]]) > last_phy:
-                        last_phy, last_ts = int(c.phy[part[-1]]), w.last_ts
-            if last_ts:
-                self.stats.logics_msg_timestamp_ms = last_ts
+            self._cq_columns(c)
         if self.build_index and len(c.key_rec):
             if self._lane is None:
                 self._index_columns(c)
             else:
                 self._drain_lane(_LANE_DEPTH)
                 self._lane_pending.append(self._lane.submit(self._index_columns, c))
+
+    def _cq_columns(self, c: Any) -> None:
+        """The consume queue half of ``dispatch_columns``: each queue's records in one put."""
+        cq_ok = queued(c.sys_flag)
+        if self.cq_exclude:
+            keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
+            cq_ok &= keep[c.topic_id]
+        idx = np.flatnonzero(cq_ok)
+        order = queue_order(c.topic_id[idx], c.queue_id[idx])
+        if order is None:
+            order = np.argsort(c.topic_id[idx] * (1 << 33) + c.queue_id[idx], kind="stable")
+        idx = idx[order]
+        g = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
+        bounds = np.flatnonzero(np.diff(g)) + 1
+        last_phy, last_ts = -1, 0
+        for part in np.split(idx, bounds):
+            if not len(part):
+                continue
+            key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
+            w = self._queue(*key, int(c.phy[part[0]]), len(part))
+            if w is None:
+                continue
+            before = w.written
+            w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
+            if w.written > before:
+                self.stats.queues_touched.add(key)
+                self.stats.cq_entries += w.written - before
+                if int(c.phy[part[-1]]) > last_phy:
+                    last_phy, last_ts = int(c.phy[part[-1]]), w.last_ts
+        if last_ts:
+            self.stats.logics_msg_timestamp_ms = last_ts
 
     def _index_columns(self, c: Any) -> None:
         w = self._index_writer()
@@ -467,11 +518,12 @@ class Dispatcher:
             pending, self._lane_pending = self._lane_pending, deque()
             for f in pending if sync else ():
                 f.result()  # the lane's error, when the dispatch itself went well
-        for w in self._queues.values():
-            w.close(sync)
+        closes = [functools.partial(w.close, sync) for w in self._queues.values()]
+        if self._index is not None:
+            closes.append(functools.partial(self._index.close, sync))
+        run_together(closes)  # their syncs at once
         self._cq.close(sync)
         if self._index is not None:
-            self._index.close(sync)
             self.stats.index_files_created = list(self._index.created)
             if self._index.full_end_timestamps:
                 self.stats.index_msg_timestamp_ms = self._index.full_end_timestamps[-1]

@@ -23,6 +23,7 @@ in the broker's memory only and are recomputed from the files at every start: no
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shlex
 import shutil
@@ -70,7 +71,7 @@ from rmqstore.safety.quarantine import Quarantine, check_quarantine_dir, default
 from rmqstore.store import Store
 from rmqstore.store.detect import candidate_versions, plan_for_detected
 from rmqstore.store.dledger import DLedgerIndex, read_member
-from rmqstore.store.files import data_end, map_file
+from rmqstore.store.files import data_end, map_file, run_together
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueueStore, QueueRecovery
@@ -1234,14 +1235,11 @@ def _index_msg_timestamp(cfg: StoreConfig, stats: DispatchStats, old: int) -> in
 
 
 def _fsync_dispatch_dirs(queues: ConsumeQueueStore, index_dir: Path, stats: DispatchStats) -> None:
+    dirs = {queues.directory, index_dir}
     for topic, qid in stats.queues_touched:
         q = queues.queue(topic, qid).directory
-        if q.is_dir():
-            fsync_dir(q)
-            fsync_dir(q.parent)
-    for d in (queues.directory, index_dir):
-        if d.is_dir():
-            fsync_dir(d)
+        dirs |= {q, q.parent}
+    run_together([functools.partial(fsync_dir, d) for d in sorted(dirs) if d.is_dir()])  # each once, at once
 
 
 def _step_dispatch(st: Store, plan: RecoverPlan, journal: Journal, clock: Clock, progress: Progress) -> None:

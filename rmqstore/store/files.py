@@ -6,7 +6,8 @@ import contextlib
 import errno
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,23 @@ class FileWriter:
             raise from_os_error(e, self.path, doing="sync it") from None
         finally:
             os.close(fd)
+
+
+_SYNC_THREADS = 16
+
+
+def run_together(calls: Sequence[Callable[[], object]]) -> None:
+    """Run ``calls`` (closes of files that sync them) in threads at once, then raise the first error:
+    fsyncs issued together share the file system's journal commits, one after the other each waits
+    for its own (30 queue files took 0.2 s alone, 0.04 s together)."""
+    if len(calls) < 2:
+        for call in calls:
+            call()
+        return
+    with ThreadPoolExecutor(min(_SYNC_THREADS, len(calls)), thread_name_prefix="sync") as ex:
+        futures = [ex.submit(call) for call in calls]
+    for f in futures:
+        f.result()
 
 
 PAGE = mmap.PAGESIZE

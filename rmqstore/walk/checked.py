@@ -28,7 +28,7 @@ from rmqstore.safety.openfile import map_readonly
 from rmqstore.store.files import map_file, release_range
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.walk.chain import FileWalk, Stop, walk_chain
-from rmqstore.walk.columns import BATCH, decode_columns
+from rmqstore.walk.columns import BATCH, decode_columns_and_heads
 from rmqstore.walk.kept import KeptColumns
 from rmqstore.walk.requests import request_from_record
 from rmqstore.walk.workers import close_pool, worker_pool
@@ -102,10 +102,9 @@ def _check_part(
     """Dispatch columns of the records at ``p`` if every one passes recovery's checks, else None."""
 
     check_crc, ipv6_hosts, v2_magic = flags
-    cols, bad = decode_columns(buf, u8, p, seg, cfg, end)
+    cols, bad, heads = decode_columns_and_heads(buf, u8, p, seg, cfg, end)
     if bad is not None or cols is None or len(cols) != len(p):
         return None  # an invalid record or a size mismatch: the exact walk explains it
-    heads = decode_heads(u8, p)
     sys_flag = head_column(heads, "sys_flag")
     if not ipv6_hosts and (sys_flag & 0x30).any():
         return None  # brokers before 4.6.0 read 8-byte hosts whatever the flags say
@@ -141,64 +140,79 @@ def _walk_part(
     return _Part(sync, positions, batches, stop_pos, reason, clean)
 
 
-_WORKER_MAP: dict[str, Any] = {}
+_WORKER_MAPS: dict[str, Any] = {}  # a worker's mappings: the file being walked and the next one
 
 
 def _walk_part_in_worker(args: tuple[Segment, StoreConfig, int, int, int, bool, tuple[bool, bool, bool]]) -> _Part:
     seg, cfg, lo, hi, end, known, flags = args
     key = str(seg.path)
-    m = _WORKER_MAP.get(key)
-    if m is None:  # one mapping per file and worker process
-        for old in _WORKER_MAP.values():
-            old.close()
-        _WORKER_MAP.clear()
-        m = _WORKER_MAP[key] = map_readonly(seg.path)
+    m = _WORKER_MAPS.get(key)
+    if m is None:
+        while len(_WORKER_MAPS) >= 2:
+            _WORKER_MAPS.pop(next(iter(_WORKER_MAPS))).close()  # the oldest
+        m = _WORKER_MAPS[key] = map_readonly(seg.path)
     part = _walk_part(m, seg, cfg, lo, hi, end, known, flags)
     release_range(m, lo, min(hi, end))
     return part
 
 
-def recovery_walk_file(
-    pool: Any,
-    seg: Segment,
-    cfg: StoreConfig,
-    topics: TopicIds,
-    sink: KeptColumns | None,
-    *,
-    check_crc: bool,
-    ipv6_hosts: bool,
-    v2_magic: bool,
-) -> FusedFile | None:
-    """Recovery's walk of one whole file in ``pool``'s worker processes; the dispatch columns of its
+class PartFeed:
+    """The byte ranges of a chain of files, submitted to the pool a few ahead of the walk and on into the
+    next file before the current one's last ranges are back, so no worker waits at a file boundary.
+
+    A file's walk starts at its first byte (the chain goes on there after a BLANK); ranges of a file
+    the chain does not reach are dropped unused."""
+
+    def __init__(self, pool: Any, segs: list[Segment], cfg: StoreConfig, flags: tuple[bool, bool, bool]) -> None:
+        self.pool, self.cfg, self.flags = pool, cfg, flags
+        self.window = (os.cpu_count() or 1) + 1
+        self._todo = deque((s, lo, min(lo + PART_SIZE, s.size)) for s in segs for lo in range(0, s.size, PART_SIZE))
+        self._pending: deque[tuple[Segment, int, Any]] = deque()
+
+    def _top_up(self) -> None:
+        while self._todo and len(self._pending) < self.window:
+            seg, lo, hi = self._todo.popleft()
+            args = (seg, self.cfg, lo, hi, seg.size, lo == 0, self.flags)
+            self._pending.append((seg, hi, self.pool.submit(_walk_part_in_worker, args)))
+
+    def next_part(self, seg: Segment) -> tuple[int, _Part] | None:
+        """The end and the result of ``seg``'s next range, in order; None after its last."""
+        self._top_up()
+        if not self._pending or self._pending[0][0].path != seg.path:
+            return None
+        _seg, hi, future = self._pending.popleft()
+        self._top_up()
+        return hi, future.result()
+
+    def drop(self, seg: Segment | None = None) -> None:
+        """Forget the ranges of ``seg`` not yet taken (of every file when None)."""
+        keep = (lambda s: s.path != seg.path) if seg is not None else (lambda s: False)
+        for item in [p for p in self._pending if not keep(p[0])]:
+            item[2].cancel()
+        self._pending = deque(p for p in self._pending if keep(p[0]))
+        self._todo = deque(t for t in self._todo if keep(t[0]))
+
+
+def recovery_walk_file(feed: PartFeed, seg: Segment, topics: TopicIds, sink: KeptColumns | None) -> FusedFile | None:
+    """Recovery's walk of one whole file by ``feed``'s worker processes; the dispatch columns of its
     records go to ``sink`` in order, as the ranges come back (the caller clears it on None).
 
     Returns None where the exact per-batch walk must decide: an invalid record, a size mismatch, a
     CRC mismatch, a record the broker version reads differently, or a chain the ranges disagree on.
     """
-    end = seg.size
-    parts = [(lo, min(lo + PART_SIZE, end)) for lo in range(0, end, PART_SIZE)] or [(0, end)]
-    flags = (check_crc, ipv6_hosts, v2_magic)
-    pending: deque[Any] = deque()
-    window = (os.cpu_count() or 1) + 1
-    submitted = 0
     out = _FileColumns(topics, sink)
     expected = 0
-    for _lo, hi in parts:
-        while submitted < len(parts) and len(pending) < window:
-            lo_, hi_ = parts[submitted]
-            args = (seg, cfg, lo_, hi_, end, submitted == 0, flags)
-            pending.append(pool.submit(_walk_part_in_worker, args))
-            submitted += 1
-        res: _Part = pending.popleft().result()
+    while (got := feed.next_part(seg)) is not None:
+        hi, res = got
         if expected >= hi:
             continue  # a record that started in an earlier range covers this one
         if res.sync != expected or not res.clean:
-            for f in pending:
-                f.cancel()
+            feed.drop()
             return None
         out.add(res)
         expected = res.stop_pos
         if res.reason != "until":
+            feed.drop(seg)
             return out.done(res.stop_pos, res.reason)
     return out.done(expected, "end")
 
@@ -489,23 +503,27 @@ def recovery_walk(
     Large files are checked by worker processes over byte ranges, which also decode the records'
     dispatch columns into ``dispatch_columns`` (cleared when any file needed the exact walk).
     """
-    pool = None
+    pool = feed = None
     fused_all = True
+    # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
+    parallel = (
+        [s for s in segs[start_idx:] if s.size > PART_SIZE] if not (check_crc and cfg.force_verify_prop_crc) else []
+    )
 
     def walk_file(seg: Segment, start_pos: int) -> FileWalk:
-        nonlocal pool, fused_all
+        nonlocal pool, feed, fused_all
         fused = None
-        # the parallel walk checks body CRCs only: a store verifying the CRC property walks exactly
-        if fused_all and seg.size > PART_SIZE and not (check_crc and cfg.force_verify_prop_crc):
-            pool = pool or worker_pool()
-            sink = dispatch_columns
-            fused = recovery_walk_file(
-                pool, seg, cfg, topics, sink, check_crc=check_crc, ipv6_hosts=rules.ipv6_hosts, v2_magic=rules.v2_magic
-            )
+        if fused_all and seg.size > PART_SIZE and parallel:
+            if feed is None:
+                pool = worker_pool()
+                feed = PartFeed(pool, parallel, cfg, (check_crc, rules.ipv6_hosts, rules.v2_magic))
+            fused = recovery_walk_file(feed, seg, topics, dispatch_columns)
         if fused is not None:
             w = _fused_file_walk(seg, fused)
         else:
             fused_all = False
+            if feed is not None:
+                feed.drop()
             if dispatch_columns is not None:
                 dispatch_columns.clear()
             with map_file(seg.path) as buf:

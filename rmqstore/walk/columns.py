@@ -440,6 +440,15 @@ def decode_columns(
     the records before the first one the broker's check would stop at, and that stop (or None).
     Used by the local scanner and by the Spark redispatch executors.
     """
+    cols, stop, _heads = decode_columns_and_heads(buf, u8, p, seg, cfg, end)
+    return cols, stop
+
+
+def decode_columns_and_heads(
+    buf: Any, u8: np.ndarray, p: np.ndarray, seg: Segment, cfg: StoreConfig, end: int
+) -> tuple[Columns | None, ScanStop | None, np.ndarray]:
+    """``decode_columns``, and the fixed heads (``decode_heads``) of the records up to its stop, which a
+    checked walk reads too."""
     h, stop = _read_heads(buf, u8, p, seg, end)
     n = len(h.p)
     topics, topic_index, topic_id = _fast_topics(buf, u8, h.fast, h.tlen, h.tstart)
@@ -472,7 +481,8 @@ def decode_columns(
     remap = np.full(n, -1, dtype=np.int64)
     remap[rec_sel] = np.arange(len(rec_sel))
     picked = {name: col[rec_sel] for name, col in cols.items()}
-    return Columns(**picked, topics=topics, key_rec=remap[key_rec[order]], key_hash=key_hash[order]), stop
+    c = Columns(**picked, topics=topics, key_rec=remap[key_rec[order]], key_hash=key_hash[order])
+    return c, stop, h.head
 
 
 @dataclass

@@ -30,7 +30,7 @@ from rmqstore.store.files import map_file
 from rmqstore.store.layout import Segment, StoreConfig
 from rmqstore.store.queue.batchconsumequeue import batch_cq_topics
 from rmqstore.store.queue.interface import ConsumeQueue, QueueRecovery
-from rmqstore.walk.chain import FileWalk, first_record, indexed, queued
+from rmqstore.walk.chain import FileWalk, first_record, indexed, queue_order, queued
 from rmqstore.walk.checked import TopicIds, recovery_walk
 from rmqstore.walk.kept import KeptColumns
 
@@ -141,7 +141,9 @@ class CqCheck:
         if not ci.size:
             return
         key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
-        order = np.argsort(key, kind="stable")  # one sort: queues in key order, records in walk order
+        order = queue_order(w.topic_id[ci], w.queue_id[ci])  # queues in key order, records in walk order
+        if order is None:
+            order = np.argsort(key, kind="stable")
         sorted_key = key[order]
         bounds = np.concatenate([[0], np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1, [len(key)]])
         uk = sorted_key[bounds[:-1]]

@@ -16,14 +16,43 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
+# glibc's mallopt parameters
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_KEEP_BELOW = 64 << 20  # allocations up to this size come from the heap, not from a mapping of their own
+_TRIM_ABOVE = 128 << 20  # free heap kept before it goes back to the system
+_heap_kept = False
+
+
+def keep_freed_heap() -> None:
+    """Let freed blocks of up to 64 MiB be reused (glibc; elsewhere nothing changes).
+
+    By default glibc maps every block over 128 KiB afresh and unmaps it when freed, so the numpy
+    temporaries of each batch of records fault in new zeroed pages: about a quarter of a walk's CPU.
+    Kept, the next batch reuses them; resident memory stays at the largest batch's peak."""
+    global _heap_kept
+    if _heap_kept:
+        return
+    _heap_kept = True
+    import ctypes  # here: 2 ms that only the walks need
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the interpreter runs on
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return
+    mallopt(_M_MMAP_THRESHOLD, _KEEP_BELOW)
+    mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE)
+
 
 def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
-    """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge)."""
+    """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge);
+    they and this process keep their freed heap (``keep_freed_heap``)."""
     # here: a walk of small files runs in the process, and multiprocessing costs a command's start
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     n = processes or max(2, min(4, os.cpu_count() or 1))
+    keep_freed_heap()  # before the fork: the workers inherit it
     return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
 
 
