@@ -456,6 +456,20 @@ def record_version(buf: Any, pos: int) -> int:
     return 1 if magic == MAGIC_V1 else 2 if magic == MAGIC_V2 else 0
 
 
+def first_v2_and_ipv6(buf: Any, records: np.ndarray) -> set[int]:
+    """Indexes (into ``records``, positions of intact records) of the first V2 record and of the first
+    record with an IPv6 host: the two layouts a broker version may not read."""
+    import numpy as np  # as in checked_sizes: a reader of few records starts without numpy
+
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:  # the magic codes differ in their lowest byte only (A7, AB); the IPv6 bits are in sysFlag's lowest
+        v2 = (u8[records + OFFSETS_V4["magic"] + 3] == MAGIC_V2 & 0xFF).nonzero()[0][:1]
+        v6 = (u8[records + OFFSETS_V4["sys_flag"] + 3] & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)).nonzero()[0][:1]
+    finally:
+        del u8
+    return {int(i) for i in (*v2, *v6)}
+
+
 # TOTALSIZE up to the STOREHOST port: the fixed head before the fields a torn record may have lost
 _TORN_HEAD = struct.Struct(">" + "".join(head_codes()[: HEAD_NAMES.index("store_port") + 1]))
 

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rmqstore.codec.commitlog import (
     BORNHOST_V6_FLAG,
-    MAGIC_V2,
     OFFSETS_V4,
     PROPERTY_SEPARATOR,
     STOREHOSTADDRESS_V6_FLAG,
@@ -35,6 +34,7 @@ from rmqstore.codec.commitlog import (
     checked_size,
     checked_sizes,
     decode_record,
+    first_v2_and_ipv6,
     record_version,
 )
 from rmqstore.codec.framing import BLANK, PLAIN, RECORD, UNTIL, Framing
@@ -279,7 +279,7 @@ def _chained_facts(buf: Any, pos: int, seg: Segment, seen: _Seen, hops: int) -> 
     intact = records[: bad[0]] if len(bad) else records
     firsts = set(range(min(len(intact), max(_SAMPLED_RECORDS - _STEPPED, 0))))
     out: list[Fact] = []
-    for i in sorted(firsts | _first_v2_v6(buf, intact)):
+    for i in sorted(firsts | first_v2_and_ipv6(buf, intact)):
         out += _record_facts(buf, int(intact[i]), seg, seen, i + _STEPPED < _SAMPLED_RECORDS)
     if len(bad):
         return out, True
@@ -311,19 +311,6 @@ def _chain_records(buf: Any, pos: int, framing: Framing, hops: int) -> tuple[np.
     return np.concatenate(parts), None, pos
 
 
-def _first_v2_v6(buf: Any, records: np.ndarray) -> set[int]:
-    """Indexes of the first V2 record and of the first record with an IPv6 host among ``records``."""
-    import numpy as np
-
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    try:
-        v2 = (u8[records + _MAGIC_LOW] == _MAGIC_V2_LOW).nonzero()[0][:1]
-        v6 = (u8[records + _SYS_FLAG_LOW] & _V6_BITS).nonzero()[0][:1]
-    finally:
-        del u8
-    return {int(i) for i in (*v2, *v6)}
-
-
 def _intact(buf: Any, pos: int, seg: Segment) -> tuple[int, int] | None:
     """(record position, frame end) of the frame at ``pos`` when it holds an intact record that stores its
     own physical offset (a magic code inside a body is not one: its bytes would have to match all of that)."""
@@ -351,8 +338,6 @@ _PHY = struct.Struct(">q")
 _PHY_AT = OFFSETS_V4["phy_offset"]
 _SYS_FLAG_LOW = OFFSETS_V4["sys_flag"] + 3  # the lowest byte of the big-endian SYSFLAG
 _V6_BITS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG  # sysFlag's IPv6 bits (in its lowest byte)
-_MAGIC_LOW = OFFSETS_V4["magic"] + 3  # the magic codes differ in their lowest byte only: A7 and AB
-_MAGIC_V2_LOW = MAGIC_V2 & 0xFF
 
 
 def _phy_field(buf: Any, pos: int) -> int:
