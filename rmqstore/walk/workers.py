@@ -44,26 +44,20 @@ def keep_freed_heap() -> None:
     mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE)
 
 
-def worker_pool(processes: int | None = None) -> ProcessPoolExecutor:
-    """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge);
-    they and this process keep their freed heap (``keep_freed_heap``)."""
+def worker_pool(processes: int | None = None, *, keep_heap: bool = True) -> ProcessPoolExecutor:
+    """``processes`` forked workers (default: one per core, two to four: a walk overlaps its merge).
+    With ``keep_heap`` they and this process keep their freed heap (``keep_freed_heap``). They exit once
+    this process is gone: a command killed with ``kill -9`` never shuts its pool down, and its workers
+    would otherwise wait for tasks for ever."""
     # here: a walk of small files runs in the process, and multiprocessing costs a command's start
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     n = processes or max(2, min(4, os.cpu_count() or 1))
-    keep_freed_heap()  # before the fork: the workers inherit it
-    return ProcessPoolExecutor(n, mp_context=mp.get_context("fork"))
-
-
-def tied_worker_pool(processes: int) -> ProcessPoolExecutor:
-    """:func:`worker_pool` whose workers exit once this process is gone: a parent killed with
-    ``kill -9`` never shuts its pool down, and its workers would wait for tasks for ever."""
-    import multiprocessing as mp  # as in worker_pool
-    from concurrent.futures import ProcessPoolExecutor
-
+    if keep_heap:
+        keep_freed_heap()  # before the fork: the workers inherit it
     return ProcessPoolExecutor(
-        processes, mp_context=mp.get_context("fork"), initializer=_exit_with_parent, initargs=(os.getpid(),)
+        n, mp_context=mp.get_context("fork"), initializer=_exit_with_parent, initargs=(os.getpid(),)
     )
 
 

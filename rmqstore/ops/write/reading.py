@@ -23,7 +23,7 @@ from rmqstore.codec.messages import (
     packed_messages,
     unpacked_messages,
 )
-from rmqstore.walk.workers import close_pool, tied_worker_pool
+from rmqstore.walk.workers import close_pool, worker_pool
 
 _WORKERS = 2  # a chunk is parsed in about the time the plan takes for it: two keep the plan fed
 _IN_FLIGHT = 2  # chunks read ahead of the plan (4 MiB each, and their parsed messages)
@@ -43,7 +43,7 @@ def read_blocks(
     if second is None:  # one chunk: no worker for it
         yield from _nonempty(ndjson_chunk_messages(first[1], first[0], source))
         return
-    pool = tied_worker_pool(_WORKERS)  # a killed write leaves no worker behind
+    pool = worker_pool(_WORKERS, keep_heap=False)  # a killed write leaves no worker behind
     try:
         pending: deque[Future[bytes | list[Message]]] = deque()
         for line_no, data in chain((first, second), chunks):
