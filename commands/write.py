@@ -21,6 +21,7 @@ from rmqstore.store import Store
 from ._common import Format, err, parse_time_ms, render_mapping, render_rows, step_hook
 from ._options import Changing, Keeping, command
 from ._plan import PlanView, at_terminal, confirmed, plan_view, render_plan, resume_interrupted
+from ._stores import refuse_parent_of_store
 
 app = typer.Typer()
 Blocks = list[op.Message] | op.MessageBatch
@@ -177,6 +178,8 @@ def write_command(
     """
     if source is not None and input_file is not None:
         raise InputError("give the NDJSON input once (INPUT or --input)")
+    if not create:  # a new store may be made anywhere; an existing one is never the folder holding it
+        refuse_parent_of_store(store)
     message_opts = (topic, queue, tags, keys, body, body_file, prop or [], delay_level, flag)
     fixed = parse_time_ms(now) if now is not None else None
     clock = (lambda: fixed) if now is not None else None

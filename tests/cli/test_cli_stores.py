@@ -88,6 +88,7 @@ def test_a_pattern_matching_nothing_is_not_a_store(tmp_path):
         ["offsets"],
         ["recover", "--dry-run"],
         ["query", "offset"],
+        ["write", "--dry-run", "--topic", "TopicA", "--body", "x"],
     ],
 )
 def test_a_folder_that_holds_a_store_is_refused_with_the_store_named(argv):
