@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,25 @@ def dledger_crashed(tmp: Path, version: str = "5.2.0") -> Path:
     # as each engine leaves it: 5.x writes its process id into abort, 4.x leaves it empty
     (root / "abort").write_text("4242" if version.startswith("5.") else "")
     return root
+
+
+def killed_leaves_no_worker(proc: subprocess.Popen) -> bool:
+    """Kill ``proc`` (it printed its worker pids on its first line) with SIGKILL; True once none of its
+    workers is left running (within 20 s)."""
+    assert proc.stdout is not None
+    workers = [int(p) for p in proc.stdout.readline().split()]
+    assert workers and all(_alive(p) for p in workers)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(_alive(p) for p in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie is gone, waiting for init to reap it
+    except OSError:
+        return False

@@ -10,10 +10,9 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
-from conftest import REPO, copy_real_store
+from conftest import REPO, copy_real_store, killed_leaves_no_worker
 
 from rmqstore.codec import messages as messages_mod
 from rmqstore.errors import InputError
@@ -115,20 +114,4 @@ def test_workers_of_a_killed_write_exit(tmp_path) -> None:  # type: ignore[no-un
     source.write_bytes(_input(700))
     script = _KILLED.format(repo=str(REPO), source=str(source))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    workers = [int(p) for p in proc.stdout.readline().split()]
-    assert workers and all(os.path.exists(f"/proc/{p}") for p in workers)
-    proc.kill()
-    proc.wait()
-    deadline = time.monotonic() + 20
-    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(p) for p in workers)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"  # a zombie is gone, waiting for init to reap it
-    except OSError:
-        return False
+    assert killed_leaves_no_worker(proc)

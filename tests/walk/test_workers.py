@@ -5,10 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO, killed_leaves_no_worker
 
 _KILLED = textwrap.dedent(
     """\
@@ -24,22 +22,6 @@ _KILLED = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"  # a zombie is gone, waiting for init to reap it
-    except OSError:
-        return False
-
-
 def test_workers_of_a_killed_walk_exit() -> None:
     proc = subprocess.Popen([sys.executable, "-c", _KILLED.format(repo=str(REPO))], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    workers = [int(p) for p in proc.stdout.readline().split()]
-    assert len(workers) == 2 and all(_alive(p) for p in workers)
-    proc.kill()
-    proc.wait()
-    deadline = time.monotonic() + 20
-    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(p) for p in workers)
+    assert killed_leaves_no_worker(proc)
