@@ -7,7 +7,6 @@ import errno
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +117,8 @@ def run_together(calls: Sequence[Callable[[], object]]) -> None:
         for call in calls:
             call()
         return
+    from concurrent.futures import ThreadPoolExecutor  # here: only writers need it, and it costs a start
+
     with ThreadPoolExecutor(min(_SYNC_THREADS, len(calls)), thread_name_prefix="sync") as ex:
         futures = [ex.submit(call) for call in calls]
     for f in futures:
