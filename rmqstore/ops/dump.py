@@ -70,6 +70,7 @@ from rmqstore.store.reader import CommitLogReader
 from rmqstore.walk.dledger import ENTRY, iter_entries
 from rmqstore.walk.lenient import BlankEnd, Damage, Item, Run, intact_record, records_end, walk_files
 from rmqstore.walk.requests import request_from_record
+from rmqstore.walk.workers import close_pool, worker_pool
 
 Progress = Callable[[int], None]
 
@@ -836,62 +837,55 @@ def write_csv(
 
 
 def _write_parallel(scan: CommitLogScan, opts: MessageOptions, write: Write, workers: int, stats: NdjsonStats) -> None:
-    import multiprocessing
-
-    methods = multiprocessing.get_all_start_methods()
-    # fork: workers start at once, inherit the shared slots, and never re-run the caller's
-    # __main__ (spawn does). They only format bytes, so locks a progress-bar thread held at fork
-    # time are never needed in them.
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     n_slots = 3 * workers
-    slots = mmap.mmap(-1, n_slots * _SLOT_SIZE) if "fork" in methods else None
-    _WORKER["slots"] = slots
+    slots = mmap.mmap(-1, n_slots * _SLOT_SIZE)
+    _WORKER["slots"] = slots  # before the pool forks its workers: they inherit the shared slots
     free = list(range(n_slots))
     pending: deque[Any] = deque()  # encoded span rows and task results, in output order
-    view = memoryview(slots) if slots is not None else None
+    view = memoryview(slots)
 
     def take_oldest() -> None:
         item = pending.popleft()
         if isinstance(item, bytes):
             write(item)
             return
-        slot, size, data, n, bad = item.get()
+        slot, size, data, n, bad = item.result()
         if size == -2:
             what, path, pos, phy = ast.literal_eval(data.decode())
             raise CorruptData(what, path=path, pos=pos, phy_offset=phy)
         stats.messages += n
         scan.problems.extend(b.problem() for b in bad)
-        if size > 0 and view is not None:
+        if size > 0:
             write(view[slot * _SLOT_SIZE : slot * _SLOT_SIZE + size])
         elif data:
             write(data)
         free.append(slot)
 
     try:
-        with ctx.Pool(processes=workers) as pool:
-            try:
-                for _buf, ev in scan.events():
-                    if isinstance(ev, Span):
-                        if span_visible(ev, opts.filter):
-                            stats.spans[ev.kind] += 1
-                            pending.append((_json_line(ev.to_json()) + "\n").encode())
-                        continue
-                    path = str(ev.seg.path)
-                    for positions in _batches(ev):
-                        while not free:
-                            take_oldest()  # bounded: at most one task per slot in flight
-                        task = (free.pop(), path, ev.seg.base_offset, positions, opts, ev.seg.framing)
-                        pending.append(pool.apply_async(_worker_format, (task,)))
-                while pending:
-                    take_oldest()
-            finally:
-                pool.terminate()
+        # forked workers: they start at once and never re-run the caller's __main__; they only format
+        # bytes, so locks a progress-bar thread held at fork time are never needed in them
+        pool = worker_pool(workers, keep_heap=False)
+        try:
+            for _buf, ev in scan.events():
+                if isinstance(ev, Span):
+                    if span_visible(ev, opts.filter):
+                        stats.spans[ev.kind] += 1
+                        pending.append((_json_line(ev.to_json()) + "\n").encode())
+                    continue
+                path = str(ev.seg.path)
+                for positions in _batches(ev):
+                    while not free:
+                        take_oldest()  # bounded: at most one task per slot in flight
+                    task = (free.pop(), path, ev.seg.base_offset, positions, opts, ev.seg.framing)
+                    pending.append(pool.submit(_worker_format, task))
+            while pending:
+                take_oldest()
+        finally:
+            close_pool(pool)  # the running tasks write into the slots: they end before the slots go
     finally:
         _WORKER.pop("slots", None)
-        if view is not None:
-            view.release()
-        if slots is not None:
-            slots.close()
+        view.release()
+        slots.close()
 
 
 # -- counting -----------------------------------------------------------------------------------

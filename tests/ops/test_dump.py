@@ -12,10 +12,13 @@ import hashlib
 import json
 import os
 import struct
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import INDEX_HEADER_FIELDS, case_dir, copy_real_store, load_truth
+from conftest import INDEX_HEADER_FIELDS, REPO, case_dir, copy_real_store, killed_leaves_no_worker, load_truth
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -219,6 +222,36 @@ def test_parallel_workers_write_the_same_lines():
     one = dump("commitlog", store, "-f", "ndjson", "--jobs", "1").stdout
     two = dump("commitlog", store, "-f", "ndjson", "--jobs", "2").stdout
     assert one == two and one.count("\n") == 504
+
+
+_KILLED = textwrap.dedent(
+    """\
+    import os, sys, threading, time
+    sys.path.insert(0, {repo!r})
+    report = os.dup(1)
+    _, out = os.pipe()
+    os.dup2(out, 1)  # the dump's output: a pipe nobody reads, so the dump is still running when killed
+
+    def tell_workers():
+        me = os.getpid()
+        while len(kids := open(f"/proc/{{me}}/task/{{me}}/children").read().split()) < 2:
+            time.sleep(0.02)
+        os.write(report, (" ".join(kids) + "\\n").encode())
+
+    threading.Thread(target=tell_workers, daemon=True).start()
+    from rmqstore.cli import main
+    sys.argv = ["rmqstore", "dump", "commitlog", {store!r}, "-f", "ndjson", "-j", "2", "-q"]
+    main()
+    """
+)
+
+
+def test_workers_of_a_killed_dump_exit():
+    store = store_of("clean-2topics")  # 504 lines: more than the pipe holds
+    script = _KILLED.format(repo=str(REPO), store=str(store))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert killed_leaves_no_worker(proc)
+    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()  # no worker ran on into a dead pipe
 
 
 def test_count(real_case):
