@@ -290,7 +290,8 @@ def _field(head: np.ndarray, name: str) -> np.ndarray:
 def topic_ids(u8: np.ndarray, start: np.ndarray, length: np.ndarray, topics: TopicIds) -> np.ndarray:
     """Topic id of each record from the topic's byte range, grouped by length and hashed."""
     out = np.empty(len(start), dtype=np.int64)
-    for tl in np.unique(length).tolist():
+    # return_counts: unique without a second result asks np.ma.is_masked, importing numpy.ma (10-20 ms)
+    for tl in np.unique(length, return_counts=True)[0].tolist():
         sel = np.flatnonzero(length == tl)
         if tl == 0:
             out[sel] = topics.id("")

@@ -216,7 +216,7 @@ class FileConsumeQueue(FileQueueLifeCycle):
         per_file = self.file_size // ENTRY_SIZE
         bases = np.array([s.base_offset // ENTRY_SIZE for s in recovered.kept], dtype=np.int64)
         which = np.searchsorted(bases, queue_offsets, side="right") - 1
-        for fi in np.unique(which[which >= 0]).tolist():
+        for fi in np.unique(which[which >= 0], return_counts=True)[0].tolist():  # not numpy.ma's import
             sel = np.flatnonzero(which == fi)
             slots = queue_offsets[sel] - bases[fi]
             inside = slots < per_file
