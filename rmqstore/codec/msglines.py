@@ -60,6 +60,7 @@ _HUNDRED = np.uint64(100)
 _FOLD = np.uint64(0x9E3779B97F4A7C15)  # folds a text's 8-byte words into one key
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _HEX_UPPER = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
 # A record this many times the batch's median size (plus some) is formatted on its own: the matrix
 # is as wide as the batch's widest line.
 _WIDE, _WIDE_SLACK = 2, 512
@@ -113,6 +114,11 @@ class Topics(dict[bytes, bytes]):
 # ----------------------------------------------------------------------------- the line matrix
 
 
+def _zero_past(mat: np.ndarray, ends: np.ndarray) -> None:
+    """Each row's bytes from ``ends[row]`` on made NUL (the padding after a value narrower than its columns)."""
+    mat[np.arange(mat.shape[1]) >= ends[:, None]] = 0
+
+
 def decimal(col: np.ndarray) -> tuple[np.ndarray, int]:
     """Each integer as ``%d`` writes it, right-aligned in as many columns as the widest takes (NULs
     before the narrower), and the number of NULs."""
@@ -153,11 +159,11 @@ def base64_column(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tupl
     n = len(start)
     top = int(length.max(initial=0))
     if top == int(length.min(initial=0)):
-        return _base64_alike(u8, start, top), 0
+        return _base64_one_length(u8, start, top), 0
     groups = -(-top // 3)
     raw = gather(u8, start, 3 * groups)
     if not (length == 3 * groups).all():
-        raw[np.arange(3 * groups) >= length[:, None]] = 0
+        _zero_past(raw, length)
     enc = np.frombuffer(bytearray(binascii.b2a_base64(raw, newline=False)), dtype=np.uint8).reshape(n, 4 * groups)
     full, rest = np.divmod(length, 3)
     one, two = np.flatnonzero(rest == 1), np.flatnonzero(rest == 2)
@@ -167,14 +173,11 @@ def base64_column(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tupl
     ends = 4 * ((length + 2) // 3)
     nuls = n * 4 * groups - int(ends.sum())
     if nuls:
-        enc[np.arange(4 * groups) >= ends[:, None]] = 0
+        _zero_past(enc, ends)
     return enc, nuls
 
 
-_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
-
-
-def _base64_alike(u8: np.ndarray, start: np.ndarray, length: int) -> np.ndarray:
+def _base64_one_length(u8: np.ndarray, start: np.ndarray, length: int) -> np.ndarray:
     """``base64_column`` of ranges of one length: the whole 3-byte groups in one call, the last one
     or two bytes and their padding as arrays."""
     full, rest = divmod(length, 3)
@@ -199,14 +202,19 @@ def hex_column(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[n
     w = int(length.max(initial=0))
     if not w:
         return np.zeros((len(start), 0), dtype=np.uint8), 0
-    raw = gather(u8, start, w)
-    out = np.empty((len(start), 2 * w), dtype=np.uint8)
-    out[:, 0::2] = _HEX[raw >> 4]
-    out[:, 1::2] = _HEX[raw & 0xF]
+    out = _hex_digits(gather(u8, start, w), _HEX)
     nuls = len(start) * 2 * w - 2 * int(length.sum())
     if nuls:
-        out[np.arange(2 * w) >= 2 * length[:, None]] = 0
+        _zero_past(out, 2 * length)
     return out, nuls
+
+
+def _hex_digits(raw: np.ndarray, digits: np.ndarray) -> np.ndarray:
+    """Each byte of ``raw`` (rows, width) as two hex ``digits``, high nibble first."""
+    out = np.empty((len(raw), 2 * raw.shape[1]), dtype=np.uint8)
+    out[:, 0::2] = digits[raw >> 4]
+    out[:, 1::2] = digits[raw & 0xF]
+    return out
 
 
 class Line:
@@ -231,8 +239,10 @@ class Line:
             self.parts.append(mat)
             self.nuls += nuls
 
-    def ints(self, col: np.ndarray) -> None:
-        """Integers as ``%d``: the leading digits all rows share (offsets and times of a batch) as text."""
+    def ints(self, col: np.ndarray, before: bytes = b"") -> None:
+        """``before``, then integers as ``%d``: the leading digits all rows share (offsets and times of a
+        batch) as text."""
+        self.text(before)
         lo, hi = int(col.min()), int(col.max())
         if lo == hi:
             self.text(b"%d" % lo)
@@ -246,8 +256,9 @@ class Line:
         else:
             self.column(*decimal(col))
 
-    def codes(self, labels: Sequence[bytes], inverse: np.ndarray) -> None:
-        """A field whose row ``i`` is ``labels[inverse[i]]``."""
+    def codes(self, labels: Sequence[bytes], inverse: np.ndarray, before: bytes = b"") -> None:
+        """``before``, then a field whose row ``i`` is ``labels[inverse[i]]``."""
+        self.text(before)
         if not len(inverse):
             return
         if len(labels) == 1 or (inverse == inverse[0]).all():
@@ -257,7 +268,7 @@ class Line:
         table = np.zeros((len(labels), int(lens.max())), dtype=np.uint8)
         for i, t in enumerate(labels):
             table[i, : len(t)] = np.frombuffer(t, dtype=np.uint8)
-        self.column(table[inverse], table.size // len(labels) * self.rows - int(lens[inverse].sum()))
+        self.column(table[inverse], table.shape[1] * self.rows - int(lens[inverse].sum()))
 
     def ranges(self, src: np.ndarray, start: np.ndarray, length: np.ndarray) -> None:
         """The bytes ``src[start:start + length]`` of each row (length 0: none)."""
@@ -267,18 +278,15 @@ class Line:
         mat = gather(src, start, w)
         nuls = self.rows * w - int(length.sum())
         if nuls:
-            mat[np.arange(w) >= length[:, None]] = 0
+            _zero_past(mat, length)
         self.column(mat, nuls)
 
     def objects(self, at: np.ndarray, texts: Sequence[bytes]) -> None:
         """The texts of the rows ``at``, nothing for the others (a few rows' values made one at a time)."""
-        if not len(at):
-            return
-        lens = [len(t) for t in texts]
-        mat = np.zeros((self.rows, max(lens)), dtype=np.uint8)
-        for i, t in zip(at.tolist(), texts, strict=True):
-            mat[i, : len(t)] = np.frombuffer(t, dtype=np.uint8)
-        self.column(mat, mat.size - sum(lens))
+        if len(at):
+            code = np.zeros(self.rows, dtype=np.int64)
+            code[at] = np.arange(1, len(at) + 1)
+            self.codes([b"", *texts], code)
 
     def data(self, keep: np.ndarray | None = None) -> bytes:
         """The rows (those of ``keep``), each the concatenation of its parts without NULs."""
@@ -312,7 +320,7 @@ class Line:
 
 def _unique_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The first row of each distinct key and each row's code."""
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
 
 
@@ -322,7 +330,7 @@ def _texts_codes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple
     alike are told apart by comparing them whole)."""
     width = -(-max(int(length.max(initial=0)), 1) // 8) * 8
     mat = gather(u8, start, width)
-    mat[np.arange(width) >= length[:, None]] = 0
+    _zero_past(mat, length)
     words = mat.view("<u8")
     key = length.astype(np.uint64)
     with np.errstate(over="ignore"):
@@ -473,6 +481,14 @@ class Derived:
     start: np.ndarray  # the values in ``PropertyText.text``
     length: np.ndarray
 
+    def per_row(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Start and length of each of the batch's ``rows`` values (length 0 where it has none)."""
+        start = np.zeros(rows, dtype=np.int64)
+        length = np.zeros(rows, dtype=np.int64)
+        start[self.rows] = self.start
+        length[self.rows] = self.length
+        return start, length
+
 
 @dataclass
 class PropertyText:
@@ -524,15 +540,6 @@ def property_text(
     return PropertyText(
         empty, plain, text, derived, np.frombuffer(head + objects, dtype=np.uint8), object_start, object_len
     )
-
-
-def _value_ranges(props: PropertyText, d: Derived, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start and length of each row's value (length 0 where it has none)."""
-    start = np.zeros(rows, dtype=np.int64)
-    length = np.zeros(rows, dtype=np.int64)
-    start[d.rows] = d.start
-    length[d.rows] = d.length
-    return start, length
 
 
 def _csv_odd(text: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -664,23 +671,20 @@ def _json_fields(line: Line, b: Batch, opts: LineOptions) -> tuple[np.ndarray, l
     ]
     nulls = (b'""', b"null", b"null")  # no properties: KEYS is "" (§3.11)
     for k, (spec, d) in enumerate(zip((b',"keys":', b',"tags":', b',"uniqKey":'), props.derived, strict=True)):
-        line.text(spec)
         code = np.where(props.empty, 2, 1)  # "" or null
         code[d.rows] = 3  # a quoted value
         code[odd] = 0
-        line.codes([b"", b"null", nulls[k], b'"'], code)
-        line.ranges(props.text, *_value_ranges(props, d, line.rows))
+        line.codes([b"", b"null", nulls[k], b'"'], code, spec)
+        line.ranges(props.text, *d.per_row(line.rows))
         line.codes([b"", b'"'], (code == 3).astype(np.int64))
         line.objects(odd, [m[k + 1] for m in made])
     line.text(b',"properties":')
     _property_object(line, props)
     line.objects(odd, [m[0] for m in made])
-    line.text(b',"bodyLength":')
-    line.ints(ra.body_len)
+    line.ints(ra.body_len, b',"bodyLength":')
     crc_bad = _body_fields(line, b, opts)
     for name, col in b.frames:
-        line.text(b',"%s":' % name.encode())
-        line.ints(col)
+        line.ints(col, b',"%s":' % name.encode())
     line.text(b"}\n")
     return np.zeros(line.rows, dtype=bool), crc_bad
 
@@ -695,49 +699,40 @@ def _property_object(line: Line, props: PropertyText) -> None:
 def _csv_fields(line: Line, b: Batch, opts: LineOptions) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """The csv record of each row: the fields of ``ROW_FIELDS`` as ``csv_cell`` and the csv module write them."""
     u8, ra, sec_code = b.u8, b.ra, b.sec_code
-    line.text(b"message,")
-    for name in ("phy_offset", "total_size"):
-        line.ints(getattr(ra, name))
-        line.text(b",")
+    line.ints(ra.phy_offset, b"message,")
+    line.ints(ra.total_size, b",")
     labels, inverse = _texts_codes(u8, ra.topic_start, ra.topic_len)
     cells = [csv_cell(t.decode("utf-8", "replace")) for t in labels]
     odd = np.array([any(c in t for c in _CSV_QUOTED) for t in cells], dtype=bool)[inverse]  # per record
-    line.codes([t.encode() for t in cells], inverse)
+    line.codes([t.encode() for t in cells], inverse, b",")
     for name in ("queue_id", "queue_offset", "body_crc", "flag", "sys_flag", "born_timestamp_ms"):
-        line.text(b",")
-        line.ints(getattr(ra, name))
+        line.ints(getattr(ra, name), b",")
     times = [h[1:] for h in b.heads], [t[:-1] for t in b.tails]  # storeTime unquoted
     _time_host_fields(line, ra, sec_code, times, _CSV_HOSTS)
     props = property_text(u8, ra.props_start, ra.props_len, (b'"{""', b'"":""', b'"",""', b'""}"'))
     odd |= ~props.plain & ~props.empty
     for d in props.derived:
         line.text(b",")
-        line.ranges(props.text, *_value_ranges(props, d, line.rows))
+        line.ranges(props.text, *d.per_row(line.rows))
         odd[d.rows[_csv_odd(props.text, d.start, d.length)]] = True
     line.text(b",")
     _property_object(line, props)
-    line.text(b",")
-    line.ints(ra.body_len)
+    line.ints(ra.body_len, b",")
     crc_bad = _body_fields(line, b, opts)
     for _, col in b.frames:
-        line.text(b",")
-        line.ints(col)
+        line.ints(col, b",")
     line.text(b"\n")
     return odd, crc_bad
 
 
 def _head_fields(line: Line, u8: np.ndarray, ra: RecordArrays, topics: Topics) -> None:
-    line.text(b'{"kind":"message","commitLogOffset":')
-    line.ints(ra.phy_offset)
-    line.text(b',"storeSize":')
-    line.ints(ra.total_size)
+    line.ints(ra.phy_offset, b'{"kind":"message","commitLogOffset":')
+    line.ints(ra.total_size, b',"storeSize":')
     labels, inverse = _texts_codes(u8, ra.topic_start, ra.topic_len)
-    line.text(b',"topic":')
-    line.codes([topics[t] for t in labels], inverse)
+    line.codes([topics[t] for t in labels], inverse, b',"topic":')
     for spec, name in ((b',"queueId":', "queue_id"), (b',"queueOffset":', "queue_offset"), (b',"bodyCRC":', "body_crc"),
                        (b',"flag":', "flag"), (b',"sysFlag":', "sys_flag"), (b',"bornTimestamp":', "born_timestamp_ms")):  # fmt: skip
-        line.text(spec)
-        line.ints(getattr(ra, name))
+        line.ints(getattr(ra, name), spec)
 
 
 def _hosts(ra: RecordArrays) -> tuple[tuple[list[bytes], np.ndarray], tuple[list[bytes], np.ndarray], list[bytes]]:
@@ -773,10 +768,7 @@ def _msg_id(line: Line, ra: RecordArrays, prefixes: list[bytes], stored: np.ndar
     line.text(lo[:same])
     if same < 16:
         raw = ra.phy_offset.astype(">u8").view(np.uint8).reshape(-1, 8)
-        digits = np.empty((len(raw), 16), dtype=np.uint8)
-        digits[:, 0::2] = _HEX_UPPER[raw >> 4]
-        digits[:, 1::2] = _HEX_UPPER[raw & 0xF]
-        line.column(digits[:, same:], 0)
+        line.column(_hex_digits(raw, _HEX_UPPER)[:, same:], 0)
 
 
 _JSON_HOSTS = (b',"bornHost":"', b'","storeTimestamp":', b',"storeTime":', b',"storeHost":"', b'","reconsumeTimes":',
@@ -789,19 +781,17 @@ def _time_host_fields(
 ) -> None:
     """bornHost to msgId, each after its text of ``texts`` (``_JSON_HOSTS`` or ``_CSV_HOSTS``), then the last."""
     born, stored, prefixes = _hosts(ra)
-    put: list[Callable[[], None]] = [
-        lambda: line.codes(*born),
-        lambda: line.ints(ra.store_timestamp_ms),
-        lambda: _store_time(line, ra, sec_code, *times),
-        lambda: line.codes(*stored),
-        lambda: line.ints(ra.reconsume_times),
-        lambda: line.ints(ra.prepared_transaction_offset),
-        lambda: _msg_id(line, ra, prefixes, stored[1]),
-    ]
-    for text, field in zip(texts, put, strict=False):
-        line.text(text)
-        field()
-    line.text(texts[-1])
+    born_host, store_ts, store_time, store_host, reconsume, prepared, msg_id, end = texts
+    line.codes(*born, born_host)
+    line.ints(ra.store_timestamp_ms, store_ts)
+    line.text(store_time)
+    _store_time(line, ra, sec_code, *times)
+    line.codes(*stored, store_host)
+    line.ints(ra.reconsume_times, reconsume)
+    line.ints(ra.prepared_transaction_offset, prepared)
+    line.text(msg_id)
+    _msg_id(line, ra, prefixes, stored[1])
+    line.text(end)
 
 
 def _body_fields(line: Line, b: Batch, opts: LineOptions) -> list[tuple[int, int]]:
