@@ -342,11 +342,11 @@ class _ColumnsBuilder:
         self.origin = StringColumn()
         self.uniq = UniqKeyColumn()
         self.store_host: list[tuple[bytes, int]] = []
-        self.keys: list[str | None] = []  # of the records put one by one, not yet in parts
-        self.parts: list[tuple[np.ndarray, ...]] = []  # tid, qid, qoff, phy, size, ts, sys, tcode, key_rec, key_hash
+        self.parts: list[tuple[np.ndarray, ...]] = []  # _NUMERIC, then _KEYS (their record in the plan)
         self.count = 0
-        # records put one by one, not yet in parts
+        # records put one by one, not yet in parts: _NUMERIC, KEYS and UNIQ_KEY
         self.one: tuple[list[int], ...] = ([], [], [], [], [], [], [], [])
+        self.keys: list[str | None] = []
         self.one_uniq: list[str | None] = []
         self.cut_at = 0  # records in segments
         self.segments: list[_Segment | SpilledPiece] = []
@@ -365,31 +365,27 @@ class _ColumnsBuilder:
     def flush_one(self) -> None:
         if not self.one_uniq:
             return
-        tid, qid, qoff, phy, size, ts, sys_flag, tcode = (np.array(c, dtype=np.int64) for c in self.one)
+        numeric = tuple(np.array(c, dtype=np.int64) for c in self.one)
         for c in self.one:
             c.clear()
-        n = len(tid)
-        keys = self.keys
-        uniq = self.one_uniq
+        tid, uniq, names = numeric[0], self.one_uniq, list(self.topic_ids)
         urec = [i for i, u in enumerate(uniq) if u is not None]
-        names = list(self.topic_ids)
         urec_a = np.array(urec, dtype=np.int64)
         uhash = _topic_key_hashes(names, tid[urec_a], [uniq[i] for i in urec])  # type: ignore[misc]
-        krec, khash = _keys_index(names, tid, keys)
-        key_rec, key_hash = _merge_index_keys(urec_a, uhash, krec, khash)
-        self.parts.append((tid, qid, qoff, phy, size, ts, sys_flag, tcode, key_rec + self.count, key_hash))
+        krec, khash = _keys_index(names, tid, self.keys)
+        self._append(numeric, *_merge_index_keys(urec_a, uhash, krec, khash))
         self.uniq.extend_strings(uniq.copy())
         uniq.clear()  # in place: put_one holds these appends
-        keys.clear()
-        self.count += n
+        self.keys.clear()
 
     def add_run(self, arrays: tuple[np.ndarray, ...], key_rec: np.ndarray, key_hash: np.ndarray) -> None:
-        """A run's numeric columns (tid, qid, qoff, phy, size, ts, sys, tcode) and index keys; the
-        caller extends the list columns."""
+        """A run's numeric columns (``_NUMERIC``) and index keys; the caller extends the list columns."""
         self.flush_one()
-        n = len(arrays[0])
-        self.parts.append((*arrays, key_rec + self.count, key_hash))
-        self.count += n
+        self._append(arrays, key_rec, key_hash)
+
+    def _append(self, numeric: tuple[np.ndarray, ...], key_rec: np.ndarray, key_hash: np.ndarray) -> None:
+        self.parts.append((*numeric, key_rec + self.count, key_hash))
+        self.count += len(numeric[0])
 
     def settle(self) -> None:
         """Between two messages: the records so far become a segment once there are enough of them."""
@@ -402,10 +398,11 @@ class _ColumnsBuilder:
             return
         cols = [np.concatenate(c) for c in zip(*self.parts, strict=True)]
         self.parts = []
-        cols[8] -= self.cut_at  # index keys: their record in the segment
-        self._track(cols[0], cols[1], cols[2])
-        self.key_count += len(cols[9])
-        self.end = int(cols[3][-1] + cols[4][-1])
+        tid, qid, qoff, phy, size, *_, key_rec, key_hash = cols
+        key_rec -= self.cut_at  # in place: each index key's record in the segment
+        self._track(tid, qid, qoff)
+        self.key_count += len(key_hash)
+        self.end = int(phy[-1] + size[-1])
         hosts = self.store_host.copy()
         self.store_host.clear()  # in place: put_one holds its append
         seg = _Segment(self.cut_at, tuple(cols), self.origin.take(), self.uniq.take(), hosts)  # type: ignore[arg-type]
