@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import functools
 import json
+import operator
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -118,8 +119,10 @@ def check_output(output: str | Path, *, overwrite: bool) -> None:
 
 def _holds_files(folder: Path) -> bool:
     """Whether ``folder`` holds anything but the staging folder a killed export left in it."""
-    staging = staging_dir(folder.resolve())
-    return any(p.name != staging.name or staging.parent != folder.resolve() for p in folder.iterdir())
+    root = folder.resolve()
+    staging = staging_dir(root)
+    left = staging.name if staging.parent == root else None
+    return any(p.name != left for p in folder.iterdir())
 
 
 def read_commitlog(
@@ -309,17 +312,17 @@ def export_split(
 ) -> Iterator[int]:
     """Write the records of splits as Parquet files under ``output`` (runs in a task); yields row counts."""
     for index, split in items:
-        parts_out = PartFiles(Path(output), index, compression)
+        files = PartFiles(Path(output), index, compression)
         rows = 0
         try:
             for batch in read_split_batches(split, schema):
                 for dirs, sub in partitioned(batch, parts):
-                    parts_out.add(dirs, sub)
+                    files.add(dirs, sub)
                 rows += batch.num_rows
         except BaseException:
-            parts_out.abort()
+            files.abort()
             raise
-        parts_out.close()
+        files.close()
         yield rows
 
 
@@ -578,15 +581,8 @@ class FindQuery:
 
     @property
     def empty(self) -> bool:
-        return not (
-            self.keys
-            or self.tags
-            or self.properties
-            or self.body_contains
-            or self.topics
-            or self.since_ms is not None
-            or self.until_ms is not None
-        )
+        given = (self.keys, self.tags, self.properties, self.body_contains, self.topics)
+        return not any(given) and self.since_ms is None and self.until_ms is None
 
     def columns(self) -> list[str]:
         """The columns the condition reads (bodies only for a body search)."""
@@ -609,11 +605,8 @@ class FindQuery:
     def condition(self) -> Column:
         conds: list[Column] = []
         if self.keys:
-            c = None
-            for k in self.keys:
-                one = F.array_contains("keys", k) | (F.col("uniqKey") == F.lit(k))
-                c = one if c is None else (c | one)
-            conds.append(c)  # type: ignore[arg-type]
+            either = (F.array_contains("keys", k) | (F.col("uniqKey") == F.lit(k)) for k in self.keys)
+            conds.append(functools.reduce(operator.or_, either))
         if self.tags:
             conds.append(F.col("tags").isin(list(self.tags)))
         for name, value in self.properties:
@@ -627,10 +620,7 @@ class FindQuery:
             conds.append(F.col("storeTimestamp") >= F.lit(self.since_ms))
         if self.until_ms is not None:
             conds.append(F.col("storeTimestamp") <= F.lit(self.until_ms))
-        out = conds[0]
-        for c in conds[1:]:
-            out = out & c
-        return F.coalesce(out, F.lit(False))
+        return F.coalesce(functools.reduce(operator.and_, conds), F.lit(False))
 
 
 def parse_property(text: str) -> tuple[str, str]:
