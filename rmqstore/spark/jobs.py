@@ -134,9 +134,7 @@ def read_commitlog(
 ) -> DataFrame:
     """One row per commit log record of ``stores``; ``columns`` limits what is decoded and shipped."""
     opts = options or ReadOptions()
-    infos = _stores(stores, opts)
-    register(spark)
-    reader = spark.read.format(COMMITLOG_SOURCE).option("paths", json.dumps([s.root for s in infos]))
+    reader = _source_reader(spark, COMMITLOG_SOURCE, _stores(stores, opts))
     if columns is not None:
         by_name = {f.name: f for f in COMMITLOG_SCHEMA.fields}
         unknown = [c for c in columns if c not in by_name]
@@ -150,12 +148,15 @@ def read_consumequeue(
     spark: SparkSession, stores: Sequence[str | Path], *, split_size: int | str | None = None
 ) -> DataFrame:
     """One row per consume queue entry of ``stores`` (fillers and entries after the end left out)."""
-    infos = _stores(stores, ReadOptions())
-    register(spark)
-    reader = spark.read.format(CONSUMEQUEUE_SOURCE).option("paths", json.dumps([s.root for s in infos]))
+    reader = _source_reader(spark, CONSUMEQUEUE_SOURCE, _stores(stores, ReadOptions()))
     if split_size is not None:
         reader = reader.option("splitSize", str(parse_size(split_size)))
     return reader.schema(CONSUMEQUEUE_SCHEMA).load()
+
+
+def _source_reader(spark: SparkSession, source: str, infos: list[StoreInfo]) -> DataFrameReader:
+    register(spark)
+    return spark.read.format(source).option("paths", json.dumps([s.root for s in infos]))
 
 
 def utc_date(ms: Column) -> Column:
