@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import subprocess
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ SWITCH = "RMQSTORE_SPARK_CLASS_CACHE"
 # JVM log lines (an archive it cannot use) go to its standard error, never among a command's data on stdout
 _LOG_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"
 _EXIT_WAIT_S = 120.0  # a JVM writing its archive at exit: about 2 s on 2 busy cores
+_KEPT_KEYS = 2  # archives kept: this runtime's and the one before
 _CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.jars", "spark.jars.packages")
 
 
@@ -80,10 +82,24 @@ def _stat_line(p: Path) -> bytes:
     return f"{p} {st.st_size} {st.st_mtime_ns}\n".encode()
 
 
+def hotspot_home(java: str) -> Path | None:
+    """The Java home of ``java`` when it is a HotSpot runtime of Java 17 or later (dynamic class
+    archives; another JVM, OpenJ9 for one, would refuse the options and not start)."""
+    home = Path(os.path.realpath(java)).parent.parent
+    try:
+        release = (home / "release").read_text(errors="replace")
+    except OSError:
+        return None
+    version = re.search(r'^JAVA_VERSION="(\d+)', release, re.MULTILINE)
+    if version is None or int(version.group(1)) < 17 or "openj9" in release.lower():
+        return None
+    return home
+
+
 def prepare(java: str, spark_home: str, conf: Mapping[str, str]) -> ClassCache:
     """The options of a driver start: the archive when a whole one is there, else write one at exit."""
     d = cache_dir()
-    if d is None:
+    if d is None or hotspot_home(java) is None:
         return ClassCache("")
     key = archive_key(java, spark_home, conf)
     _clear_abandoned(d)
@@ -133,8 +149,12 @@ def finish(cache: ClassCache, jvm: subprocess.Popen[bytes] | None) -> None:
             return
         final = p.with_name(f"{p.name.split('.', 1)[0]}-{size}.jsa")
         os.replace(p, final)
-        for old in p.parent.glob(f"{p.name.split('.', 1)[0]}-*.jsa"):
-            if old != final:
+        # one archive a key, and the newest few keys (another Java or Spark install): 100+ MB each
+        others = sorted(p.parent.glob("*.jsa"), key=lambda a: a.stat().st_mtime_ns, reverse=True)
+        key = final.name.rsplit("-", 1)[0]
+        keep = {final} | set([a for a in others if not a.name.startswith(key)][: _KEPT_KEYS - 1])
+        for old in others:
+            if old not in keep:
                 old.unlink(missing_ok=True)
     except OSError:
         return

@@ -32,6 +32,15 @@ def _env(cache: Path) -> dict[str, str]:
     return {**env, "XDG_CACHE_HOME": str(cache), "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
+def _java(tmp_path: Path, release: str = 'JAVA_VERSION="17.0.15"\n') -> str:
+    """A Java home's layout (``bin/java``, ``release``): what the archive's options depend on."""
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True, exist_ok=True)
+    (home / "bin" / "java").write_text("")
+    (home / "release").write_text(release)
+    return str(home / "bin" / "java")
+
+
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
@@ -44,26 +53,36 @@ def test_prepare_maps_only_a_whole_archive(tmp_path, monkeypatch):
     home = tmp_path / "spark"
     (home / "jars").mkdir(parents=True)
     (home / "jars" / "a.jar").write_bytes(b"x")
-    key = classcache.archive_key("/no/java", str(home), {})
+    java = _java(tmp_path)
+    key = classcache.archive_key(java, str(home), {})
     d = classcache.cache_dir()
     assert d == tmp_path / "rmqstore" / "spark-classes"
     torn = d / f"{key}-100.jsa"
     torn.write_bytes(b"\0" * 60)  # cut short: its name says 100 bytes
     abandoned = d / f"{key}.{_dead_pid()}.part"
     abandoned.write_bytes(b"\0" * 10)
-    cache = classcache.prepare("/no/java", str(home), {})
+    cache = classcache.prepare(java, str(home), {})
     assert cache.pending == d / f"{key}.{os.getpid()}.part"
     assert "ArchiveClassesAtExit" in cache.options and "SharedArchiveFile" not in cache.options
     assert not abandoned.exists()
     whole = d / f"{key}-64.jsa"
     whole.write_bytes(b"\0" * 64)
-    cache = classcache.prepare("/no/java", str(home), {})
+    cache = classcache.prepare(java, str(home), {})
     assert cache.pending is None and f"-XX:SharedArchiveFile={whole}" in cache.options
     assert "-Xlog:disable" in cache.options  # the JVM's warnings never reach stdout
     # another jar (a Spark upgrade) or another class path: another key, the old archive left unused
     (home / "jars" / "b.jar").write_bytes(b"y")
-    assert classcache.archive_key("/no/java", str(home), {}) != key
-    assert classcache.archive_key("/no/java", str(home), {"spark.jars": "/x.jar"}) != key
+    assert classcache.archive_key(java, str(home), {}) != key
+    assert classcache.archive_key(java, str(home), {"spark.jars": "/x.jar"}) != key
+
+
+def test_only_hotspot_17_or_later(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(classcache.SWITCH, raising=False)
+    for release in ('JAVA_VERSION="11.0.2"\n', 'JAVA_VERSION="17.0.9"\nJVM_VARIANT="Openj9"\n', ""):
+        java = _java(tmp_path, release)
+        assert classcache.prepare(java, str(tmp_path), {}).options == "", release
+    assert classcache.prepare(_java(tmp_path, 'JAVA_VERSION="21"\n'), str(tmp_path), {}).options
 
 
 def test_no_archive_from_a_folder_others_may_write(tmp_path, monkeypatch):
@@ -73,21 +92,40 @@ def test_no_archive_from_a_folder_others_may_write(tmp_path, monkeypatch):
     d.mkdir(parents=True)
     d.chmod(0o777)
     assert classcache.cache_dir() is None
-    assert classcache.prepare("/no/java", str(tmp_path), {}).options == ""
+    assert classcache.prepare(_java(tmp_path), str(tmp_path), {}).options == ""
     d.chmod(0o700)
     monkeypatch.setenv(classcache.SWITCH, "off")
     assert classcache.cache_dir() is None
 
 
+def _exiting(code: int) -> subprocess.Popen[bytes]:
+    """A process that ends at the end of its standard input with ``code``, as the driver JVM does."""
+    prog = f"import sys; sys.stdin.read(); sys.exit({code})"
+    return subprocess.Popen([sys.executable, "-c", prog], stdin=subprocess.PIPE)
+
+
 def test_failed_driver_leaves_no_archive(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv(classcache.SWITCH, raising=False)
-    cache = classcache.prepare("/no/java", str(tmp_path), {})
+    cache = classcache.prepare(_java(tmp_path), str(tmp_path), {})
     assert cache.pending is not None
     cache.pending.write_bytes(b"\0" * 32)  # what a dying JVM may leave
-    jvm = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(1)"], stdin=subprocess.PIPE)
-    classcache.finish(cache, jvm)
+    classcache.finish(cache, _exiting(1))
     assert list(cache.pending.parent.iterdir()) == []
+
+
+def test_archives_of_older_runtimes_are_let_go(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(classcache.SWITCH, raising=False)
+    d = classcache.cache_dir()
+    for i, name in enumerate(("a" * 24 + "-1.jsa", "b" * 24 + "-1.jsa")):
+        (d / name).write_bytes(b"\0")
+        os.utime(d / name, ns=(i * 10**9, i * 10**9))  # b is the newer
+    cache = classcache.prepare(_java(tmp_path), str(tmp_path), {})
+    cache.pending.write_bytes(b"\0" * 48)
+    classcache.finish(cache, _exiting(0))
+    key = cache.pending.name.split(".")[0]
+    assert sorted(p.name for p in d.iterdir()) == sorted([f"{key}-48.jsa", "b" * 24 + "-1.jsa"])
 
 
 @pytest.mark.spark
