@@ -217,6 +217,12 @@ def main_page(root: Any, ctx: Any) -> str:
         ".TP",
         "\\fBRMQSTORE_TRACEBACK\\fR",
         esc("Set to 1 to see the traceback of an internal error."),
+        ".TP",
+        "\\fBRMQSTORE_SPARK_CLASS_CACHE\\fR",
+        esc(
+            "Set to off to start Spark drivers without the class archive kept in "
+            "$XDG_CACHE_HOME/rmqstore/spark-classes (~/.cache by default)."
+        ),
     ]
     lines += [".SH FILES"]
     for path, what in FILES:

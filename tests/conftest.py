@@ -18,6 +18,9 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=150)
 settings.register_profile("dev", deadline=None, max_examples=100)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+# Spark drivers started by tests write no class archive into the home folder (tests/spark/test_classcache.py
+# turns it on in a folder of its own)
+os.environ.setdefault("RMQSTORE_SPARK_CLASS_CACHE", "off")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("RMQSTORE_SHARED", REPO.parent / "shared"))

@@ -419,23 +419,25 @@ class Dispatcher:
         if order is None:
             order = np.argsort(c.topic_id[idx] * (1 << 33) + c.queue_id[idx], kind="stable")
         idx = idx[order]
-        g = c.topic_id[idx] * (1 << 33) + c.queue_id[idx]
-        bounds = np.flatnonzero(np.diff(g)) + 1
+        topic_id, queue_id = c.topic_id[idx], c.queue_id[idx]
+        # the columns in queue order once: each queue's run is then a view, not a copy
+        phy, size, tags, qoff, ts = (a[idx] for a in (c.phy, c.size, c.tags_code, c.queue_offset, c.store_ts))
+        bounds = np.flatnonzero(np.diff(topic_id * (1 << 33) + queue_id)) + 1
         last_phy, last_ts = -1, 0
-        for part in np.split(idx, bounds):
-            if not len(part):
+        for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(idx)], strict=True):
+            if a == b:
                 continue
-            key = (c.topics[int(c.topic_id[part[0]])], int(c.queue_id[part[0]]))
-            w = self._queue(*key, int(c.phy[part[0]]), len(part))
+            key = (c.topics[int(topic_id[a])], int(queue_id[a]))
+            w = self._queue(*key, int(phy[a]), b - a)
             if w is None:
                 continue
             before = w.written
-            w.put(c.phy[part], c.size[part], c.tags_code[part], c.queue_offset[part], c.store_ts[part])
+            w.put(phy[a:b], size[a:b], tags[a:b], qoff[a:b], ts[a:b])
             if w.written > before:
                 self.stats.queues_touched.add(key)
                 self.stats.cq_entries += w.written - before
-                if int(c.phy[part[-1]]) > last_phy:
-                    last_phy, last_ts = int(c.phy[part[-1]]), w.last_ts
+                if int(phy[b - 1]) > last_phy:
+                    last_phy, last_ts = int(phy[b - 1]), w.last_ts
         if last_ts:
             self.stats.logics_msg_timestamp_ms = last_ts
 

@@ -380,11 +380,6 @@ def default_quarantine(root: Path, now_ms: int) -> Path:
     return default_quarantine_base(root)
 
 
-def _check_quarantine_dir(qdir: Path, cfg: StoreConfig) -> None:
-    dirs = [cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR]
-    check_quarantine_dir(qdir, dirs)
-
-
 def _commitlog_cut_actions(
     root: Path, segs: list[Segment], process_offset: int, stop: str, broker: str
 ) -> list[Removal]:
@@ -527,28 +522,19 @@ def plan_recover(
     actions = _plan_actions(root, f, cfg, rebuild_index, rebuild_consume_queue)
     queue_ends = _queue_ends(f)
     if f.truncate_logic and not rebuild_consume_queue:
-        for _key, q in sorted(f.queues.items()):
-            actions += _cq_truncate_actions(root, q, f.process_offset)
+        actions += [a for _key, q in sorted(f.queues.items()) for a in _cq_truncate_actions(root, q, f.process_offset)]
         actions += _batch_cut_actions(root, f)
     want_cq = in_place_cq and not rebuild_consume_queue
     dispatch = _plan_dispatch(f, cfg, want_cq, cfg.message_index_enable and not rebuild_index)
     if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
         keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
-    tail = (
-        _index_tail_action(root, cfg, f.kept_index[-1])
-        if dispatch is not None and dispatch.index and f.kept_index
-        else None
-    )
-    actions += [tail] if tail is not None else []
+    if dispatch is not None and dispatch.index and f.kept_index:
+        actions += [a for a in [_index_tail_action(root, cfg, f.kept_index[-1])] if a is not None]
     member_actions, member = _plan_member(root, st, f)
     actions += member_actions
     losses = [x for x in _losses(f, cfg, actions) if not (rebuild_consume_queue and x.what == "cq-entries")]
     before, after, index_pending, write_cp = _plan_checkpoint(f, cfg, dispatch, rebuild_index, rebuild_consume_queue)
-    qdir: str | None = None
-    if use_quarantine:
-        qpath = Path(quarantine) if quarantine is not None else default_quarantine(root, now_ms)
-        _check_quarantine_dir(qpath, cfg)
-        qdir = str(qpath.resolve())
+    qdir = _quarantine_for(root, cfg, quarantine, now_ms) if use_quarantine else None
     start_file = f.segs[f.start_idx].path.name if f.segs else None
     skips = (
         predicted_skips(st, dispatch.from_phy, dispatch.to_phy, f.topic_names)
@@ -587,6 +573,14 @@ def plan_recover(
     )
     refuse_obstacles(plan.planned_actions())
     return plan
+
+
+def _quarantine_for(root: Path, cfg: StoreConfig, quarantine: Path | None, now_ms: int) -> str:
+    """The quarantine folder of a run: the one given, or a fresh one named by ``now_ms``; never inside
+    a folder the run changes."""
+    qpath = Path(quarantine) if quarantine is not None else default_quarantine(root, now_ms)
+    check_quarantine_dir(qpath, [cfg.commitlog_dir, cfg.consumequeue_dir, cfg.index_dir, cfg.store_root / SCRATCH_DIR])
+    return str(qpath.resolve())
 
 
 def refuse_obstacles(actions: tuple[PlannedAction, ...]) -> None:

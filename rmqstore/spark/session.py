@@ -35,9 +35,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyspark
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from rmqstore.errors import MissingExtra, RmqstoreError
+from rmqstore.spark import classcache
 from rmqstore.spark.source import register
 
 DEFAULT_MASTER = "local[*]"
@@ -121,6 +124,11 @@ def java_executable() -> str | None:
         p = Path(home) / "bin" / "java"
         return str(p) if p.exists() else None
     return shutil.which("java")
+
+
+def spark_home() -> str:
+    """Where the driver's jars are: ``$SPARK_HOME``, else the pyspark package (as ``spark-submit`` finds them)."""
+    return os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
 
 
 def check_java() -> str:
@@ -251,6 +259,7 @@ def get_session(
     stores: Sequence[str] = (),
     silent_jvm: bool = False,
     light_driver: bool = False,
+    class_cache: classcache.ClassCache | None = None,
 ) -> SparkSession:
     """A running session with the rmqstore data sources registered.
 
@@ -260,7 +269,8 @@ def get_session(
     log file in the temp directory (named in the error if Spark does not start). ``light_driver``:
     the driver's JVM starts with ``LIGHT_DRIVER_OPTIONS``, for jobs whose rows stay in Python
     (``spark.driver.extraJavaOptions`` given in ``conf`` wins), and the data sources are left for
-    ``jobs.read_commitlog`` to register when a DataFrame is read after all.
+    ``jobs.read_commitlog`` to register when a DataFrame is read after all. ``class_cache``: the
+    driver JVM's class archive options (``spark_session`` prepares them and puts a new archive in place).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -281,6 +291,9 @@ def get_session(
     if light_driver:
         java = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = f"{java} {LIGHT_DRIVER_OPTIONS}".strip()
+    if class_cache is not None and class_cache.options:
+        java = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{java} {class_cache.options}".strip()
     settings.update(user)
     for k, v in settings.items():
         builder = builder.config(k, v)
@@ -310,7 +323,8 @@ def spark_session(master: str | None = None, **kw: Any) -> Iterator[SparkSession
     A failed Spark job becomes one SparkSetupError line with the executor's reason.
     """
     had = SparkSession.getActiveSession() is not None
-    spark = get_session(master, **kw)
+    cache = None if had else _class_cache(kw.get("conf") or {})
+    spark = get_session(master, class_cache=cache, **kw)
     try:
         yield spark
     except RmqstoreError:
@@ -322,6 +336,29 @@ def spark_session(master: str | None = None, **kw: Any) -> Iterator[SparkSession
     finally:
         if not had:
             spark.stop()
+            if cache is not None and cache.pending is not None:
+                _end_driver(cache)
+
+
+def _class_cache(conf: Mapping[str, str]) -> classcache.ClassCache | None:
+    """The class archive options of a new driver; none when the caller sets the driver's JVM options."""
+    java = java_executable()
+    if java is None or "spark.driver.extraJavaOptions" in conf:
+        return None
+    return classcache.prepare(java, spark_home(), conf)
+
+
+def _end_driver(cache: classcache.ClassCache) -> None:
+    """Let the stopped session's driver JVM exit now, so the archive it writes at exit is put in place;
+    the next session of this process starts a JVM of its own."""
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    classcache.finish(cache, getattr(gateway, "proc", None))
+    SparkContext._gateway = None
+    SparkContext._jvm = None
 
 
 # ---------------------------------------------------------------------------------------------
