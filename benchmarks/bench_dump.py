@@ -131,6 +131,7 @@ def main() -> None:
         "count-only (--count)": ["--count", "--format", "json"],
         "ndjson (automatic jobs)": ["--format", "ndjson"],
         "ndjson --jobs 1": ["--format", "ndjson", "--jobs", "1"],
+        "ndjson --jobs 2": ["--format", "ndjson", "--jobs", "2"],
     }
     for label, opts in scans.items():
         t, cpu = _best([*rmq, "dump", "commitlog", str(store), *opts, "--quiet"], args.runs)
