@@ -109,7 +109,15 @@ class Spark:
             stores=stores,
             silent_jvm=quiet or _console.quiet(),
             light_driver=light,
+            archive_notice=None if quiet or _console.quiet() else _archive_notice,
         )
+
+
+def _archive_notice(folder: Path) -> None:
+    err.note(
+        f"this first run also writes the Spark driver's class archive into {folder} (once, about 100 MB): "
+        "later runs start faster; RMQSTORE_SPARK_CLASS_CACHE=off turns it off"
+    )
 
 
 @command(app, "export", Spark, epilog="Example: rmqstore spark export '/data/broker-*/store' --output /data/export")

@@ -30,7 +30,7 @@ import socket
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -317,13 +317,19 @@ def get_session(
 
 
 @contextlib.contextmanager
-def spark_session(master: str | None = None, **kw: Any) -> Iterator[SparkSession]:
+def spark_session(
+    master: str | None = None, *, archive_notice: Callable[[Path], None] | None = None, **kw: Any
+) -> Iterator[SparkSession]:
     """A session for one job: stopped afterwards unless it was already running.
 
-    A failed Spark job becomes one SparkSetupError line with the executor's reason.
+    A failed Spark job becomes one SparkSetupError line with the executor's reason. ``archive_notice``
+    is told where the driver will write its class archive when this run writes one (its exit takes
+    longer, once).
     """
     had = SparkSession.getActiveSession() is not None
     cache = None if had else _class_cache(kw.get("conf") or {})
+    if cache is not None and cache.pending is not None and archive_notice is not None:
+        archive_notice(cache.pending.parent)
     spark = get_session(master, class_cache=cache, **kw)
     try:
         yield spark
