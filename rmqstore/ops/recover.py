@@ -528,8 +528,9 @@ def plan_recover(
     dispatch = _plan_dispatch(f, cfg, want_cq, cfg.message_index_enable and not rebuild_index)
     if dispatch is not None and dispatch.only_after_phy is None and f.fused_columns:
         keep_dispatch_columns(root, f.segs, f.start_phy, f.process_offset, f.fused_columns)
-    if dispatch is not None and dispatch.index and f.kept_index:
-        actions += [a for a in [_index_tail_action(root, cfg, f.kept_index[-1])] if a is not None]
+    indexing = dispatch is not None and dispatch.index and f.kept_index
+    tail = _index_tail_action(root, cfg, f.kept_index[-1]) if indexing else None
+    actions += [tail] if tail is not None else []
     member_actions, member = _plan_member(root, st, f)
     actions += member_actions
     losses = [x for x in _losses(f, cfg, actions) if not (rebuild_consume_queue and x.what == "cq-entries")]

@@ -388,11 +388,6 @@ def fast_columns(
     return out
 
 
-def _topics(ctx: SplitContext, a: RecordArrays) -> tuple[list[str], np.ndarray]:
-    """Distinct topics (decoded as the record codec decodes them) and each row's index."""
-    return text_codes(ctx, a.topic_start, a.topic_len)
-
-
 def text_codes(ctx: SplitContext, start: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
     """Distinct texts of byte ranges of the file (UTF-8, bad bytes replaced) and each range's index."""
     enc = ranges(ctx.data, start, length).dictionary_encode()
@@ -426,7 +421,7 @@ def chunk_batch(
     fa = a.take(fast_rows)
     topic = None
     if "topic" in names or flt.topics is not None:
-        topic = _topics(ctx, fa)
+        topic = text_codes(ctx, fa.topic_start, fa.topic_len)
         if flt.topics is not None:
             wanted = np.array([t in flt.topics for t in topic[0]] + [False], dtype=bool)
             sel = np.flatnonzero(wanted[topic[1]])
