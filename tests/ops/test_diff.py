@@ -130,7 +130,7 @@ def test_first_difference_of_files(tmp_path: Path) -> None:
     x.write_bytes(data)
     y.write_bytes(data)
     assert first_difference(x, y) is None
-    y.write_bytes(data[:-5] + b"12345")
+    y.write_bytes(data[:-5] + bytes(b ^ 0xFF for b in data[-5:]))  # every one of the last 5 bytes differs
     assert first_difference(x, y) == len(data) - 5
     y.write_bytes(data[: 9 << 20])
     assert first_difference(x, y) == 9 << 20
