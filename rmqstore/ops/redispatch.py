@@ -10,7 +10,6 @@ store has is refused unless forced.
 
 from __future__ import annotations
 
-import filecmp
 import os
 import shlex
 import shutil
@@ -36,6 +35,7 @@ from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
+from rmqstore.store.files import same_bytes
 from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
 from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
@@ -150,9 +150,7 @@ def _queue_files_differ(cur: Path, new: Path) -> int:
     """Files of one queue directory that are not byte-identical (size included) to the rebuilt ones,
     counting a file on one side only: the broker loads the files, not the entries."""
     names = {p.name for d in (cur, new) if d.is_dir() for p in d.iterdir() if p.is_file()}
-    return sum(
-        1 for n in names if not ((cur / n).is_file() and (new / n).is_file() and filecmp.cmp(cur / n, new / n, False))
-    )
+    return sum(1 for n in names if not ((cur / n).is_file() and (new / n).is_file() and same_bytes(cur / n, new / n)))
 
 
 def _state(built: bool, differs: bool) -> str:
@@ -229,19 +227,7 @@ def _index_summary(root: Path) -> list[dict[str, Any]]:
 def _index_identical(cur_root: Path, new_root: Path) -> bool:
     a = sorted(p for p in (cur_root / "index").glob("*") if p.name.isdigit()) if (cur_root / "index").is_dir() else []
     b = sorted(p for p in (new_root / "index").glob("*") if p.name.isdigit()) if (new_root / "index").is_dir() else []
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x.stat().st_size != y.stat().st_size:
-            return False
-        with open(x, "rb") as fx, open(y, "rb") as fy:
-            while True:
-                bx, by = fx.read(1 << 20), fy.read(1 << 20)
-                if bx != by:
-                    return False
-                if not bx:
-                    break
-    return True
+    return len(a) == len(b) and all(same_bytes(x, y) for x, y in zip(a, b, strict=True))
 
 
 SHRINK_LIMIT = 0.5  # a rebuild keeping less than this share of the current entries is refused

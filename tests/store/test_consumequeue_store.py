@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
 
 from rmqstore.codec.consumequeue import ENTRY_DTYPE, ENTRY_SIZE, valid_prefix
 from rmqstore.ops import info as info_op
@@ -166,6 +168,42 @@ def test_queue_tail_is_the_valid_prefix_of_the_last_file(tmp_path: Path) -> None
     write_units(tmp_path / f"{4 * ENTRY_SIZE:020d}", [])  # nothing valid in the last file: the one before's
     assert (q.tail().end, q.tail().last) == (4 * ENTRY_SIZE, (30, 10))
     assert FileConsumeQueue("T", 0, tmp_path, 4 * ENTRY_SIZE, "5.2.0").tail().max_physic_offset == 40
+
+
+@given(
+    valid=hs.lists(hs.integers(0, 3 * (1 << 16) + 5), min_size=1, max_size=3),
+    slots=hs.lists(hs.integers(1, 3 * (1 << 16) + 8), min_size=1, max_size=3),
+    stray=hs.booleans(),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_units_are_the_valid_prefixes_read_file_by_file(
+    valid: list[int], slots: list[int], stray: bool, tmp_path: Path
+) -> None:
+    """``units`` reads each file only as far as its valid units go (a chunk at a time): the same units as
+    ``valid_prefix`` of every whole file, stopping after the first file that is not all valid."""
+    q_dir = tmp_path / f"q{len(list(tmp_path.iterdir()))}"
+    q_dir.mkdir()
+    size = max(slots) * ENTRY_SIZE
+    for i, (n_valid, n_slots) in enumerate(zip(valid, slots, strict=False)):
+        arr = np.zeros(n_slots, dtype=ENTRY_DTYPE)
+        n = min(n_valid, n_slots)
+        arr["phy_offset"][:n] = np.arange(n) * 7 + i
+        arr["size"][:n] = 7
+        if stray and n + 1 < n_slots:
+            arr[n + 1] = (99, 7, 0)  # a unit after the hole is not one of them
+        (q_dir / f"{i * size:020d}").write_bytes(arr.tobytes())
+    q = FileConsumeQueue("T", 0, q_dir, size, "5.2.0")
+    expected = [np.zeros(0, ENTRY_DTYPE)]
+    for seg in q.files()[0]:  # every whole unit of the file, then its valid prefix
+        data = seg.path.read_bytes()
+        arr = np.frombuffer(data, dtype=ENTRY_DTYPE, count=len(data) // ENTRY_SIZE)
+        n = valid_prefix(arr)
+        expected.append(arr[:n])
+        if n < len(arr):
+            break
+    first, units = q.units()
+    assert first == 0
+    assert units.tobytes() == np.concatenate(expected).tobytes()
 
 
 def test_recovery_expiry_and_destruction_of_built_files(tmp_path: Path) -> None:

@@ -35,6 +35,28 @@ if TYPE_CHECKING:
 _LONG = struct.Struct(">q")
 
 
+_UNITS_CHUNK = 1 << 16  # units tested at a time: a file is read as far as its valid units go, not to its end
+
+
+def _valid_units(path: Path) -> tuple[np.ndarray, bool]:
+    """A copy of the leading valid units of a file (``valid_prefix``), and whether every whole unit is one."""
+    import numpy as np
+
+    with map_file(path) as buf:
+        count = len(buf) // ENTRY_SIZE
+        n = 0
+        while n < count:
+            view = codec.entries_array(buf, n * ENTRY_SIZE, min(count, n + _UNITS_CHUNK) * ENTRY_SIZE)
+            k = valid_prefix(view)
+            n += k
+            whole = k == len(view)
+            del view
+            if not whole:
+                break
+        out = np.frombuffer(buf, dtype=codec.ENTRY_DTYPE, count=n).copy() if n else np.empty(0, codec.ENTRY_DTYPE)
+    return out, n == count
+
+
 @dataclass(frozen=True, slots=True)
 class FileConsumeQueues(QueueDirectories["FileConsumeQueue"]):
     """Every ``consumequeue/<topic>/<queueId>`` under ``root`` (a store, or a build directory beside it)."""
@@ -70,10 +92,9 @@ class FileConsumeQueue(FileQueueLifeCycle):
         segs, _ = self.files()
         parts = []
         for seg in segs:
-            arr = self.read(seg)
-            n = valid_prefix(arr)
-            parts.append(arr[:n])
-            if n < len(arr):
+            arr, whole = _valid_units(seg.path)
+            parts.append(arr)
+            if not whole:
                 break
         first = segs[0].base_offset // ENTRY_SIZE if segs else 0
         return first, np.concatenate(parts) if parts else np.empty(0, codec.ENTRY_DTYPE)
