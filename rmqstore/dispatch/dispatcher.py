@@ -189,19 +189,21 @@ class _IndexWriter:
         self.written += k
 
     def close(self, sync: bool) -> None:
-        if self._map is not None:
-            h = self.header()
-            if h is not None and h.index_count >= self.max_entries:
-                self.full_end_timestamps.append(h.end_timestamp_ms)
-            if sync:
-                self._map.flush()
-            self._map.close()
-            self._map = None
-        if self._file is not None:
-            assert self._slots is not None
-            try:
+        # the slots are written before anything is synced: the file's data then goes to disk in one pass
+        try:
+            if self._file is not None:
+                assert self._slots is not None
                 self._slots.write_back(self._file)  # also after a failure: what the entries written need
-            finally:
+        finally:
+            if self._map is not None:
+                h = self.header()
+                if h is not None and h.index_count >= self.max_entries:
+                    self.full_end_timestamps.append(h.end_timestamp_ms)
+                if sync:
+                    self._map.flush()
+                self._map.close()
+                self._map = None
+            if self._file is not None:
                 self._file.close(sync)
                 self._file = self._slots = None
 
