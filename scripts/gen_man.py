@@ -223,6 +223,9 @@ def main_page(root: Any, ctx: Any) -> str:
             "Set to off to start Spark drivers without the class archive kept in "
             "$XDG_CACHE_HOME/rmqstore/spark-classes (~/.cache by default)."
         ),
+        ".TP",
+        "\\fBOPENBLAS_NUM_THREADS\\fR",
+        esc("Threads of numpy's BLAS; rmqstore sets 1 when it is unset, as no command multiplies matrices."),
     ]
     lines += [".SH FILES"]
     for path, what in FILES:

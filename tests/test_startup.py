@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -114,3 +115,23 @@ def test_plain_conversion_gives_typer_s_values():
         runs.append((proc.returncode, proc.stdout))
     assert runs[0] == runs[1]
     assert runs[0][0] == 0 and '"queueOffset":1,' in runs[0][1]
+
+
+@pytest.mark.parametrize("given", [None, "2"])
+def test_numpy_s_blas_runs_one_thread_unless_the_user_says_otherwise(given):
+    """numpy's BLAS starts a spinning thread per core when it loads; no command multiplies matrices."""
+    code = (
+        "import os, sys\nfrom rmqstore.cli import main\n"
+        f"sys.argv = ['rmqstore', 'info', {str(SMALL)!r}, '-f', 'plain']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "import numpy\n"  # loaded after main() set the variable: its BLAS reads it now
+        "sys.stderr.write('\\nTHREADS %s %d\\n' % (os.environ.get('OPENBLAS_NUM_THREADS'), "
+        "len(os.listdir('/proc/self/task'))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    setting, threads = proc.stderr.rsplit("THREADS ", 1)[1].split()
+    assert setting == (given or "1")
+    assert int(threads) == int(setting)  # the interpreter's thread, and BLAS's own beyond the first
