@@ -56,10 +56,10 @@ def token_hashes(tokens: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(tokens.buffers()[1], np.int32)[tokens.offset : tokens.offset + n + 1].astype(np.int64)
     data = tokens.buffers()[2]
     u8 = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    return range_hashes(u8, offsets[:-1], np.diff(offsets))[0]
+    return sketch_hashes(u8, offsets[:-1], np.diff(offsets))[0]
 
 
-def range_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sketch_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``token_hashes`` of byte ranges of ``u8``, and which ranges hold a byte >= 0x80."""
     n = len(start)
     out = np.empty(n, np.uint64)
@@ -214,7 +214,7 @@ def chunk_columns(ctx: SplitContext, a: RecordArrays, slow: dict[int, Record]) -
     rows = np.flatnonzero(fast)
     values, bad = named_values(ctx.u8, a.props_start[rows], a.props_len[rows], (_KEYS,))
     rec, start, length, _ = key_tokens(ctx.u8, *values[_KEYS])
-    hashes, high = range_hashes(ctx.u8, start, length)
+    hashes, high = sketch_hashes(ctx.u8, start, length)
     bad[rec[high]] = True
     slow = dict(slow)
     for k in rows[bad].tolist():
