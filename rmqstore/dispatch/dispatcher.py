@@ -417,10 +417,7 @@ class Dispatcher:
             keep = np.array([t not in self.cq_exclude for t in c.topics] or [True], dtype=bool)
             cq_ok &= keep[c.topic_id]
         idx = np.flatnonzero(cq_ok)
-        order = queue_order(c.topic_id[idx], c.queue_id[idx])
-        if order is None:
-            order = np.argsort(c.topic_id[idx] * (1 << 33) + c.queue_id[idx], kind="stable")
-        idx = idx[order]
+        idx = idx[queue_order(c.topic_id[idx], c.queue_id[idx])]
         topic_id, queue_id = c.topic_id[idx], c.queue_id[idx]
         # the columns in queue order once: each queue's run is then a view, not a copy
         phy, size, tags, qoff, ts = (a[idx] for a in (c.phy, c.size, c.tags_code, c.queue_offset, c.store_ts))

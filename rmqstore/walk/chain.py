@@ -224,17 +224,16 @@ def indexed(sys_flag: Any) -> Any:
     return (sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK_TYPE
 
 
-def queue_order(topic_id: np.ndarray, queue_id: np.ndarray) -> np.ndarray | None:
-    """Record indexes grouped by queue, (topic id, queue id) ascending, in commit log order within each; None
-    when an id is negative or the ids are too many for the quick way (sort by a key of your own then).
+def queue_order(topic_id: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
+    """Record indexes grouped by queue, (topic id, queue id) ascending, in commit log order within each.
 
-    A stable sort of a 16-bit code of the two ids (numpy sorts it by radix, five times as fast as a
-    64-bit key): stores have a few topics and queues per batch."""
+    A stable sort of a 16-bit code of the two ids when they fit (numpy sorts it by radix, five times as
+    fast as a 64-bit key): stores have a few topics and queues per batch; else of the 64-bit key."""
     if not len(queue_id):
         return np.zeros(0, np.int64)
     qmin, qmax, tmax = int(queue_id.min()), int(queue_id.max()), int(topic_id.max())
     if qmin < 0 or int(topic_id.min()) < 0 or (tmax + 1) * (qmax + 1) > 1 << 16:
-        return None
+        return np.argsort(topic_id.astype(np.int64) * (1 << 33) + queue_id, kind="stable")
     return np.argsort((topic_id * (qmax + 1) + queue_id).astype(np.uint16), kind="stable")
 
 

@@ -141,9 +141,7 @@ class CqCheck:
         if not ci.size:
             return
         key = (w.topic_id[ci] << 32) | (w.queue_id[ci] & 0xFFFFFFFF)
-        order = queue_order(w.topic_id[ci], w.queue_id[ci])  # queues in key order, records in walk order
-        if order is None:
-            order = np.argsort(key, kind="stable")
+        order = queue_order(w.topic_id[ci], w.queue_id[ci])  # queues grouped, records in walk order
         sorted_key = key[order]
         bounds = np.concatenate([[0], np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1, [len(key)]])
         uk = sorted_key[bounds[:-1]]
