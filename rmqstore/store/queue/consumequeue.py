@@ -47,11 +47,10 @@ def _valid_units(path: Path) -> tuple[np.ndarray, bool]:
         n = 0
         while n < count:
             view = codec.entries_array(buf, n * ENTRY_SIZE, min(count, n + _UNITS_CHUNK) * ENTRY_SIZE)
-            k = valid_prefix(view)
-            n += k
-            whole = k == len(view)
+            k, chunk = valid_prefix(view), len(view)
             del view
-            if not whole:
+            n += k
+            if k < chunk:
                 break
         out = np.frombuffer(buf, dtype=codec.ENTRY_DTYPE, count=n).copy() if n else np.empty(0, codec.ENTRY_DTYPE)
     return out, n == count
