@@ -1,12 +1,17 @@
-"""File helpers of the store layer: ``same_bytes`` compares where either file holds data."""
+"""File helpers of the store layer: ``same_bytes`` compares where either file holds data; ``FileWriter``
+starts the writeback of a large run at once."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+from rmqstore.store import files
 from rmqstore.store.files import same_bytes
 
 SIZE = 3 << 20  # three 1 MiB comparison steps
@@ -45,3 +50,27 @@ def test_a_byte_in_one_file_only_is_a_difference(tmp_path: Path) -> None:
     assert not same_bytes(x, y)
     assert same_bytes(x, z)
     assert not same_bytes(x, sparse(tmp_path / "w", SIZE + 1, [(100, b"abc")]))
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_large_write_starts_its_writeback_and_a_refusal_is_no_error(tmp_path: Path, monkeypatch, refused) -> None:
+    """``FileWriter`` asks the kernel to write a run of 1 MiB or more back at once; a file system that
+    refuses the advice still gets every byte."""
+    calls = []
+
+    def advise(fd: int, pos: int, size: int, advice: int) -> None:
+        calls.append((pos, size, advice))
+        if refused:
+            raise OSError(errno.ESPIPE, "refused")
+
+    monkeypatch.setattr(files.os, "posix_fadvise", advise)
+    p = tmp_path / "f"
+    p.write_bytes(bytes(3 << 20))
+    w = files.FileWriter(p)
+    w.write_at(b"\x01" * 100, 0)  # a short run: left to the final sync
+    w.write_at(b"\x02" * (1 << 20), 4096)
+    w.close(sync=True)
+    assert calls == [(4096, 1 << 20, os.POSIX_FADV_DONTNEED)]
+    data = p.read_bytes()
+    assert data[:100] == b"\x01" * 100 and data[4096 : 4096 + (1 << 20)] == b"\x02" * (1 << 20)
+    assert len(data) == 3 << 20
