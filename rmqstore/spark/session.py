@@ -29,6 +29,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -311,9 +312,24 @@ def get_session(
         if not light_driver:  # a light job reads no DataFrame; registering starts a Python worker of its own
             register(spark)
     except BaseException:
-        spark.stop()
+        stop_session(spark)
         raise
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """``spark.stop()`` without its wait for pyspark's accumulator server: that server's handler polls
+    the JVM's connection a second at a time until it sees the shutdown flag, so a plain stop waits up to
+    1.5 s for nothing. The server is told to stop and left to finish in its own daemon thread."""
+    sc = spark.sparkContext
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is not None and hasattr(server, "server_shutdown"):
+        sc._accumulatorServer = None  # type: ignore[assignment]  # so SparkContext.stop() does not wait
+        server.server_shutdown = True
+        # once the JVM is gone its handler reads a closed connection: an error no one needs to see
+        server.handle_error = lambda *_: None
+        threading.Thread(target=server.shutdown, name="rmqstore-accumulator-stop", daemon=True).start()
+    spark.stop()
 
 
 @contextlib.contextmanager
@@ -341,7 +357,7 @@ def spark_session(
         raise SparkSetupError(f"Spark job failed: {root_cause(e)}") from None
     finally:
         if not had:
-            spark.stop()
+            stop_session(spark)
             if cache is not None and cache.pending is not None:
                 _end_driver(cache)
 
