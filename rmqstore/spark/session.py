@@ -87,24 +87,26 @@ def _quiet_logging() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _jvm_stderr(silent: bool) -> Iterator[Path | None]:
-    """While the JVM starts, file descriptor 2 points at a log file (which the JVM keeps as its
-    standard error): its own banner ("WARNING: Using incubator modules", "Setting default log
-    level") never reaches the terminal. Yields the file (None when not ``silent``)."""
-    if not silent:
-        yield None
-        return
-    path = Path(tempfile.gettempdir()) / f"rmqstore-spark-{os.getpid()}.log"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _jvm_output(silent: bool) -> Iterator[Path | None]:
+    """While the JVM starts, the file descriptors it inherits as its standard output and error point
+    away from this process's standard output: at a log file when ``silent`` (its own banner, "WARNING:
+    Using incubator modules", "Setting default log level", never reaches the terminal), else at this
+    process's standard error. Data on standard output is then never mixed with the JVM's lines, and a
+    reader of it sees its end when this process exits, not when the JVM does. Yields the log file."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(fd, 2)
+    path = Path(tempfile.gettempdir()) / f"rmqstore-spark-{os.getpid()}.log" if silent else None
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if path is not None else os.dup(2)
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(target, 1)
+    os.dup2(target, 2)
     try:
         yield path
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
+        for fd, was in zip((1, 2), saved, strict=True):
+            os.dup2(was, fd)
+            os.close(was)
+        os.close(target)
 
 
 def _jvm_said(path: Path | None) -> str:
@@ -298,7 +300,7 @@ def get_session(
     settings.update(user)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    with _jvm_stderr(silent_jvm) as log:
+    with _jvm_output(silent_jvm) as log:
         try:
             spark = builder.getOrCreate()
         except Exception as e:  # the JVM refused the settings or the master

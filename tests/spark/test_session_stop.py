@@ -1,5 +1,7 @@
-"""A session's stop leaves pyspark's accumulator server to finish in its own thread: it still finishes,
-closes its socket and says nothing, and the next session of the process runs its jobs."""
+"""The driver JVM's lifetime as the commands see it: started without this process's standard output (a
+reader of the data sees its end when the command exits, not when the JVM does), stopped without waiting
+for pyspark's accumulator server, which finishes in its own thread, closes its socket and says nothing,
+and the next session of the process runs its jobs."""
 
 from __future__ import annotations
 
@@ -46,3 +48,29 @@ def test_the_accumulator_server_finishes_after_the_stop_and_the_next_session_wor
     runs = json.loads(p.stdout)
     assert [(r["total"], r["acc"], r["left"], r["closed"]) for r in runs] == [(45, 45, [], True)] * 2
     assert "Traceback" not in p.stderr and "Exception occurred" not in p.stderr, p.stderr[-2000:]
+
+
+_OUTPUTS = """
+import json, os
+from pyspark import SparkContext
+from rmqstore.spark.session import spark_session
+
+with spark_session("local[1]", light_driver=True, silent_jvm=SILENT) as spark:
+    jvm = SparkContext._gateway.proc.pid
+    print(json.dumps({"mine": [os.readlink(f"/proc/self/fd/{fd}") for fd in (1, 2)],
+                      "jvm": [os.readlink(f"/proc/{jvm}/fd/{fd}") for fd in (1, 2)]}))
+"""
+
+
+@pytest.mark.parametrize("silent", [True, False])
+def test_the_jvm_never_holds_the_commands_standard_output(silent: bool, tmp_path) -> None:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "RMQSTORE_SPARK_CLASS_CACHE": "off"}
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        code = _OUTPUTS.replace("SILENT", str(silent))
+        p = subprocess.run([sys.executable, "-c", code], env=env, stdout=out, stderr=err, timeout=300)
+    assert p.returncode == 0, (tmp_path / "err").read_text()[-2000:]
+    got = json.loads((tmp_path / "out").read_text().splitlines()[-1])
+    assert got["mine"] == [str(tmp_path / "out"), str(tmp_path / "err")]
+    # silent: both go to the log file; else both to this process's standard error
+    assert got["jvm"][0] == got["jvm"][1] != got["mine"][0]
+    assert (got["jvm"][0] == got["mine"][1]) is not silent
