@@ -217,6 +217,10 @@ def main() -> None:
     # numpy's BLAS starts a spinning thread per core at import; nothing here multiplies matrices, so
     # one thread spares every command about 0.1 s of CPU (the user's own setting is kept)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if sys.stdout is None:  # started with its standard output closed: the results have nowhere to go
+        if sys.stderr is not None:
+            sys.stderr.write("error: standard output is closed\n")
+        sys.exit(1)
     _take_completion_shell(sys.argv[1:])
     try:
         app(prog_name="rmqstore")

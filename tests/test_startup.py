@@ -135,3 +135,10 @@ def test_numpy_s_blas_runs_one_thread_unless_the_user_says_otherwise(given):
     setting, threads = proc.stderr.rsplit("THREADS ", 1)[1].split()
     assert setting == (given or "1")
     assert int(threads) == int(setting)  # the interpreter's thread, and BLAS's own beyond the first
+
+
+def test_a_command_with_its_standard_output_closed_says_so_in_one_line():
+    argv = [sys.executable, "-m", "rmqstore.cli", "info", str(SMALL)]
+    proc = subprocess.run(argv, stderr=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=lambda: os.close(1))  # noqa: PLW1509
+    assert proc.returncode == 1
+    assert proc.stderr == "error: standard output is closed\n"

@@ -22,6 +22,7 @@ The stores must be on a filesystem every executor mounts under the same path.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -93,20 +94,38 @@ def _jvm_output(silent: bool) -> Iterator[Path | None]:
     Using incubator modules", "Setting default log level", never reaches the terminal), else at this
     process's standard error. Data on standard output is then never mixed with the JVM's lines, and a
     reader of it sees its end when this process exits, not when the JVM does. Yields the log file."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None: the descriptor was closed when this process started
+            stream.flush()
     path = Path(tempfile.gettempdir()) / f"rmqstore-spark-{os.getpid()}.log" if silent else None
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if path is not None else os.dup(2)
-    saved = [os.dup(1), os.dup(2)]
+    # every copy above 2, so that none lands on a standard descriptor the caller closed
+    saved = [_dup_above_2(1), _dup_above_2(2)]  # None: closed by the caller, closed again after
+    if path is not None:
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    else:
+        opened = os.open(os.devnull, os.O_WRONLY) if saved[1] is None else os.dup(saved[1])
+    target = _dup_above_2(opened)
+    os.close(opened)
+    assert target is not None
     os.dup2(target, 1)
     os.dup2(target, 2)
     try:
         yield path
     finally:
         for fd, was in zip((1, 2), saved, strict=True):
-            os.dup2(was, fd)
-            os.close(was)
+            if was is None:
+                os.close(fd)
+            else:
+                os.dup2(was, fd)
+                os.close(was)
         os.close(target)
+
+
+def _dup_above_2(fd: int) -> int | None:
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError:
+        return None
 
 
 def _jvm_said(path: Path | None) -> str:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,14 @@ def test_the_jvm_never_holds_the_commands_standard_output(silent: bool, tmp_path
     # silent: both go to the log file; else both to this process's standard error
     assert got["jvm"][0] == got["jvm"][1] != got["mine"][0]
     assert (got["jvm"][0] == got["mine"][1]) is not silent
+
+
+def test_a_command_started_with_its_standard_error_closed_still_gives_only_its_rows() -> None:
+    """The JVM's copies of the descriptors never land on a standard one the caller closed."""
+    store = Path(__file__).resolve().parents[2] / "fixtures" / "stores" / "small" / "store"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "RMQSTORE_SPARK_CLASS_CACHE": "off"}
+    argv = [sys.executable, "-m", "rmqstore.cli", "spark", "stats", str(store), "--master", "local[1]", "-f", "csv"]
+    p = subprocess.run(argv, env=env, stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2), timeout=300)  # noqa: PLW1509
+    lines = p.stdout.decode().splitlines()
+    assert p.returncode == 0
+    assert lines[0].startswith("store,topic,queueId,hour,") and all(line.startswith(str(store)) for line in lines[1:])
