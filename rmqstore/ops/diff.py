@@ -19,7 +19,6 @@ finds ``commonEnd``, where the longest run of identical records from the first o
 
 from __future__ import annotations
 
-import os
 import shlex
 import zlib
 from collections.abc import Iterator, Sequence
@@ -31,12 +30,10 @@ import numpy as np
 
 from rmqstore.safety.plan import JsonModel
 from rmqstore.store import Store
-from rmqstore.store.files import map_file
+from rmqstore.store.files import first_difference, map_file
 from rmqstore.store.layout import Segment
 from rmqstore.walk.chain import holds_data, queued
 from rmqstore.walk.lenient import BlankEnd, Damage, DataEnd, Run, boundaries, intact_record, walk_file
-
-BLOCK = 128 << 10  # bytes of each side compared at a time: both blocks stay in the CPU cache
 
 IDENTICAL, A_BEHIND, B_BEHIND, DIVERGED = "identical", "a-behind", "b-behind", "diverged"
 
@@ -136,31 +133,6 @@ class DiffReport(JsonModel):
 
 
 # -- 1. and 2.: the common prefix ---------------------------------------------------------------
-
-
-def first_difference(path_a: Path, path_b: Path) -> int | None:
-    """The position of the first byte where two files differ (the shorter one's size when one is a
-    prefix of the other); None when they are equal."""
-    with open(path_a, "rb", buffering=0) as fa, open(path_b, "rb", buffering=0) as fb:
-        for f in (fa, fb):
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        ba, bb = bytearray(BLOCK), bytearray(BLOCK)
-        pos = 0
-        while True:
-            na, nb = fa.readinto(ba), fb.readinto(bb)
-            if na == nb == BLOCK and ba == bb:
-                pos += BLOCK
-                continue
-            n = min(na, nb)
-            va, vb = np.frombuffer(ba, np.uint8, n), np.frombuffer(bb, np.uint8, n)
-            diff = np.flatnonzero(va != vb)
-            if diff.size:
-                return pos + int(diff[0])
-            if na != nb:
-                return pos + n
-            if na < BLOCK:
-                return None
-            pos += n
 
 
 @dataclass

@@ -35,7 +35,7 @@ from rmqstore.safety.openfile import read_file
 from rmqstore.safety.plan import JsonModel
 from rmqstore.safety.quarantine import Quarantine, default_quarantine_base
 from rmqstore.store import Store
-from rmqstore.store.files import same_bytes
+from rmqstore.store.files import first_difference
 from rmqstore.store.queue.interface import ConsumeQueue, ConsumeQueueStore
 from rmqstore.store.queue.kinds import consume_queue_store, keeps_rocksdb
 from rmqstore.store.queue.rocksdbconsumequeue import RocksDBConsumeQueues
@@ -150,7 +150,11 @@ def _queue_files_differ(cur: Path, new: Path) -> int:
     """Files of one queue directory that are not byte-identical (size included) to the rebuilt ones,
     counting a file on one side only: the broker loads the files, not the entries."""
     names = {p.name for d in (cur, new) if d.is_dir() for p in d.iterdir() if p.is_file()}
-    return sum(1 for n in names if not ((cur / n).is_file() and (new / n).is_file() and same_bytes(cur / n, new / n)))
+    return sum(
+        1
+        for n in names
+        if not ((cur / n).is_file() and (new / n).is_file() and first_difference(cur / n, new / n) is None)
+    )
 
 
 def _state(built: bool, differs: bool) -> str:
@@ -164,10 +168,15 @@ def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[s
         return {(q.topic, q.queue_id): q for q in queues.queues() if not topics or q.topic in topics}
 
     cur_queues, new_queues = listed(cur), listed(new)
+    in_files = not isinstance(cur, RocksDBConsumeQueues)
     diffs = []
     for topic, qid in sorted(cur_queues.keys() | new_queues.keys()):
+        files = _queue_files_differ(_dir(cur, topic, qid), _dir(new, topic, qid)) if in_files else 0
         cb, cur_units = (cur_queues.get((topic, qid)) or cur.queue(topic, qid)).units()
-        nb, new_units = (new_queues.get((topic, qid)) or new.queue(topic, qid)).units()
+        if in_files and not files:  # the same files, byte for byte: the same units, read once
+            nb, new_units = cb, cur_units
+        else:
+            nb, new_units = (new_queues.get((topic, qid)) or new.queue(topic, qid)).units()
         # align by queue offset
         lo = max(cb, nb)
         hi = min(cb + len(cur_units), nb + len(new_units))
@@ -175,11 +184,6 @@ def _diff_queues(cur: ConsumeQueueStore, new: ConsumeQueueStore, topics: tuple[s
         if hi > lo:
             different = int(np.count_nonzero(cur_units[lo - cb : hi - cb] != new_units[lo - nb : hi - nb]))
         overlap = max(0, hi - lo)
-        files = (
-            0
-            if isinstance(cur, RocksDBConsumeQueues)
-            else _queue_files_differ(_dir(cur, topic, qid), _dir(new, topic, qid))
-        )
         diffs.append(
             QueueDiff(
                 topic,
@@ -227,7 +231,7 @@ def _index_summary(root: Path) -> list[dict[str, Any]]:
 def _index_identical(cur_root: Path, new_root: Path) -> bool:
     a = sorted(p for p in (cur_root / "index").glob("*") if p.name.isdigit()) if (cur_root / "index").is_dir() else []
     b = sorted(p for p in (new_root / "index").glob("*") if p.name.isdigit()) if (new_root / "index").is_dir() else []
-    return len(a) == len(b) and all(same_bytes(x, y) for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(first_difference(x, y) is None for x, y in zip(a, b, strict=True))
 
 
 SHRINK_LIMIT = 0.5  # a rebuild keeping less than this share of the current entries is refused

@@ -191,25 +191,38 @@ def data_extents(path: Path | str, start: int, end: int) -> list[tuple[int, int]
     return out
 
 
-_COMPARE_CHUNK = 1 << 20  # bytes read from each file per comparison step
+_COMPARE_CHUNK = 128 << 10  # bytes of each side compared at a time: both blocks stay in the CPU cache
 
 
-def same_bytes(a: Path, b: Path) -> bool:
-    """Whether two files hold the same bytes, sizes included; only where either holds data is read (a
-    hole reads as zeros on both sides), so two sparse files of mostly holes compare quickly."""
+def first_difference(a: Path, b: Path) -> int | None:
+    """The position of the first byte where two files differ (the shorter one's size when one is a
+    prefix of the other); None when they are equal. Only where either holds data is read (a hole reads
+    as zeros on both sides), so two sparse files of mostly holes compare quickly."""
+    import numpy as np
+
     fa = open_fd(a)
     try:
         fb = open_fd(b)
         try:
-            size = os.fstat(fa).st_size
-            if os.fstat(fb).st_size != size:
-                return False
-            for lo, hi in _union(data_extents(a, 0, size) + data_extents(b, 0, size)):
+            size_a, size_b = os.fstat(fa).st_size, os.fstat(fb).st_size
+            common = min(size_a, size_b)
+            for fd in (fa, fb):
+                with contextlib.suppress(OSError, AttributeError):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            ba, bb = bytearray(_COMPARE_CHUNK), bytearray(_COMPARE_CHUNK)
+            for lo, hi in _union(data_extents(a, 0, common) + data_extents(b, 0, common)):
                 for pos in range(lo, hi, _COMPARE_CHUNK):
                     n = min(_COMPARE_CHUNK, hi - pos)
-                    if os.pread(fa, n, pos) != os.pread(fb, n, pos):
-                        return False
-            return True
+                    na, nb = os.preadv(fa, [ba], pos), os.preadv(fb, [bb], pos)
+                    if n == na == nb == _COMPARE_CHUNK and ba == bb:
+                        continue
+                    m = min(n, na, nb)
+                    diff = np.flatnonzero(np.frombuffer(ba, np.uint8, m) != np.frombuffer(bb, np.uint8, m))
+                    if diff.size:
+                        return pos + int(diff[0])
+                    if m < n:  # a file shrank while it was read: it ends there
+                        return pos + m
+            return None if size_a == size_b else common
         finally:
             os.close(fb)
     finally:

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from rmqstore.cli import app
 from rmqstore.codec.commitlog import MAGIC_V2, Blank, encode_record
-from rmqstore.ops.diff import DIVERGED, diff_stores, first_difference
+from rmqstore.ops.diff import DIVERGED, diff_stores
 from rmqstore.store import open_store
+from rmqstore.store.files import first_difference
 from rmqstore.walk.chain import iter_commitlog
 
 runner = CliRunner()
