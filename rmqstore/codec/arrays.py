@@ -36,6 +36,7 @@ _V6 = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 _INT_FIELDS = tuple(f.name for f in RECORD_HEAD if f.code != "addr")
 MAX_FAST_PROPERTIES = 512  # longer property strings are left to ``parse_properties``
 _IN_PLACE_SPAN = 8  # property strings are split where they lie while the chunk is at most this many times their bytes
+_PLAIN_KEYS_WIDTH = 256  # longer KEYS values are split byte by byte, not read as one matrix
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _M32 = np.uint64(0xFFFFFFFF)
 
@@ -316,10 +317,38 @@ def key_tokens(
     u8: np.ndarray, rec: np.ndarray, start: np.ndarray, length: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Tokens of each KEYS value split on single spaces (empty tokens dropped), in order:
-    (record, start, length, sequence number within its value)."""
+    (record, start, length, sequence number within its value).
+
+    A value without a space is one token (the usual case): only values with a space, or longer
+    than ``_PLAIN_KEYS_WIDTH``, are split byte by byte."""
     if len(rec) == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, z
+    split = length > _PLAIN_KEYS_WIDTH
+    width = int(np.minimum(length, _PLAIN_KEYS_WIDTH).max())
+    if width:
+        mat = gather(u8, start, width)
+        spaced = (mat == 0x20) & (np.arange(width, dtype=np.int32) < length[:, None])
+        split |= spaced.any(axis=1)
+    plain = (length > 0) & ~split
+    if not split.any():
+        return rec[plain], start[plain], length[plain], np.zeros(int(plain.sum()), np.int64)
+    sr, ss, sl, sq = _split_tokens(u8, rec[split], start[split], length[split])
+    out_rec = np.concatenate([rec[plain], sr])
+    seq = np.concatenate([np.zeros(int(plain.sum()), np.int64), sq])
+    order = np.lexsort((seq, out_rec))
+    return (
+        out_rec[order],
+        np.concatenate([start[plain], ss])[order],
+        np.concatenate([length[plain], sl])[order],
+        seq[order],
+    )
+
+
+def _split_tokens(
+    u8: np.ndarray, rec: np.ndarray, start: np.ndarray, length: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``key_tokens`` of values split byte by byte (every byte of every value expanded)."""
     total = int(length.sum())
     first = np.zeros(len(rec) + 1, dtype=np.int64)
     np.cumsum(length, out=first[1:])

@@ -534,6 +534,8 @@ def stats_split(splits: Iterator[CommitLogSplit]) -> Iterator[dict[GroupKey, Gro
         for piece in split.pieces:
             for ctx, arrs, slow in piece_chunks(piece, check_crc=split.check_crc, chunk=split_chunk(split)):
                 fold_columns(acc, piece.store, chunk_columns(ctx, arrs, slow))
+    for g in acc.values():
+        g.distinct.fold()
     yield acc
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +30,7 @@ MS_PER_HOUR = 3_600_000
 REGISTERS = 4096  # 2^12 HyperLogLog registers: 4 KiB per group once it leaves the exact set
 HLL_ERROR = 1.04 / math.sqrt(REGISTERS)  # relative standard error of the estimate (1.6%)
 SET_LIMIT = 2048  # distinct hashes kept exactly per group before the registers take over
+PENDING_LIMIT = 1 << 16  # hashes a group gathers before they are sorted into its set
 STATS_READ_COLUMNS = ("store", "topic", "queueId", "storeSize", "storeTimestamp", "keys")
 _KEYS = PROP_KEYS.encode()
 _P = 12
@@ -86,33 +87,54 @@ def sketch_hashes(u8: np.ndarray, start: np.ndarray, length: np.ndarray) -> tupl
 
 @dataclass(slots=True)
 class Distinct:
-    """Distinct token hashes of one group: the sorted hashes (exact) or HyperLogLog registers."""
+    """Distinct token hashes of one group: the sorted hashes (exact) or HyperLogLog registers, and
+    hashes added since, folded in once ``PENDING_LIMIT`` of them wait (one sort, not one per chunk)."""
 
     hashes: np.ndarray | None
     registers: np.ndarray | None = None
+    pending: list[np.ndarray] = field(default_factory=list)
+    waiting: int = 0
 
     @classmethod
     def of(cls, hashes: np.ndarray) -> Distinct:
-        d = cls(np.unique(hashes))
-        d._maybe_registers()
+        d = cls(np.zeros(0, np.uint64))
+        d.add(hashes)
+        d.fold()
         return d
 
-    def _maybe_registers(self) -> None:
-        if self.hashes is not None and len(self.hashes) > SET_LIMIT:
+    def add(self, hashes: np.ndarray) -> None:
+        self.pending.append(hashes)
+        self.waiting += len(hashes)
+        if self.waiting >= PENDING_LIMIT:
+            self.fold()
+
+    def fold(self) -> None:
+        """The pending hashes into the set or the registers."""
+        if not self.pending:
+            return
+        new = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
+        self.pending, self.waiting = [], 0
+        if self.registers is not None:
+            self.registers = np.maximum(self.registers, _registers(new))
+            return
+        assert self.hashes is not None
+        self.hashes = _distinct(np.concatenate([self.hashes, new]))
+        if len(self.hashes) > SET_LIMIT:
             self.registers = _registers(self.hashes)
             self.hashes = None
 
     def merge(self, other: Distinct) -> None:
-        if self.hashes is not None and other.hashes is not None:
-            self.hashes = np.union1d(self.hashes, other.hashes)
-            self._maybe_registers()
+        other.fold()
+        if other.hashes is not None:
+            self.add(other.hashes)
             return
+        self.fold()
         mine = self.registers if self.registers is not None else _registers(self.hashes)  # type: ignore[arg-type]
-        theirs = other.registers if other.registers is not None else _registers(other.hashes)  # type: ignore[arg-type]
-        self.registers, self.hashes = np.maximum(mine, theirs), None
+        self.registers, self.hashes = np.maximum(mine, other.registers), None  # type: ignore[arg-type]
 
     def count(self) -> tuple[int, bool]:
         """The number of distinct tokens, and whether it is exact (else a HyperLogLog estimate)."""
+        self.fold()
         if self.hashes is not None:
             return len(self.hashes), True
         reg = self.registers
@@ -123,6 +145,14 @@ class Distinct:
         if estimate <= 2.5 * m and zeros:
             estimate = m * math.log(m / zeros)  # linear counting for small counts
         return round(estimate), False
+
+
+def _distinct(hashes: np.ndarray) -> np.ndarray:
+    """The sorted distinct values (a plain sort: many times faster than ``np.unique``'s hash table)."""
+    s = np.sort(hashes)
+    keep = np.ones(len(s), bool)
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def _registers(hashes: np.ndarray) -> np.ndarray:
@@ -257,20 +287,17 @@ def fold_columns(acc: dict[GroupKey, GroupStats], store: str, c: ChunkColumns) -
     last = np.maximum.reduceat(ts_grouped, bounds[:-1])
     korder, kbounds = _group_order(gid[c.key_row], g_count)
     hashes = c.key_hash[korder]
-    for g, (t, q, h) in enumerate(zip(t_code.tolist(), qid.tolist(), hour.tolist(), strict=True)):
+    columns = (t_code, qid, hour, messages, total, first, last)
+    for g, (t, q, h, n, size, lo, hi) in enumerate(zip(*(col.tolist() for col in columns), strict=True)):
         key = (store, c.topics[t], q, h * MS_PER_HOUR)
-        part = GroupStats(
-            int(messages[g]),
-            int(total[g]),
-            int(first[g]),
-            int(last[g]),
-            Distinct.of(hashes[kbounds[g] : kbounds[g + 1]]),
-        )
         have = acc.get(key)
         if have is None:
-            acc[key] = part
-        else:
-            have.merge(part)
+            have = acc[key] = GroupStats(0, 0, lo, hi, Distinct(np.zeros(0, np.uint64)))
+        have.messages += n
+        have.bytes += size
+        have.first = min(have.first, lo)
+        have.last = max(have.last, hi)
+        have.distinct.add(hashes[kbounds[g] : kbounds[g + 1]].copy())  # a copy: the chunk's array is not kept
 
 
 def merge_summaries(parts: Iterable[dict[GroupKey, GroupStats]]) -> dict[GroupKey, GroupStats]:

@@ -387,19 +387,7 @@ def _fast_keys(u8: np.ndarray, h: _Heads, topics: list[str], topic_id: np.ndarra
     urec, ustart, ulen = values[b"UNIQ_KEY"]
     uh, uascii = range_hashes(u8, ustart, ulen)
     bad_rec[urec[~uascii]] = True
-    krec, kstart, klen = values[b"KEYS"]
-    # tokens: split the KEYS value on single spaces; empty tokens are skipped. A value without
-    # a space is one token (the usual case); only values with spaces go through the splitter.
-    plain = klen > 0
-    if len(krec) and int(klen.max()) > 0:
-        kmat = _range_matrix(u8, kstart, klen)
-        plain[np.nonzero(kmat == 0x20)[0]] = False
-    split = (klen > 0) & ~plain
-    sr, ss, sl, sq = key_tokens(u8, krec[split], kstart[split], klen[split])
-    tok_rec = np.concatenate([krec[plain], sr])
-    tok_start = np.concatenate([kstart[plain], ss])
-    tok_len = np.concatenate([klen[plain], sl])
-    tok_seq = np.concatenate([np.zeros(int(plain.sum()), np.int64), sq])
+    tok_rec, tok_start, tok_len, tok_seq = key_tokens(u8, *values[b"KEYS"])
     kh, kascii = range_hashes(u8, tok_start, tok_len)
     bad_rec[tok_rec[~kascii]] = True
     fast[ridx[bad_rec]] = False

@@ -182,3 +182,23 @@ def test_named_values_equal_parse_properties(shapes, picks):
             rows, vstart, vlen = values[name]
             got = [buf[a : a + n].decode() for r, a, n in zip(rows, vstart, vlen, strict=True) if r == i]
             assert got == ([want[name.decode()]] if name.decode() in want else []), (raw, name)
+
+
+_KEYS_VALUE = st.lists(st.sampled_from([b"a", b" ", b"bc", b"  ", b"\xc3\xa9"]), max_size=160).map(b"".join)
+
+
+@given(st.lists(_KEYS_VALUE, max_size=12), st.integers(0, 3))
+def test_key_tokens_of_many_values_are_split_in_order(values, gap):
+    """Plain values (one token), values with spaces and values past the plain width, side by side:
+    the tokens come in record order, each with its place in its value."""
+    buf, start = b"", []
+    for v in values:
+        buf += b"\x02" * gap
+        start.append(len(buf))
+        buf += v
+    u8 = np.frombuffer(buf + b" x", np.uint8)  # a space right after the last value is not part of it
+    rows = np.arange(len(values), dtype=np.int64) * 3
+    got = key_tokens(u8, rows, np.array(start, np.int64), np.array([len(v) for v in values], np.int64))
+    want = [(3 * i, t, k) for i, v in enumerate(values) for k, t in enumerate(t for t in v.split(b" ") if t)]
+    rec, s, n, seq = (a.tolist() for a in got)
+    assert [(r, buf[a : a + m], q) for r, a, m, q in zip(rec, s, n, seq, strict=True)] == want

@@ -37,6 +37,26 @@ def test_distinct_counts_exact_then_within_the_error(n: int) -> None:
     assert merged.count() == (count, exact)
 
 
+@pytest.mark.parametrize("n", [300, SET_LIMIT + 1, 90_000])
+def test_distinct_fed_in_pieces_equals_the_whole(n: int) -> None:
+    """Hashes added a chunk at a time (folded once enough wait), merged across tasks in any state,
+    count as the whole set does."""
+    import numpy as np
+
+    hashes = token_hashes(pa.array([f"k-{i % n}" for i in range(2 * n)]))
+    rng = np.random.default_rng(n)
+    cuts = np.sort(rng.integers(0, len(hashes), 40))
+    tasks = [Distinct(np.zeros(0, np.uint64)) for _ in range(3)]
+    for i, piece in enumerate(np.split(hashes, cuts)):
+        tasks[i % 3].add(piece)
+    tasks[1].fold()
+    merged = tasks[0]
+    merged.merge(tasks[1])
+    merged.merge(tasks[2])
+    assert merged.count() == Distinct.of(hashes).count()
+    assert merged.count()[1] == (n <= SET_LIMIT)
+
+
 def test_a_token_hashes_the_same_whatever_else_is_in_its_batch() -> None:
     """A batch's longest token sets how many words are read: a short token's hash must not change
     with it, or one key counts twice when the records fall into other batches."""
