@@ -43,14 +43,19 @@ def cache_dir() -> Path | None:
     """The archive folder (created), or None when it is turned off or not safely ours."""
     if os.environ.get(SWITCH, "").lower() in ("off", "0", "no", "false"):
         return None
+    return owned_dir("spark-classes")
+
+
+def owned_dir(name: str) -> Path | None:
+    """``$XDG_CACHE_HOME/rmqstore/NAME`` (created), or None when it is not safely ours: a JVM or a
+    Python worker loads code from such folders, so one somebody else may write is never used."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    d = Path(base) / "rmqstore" / "spark-classes"
+    d = Path(base) / "rmqstore" / name
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         st = os.stat(d)
     except OSError:
         return None
-    # the JVM loads code from here: a folder somebody else may write is never used
     if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return None
     return d

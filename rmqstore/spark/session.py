@@ -262,6 +262,31 @@ def prepare_environment(master: str, executor_python: str | None) -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+_DAEMON_MODULE = "rmqstore_spark_daemon"
+_DAEMON_KEYS = ("spark.python.daemon.module", "spark.python.use.daemon", "spark.executorEnv.PYTHONPATH")
+
+
+def daemon_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """A local session's executors start ``daemon.py`` (pyspark's daemon from compiled modules; see
+    there), copied alone to a folder of its own on the workers' path. None when the caller chose the
+    daemon or the workers' path, or no folder is safely ours: pyspark's own daemon then."""
+    if any(k in conf for k in _DAEMON_KEYS):
+        return {}
+    src = Path(__file__).with_name("daemon.py").read_bytes()
+    d = classcache.owned_dir(f"spark-daemon-{hashlib.sha256(src).hexdigest()[:16]}")
+    if d is None:
+        return {}
+    target = d / f"{_DAEMON_MODULE}.py"
+    try:
+        if not target.is_file() or target.read_bytes() != src:
+            tmp = d / f".{target.name}.{os.getpid()}"
+            tmp.write_bytes(src)
+            os.replace(tmp, target)
+    except OSError:
+        return {}
+    return {"spark.python.daemon.module": _DAEMON_MODULE, "spark.executorEnv.PYTHONPATH": str(d)}
+
+
 def cluster_settings(master: str, driver_host: str | None, conf: Mapping[str, str]) -> dict[str, str]:
     """Defaults for a non-local master: where the driver listens, and no silent task retries."""
     out: dict[str, str] = {"spark.task.maxFailures": "1"}
@@ -306,7 +331,9 @@ def get_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
     settings["spark.sql.python.filterPushdown.enabled"] = "true"
-    if not is_local(master):
+    if is_local(master):
+        settings.update(daemon_settings(user))
+    else:
         settings.update(cluster_settings(master, driver_host, user))
     if quiet:
         settings.update(_quiet_logging())

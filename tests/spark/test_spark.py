@@ -69,6 +69,23 @@ def spark():
     session.stop()
 
 
+def test_a_local_sessions_workers_load_the_compiled_pyspark(spark) -> None:
+    """The session's daemon (``rmqstore.spark.daemon``) puts Spark's source zips of the installed
+    pyspark last: tasks import pyspark from the package, whose modules are compiled once."""
+
+    def where(_rows):  # type: ignore[no-untyped-def]
+        import sys
+
+        import pyspark
+
+        yield pyspark.__file__, sys.modules["__main__"].__file__
+
+    got = spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect()
+    assert len(got) == 2
+    for pyspark_file, main_file in got:
+        assert ".zip" not in pyspark_file and Path(main_file).name == "rmqstore_spark_daemon.py", got
+
+
 def store_of(case: str) -> Path:
     if not REAL_STORES.is_dir():
         pytest.skip(f"real stores not found at {REAL_STORES}")
