@@ -5,6 +5,7 @@ kept in a folder only its owner may write, and a caller's own daemon or workers'
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,30 @@ def test_a_folder_others_may_write_is_never_used(tmp_path: Path, monkeypatch) ->
     folder = Path(got["spark.executorEnv.PYTHONPATH"])
     os.chmod(folder, 0o777)
     assert session.daemon_settings({}) == {}
+
+
+def test_the_executors_zip_holds_each_module_compiled_and_a_python_of_another_version_compiles_the_source(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """What a cluster's executors import rmqstore from: the compiled module where the magic number is
+    this Python's, the source where it is not (the zip's ``.pyc`` then is skipped)."""
+    import subprocess
+    import zipfile
+
+    monkeypatch.setattr(session.tempfile, "gettempdir", lambda: str(tmp_path))
+    z = session.package_zip()
+    with zipfile.ZipFile(z) as f:
+        names = set(f.namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert "rmqstore/spark/jobs.py" in sources and {n + "c" for n in sources} <= names
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import rmqstore.spark.stats as m; print(m.__file__)"
+    got = subprocess.run([sys.executable, "-c", probe, str(z)], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == f"{z}/rmqstore/spark/stats.pyc"
+    # the same zip with every .pyc's magic number changed: another Python version's view of it
+    other = tmp_path / "other.zip"
+    with zipfile.ZipFile(z) as src, zipfile.ZipFile(other, "w") as dst:
+        for n in src.namelist():
+            data = src.read(n)
+            dst.writestr(n, b"\x00\x00\r\n" + data[4:] if n.endswith(".pyc") else data)
+    got = subprocess.run([sys.executable, "-c", probe, str(other)], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == f"{other}/rmqstore/spark/stats.py"
