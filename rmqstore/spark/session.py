@@ -75,8 +75,12 @@ class SparkSetupError(RmqstoreError):
 
 
 def _quiet_logging() -> dict[str, str]:
-    """JVM options pointing the driver's log4j2 at ``_QUIET_LOG4J2`` (written once to the temp dir)."""
-    path = Path(tempfile.gettempdir()) / "rmqstore-spark-log4j2.properties"
+    """JVM options pointing the driver's log4j2 at ``_QUIET_LOG4J2``, written once to a folder only
+    its owner may write (the JVM reads its configuration there)."""
+    folder = classcache.owned_dir("spark-conf")
+    if folder is None:
+        return {}  # then Spark's own default logging
+    path = folder / "log4j2.properties"
     try:
         current = path.read_text() if path.exists() else None
         if current != _QUIET_LOG4J2:
@@ -232,8 +236,10 @@ def package_zip() -> Path:
     Python compiles a module imported from a zip of sources on every import; an executor of this
     Python version loads the compiled one instead (0.4 s less for each worker's import of the job
     modules), one of another version finds the ``.pyc``'s magic number wrong and compiles the source.
-    Built in the temp directory under a name holding a hash of the contents and of the Python
-    version, so a running application never sees its zip change and an unchanged package is zipped once.
+    Built under a name holding a hash of the contents and of the Python version, so a running
+    application never sees its zip change and an unchanged package is zipped once; in a folder only
+    its owner may write (``classcache.owned_dir``: executors run this code), else in a new private
+    temporary folder.
     """
     import rmqstore
 
@@ -243,7 +249,8 @@ def package_zip() -> Path:
     for p in files:
         h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
-    out = Path(tempfile.gettempdir()) / f"rmqstore-{h.hexdigest()[:16]}.zip"
+    folder = classcache.owned_dir("spark-package") or Path(tempfile.mkdtemp(prefix="rmqstore-package-"))
+    out = folder / f"rmqstore-{h.hexdigest()[:16]}.zip"
     if not out.exists():
         tmp = out.with_name(f".{out.name}.{os.getpid()}")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:

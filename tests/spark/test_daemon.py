@@ -60,8 +60,9 @@ def test_the_executors_zip_holds_each_module_compiled_and_a_python_of_another_ve
     import subprocess
     import zipfile
 
-    monkeypatch.setattr(session.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     z = session.package_zip()
+    assert z.parent == tmp_path / "rmqstore" / "spark-package" and session.package_zip() == z
     with zipfile.ZipFile(z) as f:
         names = set(f.namelist())
     sources = {n for n in names if n.endswith(".py")}
