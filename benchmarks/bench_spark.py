@@ -32,9 +32,9 @@ For each size, back to back and alternating with the previous build, best of --r
 lines (JVM start included: wall, CPU of every process of the command, the JVM and the Python workers
 included, and the peak proportional set size of them all), ``dump commitlog --count -j 1`` and
 ``dump commitlog -f parquet -o FILE`` (pyarrow writing the same rows, one job); then the jobs alone
-in a running session (JVM start excluded: one session per build, a warm-up stats job first). The
-ratios printed are the goal's: stats / dump --count (wall, and per core: wall x cores / dump wall)
-and export / the pyarrow write.
+in a running session (JVM start excluded: one session per build, with the light driver the commands
+start for these jobs, a warm-up stats job first). The ratios printed are the goal's: stats / dump
+--count (wall, and per core: wall x cores / dump wall) and export / the pyarrow write.
 """
 
 from __future__ import annotations
@@ -270,7 +270,11 @@ from rmqstore.spark import jobs
 from rmqstore.spark.session import get_session
 store, out, runs, master = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 t = time.perf_counter()
-spark = get_session(master, conf={"spark.ui.showConsoleProgress": "false"}, silent_jvm=True)
+conf = {"spark.ui.showConsoleProgress": "false"}
+try:  # the driver the commands start for these two jobs (a build without it: the full one)
+    spark = get_session(master, conf=conf, silent_jvm=True, light_driver=True)
+except TypeError:
+    spark = get_session(master, conf=conf, silent_jvm=True)
 print(json.dumps({"session": time.perf_counter() - t}), flush=True)
 jobs.stats_rows(spark, [store])  # warm-up: Python workers started, modules imported
 for _ in range(runs):
